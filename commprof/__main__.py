@@ -1,0 +1,3 @@
+from commprof.cli import main
+
+main()

@@ -1,0 +1,110 @@
+"""The commprof command line: parse options, call the core, render, map errors to one line."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import typer
+
+from .errors import EXIT_WRONG, CommprofError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="commprof: GPU interconnect and collective-communication profiler for LLM inference.")
+
+
+def _fail(e: CommprofError):
+    typer.echo(f"commprof: error: {e}", err=True)
+    raise typer.Exit(e.exit_code)
+
+
+@app.command()
+def sweep(
+    tp: str = typer.Option("2,4,8", "--tp", help="TP degrees, e.g. 2,4,8; one launch of max(tp) ranks."),
+    ops: Optional[str] = typer.Option(None, "--ops", help="all_reduce,all_gather (default); also reduce_scatter, all_to_all, broadcast."),
+    sizes: str = typer.Option("decode", "--sizes", help="decode (from --model/--batch), pow2:4K-64M, or a list like 4K,64K,1M."),
+    model: Optional[str] = typer.Option(None, "--model", help="Built-in model name or a Hugging Face config.json path (default Qwen2.5-32B)."),
+    batch: str = typer.Option("1,8,32,128", "--batch", help="Decode batch sizes (tokens per step) for --sizes decode."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32."),
+    backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),
+    modes: Optional[str] = typer.Option(None, "--modes", help="eager and/or graph (graph: NCCL only; default both on NCCL)."),
+    iters: Optional[int] = typer.Option(None, "--iters", help="Timed iterations per cell (default 200 NCCL, 40 gloo)."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="Warm-up iterations per cell (default 20 NCCL, 3 gloo)."),
+    concurrent: bool = typer.Option(False, "--concurrent", help="Run all disjoint groups of a TP degree at once."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a rank counts as hung."),
+    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>/)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --out, skipping finished rows."),
+    no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
+):
+    """Collective latency at decode sizes across TP degrees (NCCL on GPUs, gloo on CPU)."""
+    from . import sweep as core
+    from .sweep import torchrun_env
+
+    try:
+        cfg = core.build_config(tp=tp, ops=ops, sizes=sizes, model=model, batch=batch, dtype=dtype,
+                                backend=backend, modes=modes, iters=iters, warmup=warmup,
+                                concurrent=concurrent, timeout_s=timeout, out=out, resume=resume,
+                                argv=["commprof"] + sys.argv[1:])
+        trun = torchrun_env()
+        lead = trun is None or trun["rank"] == 0
+        if lead:
+            typer.echo(f"commprof: backend {cfg.backend} ({cfg.backend_reason}); {cfg.world_size} ranks "
+                       f"({cfg.launch}); {core.cells_count(cfg)} cells; results -> {cfg.out_dir}", err=True)
+        outcome = core.run(cfg)
+        if not lead or outcome is None:
+            return
+        _render(cfg.out_dir, charts=not no_charts)
+        if outcome.wrong_rows:
+            typer.echo(f"commprof: error: {outcome.wrong_rows} row(s) failed the correctness check "
+                       f"(column wrong); see {cfg.out_dir}/sweep.csv", err=True)
+            raise typer.Exit(EXIT_WRONG)
+    except CommprofError as e:
+        _fail(e)
+
+
+def _render(out_dir: str, charts: bool = True):
+    from . import render, results
+
+    meta = results.read_meta(out_dir)
+    df = results.load_frame(out_dir)
+    if df.empty:
+        typer.echo(f"commprof: {out_dir} holds no rows yet", err=True)
+        return
+    render.print_table(df, meta)
+    if charts:
+        for p in render.charts(df, meta, out_dir):
+            typer.echo(f"chart: {p}", err=True)
+
+
+@app.command()
+def show(
+    results_dir: str = typer.Argument(..., help="A results dir written by commprof sweep."),
+    no_charts: bool = typer.Option(False, "--no-charts", help="Only print the table."),
+):
+    """Re-render a results dir's table and charts without measuring again."""
+    try:
+        _render(results_dir, charts=not no_charts)
+    except CommprofError as e:
+        _fail(e)
+
+
+def main():
+    debug = os.environ.get("COMMPROF_DEBUG") == "1"
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("commprof: interrupted; rows written so far are kept", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as e:  # noqa: BLE001 - unknown failures still get one line
+        if debug:
+            raise
+        msg = (str(e).strip().splitlines() or [""])[0]
+        typer.echo(f"commprof: error: unexpected {type(e).__name__}: {msg} (COMMPROF_DEBUG=1 shows the traceback)",
+                   err=True)
+        sys.exit(70)
+
+
+if __name__ == "__main__":
+    main()

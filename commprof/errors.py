@@ -1,0 +1,59 @@
+"""Known failures and the exit codes they map to.
+
+Every failure a user can cause or meet (bad flags, missing GPUs, dead or hung ranks, corrupt
+files) is raised as a :class:`CommprofError` carrying one line of text. The CLI prints that line
+and exits with ``exit_code``; ``COMMPROF_DEBUG=1`` adds the traceback.
+"""
+from __future__ import annotations
+
+import socket
+
+# Exit codes, documented in the README.
+EXIT_OK = 0
+EXIT_WRONG = 1          # a correctness check found wrong elements
+EXIT_USAGE = 2          # bad flag, model, size list, config file, output dir
+EXIT_DEVICE = 3         # not enough devices for the requested backend / TP degree
+EXIT_RANK_DIED = 4      # a rank exited or was killed mid-run
+EXIT_RANK_HUNG = 5      # the watchdog found no progress for --timeout seconds
+EXIT_RANK_ERROR = 6     # a rank raised an error (e.g. a collective failed)
+
+
+class CommprofError(Exception):
+    """A failure with a one-line, user-facing explanation."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, exit_code: int | None = None):
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class UsageError(CommprofError):
+    exit_code = EXIT_USAGE
+
+
+class DeviceError(CommprofError):
+    exit_code = EXIT_DEVICE
+
+
+class RankDied(CommprofError):
+    exit_code = EXIT_RANK_DIED
+
+
+class RankHung(CommprofError):
+    exit_code = EXIT_RANK_HUNG
+
+
+class RankFailed(CommprofError):
+    exit_code = EXIT_RANK_ERROR
+
+
+def where(rank: int | None = None, stage: str | None = None, host: str | None = None) -> str:
+    """Prefix naming host, rank and stage, e.g. ``host=box1 rank=3 stage=all_reduce tp=4 16KiB``."""
+    parts = [f"host={host or socket.gethostname()}"]
+    if rank is not None:
+        parts.append(f"rank={rank}")
+    if stage:
+        parts.append(f"stage={stage}")
+    return " ".join(parts)

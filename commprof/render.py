@@ -1,0 +1,113 @@
+"""Views of a results dir: the terminal table, charts and the progress bar. Never measures."""
+from __future__ import annotations
+
+import os
+import sys
+
+from .units import human_bytes
+
+LATENCY_PNG = "latency_vs_size.png"
+BUSBW_PNG = "busbw_vs_size.png"
+
+
+def _fmt(v, digits=1):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "-"
+    if f != f:
+        return "-"
+    return f"{f:,.{digits}f}"
+
+
+def print_table(df, meta: dict, console=None) -> None:
+    """One line per row: op, tp, group, mode, size, p50/p95/p99 latency, busbw, wrong."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=None if sys.stdout.isatty() else 150)
+    title = (f"commprof sweep: measured on {', '.join(meta.get('hosts', ['?']))} "
+             f"({meta.get('backend', '?')}, {', '.join(meta.get('gpus', []))}) at {meta.get('start_time', '?')}")
+    t = Table(title=title, title_justify="left")
+    for col, just in (("op", "left"), ("tp", "right"), ("grp", "right"), ("mode", "left"),
+                      ("size", "right"), ("batch", "right"), ("p50 us", "right"), ("p95 us", "right"),
+                      ("p99 us", "right"), ("busbw GB/s", "right"), ("wrong", "right")):
+        t.add_column(col, justify=just)
+    for r in df.sort_values(["op", "tp", "mode", "size_bytes", "group"]).itertuples():
+        wrong = int(r.wrong)
+        t.add_row(r.op, str(r.tp), str(r.group), r.mode, human_bytes(int(r.size_bytes)), str(r.batch or ""),
+                  _fmt(r.latency_us_p50), _fmt(r.latency_us_p95), _fmt(r.latency_us_p99),
+                  _fmt(r.busbw_gbps, 3), f"[bold red]{wrong}[/]" if wrong else "0")
+    console.print(t)
+
+
+def _provenance(meta: dict) -> str:
+    cmd = " ".join(meta.get("command", [])) or "?"
+    return (f"measured on {', '.join(meta.get('hosts', ['?']))}, backend {meta.get('backend', '?')}, "
+            f"{meta.get('start_time', '?')}; command: {cmd}")[:180]
+
+
+def charts(df, meta: dict, out_dir: str) -> list[str]:
+    """Latency vs size per TP (p50 line, p95 band) and busbw vs size; one panel per op."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    if df.empty:
+        return written
+    ops = list(dict.fromkeys(df["op"]))
+    d0 = df[df["group"] == 0]
+    for fname, ycol, ylabel in ((LATENCY_PNG, "latency_us_p50", "latency (us), p50 line, p50-p95 band"),
+                                (BUSBW_PNG, "busbw_gbps", "busbw (GB/s, nccl-tests definition)")):
+        fig, axes = plt.subplots(1, len(ops), figsize=(6 * len(ops), 4.6), squeeze=False)
+        for ax, op in zip(axes[0], ops):
+            sub = d0[d0["op"] == op]
+            for (tp, mode), g in sub.groupby(["tp", "mode"]):
+                g = g.sort_values("size_bytes")
+                style = "-" if mode == "eager" else "--"
+                line, = ax.plot(g["size_bytes"], g[ycol], style, marker="o", ms=3, label=f"TP={tp} {mode}")
+                if ycol == "latency_us_p50":
+                    ax.fill_between(g["size_bytes"], g["latency_us_p50"], g["latency_us_p95"],
+                                    color=line.get_color(), alpha=0.2, lw=0)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel(f"size per op (bytes; {op}: " +
+                          ("gathered output" if op == "all_gather" else "per-rank buffer") + ")")
+            ax.set_ylabel(ylabel)
+            ax.set_title(op)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.suptitle(f"commprof sweep: {ylabel.split(' (')[0]} vs message size", fontsize=11)
+        fig.text(0.01, 0.01, _provenance(meta), fontsize=7, color="0.35")
+        fig.tight_layout(rect=(0, 0.04, 1, 0.95))
+        path = os.path.join(out_dir, fname)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+class _Progress:
+    def __init__(self, total: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._p = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           transient=True, disable=not sys.stderr.isatty())
+        self._task = self._p.add_task("sweep", total=total)
+        self._p.start()
+
+    def advance(self, n: int = 1):
+        self._p.advance(self._task, n)
+
+    def update(self, completed: int):
+        self._p.update(self._task, completed=completed)
+
+    def close(self):
+        self._p.stop()
+
+
+def progress_bar(total: int) -> _Progress:
+    """A rich progress bar on stderr, shown only on a terminal."""
+    return _Progress(total)

@@ -1,0 +1,82 @@
+"""Provenance recorded with every run: machine, versions, backend, environment, command line."""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from datetime import datetime, timezone
+
+from . import __version__
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "n/a"
+
+
+def rank_info(rank: int, local_rank: int, device) -> dict:
+    """What one rank runs on (called inside the rank, gathered by rank 0)."""
+    info = {"rank": rank, "local_rank": local_rank, "host": socket.gethostname(), "pid": os.getpid(),
+            "device": str(device), "gpu": "n/a", "gpu_pci_bus_id": "n/a"}
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        props = torch.cuda.get_device_properties(device)
+        info["gpu"] = props.name
+        info["gpu_memory_bytes"] = int(props.total_memory)
+        bus = getattr(props, "pci_bus_id", None)
+        if bus is not None:
+            info["gpu_pci_bus_id"] = f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}"
+    return info
+
+
+def driver_version() -> str:
+    """NVIDIA driver version from NVML, or "n/a" (no driver, no GPU, no nvidia-ml-py)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+            return v.decode() if isinstance(v, bytes) else str(v)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - any NVML failure means "not available"
+        return "n/a"
+
+
+def versions() -> dict:
+    out = {"commprof": __version__, "python": sys.version.split()[0], "torch": "n/a",
+           "cuda_runtime": "n/a", "nccl": "n/a", "driver": driver_version()}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+        out["cuda_runtime"] = torch.version.cuda or "n/a"
+        if torch.cuda.is_available():
+            v = torch.cuda.nccl.version()
+            out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
+def machine() -> dict:
+    return {"host": socket.gethostname(), "platform": platform.platform(), "cpu": cpu_model(),
+            "cpu_cores": os.cpu_count()}
+
+
+def nccl_env() -> dict:
+    """NCCL_* and TORCH_NCCL_* variables: they change what NCCL does, so they travel with results."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "TORCH_NCCL_"))}

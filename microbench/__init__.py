@@ -1,0 +1,1 @@
+"""Code that runs inside each rank: collective timing loops and their helpers."""

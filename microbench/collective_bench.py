@@ -1,0 +1,317 @@
+"""The per-rank side of ``commprof sweep``: process groups, timing loops, correctness checks.
+
+Every rank walks the same ordered list of cells (``commprof.sweepconfig.plan_cells``). For each
+cell the ranks of the measured TP group(s) time one collective per iteration:
+
+* every iteration starts barrier-aligned (a gloo barrier on the group, or on the world when groups
+  run concurrently), and one op is one sample: several ops are never timed as one;
+* CPU (gloo): ``time.perf_counter`` around the call; GPU (NCCL): CUDA events around the call
+  (``eager``) or around one CUDA-graph replay of a captured call (``graph``), plus the CPU time
+  to enqueue it;
+* the sample of an iteration is the maximum over the group's ranks;
+* an untimed correctness check compares every rank's result with the exact expected value.
+
+Rank 0 receives the rows of every measured group and appends them to the results table at once,
+so an interrupted sweep keeps every finished cell.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import traceback
+from datetime import timedelta
+
+import numpy as np
+
+from commprof.collectives import COLLECTIVES, check_input
+from commprof.stats import summarize_us
+from commprof.sweepconfig import Cell, SweepConfig, plan_cells
+from microbench import faults
+from microbench.heartbeat import Heartbeat, start_self_watchdog
+
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+class GroupSet:
+    """The TP groups of one degree: consecutive ranks, ``world // tp`` full groups."""
+
+    def __init__(self, tp: int, groups: list[list[int]], data: list, ctrl: list):
+        self.tp = tp
+        self.groups = groups
+        self.data = data
+        self.ctrl = ctrl
+
+    def index_of(self, rank: int):
+        for i, g in enumerate(self.groups):
+            if rank in g:
+                return i
+        return None
+
+
+def make_groups(dist, tps, world: int, backend: str) -> dict[int, GroupSet]:
+    """Create every group on every rank, in the same order (torch.distributed requires it)."""
+    sets = {}
+    for tp in sorted(set(tps)):
+        groups = [list(range(g * tp, (g + 1) * tp)) for g in range(world // tp)]
+        data, ctrl = [], []
+        for ranks in groups:
+            if tp == world:
+                d = dist.group.WORLD
+            else:
+                d = dist.new_group(ranks)
+            # Barriers and max-reductions go through gloo on the CPU so they never queue behind
+            # (or get timed with) the measured NCCL stream.
+            c = d if backend == "gloo" else dist.new_group(ranks, backend="gloo")
+            data.append(d)
+            ctrl.append(c)
+        sets[tp] = GroupSet(tp, groups, data, ctrl)
+    return sets
+
+
+class CellRunner:
+    """Times one cell on one group member."""
+
+    def __init__(self, torch, dist, cfg: SweepConfig, rank: int, device, hb: Heartbeat, fault):
+        self.torch, self.dist, self.cfg, self.rank = torch, dist, cfg, rank
+        self.device, self.hb, self.fault = device, hb, fault
+        self.dtype = getattr(torch, TORCH_DTYPES[cfg.dtype])
+        self.cuda = device.type == "cuda"
+
+    def _buffers(self, cell: Cell):
+        t = self.torch
+        inp = t.zeros(cell.in_numel, dtype=self.dtype, device=self.device)
+        out = t.empty(cell.out_numel, dtype=self.dtype, device=self.device) if cell.out_numel else None
+        return inp, out
+
+    def measure(self, cell: Cell, ranks: list[int], data_group, align_group):
+        """Returns (latency_us[iters], enqueue_us[iters] or None, wrong_elements) for this rank."""
+        coll = COLLECTIVES[cell.op]
+        dist, torch, hb = self.dist, self.torch, self.hb
+        inp, out = self._buffers(cell)
+        root = ranks[0]
+        group_rank = ranks.index(self.rank)
+        fault_iter = -1
+        if self.fault is not None and self.fault.kind in ("hang", "die", "sleep") and \
+                self.fault.applies(self.rank, cell.op, cell.tp, cell.mode):
+            fault_iter = self.fault.iter
+
+        def op():
+            coll.run(inp, out, data_group, root)
+
+        hb.stage(f"{cell.label}: warm-up")
+        for _ in range(self.cfg.warmup):
+            dist.barrier(group=align_group)
+            op()
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+        graph = None
+        call = op
+        if cell.mode == "graph":
+            hb.stage(f"{cell.label}: graph capture")
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                op()
+            torch.cuda.synchronize(self.device)
+            call = graph.replay
+            for _ in range(self.cfg.warmup):
+                dist.barrier(group=align_group)
+                call()
+            torch.cuda.synchronize(self.device)
+
+        iters = self.cfg.iters
+        lat = np.empty(iters, dtype=np.float64)
+        enq = np.empty(iters, dtype=np.float64) if self.cuda else None
+        barrier = dist.barrier
+        perf = time.perf_counter
+        hb.stage(f"{cell.label}: timing")
+        if not self.cuda:
+            for i in range(iters):
+                barrier(group=align_group)
+                if i == fault_iter:
+                    self.fault.trigger()
+                hb.enter()
+                t0 = perf()
+                call()
+                t1 = perf()
+                hb.leave()
+                lat[i] = (t1 - t0) * 1e6
+        else:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            for i in range(iters):
+                barrier(group=align_group)
+                if i == fault_iter:
+                    self.fault.trigger()
+                hb.enter()
+                start.record()
+                t0 = perf()
+                call()
+                t1 = perf()
+                end.record()
+                end.synchronize()
+                hb.leave()
+                lat[i] = start.elapsed_time(end) * 1e3
+                enq[i] = (t1 - t0) * 1e6
+
+        hb.stage(f"{cell.label}: correctness check")
+        wrong = self._check(cell, coll, inp, out, op, call, group_rank, len(ranks))
+        return lat, enq, wrong
+
+    def _check(self, cell, coll, inp, out, op, call, group_rank: int, n: int) -> int:
+        """Untimed: deterministic inputs through the same buffers (and the same graph), compared
+        element by element with the exact expected result."""
+        torch = self.torch
+        mine = check_input(group_rank, cell.in_numel, self.dtype)
+        inp.copy_(mine.to(self.device))
+        if out is not None:
+            out.fill_(-1)
+        call()           # the graph replays the captured call on the same buffers
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        result = (out if out is not None else inp).cpu()
+        if self.fault is not None and self.fault.kind == "corrupt" and \
+                self.fault.applies(self.rank, cell.op, cell.tp, cell.mode):
+            result[0] += 1
+        inputs = [check_input(r, cell.in_numel, self.dtype) for r in range(n)]
+        expected = coll.expected(inputs, group_rank)
+        return int((result != expected).sum().item())
+
+
+def _row(cell: Cell, cfg: SweepConfig, group_index: int, ranks, lat_us, enq_us, wrong: int, hosts) -> dict:
+    coll = COLLECTIVES[cell.op]
+    stats = summarize_us(lat_us)
+    algbw, busbw = coll.bandwidth_gbps(cell.size_bytes, stats["latency_us_p50"], cell.tp)
+    row = {
+        "op": cell.op, "tp": cell.tp, "group": group_index, "ranks": f"{ranks[0]}-{ranks[-1]}",
+        "mode": cell.mode, "clock": "cuda_event" if cfg.backend == "nccl" else "perf_counter",
+        "backend": cfg.backend, "dtype": cfg.dtype, "size_bytes": cell.size_bytes,
+        "count": cell.in_numel, "batch": cell.batch if cell.batch is not None else "",
+        "site": cell.site, "iters": cfg.iters, "warmup": cfg.warmup, "concurrent": int(cfg.concurrent),
+    }
+    row.update(stats)
+    row["enqueue_us_p50"] = float(np.percentile(enq_us, 50)) if enq_us is not None else ""
+    row["enqueue_us_p99"] = float(np.percentile(enq_us, 99)) if enq_us is not None else ""
+    row.update(algbw_gbps=algbw, busbw_gbps=busbw, wrong=wrong, status="ok" if wrong == 0 else "WRONG",
+               hosts=";".join(sorted(set(hosts))))
+    return row
+
+
+def run_rank(cfg: SweepConfig, rank: int, world: int, local_rank: int, store=None, slots=None):
+    """Body of one rank. Raises on failure (the caller reports it)."""
+    import torch
+    import torch.distributed as dist
+
+    from commprof import results, runinfo
+
+    host = socket.gethostname()
+    hb = Heartbeat(rank, slots)
+    if slots is None:
+        start_self_watchdog(hb, cfg.timeout_s + 10, host)
+    hb.stage("init: process group")
+    fault = faults.from_env()
+    if cfg.backend == "gloo":
+        # One intra-op thread per rank: ranks share the cores and a gloo rank mostly waits.
+        torch.set_num_threads(1)
+        device = torch.device("cpu")
+    else:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    # Collectives give up a little after the watchdog so it names the stuck rank first.
+    pg_timeout = timedelta(seconds=cfg.timeout_s + (30 if slots is not None else 0))
+    kwargs = dict(backend=cfg.backend, timeout=pg_timeout)
+    if cfg.backend == "nccl":
+        kwargs["device_id"] = device
+    if store is not None:
+        dist.init_process_group(store=store, rank=rank, world_size=world, **kwargs)
+    else:
+        dist.init_process_group(init_method="env://", **kwargs)
+    try:
+        hb.stage("init: groups")
+        sets = make_groups(dist, cfg.tps, world, cfg.backend)
+        world_ctrl = dist.group.WORLD if cfg.backend == "gloo" else dist.new_group(backend="gloo")
+
+        hb.stage("init: environment")
+        infos = [None] * world
+        dist.all_gather_object(infos, runinfo.rank_info(rank, local_rank, device), group=world_ctrl)
+        hosts_by_rank = [i["host"] for i in infos]
+
+        cells = plan_cells(cfg)
+        done: set = set()
+        writer = None
+        if rank == 0:
+            writer = results.open_sweep(cfg, infos)
+            done = writer.done_keys
+        box = [done]
+        dist.broadcast_object_list(box, src=0, group=world_ctrl)
+        done = box[0]
+        todo = [c for c in cells if c.key not in done]
+        if slots is not None and rank == 0:
+            slots.cells_total.value = len(todo)
+        progress = None
+        if rank == 0 and slots is None and cfg.progress:
+            from commprof.render import progress_bar
+            progress = progress_bar(len(todo))
+
+        runner = CellRunner(torch, dist, cfg, rank, device, hb, fault)
+        for cell in todo:
+            gs = sets[cell.tp]
+            gi = gs.index_of(rank)
+            active = gi is not None and (cfg.concurrent or gi == 0)
+            payload = None
+            if active:
+                ranks = gs.groups[gi]
+                align = world_ctrl if cfg.concurrent else gs.ctrl[gi]
+                lat, enq, wrong = runner.measure(cell, ranks, gs.data[gi], align)
+                # Per iteration, the slowest rank of the group defines the sample.
+                t = torch.from_numpy(np.stack([lat, enq if enq is not None else lat]))
+                dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gs.ctrl[gi])
+                w = torch.tensor([wrong], dtype=torch.int64)
+                dist.all_reduce(w, group=gs.ctrl[gi])
+                if rank == ranks[0]:
+                    payload = _row(cell, cfg, gi, ranks, t[0].numpy(), t[1].numpy() if enq is not None else None,
+                                   int(w.item()), [hosts_by_rank[r] for r in ranks])
+            hb.stage(f"{cell.label}: collecting rows")
+            gathered = [None] * world if rank == 0 else None
+            dist.gather_object(payload, gathered, dst=0, group=world_ctrl)
+            if rank == 0:
+                rows = [r for r in gathered if r is not None]
+                writer.write_rows(rows)
+                hb.row_written(1)
+                if progress is not None:
+                    progress.advance()
+        if progress is not None:
+            progress.close()
+        hb.stage("finish")
+        dist.barrier(group=world_ctrl)
+        if rank == 0:
+            writer.close()
+    finally:
+        hb.stage("shutdown")
+        try:
+            dist.destroy_process_group()
+        except Exception:
+            pass
+
+
+def worker_main(cfg: SweepConfig, rank: int, world: int, port: int, slots, errq):
+    """Entry of a rank started by commprof itself (spawned). Errors go to the parent as one line."""
+    import torch.distributed as dist
+
+    if os.environ.get("COMMPROF_DEBUG") != "1":
+        import warnings
+        warnings.filterwarnings("ignore")
+    stage = "init"
+    try:
+        store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=cfg.timeout_s))
+        run_rank(cfg, rank, world, rank, store=store, slots=slots)
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the parent as a line
+        stage = slots.stage_of(rank) if slots is not None else stage
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        tb = traceback.format_exc() if os.environ.get("COMMPROF_DEBUG") == "1" else ""
+        errq.put((rank, stage, f"{type(e).__name__}: {msg}", tb))
+        sys.stderr.flush()
+        os._exit(1)
+    os._exit(0)

@@ -1,0 +1,100 @@
+"""Per-rank liveness, readable by a watchdog: progress counter, in-collective flag, stage text.
+
+Local launches back it with shared memory so the parent process can tell, when progress stops,
+which rank is stuck outside a collective (the one holding the others) and which are waiting
+inside one. Under torchrun each rank keeps it in-process for its own watchdog thread.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+STAGE_BYTES = 160
+
+
+class SharedSlots:
+    """Shared-memory slots for ``world`` ranks (created by the parent before spawning)."""
+
+    def __init__(self, ctx, world: int):
+        self.world = world
+        self.progress = ctx.RawArray("q", world)      # bumps on every step of every rank
+        self.in_coll = ctx.RawArray("b", world)       # 1 while inside a timed collective call
+        self.stage = ctx.RawArray("c", world * STAGE_BYTES)
+        self.rows_done = ctx.RawValue("q", 0)         # rows written by rank 0 (progress bar)
+        self.cells_total = ctx.RawValue("q", 0)
+
+    def stage_of(self, rank: int) -> str:
+        raw = bytes(self.stage[rank * STAGE_BYTES:(rank + 1) * STAGE_BYTES])
+        return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+class Heartbeat:
+    def __init__(self, rank: int, slots: SharedSlots | None = None):
+        self.rank = rank
+        self.slots = slots
+        self._stage = "start"
+        self._progress = 0
+        self._in_coll = 0
+        self.last_change = time.monotonic()
+        self.rows_done = 0
+
+    # The two hot-path calls are kept to a store each.
+    def enter(self):
+        if self.slots is not None:
+            self.slots.in_coll[self.rank] = 1
+        self._in_coll = 1
+
+    def leave(self):
+        if self.slots is not None:
+            self.slots.in_coll[self.rank] = 0
+            self.slots.progress[self.rank] += 1
+        self._in_coll = 0
+        self._progress += 1
+
+    def stage(self, text: str):
+        self._stage = text
+        self._progress += 1
+        self.last_change = time.monotonic()
+        if self.slots is not None:
+            data = text.encode("utf-8")[:STAGE_BYTES - 1] + b"\0"
+            base = self.rank * STAGE_BYTES
+            self.slots.stage[base:base + len(data)] = data
+            self.slots.progress[self.rank] += 1
+
+    def row_written(self, n: int = 1):
+        self.rows_done += n
+        if self.slots is not None:
+            self.slots.rows_done.value += n
+
+    @property
+    def current_stage(self) -> str:
+        return self._stage
+
+    @property
+    def in_collective(self) -> bool:
+        return bool(self._in_coll)
+
+
+def start_self_watchdog(hb: Heartbeat, timeout_s: float, host: str):
+    """Under torchrun there is no parent watching: a daemon thread ends this rank with one line
+    when it has made no progress for ``timeout_s``."""
+
+    def watch():
+        last = hb._progress
+        last_t = time.monotonic()
+        while True:
+            time.sleep(min(1.0, timeout_s / 4))
+            if hb._progress != last:
+                last, last_t = hb._progress, time.monotonic()
+                continue
+            if time.monotonic() - last_t > timeout_s:
+                where = "waiting inside a collective for its peers" if hb.in_collective else \
+                    "stuck outside any collective (this rank is holding the others)"
+                os.write(2, (f"commprof: error: host={host} rank={hb.rank} stage={hb.current_stage}: "
+                             f"no progress for {timeout_s:.0f} s, {where} (--timeout)\n").encode())
+                os._exit(5)
+
+    t = threading.Thread(target=watch, name="commprof-watchdog", daemon=True)
+    t.start()
+    return t
