@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from . import results
 from .collectives import COLLECTIVES, DEFAULT_OPS, DTYPE_BYTES
 from .errors import (DeviceError, RankDied, RankFailed, RankHung, UsageError, where)
-from .models import ModelShape, get_model
+from .models import DEFAULT_MODEL, ModelShape, get_model
 from .sizes import parse_sizes
 from .sweepconfig import SweepConfig, plan_cells
 from .units import parse_int_list
@@ -89,9 +89,9 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
     if dtype not in DTYPE_BYTES:
         raise UsageError(f"--dtype '{dtype}': use {', '.join(DTYPE_BYTES)}")
     batches = parse_int_list(batch, "--batch")
-    shape: ModelShape | None = get_model(model) if (model or sizes.strip().lower() == "decode") else None
-    if shape is None and model is None and sizes.strip().lower() == "decode":
-        shape = get_model("Qwen2.5-32B")
+    shape: ModelShape | None = None
+    if model or sizes.strip().lower() == "decode":
+        shape = get_model(model or DEFAULT_MODEL)
     points = parse_sizes(sizes, op_list, shape, batches, DTYPE_BYTES[dtype])
     if timeout_s <= 0:
         raise UsageError("--timeout must be a positive number of seconds")
