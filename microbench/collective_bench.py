@@ -97,9 +97,7 @@ class CellRunner:
                 self.fault.applies(self.rank, cell.op, cell.tp, cell.mode):
             fault_iter = self.fault.iter
 
-        def op():
-            coll.run(inp, out, data_group, root)
-
+        op = coll.bind(inp, out, data_group, root)
         hb.stage(f"{cell.label}: warm-up")
         for _ in range(self.cfg.warmup):
             dist.barrier(group=align_group)

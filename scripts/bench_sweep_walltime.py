@@ -1,0 +1,71 @@
+"""Benchmark: wall time of the default ``commprof sweep --tp 2,4,8``, start-up included.
+
+    python scripts/bench_sweep_walltime.py [--repeats 2] [--out results/bench]
+
+Runs the CLI as a user would (a fresh process each time, ranks spawned, charts drawn) and keeps
+the last run's results dir as ``results/sweep-default-<host>/``. Writes sweep_walltime.json/.md
+with the machine. Target: under 120 s on a 2-core CPU machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+
+def main():
+    from commprof.runinfo import machine, now_iso, versions
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
+    args = ap.parse_args()
+    keep = os.path.join(REPO, "results", f"sweep-default-{socket.gethostname()}")
+    runs = []
+    start = now_iso()
+    for i in range(args.repeats):
+        out = keep if i == args.repeats - 1 else os.path.join(REPO, "results", f".walltime-tmp-{i}")
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [sys.executable, "-m", "commprof", "sweep", "--tp", "2,4,8", "--out", out]
+        t0 = time.perf_counter()
+        res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if res.returncode != 0:
+            sys.exit(f"sweep failed (exit {res.returncode}): {res.stderr.strip().splitlines()[-1:]}")
+        runs.append({"wall_s": round(wall, 2), "results_dir": os.path.relpath(out, REPO)})
+        if out != keep:
+            shutil.rmtree(out, ignore_errors=True)
+    result = {
+        "kind": "measured",
+        "what": "wall time of the default `commprof sweep --tp 2,4,8` (gloo on CPU; 8 ranks spawned; "
+                "24 cells; charts drawn), process start to exit",
+        "command": "python " + " ".join([os.path.relpath(__file__, REPO)] + sys.argv[1:]),
+        "start_time": start, "end_time": now_iso(), "machine": machine(), "versions": versions(),
+        "runs": runs, "target": "under 120 s, start-up included",
+        "met": all(r["wall_s"] < 120 for r in runs),
+    }
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "sweep_walltime.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    m = result["machine"]
+    lines = ["# Sweep wall time (measured)", "", result["what"] + ".", "",
+             f"Machine: {m['host']}, {m['cpu']}, {m['cpu_cores']} cores; torch {result['versions']['torch']}; "
+             f"{start}. Command: `{result['command']}`.", "",
+             "| run | wall time (s) | results |", "|---|---|---|"]
+    lines += [f"| {i + 1} | {r['wall_s']:.1f} | {r['results_dir']} |" for i, r in enumerate(runs)]
+    lines += ["", f"Target {result['target']}: {'met' if result['met'] else 'NOT met'}."]
+    with open(os.path.join(args.out, "sweep_walltime.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
