@@ -33,11 +33,17 @@ def print_table(df, meta: dict, console=None) -> None:
                       ("size", "right"), ("batch", "right"), ("p50 us", "right"), ("p95 us", "right"),
                       ("p99 us", "right"), ("busbw GB/s", "right"), ("wrong", "right")):
         t.add_column(col, justify=just)
+    has_enq = "enqueue_us_p50" in df.columns and df["enqueue_us_p50"].notna().any()
+    if has_enq:
+        t.add_column("enqueue p50 us", justify="right")
     for r in df.sort_values(["op", "tp", "mode", "size_bytes", "group"]).itertuples():
         wrong = int(r.wrong)
-        t.add_row(r.op, str(r.tp), str(r.group), r.mode, human_bytes(int(r.size_bytes)), str(r.batch or ""),
-                  _fmt(r.latency_us_p50), _fmt(r.latency_us_p95), _fmt(r.latency_us_p99),
-                  _fmt(r.busbw_gbps, 3), f"[bold red]{wrong}[/]" if wrong else "0")
+        cells = [r.op, str(r.tp), str(r.group), r.mode, human_bytes(int(r.size_bytes)), str(r.batch or ""),
+                 _fmt(r.latency_us_p50), _fmt(r.latency_us_p95), _fmt(r.latency_us_p99),
+                 _fmt(r.busbw_gbps, 3), f"[bold red]{wrong} WRONG[/]" if wrong else "0"]
+        if has_enq:
+            cells.append(_fmt(r.enqueue_us_p50))
+        t.add_row(*cells)
     console.print(t)
 
 
@@ -53,6 +59,7 @@ def charts(df, meta: dict, out_dir: str) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401 - used through matplotlib.ticker below
 
     written = []
     if df.empty:
@@ -73,6 +80,7 @@ def charts(df, meta: dict, out_dir: str) -> list[str]:
                                     color=line.get_color(), alpha=0.2, lw=0)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: human_bytes(int(v)) if v >= 1 else ""))
             ax.set_xlabel(f"size per op (bytes; {op}: " +
                           ("gathered output" if op == "all_gather" else "per-rank buffer") + ")")
             ax.set_ylabel(ylabel)

@@ -178,7 +178,12 @@ def _run_local(cfg: SweepConfig) -> SweepOutcome:
     for p in procs:
         p.start()
     try:
-        failure = _watch(cfg, procs, slots, errq)
+        try:
+            failure = _watch(cfg, procs, slots, errq)
+        except KeyboardInterrupt:
+            if os.path.exists(os.path.join(cfg.out_dir, results.META_JSON)):
+                results.finish_meta(cfg.out_dir, "interrupted", "interrupted by the user (Ctrl-C)")
+            raise
         if failure is None:
             return _outcome(cfg)
         if os.path.exists(os.path.join(cfg.out_dir, results.META_JSON)):

@@ -288,10 +288,13 @@ def run_rank(cfg: SweepConfig, rank: int, world: int, local_rank: int, store=Non
             writer.close()
     finally:
         hb.stage("shutdown")
-        try:
-            dist.destroy_process_group()
-        except Exception:
-            pass
+        # NCCL communicators that were captured into CUDA graphs can hang ncclCommDestroy
+        # (pytorch/pytorch#115388): on NCCL the process exit releases them instead.
+        if cfg.backend == "gloo":
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - shutdown of a failed group must not mask the cause
+                pass
 
 
 def worker_main(cfg: SweepConfig, rank: int, world: int, port: int, slots, errq):
