@@ -5,11 +5,11 @@ The built-in values are the models' published ``config.json`` figures as collect
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 
 from .errors import UsageError
+from .jsonfile import read_json_object
 
 
 @dataclass(frozen=True)
@@ -68,17 +68,7 @@ def load_config(path: str) -> ModelShape:
 
     Multimodal configs (Gemma 3) keep the language model under ``text_config``; that is used.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except FileNotFoundError:
-        raise UsageError(f"model config '{path}': file not found") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"model config '{path}': not valid JSON (line {e.lineno}: {e.msg})") from None
-    except OSError as e:
-        raise UsageError(f"model config '{path}': cannot read ({e.strerror})") from None
-    if not isinstance(cfg, dict):
-        raise UsageError(f"model config '{path}': expected a JSON object")
+    cfg = read_json_object(path, f"model config '{path}'")
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
 

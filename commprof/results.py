@@ -14,6 +14,7 @@ import socket
 from datetime import datetime
 
 from .errors import UsageError
+from .jsonfile import read_json_object
 from .runinfo import machine, nccl_env, now_iso, versions
 from .sweepconfig import SweepConfig, cell_key
 
@@ -57,16 +58,9 @@ def check_out_dir(path: str, resume: bool) -> None:
 
 def read_meta(path: str) -> dict:
     mp = os.path.join(path, META_JSON)
-    try:
-        with open(mp, encoding="utf-8") as f:
-            meta = json.load(f)
-    except FileNotFoundError:
-        raise UsageError(f"results dir '{path}': no {META_JSON} (not a commprof results dir)") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"results dir '{path}': {META_JSON} is corrupt (line {e.lineno}: {e.msg})") from None
-    if not isinstance(meta, dict):
-        raise UsageError(f"results dir '{path}': {META_JSON} is not a JSON object")
-    return meta
+    if not os.path.exists(mp):
+        raise UsageError(f"results dir '{path}': no {META_JSON} (not a commprof results dir)")
+    return read_json_object(mp, f"results dir '{path}': {META_JSON}")
 
 
 def write_meta(path: str, meta: dict) -> None:

@@ -14,7 +14,6 @@ Target: ratio of p50s <= 1.05 at every size.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -24,6 +23,9 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from benchfile import write_result  # noqa: E402
 
 SIZES = [4 << 10, 64 << 10, 1 << 20]
 
@@ -132,24 +134,13 @@ def main():
         "target": "ratio_p50 <= 1.05 at every size", "rows": rows,
         "met": all(r["ratio_p50"] <= 1.05 for r in rows),
     }
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "harness_overhead.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    m = result["machine"]
-    lines = [f"# Harness overhead (measured)", "",
-             f"{result['what']}.", "",
-             f"Machine: {m['host']}, {m['cpu']}, {m['cpu_cores']} cores; torch {result['versions']['torch']}; "
-             f"{result['start_time']}. Command: `{result['command']}`.", "",
-             "| size | commprof p50 (us) | bare p50 (us) | ratio of p50s | per-round ratios: p10 / median / p90 | samples each |",
-             "|---|---|---|---|---|---|"]
+    table = ["| size | commprof p50 (us) | bare p50 (us) | ratio of p50s | per-round ratios: p10 / median / p90 "
+             "| samples each |", "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['size_bytes'] // 1024} KiB | {r['commprof_p50_us']:.1f} | {r['bare_p50_us']:.1f} | "
+        table.append(f"| {r['size_bytes'] // 1024} KiB | {r['commprof_p50_us']:.1f} | {r['bare_p50_us']:.1f} | "
                      f"{r['ratio_p50']:.3f} | {r['ratio_rounds_p10']:.2f} / {r['ratio_median_of_rounds']:.2f} / "
                      f"{r['ratio_rounds_p90']:.2f} | {r['samples_each']} |")
-    lines += ["", f"Target {result['target']}: {'met' if result['met'] else 'NOT met'}."]
-    with open(os.path.join(args.out, "harness_overhead.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_result(args.out, "harness_overhead", "Harness overhead", result, table)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ with the machine. Target: under 120 s on a 2-core CPU machine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import socket
@@ -19,6 +18,9 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from benchfile import write_result  # noqa: E402
 
 
 def main():
@@ -52,19 +54,9 @@ def main():
         "runs": runs, "target": "under 120 s, start-up included",
         "met": all(r["wall_s"] < 120 for r in runs),
     }
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "sweep_walltime.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    m = result["machine"]
-    lines = ["# Sweep wall time (measured)", "", result["what"] + ".", "",
-             f"Machine: {m['host']}, {m['cpu']}, {m['cpu_cores']} cores; torch {result['versions']['torch']}; "
-             f"{start}. Command: `{result['command']}`.", "",
-             "| run | wall time (s) | results |", "|---|---|---|"]
-    lines += [f"| {i + 1} | {r['wall_s']:.1f} | {r['results_dir']} |" for i, r in enumerate(runs)]
-    lines += ["", f"Target {result['target']}: {'met' if result['met'] else 'NOT met'}."]
-    with open(os.path.join(args.out, "sweep_walltime.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    table = ["| run | wall time (s) | results |", "|---|---|---|"]
+    table += [f"| {i + 1} | {r['wall_s']:.1f} | {r['results_dir']} |" for i, r in enumerate(runs)]
+    write_result(args.out, "sweep_walltime", "Sweep wall time", result, table)
 
 
 if __name__ == "__main__":

@@ -194,7 +194,7 @@ def test_show_on_corrupt_dir(cli, tmp_path):
     d.mkdir()
     (d / "meta.json").write_text("{oops")
     res = cli("show", str(d))
-    assert res.returncode == 2 and "meta.json is corrupt" in one_line_error(res)
+    assert res.returncode == 2 and "meta.json: not valid JSON" in one_line_error(res)
     (d / "meta.json").write_text("{}")
     (d / "sweep.csv").write_text("op,tp,size_bytes,mode,latency_us_p50\nall_reduce,2\n")
     res = cli("show", str(d))
