@@ -88,22 +88,39 @@ def show(
         _fail(e)
 
 
+def _is(exc: BaseException, name: str) -> bool:
+    """Match click's exception classes by name: typer ships click itself or a vendored copy."""
+    return any(cls.__name__ == name for cls in type(exc).__mro__)
+
+
 def main():
+    """Console entry: every failure, flag errors included, ends as one line and an exit code."""
     debug = os.environ.get("COMMPROF_DEBUG") == "1"
+    if len(sys.argv) == 1:
+        sys.argv.append("--help")
     try:
-        app()
+        code = app(standalone_mode=False)
     except KeyboardInterrupt:
-        typer.echo("commprof: interrupted; rows written so far are kept", err=True)
-        sys.exit(130)
-    except SystemExit:
-        raise
+        code = 130
     except Exception as e:  # noqa: BLE001 - unknown failures still get one line
-        if debug:
-            raise
-        msg = (str(e).strip().splitlines() or [""])[0]
-        typer.echo(f"commprof: error: unexpected {type(e).__name__}: {msg} (COMMPROF_DEBUG=1 shows the traceback)",
-                   err=True)
-        sys.exit(70)
+        if _is(e, "UsageError"):
+            ctx = getattr(e, "ctx", None)
+            where = ctx.command_path if ctx is not None else "commprof"
+            msg = " ".join(e.format_message().split())
+            typer.echo(f"commprof: error: {msg} (see '{where} --help')", err=True)
+            sys.exit(2)
+        if _is(e, "Abort"):
+            code = 130
+        else:
+            if debug:
+                raise
+            msg = (str(e).strip().splitlines() or [""])[0]
+            typer.echo(f"commprof: error: unexpected {type(e).__name__}: {msg} "
+                       "(COMMPROF_DEBUG=1 shows the traceback)", err=True)
+            sys.exit(70)
+    if code == 130:
+        typer.echo("commprof: interrupted; rows written so far are kept", err=True)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

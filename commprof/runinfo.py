@@ -35,9 +35,11 @@ def rank_info(rank: int, local_rank: int, device) -> dict:
         props = torch.cuda.get_device_properties(device)
         info["gpu"] = props.name
         info["gpu_memory_bytes"] = int(props.total_memory)
-        bus = getattr(props, "pci_bus_id", None)
-        if bus is not None:
-            info["gpu_pci_bus_id"] = f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}"
+        try:  # PCI location fields exist only in newer torch builds
+            info["gpu_pci_bus_id"] = (f"{int(props.pci_domain_id):04x}:{int(props.pci_bus_id):02x}:"
+                                      f"{int(props.pci_device_id):02x}")
+        except (AttributeError, TypeError, ValueError):
+            pass
     return info
 
 

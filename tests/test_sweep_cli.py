@@ -169,6 +169,18 @@ def test_bad_input_one_line(cli, tmp_path, args, code, needle):
     assert not os.path.exists(tmp_path / "x")
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["sweep", "--iters", "abc"], "--iters"),
+    (["sweep", "--bogus"], "--bogus"),
+    (["frobnicate"], "frobnicate"),
+])
+def test_flag_errors_are_one_line(cli, args, needle):
+    res = cli(*args)
+    assert res.returncode == 2
+    assert needle in one_line_error(res)
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
 def test_bad_config_file(cli, tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"hidden_size": 4096, "num_hidden_layers": 2}))
