@@ -24,6 +24,7 @@ from .units import parse_int_list
 
 GLOO_MAX_LOCAL_RANKS = 64
 MODES = ("eager", "graph")
+STARTUP_GRACE_S = 60.0
 
 
 @dataclass
@@ -232,7 +233,12 @@ def _watch(cfg: SweepConfig, procs, slots, errq):
             total = sum(slots.progress)
             if total != last_sum:
                 last_sum, last_t = total, time.monotonic()
-            elif time.monotonic() - last_t > cfg.timeout_s:
+                continue
+            # Until every rank has imported torch and reached its first stage, allow a start-up
+            # grace: 8 ranks importing torch on 2 busy cores can take tens of seconds.
+            started = all(slots.progress[r] > 0 for r in range(len(procs)))
+            limit = cfg.timeout_s if started else max(cfg.timeout_s, STARTUP_GRACE_S)
+            if time.monotonic() - last_t > limit:
                 return _hung(host, cfg, procs, slots)
     finally:
         if bar is not None:
