@@ -16,20 +16,15 @@ so an interrupted sweep keeps every finished cell.
 """
 from __future__ import annotations
 
-import os
-import socket
-import sys
 import time
-import traceback
-from datetime import timedelta
 
 import numpy as np
 
 from commprof.collectives import COLLECTIVES, check_input
 from commprof.stats import summarize_us
 from commprof.sweepconfig import Cell, SweepConfig, plan_cells
-from microbench import faults
-from microbench.heartbeat import Heartbeat, start_self_watchdog
+from microbench.heartbeat import Heartbeat
+from microbench.rank import rank_session
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -198,49 +193,20 @@ def _row(cell: Cell, cfg: SweepConfig, group_index: int, ranks, lat_us, enq_us, 
 
 
 def run_rank(cfg: SweepConfig, rank: int, world: int, local_rank: int, store=None, slots=None):
-    """Body of one rank. Raises on failure (the caller reports it)."""
-    import torch
-    import torch.distributed as dist
+    """Body of one sweep rank. Raises on failure (the launcher reports it)."""
+    from commprof import results
 
-    from commprof import results, runinfo
-
-    host = socket.gethostname()
-    hb = Heartbeat(rank, slots)
-    if slots is None:
-        start_self_watchdog(hb, cfg.timeout_s + 10, host)
-    hb.stage("init: process group")
-    fault = faults.from_env()
-    if cfg.backend == "gloo":
-        # One intra-op thread per rank: ranks share the cores and a gloo rank mostly waits.
-        torch.set_num_threads(1)
-        device = torch.device("cpu")
-    else:
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    # Collectives give up a little after the watchdog so it names the stuck rank first.
-    pg_timeout = timedelta(seconds=cfg.timeout_s + (30 if slots is not None else 0))
-    kwargs = dict(backend=cfg.backend, timeout=pg_timeout)
-    if cfg.backend == "nccl":
-        kwargs["device_id"] = device
-    if store is not None:
-        dist.init_process_group(store=store, rank=rank, world_size=world, **kwargs)
-    else:
-        dist.init_process_group(init_method="env://", **kwargs)
-    try:
+    with rank_session(cfg, rank, world, local_rank, store, slots) as env:
+        torch, dist, hb, world_ctrl = env.torch, env.dist, env.hb, env.world_ctrl
         hb.stage("init: groups")
         sets = make_groups(dist, cfg.tps, world, cfg.backend)
-        world_ctrl = dist.group.WORLD if cfg.backend == "gloo" else dist.new_group(backend="gloo")
-
-        hb.stage("init: environment")
-        infos = [None] * world
-        dist.all_gather_object(infos, runinfo.rank_info(rank, local_rank, device), group=world_ctrl)
-        hosts_by_rank = [i["host"] for i in infos]
+        hosts_by_rank = [i["host"] for i in env.infos]
 
         cells = plan_cells(cfg)
         done: set = set()
         writer = None
         if rank == 0:
-            writer = results.open_sweep(cfg, infos)
+            writer = results.open_sweep(cfg, env.infos)
             done = writer.done_keys
         box = [done]
         dist.broadcast_object_list(box, src=0, group=world_ctrl)
@@ -253,7 +219,7 @@ def run_rank(cfg: SweepConfig, rank: int, world: int, local_rank: int, store=Non
             from commprof.render import progress_bar
             progress = progress_bar(len(todo))
 
-        runner = CellRunner(torch, dist, cfg, rank, device, hb, fault)
+        runner = CellRunner(torch, dist, cfg, rank, env.device, hb, env.fault)
         for cell in todo:
             gs = sets[cell.tp]
             gi = gs.index_of(rank)
@@ -275,44 +241,11 @@ def run_rank(cfg: SweepConfig, rank: int, world: int, local_rank: int, store=Non
             gathered = [None] * world if rank == 0 else None
             dist.gather_object(payload, gathered, dst=0, group=world_ctrl)
             if rank == 0:
-                rows = [r for r in gathered if r is not None]
-                writer.write_rows(rows)
+                writer.write_rows([r for r in gathered if r is not None])
                 hb.row_written(1)
                 if progress is not None:
                     progress.advance()
         if progress is not None:
             progress.close()
-        hb.stage("finish")
-        dist.barrier(group=world_ctrl)
         if rank == 0:
             writer.close()
-    finally:
-        hb.stage("shutdown")
-        # NCCL communicators that were captured into CUDA graphs can hang ncclCommDestroy
-        # (pytorch/pytorch#115388): on NCCL the process exit releases them instead.
-        if cfg.backend == "gloo":
-            try:
-                dist.destroy_process_group()
-            except Exception:  # noqa: BLE001 - shutdown of a failed group must not mask the cause
-                pass
-
-
-def worker_main(cfg: SweepConfig, rank: int, world: int, port: int, slots, errq):
-    """Entry of a rank started by commprof itself (spawned). Errors go to the parent as one line."""
-    import torch.distributed as dist
-
-    if os.environ.get("COMMPROF_DEBUG") != "1":
-        import warnings
-        warnings.filterwarnings("ignore")
-    stage = "init"
-    try:
-        store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=cfg.timeout_s))
-        run_rank(cfg, rank, world, rank, store=store, slots=slots)
-    except BaseException as e:  # noqa: BLE001 - every failure must reach the parent as a line
-        stage = slots.stage_of(rank) if slots is not None else stage
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        tb = traceback.format_exc() if os.environ.get("COMMPROF_DEBUG") == "1" else ""
-        errq.put((rank, stage, f"{type(e).__name__}: {msg}", tb))
-        sys.stderr.flush()
-        os._exit(1)
-    os._exit(0)

@@ -1,0 +1,216 @@
+"""Starting the ranks of a run, and watching them.
+
+* local (default): commprof spawns the ranks on this machine and watches them from the parent:
+  progress bar, a dead rank, a hung rank (``--timeout``), each reported as one line;
+* torchrun: when ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` are set, this process *is* a rank; the
+  given ranks are used (so a run spans nodes) and each rank watches itself.
+
+A rank's body is a module-level function ``fn(cfg, rank, world, local_rank, store=None,
+slots=None)`` named as ``"module:function"`` so spawned processes can import it. ``cfg`` needs
+``world_size``, ``timeout_s``, ``out_dir`` and ``progress``; rank 0 writes ``out_dir``.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from . import results
+from .errors import DeviceError, RankDied, RankFailed, RankHung, UsageError, where
+
+STARTUP_GRACE_S = 60.0
+
+
+def torchrun_env() -> dict | None:
+    """RANK/WORLD_SIZE/LOCAL_RANK as set by torchrun, or None when commprof launches itself."""
+    if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        try:
+            return {"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]),
+                    "local_rank": int(os.environ["LOCAL_RANK"]),
+                    "local_world": int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))}
+        except ValueError:
+            raise UsageError("RANK/WORLD_SIZE/LOCAL_RANK are set but not integers") from None
+    return None
+
+
+def cuda_device_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - a broken CUDA install counts as no GPU
+        return 0
+
+
+def resolve_backend(requested: str, max_tp: int, trun: dict | None) -> tuple[str, str]:
+    """auto -> NCCL when every rank of this node gets its own CUDA GPU, else gloo on CPU."""
+    gpus = cuda_device_count()
+    need = trun["local_world"] if trun else max_tp
+    if requested not in ("auto", "nccl", "gloo"):
+        raise UsageError(f"--backend '{requested}': use auto, nccl or gloo")
+    if requested == "gloo":
+        return "gloo", "requested with --backend gloo (CPU ranks)"
+    if requested == "nccl":
+        if gpus == 0:
+            raise DeviceError(f"{where()}: --backend nccl needs NVIDIA GPUs, but no CUDA GPU is visible "
+                              "(check nvidia-smi, CUDA_VISIBLE_DEVICES and that torch is a CUDA build); "
+                              "use --backend gloo to run on CPU")
+        if gpus < need:
+            raise DeviceError(f"{where()}: --backend nccl needs one GPU per rank: {need} ranks on this node "
+                              f"but {gpus} CUDA GPU(s) visible; lower --tp or use --backend gloo")
+        return "nccl", f"requested with --backend nccl ({gpus} CUDA GPUs visible)"
+    if gpus >= need:
+        return "nccl", f"auto: {gpus} CUDA GPUs visible, {need} needed, so NCCL"
+    return "gloo", f"auto: {gpus} CUDA GPU(s) visible, {need} needed for NCCL, so gloo on CPU"
+
+
+def run_ranks(cfg, target: str) -> bool:
+    """Run ``target`` on every rank (local launch, or as this torchrun rank). Returns True on the
+    process that holds the results (the local parent, or torchrun rank 0). Raises CommprofError."""
+    trun = torchrun_env()
+    if trun:
+        _run_as_torchrun_rank(cfg, target, trun)
+        return trun["rank"] == 0
+    _run_local(cfg, target)
+    return True
+
+
+def resolve_target(target: str):
+    import importlib
+
+    mod, _, name = target.partition(":")
+    return getattr(importlib.import_module(mod), name)
+
+
+def _run_as_torchrun_rank(cfg, target: str, trun: dict) -> None:
+    try:
+        resolve_target(target)(cfg, trun["rank"], trun["world"], trun["local_rank"])
+    except Exception as e:  # noqa: BLE001
+        if trun["rank"] == 0 and os.path.exists(os.path.join(cfg.out_dir, results.META_JSON)):
+            results.finish_meta(cfg.out_dir, "failed", str(e).splitlines()[0] if str(e) else type(e).__name__)
+        raise RankFailed(f"{where(trun['rank'])}: {type(e).__name__}: "
+                         f"{(str(e).strip().splitlines() or [''])[0]}") from e
+
+
+def _run_local(cfg, target: str) -> None:
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    from microbench.heartbeat import SharedSlots
+    from microbench.rank import worker_main
+
+    world = cfg.world_size
+    ctx = mp.get_context("spawn")
+    slots = SharedSlots(ctx, world)
+    errq = ctx.SimpleQueue()
+    # The parent holds the rendezvous store: no free-port race, and it outlives any rank.
+    store = dist.TCPStore("127.0.0.1", 0, world + 1, True, wait_for_workers=False)
+    procs = [ctx.Process(target=worker_main, args=(cfg, target, r, world, store.port, slots, errq),
+                         name=f"commprof-rank{r}", daemon=True) for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        try:
+            failure = _watch(cfg, procs, slots, errq)
+        except KeyboardInterrupt:
+            if os.path.exists(os.path.join(cfg.out_dir, results.META_JSON)):
+                results.finish_meta(cfg.out_dir, "interrupted", "interrupted by the user (Ctrl-C)")
+            raise
+        if failure is None:
+            return
+        if os.path.exists(os.path.join(cfg.out_dir, results.META_JSON)):
+            results.finish_meta(cfg.out_dir, "failed", str(failure))
+        raise failure
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            p.join(timeout=5)
+
+
+def _watch(cfg, procs, slots, errq):
+    """Poll the ranks until all exit. Returns None on success or the error to raise."""
+    from .render import progress_bar
+
+    host = socket.gethostname()
+    bar = None
+    last_sum, last_t = -1, time.monotonic()
+    errors: dict[int, tuple] = {}
+    first_exit_t = None
+    try:
+        while True:
+            time.sleep(0.05)
+            while not errq.empty():
+                rank, stage, msg, tb = errq.get()
+                errors.setdefault(rank, (stage, msg, tb))
+            if bar is None and cfg.progress and slots.cells_total.value > 0:
+                bar = progress_bar(int(slots.cells_total.value))
+            if bar is not None:
+                bar.update(int(slots.rows_done.value))
+            codes = [p.exitcode for p in procs]
+            if all(c == 0 for c in codes):
+                return None
+            bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                # Let the other ranks report (they fail right after a peer dies), then pick the cause.
+                first_exit_t = first_exit_t or time.monotonic()
+                if time.monotonic() - first_exit_t < 1.5 and any(c is None for c in codes):
+                    continue
+                while not errq.empty():
+                    rank, stage, msg, tb = errq.get()
+                    errors.setdefault(rank, (stage, msg, tb))
+                return _failure(host, procs, codes, errors, slots)
+            total = sum(slots.progress)
+            if total != last_sum:
+                last_sum, last_t = total, time.monotonic()
+                continue
+            # Until every rank has imported torch and reached its first stage, allow a start-up
+            # grace: 8 ranks importing torch on 2 busy cores can take tens of seconds.
+            started = all(slots.progress[r] > 0 for r in range(len(procs)))
+            limit = cfg.timeout_s if started else max(cfg.timeout_s, STARTUP_GRACE_S)
+            if time.monotonic() - last_t > limit:
+                return _hung(host, cfg, procs, slots)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _failure(host, procs, codes, errors, slots):
+    import signal
+
+    died = [r for r, c in enumerate(codes) if c not in (None, 0) and r not in errors]
+    if died:
+        r = died[0]
+        c = codes[r]
+        how = f"killed by signal {signal.Signals(-c).name}" if c < 0 else f"exited with code {c}"
+        return RankDied(f"{where(r, slots.stage_of(r), host)}: rank {how} (pid {procs[r].pid}); "
+                        f"the sweep stopped, rows written so far are kept")
+    # Prefer an error that is not just the echo of a peer going away.
+    def echo(msg):
+        m = msg.lower()
+        return any(s in m for s in ("connection closed", "connection reset", "broken pipe", "timed out",
+                                    "timeout", "peer"))
+    ranked = sorted(errors.items(), key=lambda kv: (echo(kv[1][1]), kv[0]))
+    r, (stage, msg, tb) = ranked[0]
+    if tb:
+        import sys
+        print(tb, file=sys.stderr)
+    return RankFailed(f"{where(r, stage, host)}: {msg}")
+
+
+def _hung(host, cfg, procs, slots):
+    alive = [r for r, p in enumerate(procs) if p.exitcode is None]
+    outside = [r for r in alive if slots.in_coll[r] == 0]
+    inside = [r for r in alive if slots.in_coll[r] == 1]
+    if outside and inside:
+        r = outside[0]
+        detail = (f"rank stuck outside any collective for {cfg.timeout_s:.0f} s (--timeout) while "
+                  f"rank(s) {','.join(map(str, inside))} wait for it inside the collective")
+    else:
+        r = alive[0] if alive else 0
+        detail = f"no rank made progress for {cfg.timeout_s:.0f} s (--timeout)"
+    return RankHung(f"{where(r, slots.stage_of(r), host)}: {detail}; the sweep was stopped, "
+                    f"rows written so far are kept")
+
+

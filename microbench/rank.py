@@ -1,0 +1,103 @@
+"""What every rank does around its body: process group, device, liveness, shutdown.
+
+``rank_session`` is shared by every capability that runs ranks (sweep, trace); ``worker_main`` is
+the entry of a rank that commprof spawned itself (see ``commprof.launch``).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+
+from microbench import faults
+from microbench.heartbeat import Heartbeat, start_self_watchdog
+
+
+@dataclass
+class RankEnv:
+    torch: object
+    dist: object
+    rank: int
+    world: int
+    local_rank: int
+    device: object
+    hb: Heartbeat
+    host: str
+    fault: object
+    world_ctrl: object        # a gloo group over all ranks: barriers, gathers, rows to rank 0
+    infos: list               # every rank's runinfo.rank_info, in rank order
+
+
+@contextmanager
+def rank_session(cfg, rank: int, world: int, local_rank: int, store=None, slots=None):
+    """Initialise this rank (device, process group, control group, environment) and tear down."""
+    import torch
+    import torch.distributed as dist
+
+    from commprof import runinfo
+
+    host = socket.gethostname()
+    hb = Heartbeat(rank, slots)
+    if slots is None:
+        start_self_watchdog(hb, cfg.timeout_s + 10, host)
+    hb.stage("init: process group")
+    if cfg.backend == "gloo":
+        # One intra-op thread per rank: ranks share the cores and a gloo rank mostly waits.
+        torch.set_num_threads(1)
+        device = torch.device("cpu")
+    else:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    # Collectives give up a little after the watchdog so it names the stuck rank first.
+    pg_timeout = timedelta(seconds=cfg.timeout_s + (30 if slots is not None else 0))
+    kwargs = dict(backend=cfg.backend, timeout=pg_timeout)
+    if cfg.backend == "nccl":
+        kwargs["device_id"] = device
+    if store is not None:
+        dist.init_process_group(store=store, rank=rank, world_size=world, **kwargs)
+    else:
+        dist.init_process_group(init_method="env://", **kwargs)
+    try:
+        hb.stage("init: environment")
+        world_ctrl = dist.group.WORLD if cfg.backend == "gloo" else dist.new_group(backend="gloo")
+        infos = [None] * world
+        dist.all_gather_object(infos, runinfo.rank_info(rank, local_rank, device), group=world_ctrl)
+        yield RankEnv(torch, dist, rank, world, local_rank, device, hb, host, faults.from_env(),
+                      world_ctrl, infos)
+        hb.stage("finish")
+        dist.barrier(group=world_ctrl)
+    finally:
+        hb.stage("shutdown")
+        # NCCL communicators that were captured into CUDA graphs can hang ncclCommDestroy
+        # (pytorch/pytorch#115388): on NCCL the process exit releases them instead.
+        if cfg.backend == "gloo":
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - shutdown of a failed group must not mask the cause
+                pass
+
+
+def worker_main(cfg, target: str, rank: int, world: int, port: int, slots, errq):
+    """Entry of a rank started by commprof itself (spawned). Errors go to the parent as one line."""
+    import torch.distributed as dist
+
+    from commprof.launch import resolve_target
+
+    if os.environ.get("COMMPROF_DEBUG") != "1":
+        import warnings
+        warnings.filterwarnings("ignore")
+    try:
+        store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=cfg.timeout_s))
+        resolve_target(target)(cfg, rank, world, rank, store=store, slots=slots)
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the parent as a line
+        stage = slots.stage_of(rank) if slots is not None else "init"
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        tb = traceback.format_exc() if os.environ.get("COMMPROF_DEBUG") == "1" else ""
+        errq.put((rank, stage, f"{type(e).__name__}: {msg}", tb))
+        sys.stderr.flush()
+        os._exit(1)
+    os._exit(0)
