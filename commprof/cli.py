@@ -77,13 +77,104 @@ def _render(out_dir: str, charts: bool = True):
 
 
 @app.command()
+def trace(
+    model: str = typer.Option("Qwen2.5-32B", "--model", help="Built-in model name or a Hugging Face config.json path."),
+    tp: str = typer.Option("2,4,8", "--tp", help="TP degrees; one launch of max(tp) ranks."),
+    batch: str = typer.Option("1,8", "--batch", help="Sequences decoded together (tokens per step)."),
+    context: int = typer.Option(2048, "--context", help="KV-cache length each step attends over (tokens)."),
+    tokens: int = typer.Option(32, "--tokens", help="Decode steps timed per run."),
+    warmup: int = typer.Option(3, "--warmup", help="Untimed decode steps first."),
+    layers: Optional[int] = typer.Option(None, "--layers", help="Run N layers and scale to the model's depth."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32."),
+    backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),
+    modes: Optional[str] = typer.Option(None, "--modes", help="eager and/or graph (graph: NCCL only)."),
+    predict: bool = typer.Option(False, "--predict", help="Predict another box: compute measured here + --comm-from."),
+    comm_from: Optional[str] = typer.Option(None, "--comm-from", help="Sweep results dir of the box to predict."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a rank counts as hung."),
+    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>/)."),
+    no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
+):
+    """Per-token, per-layer compute vs communication of a synthetic TP decode engine."""
+    from . import trace as core
+    from .errors import UsageError
+    from .launch import torchrun_env
+
+    try:
+        if predict and not comm_from:
+            raise UsageError("--predict needs --comm-from DIR (a sweep results dir of the box to predict)")
+        if comm_from and not predict:
+            raise UsageError("--comm-from is only used with --predict")
+        if comm_from:
+            from . import results
+            results.load_frame(comm_from)            # a bad dir fails now, before anything runs
+            results.read_meta(comm_from)
+        cfg = core.build_config(model=model, tp=tp, batch=batch, context=context, tokens=tokens, warmup=warmup,
+                                layers=layers, dtype=dtype, backend=backend, modes=modes, timeout_s=timeout,
+                                out=out, argv=["commprof"] + sys.argv[1:], predict=predict)
+        trun = torchrun_env()
+        lead = predict or trun is None or trun["rank"] == 0
+        if lead:
+            scaled = f"; {cfg.layers} of {cfg.layers_model} layers, scaled" if cfg.scaled else ""
+            typer.echo(f"commprof: trace {cfg.model['name']}: backend {cfg.backend} ({cfg.backend_reason}); "
+                       f"{'predicting from ' + comm_from if predict else str(cfg.world_size) + ' ranks'}{scaled}; "
+                       f"results -> {cfg.out_dir}", err=True)
+        if predict:
+            core.run_predict(cfg, comm_from)
+        elif not core.run(cfg):
+            return
+        _render_trace(cfg.out_dir, charts=not no_charts)
+    except CommprofError as e:
+        _fail(e)
+
+
+def _render_trace(out_dir: str, charts: bool = True):
+    from . import render, results
+    from . import trace as core
+
+    meta = results.read_meta(out_dir)
+    for line in core.summary_lines(out_dir):
+        typer.echo(line)
+    if charts:
+        for p in render.trace_charts(out_dir, meta):
+            typer.echo(f"chart: {p}", err=True)
+
+
+@app.command()
+def plan(
+    model: str = typer.Option("Qwen2.5-32B", "--model", help="Built-in model name or a Hugging Face config.json path."),
+    tp: int = typer.Option(8, "--tp", help="TP degree."),
+    batch: int = typer.Option(1, "--batch", help="Sequences decoded together (tokens per step)."),
+    context: int = typer.Option(4096, "--context", help="Context length per sequence (tokens)."),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="GPU memory per device, e.g. 80G or 141GB."),
+    mem_util: float = typer.Option(0.9, "--mem-util", help="Share of GPU memory usable for weights and KV cache."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32."),
+    sp: bool = typer.Option(False, "--sp", help="Sequence parallelism: each all-reduce becomes reduce-scatter + all-gather."),
+    moe: str = typer.Option("tp", "--moe", help="MoE layers: tp (experts sharded, one all-reduce) or ep (all-to-all dispatch + combine)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Write plan.json and plan.csv into this dir."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+):
+    """Collectives and memory of one decode step, from the model's shapes alone (nothing runs)."""
+    from .plan import run_plan
+
+    try:
+        code = run_plan(model, tp, batch, context, gpu_mem=gpu_mem, mem_util=mem_util, dtype=dtype, sp=sp,
+                        moe=moe, out=out, as_json=as_json)
+    except CommprofError as e:
+        _fail(e)
+    raise typer.Exit(code or 0)
+
+
+@app.command()
 def show(
     results_dir: str = typer.Argument(..., help="A results dir written by commprof sweep."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Only print the table."),
 ):
     """Re-render a results dir's table and charts without measuring again."""
     try:
-        _render(results_dir, charts=not no_charts)
+        if os.path.exists(os.path.join(results_dir, "trace_summary.csv")):
+            _render_trace(results_dir, charts=not no_charts)
+        else:
+            _render(results_dir, charts=not no_charts)
     except CommprofError as e:
         _fail(e)
 

@@ -29,9 +29,45 @@ class ModelShape:
     expert_ffn: int = 0
     source: str = ""              # where the figures come from
     extra: dict = field(default_factory=dict, compare=False)
+    # Sliding-window attention: window in tokens (0 = every layer attends to the whole context).
+    # With a window, every layer is sliding except the indices in ``global_layers``.
+    sliding_window: int = 0
+    global_layers: tuple = ()     # 0-based indices of full-attention layers (ints)
+    # MoE: leading dense layers (HF ``first_k_dense_replace``) and always-on shared experts.
+    dense_layers: int = 0
+    shared_experts: int = 0
+    shared_expert_ffn: int = 0    # intermediate size of one shared expert (0 = same as expert_ffn)
+    # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank > 0 marks an MLA model.
+    q_lora_rank: int = 0          # 0 = queries projected straight from hidden (no low-rank q)
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    tie_word_embeddings: bool = False   # lm_head shares the embedding matrix
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["global_layers"] = list(self.global_layers)
+        return d
+
+
+def is_sliding(model: ModelShape, layer_index: int) -> bool:
+    """True when layer ``layer_index`` (0-based) keeps only the last ``sliding_window`` tokens."""
+    return model.sliding_window > 0 and layer_index not in model.global_layers
+
+
+def is_moe_layer(model: ModelShape, layer_index: int) -> bool:
+    """True when layer ``layer_index`` (0-based) has routed experts instead of a dense MLP."""
+    return model.experts > 0 and layer_index >= model.dense_layers
+
+
+def _every_nth_global(layers: int, pattern: int) -> tuple:
+    """Layers i with (i + 1) % pattern == 0 are full attention (Gemma 2/3 layout)."""
+    return tuple(i for i in range(layers) if (i + 1) % pattern == 0)
 
 
 _FACTS = "shared/FACTS.md model table (from the models' published config.json)"
@@ -41,16 +77,20 @@ BUILTIN: dict[str, ModelShape] = {m.name.lower(): m for m in [
     ModelShape("Qwen2.5-32B", 64, 5120, 40, 8, 128, 27648, 152064, source=_FACTS),
     ModelShape("Qwen3-32B", 64, 5120, 64, 8, 128, 25600, 151936, source=_FACTS),
     ModelShape("Llama-3.1-70B", 80, 8192, 64, 8, 128, 28672, 128256, source=_FACTS),
+    # 52 sliding-window layers (window 1024) + 10 global: sliding_window_pattern 6, so every 6th
+    # layer is global; embeddings tied (lm_head reuses them) as in Gemma's config.
     ModelShape("Gemma-3-27B", 62, 5376, 32, 16, 128, 21504, 262208, source=_ANCHORS,
-               extra={"sliding_window_layers": 52, "global_layers": 10, "sliding_window": 1024}),
+               sliding_window=1024, global_layers=_every_nth_global(62, 6), tie_word_embeddings=True),
     ModelShape("Qwen3-30B-A3B", 48, 2048, 32, 4, 128, 0, 151936, experts=128, top_k=8,
                expert_ffn=768, source=_FACTS),
     ModelShape("Qwen3-235B-A22B", 94, 4096, 64, 4, 128, 0, 151936, experts=128, top_k=8,
                expert_ffn=1536, source=_FACTS),
+    # MLA figures from DeepSeek-V3's config.json (q_lora_rank 1536, kv_lora_rank 512,
+    # qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128; first_k_dense_replace 3).
     ModelShape("DeepSeek-V3", 61, 7168, 128, 128, 128, 18432, 129280, experts=256, top_k=8,
-               expert_ffn=2048, source=_FACTS,
-               extra={"dense_layers": 3, "shared_experts": 1, "attention": "MLA",
-                      "q_lora_rank": 1536, "kv_lora_rank": 512}),
+               expert_ffn=2048, source=_FACTS, dense_layers=3, shared_experts=1,
+               q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+               v_head_dim=128),
 ]}
 
 DEFAULT_MODEL = "Qwen2.5-32B"
@@ -67,6 +107,12 @@ def load_config(path: str) -> ModelShape:
     """Read a Hugging Face ``config.json`` (offline) into a :class:`ModelShape`.
 
     Multimodal configs (Gemma 3) keep the language model under ``text_config``; that is used.
+    Which layers slide, in order of precedence: ``layer_types`` (any type other than
+    ``sliding_attention`` counts as full attention), ``sliding_window_pattern`` (every n-th layer
+    global; Gemma 2 alternates, pattern 2), ``max_window_layers`` (Qwen2: layers from that index on
+    slide, only with ``use_sliding_window``), else every layer slides when a window is given.
+    A missing ``tie_word_embeddings`` means tied: transformers leaves the key out when it equals
+    its default, True.
     """
     cfg = read_json_object(path, f"model config '{path}'")
     if isinstance(cfg.get("text_config"), dict):
@@ -80,21 +126,62 @@ def load_config(path: str) -> ModelShape:
             raise UsageError(f"model config '{path}': field '{keys[0]}' must be a positive integer, got {v!r}")
         return v
 
+    def opt(*keys, default=0):
+        v = _first(cfg, *keys, default=default)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise UsageError(f"model config '{path}': field '{keys[0]}' must be a whole number >= 0, got {v!r}")
+        return v
+
     hidden = need("hidden_size", "d_model", "n_embd")
     vocab = need("vocab_size")
     layers = need("num_hidden_layers", "n_layer", "num_layers")
     q_heads = need("num_attention_heads", "n_head")
     kv_heads = _first(cfg, "num_key_value_heads", default=q_heads)
-    head_dim = _first(cfg, "head_dim", default=hidden // q_heads)
     experts = _first(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0
     name = _first(cfg, "_name_or_path", default=None) or os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+
+    mla = {k: opt(k) for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                               "v_head_dim")}
+    default_head_dim = mla["v_head_dim"] if mla["kv_lora_rank"] and mla["v_head_dim"] else hidden // q_heads
+    head_dim = _first(cfg, "head_dim", default=default_head_dim)
+
+    window = 0 if cfg.get("use_sliding_window") is False else opt("sliding_window")
+    global_layers = _global_layers(cfg, layers, window, path) if window else ()
+
+    shared_ffn = opt("shared_expert_intermediate_size")
+    shared = opt("n_shared_experts", default=1 if shared_ffn else 0)
+    tie = cfg.get("tie_word_embeddings", True)
+    if not isinstance(tie, bool):
+        raise UsageError(f"model config '{path}': field 'tie_word_embeddings' must be true or false, got {tie!r}")
     return ModelShape(
         name=str(name), layers=layers, hidden=hidden, q_heads=q_heads, kv_heads=int(kv_heads),
         head_dim=int(head_dim), ffn=int(_first(cfg, "intermediate_size", "ffn_dim", default=0) or 0),
         vocab=vocab, experts=int(experts), top_k=int(_first(cfg, "num_experts_per_tok", default=0) or 0),
         expert_ffn=int(_first(cfg, "moe_intermediate_size", default=0) or 0),
         source=f"config.json at {os.path.abspath(path)}",
+        sliding_window=window, global_layers=global_layers,
+        dense_layers=min(opt("first_k_dense_replace"), layers) if experts else 0,
+        shared_experts=shared, shared_expert_ffn=shared_ffn, tie_word_embeddings=tie, **mla,
     )
+
+
+def _global_layers(cfg: dict, layers: int, window: int, path: str) -> tuple:
+    """Indices of the full-attention layers of a model whose config gives a sliding window."""
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
+            raise UsageError(f"model config '{path}': field 'layer_types' must list one attention type "
+                             f"per layer ({layers}), got {types!r:.80}")
+        return tuple(i for i, t in enumerate(types) if t != "sliding_attention")
+    pattern = _first(cfg, "sliding_window_pattern", default=2 if cfg.get("model_type") == "gemma2" else None)
+    if pattern is not None:
+        if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 1:
+            raise UsageError(f"model config '{path}': field 'sliding_window_pattern' must be a positive "
+                             f"integer, got {pattern!r}")
+        return _every_nth_global(layers, pattern)
+    if cfg.get("use_sliding_window") and isinstance(cfg.get("max_window_layers"), int):
+        return tuple(range(min(cfg["max_window_layers"], layers)))
+    return ()
 
 
 def get_model(spec: str) -> ModelShape:

@@ -52,6 +52,12 @@ class Heartbeat:
         self._in_coll = 0
         self._progress += 1
 
+    def tick(self):
+        """Progress without a stage change (e.g. one decoded token)."""
+        self._progress += 1
+        if self.slots is not None:
+            self.slots.progress[self.rank] += 1
+
     def stage(self, text: str):
         self._stage = text
         self._progress += 1

@@ -1,0 +1,588 @@
+"""What one decode step does to the interconnect and to GPU memory, without running anything.
+
+This module is the one place the decode step is modelled: ``commprof plan`` prints it, and the trace
+engine imports :func:`decode_collectives` to know which collectives a step must contain.
+
+The model is Megatron-style tensor parallelism (TP) as vLLM runs it (``shared/FACTS.md``,
+"Collectives per decoded token"): a vocab-parallel embedding ends in one all-reduce, each layer
+ends its attention (o_proj) and its MLP (down_proj) in one all-reduce each, and the logits are
+all-gathered. Dense, no sequence parallelism: ``2 x layers + 2`` collectives per step, whatever the
+TP degree. Sizes are in nccl-tests' meaning (``commprof.collectives``) and rounded the way the
+sweep rounds them, so a sweep row can be found by ``(op, size_bytes)``.
+
+Only the standard library is imported here (rich is imported inside :func:`render_plan`).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass
+
+from .collectives import COLLECTIVES, DTYPE_BYTES
+from .errors import EXIT_OK, UsageError
+from .models import ModelShape, get_model, is_moe_layer, is_sliding
+from .units import human_bytes, parse_bytes
+
+MOE_MODES = ("tp", "ep")
+PLAN_JSON = "plan.json"
+PLAN_CSV = "plan.csv"
+CSV_COLUMNS = ["site", "kind", "layer", "op", "size_bytes", "send_bytes_per_rank"]
+
+# How each kind of site reads in a table.
+KIND_LABEL = {
+    "embedding": "embedding",
+    "attn_out": "attention-out",
+    "mlp_out": "MLP-out",
+    "moe_dispatch": "MoE dispatch",
+    "moe_combine": "MoE combine",
+    "logits": "logits",
+}
+
+
+@dataclass(frozen=True)
+class CollectiveSite:
+    """One collective of a decode step.
+
+    ``size_bytes`` is the nccl-tests size of the call (after the sweep's rounding) and
+    ``send_bytes_per_rank`` what one rank puts into it (its input buffer).
+    """
+
+    site: str                 # "embedding", "layer 3 attention-out", "layer 3 MoE dispatch", "logits"
+    kind: str                 # a key of KIND_LABEL
+    layer: int | None         # 0-based layer index; None for embedding and logits
+    op: str                   # a key of commprof.collectives.COLLECTIVES
+    size_bytes: int
+    send_bytes_per_rank: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------
+# input checks
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of ``dtype`` (bf16, fp16, fp32)."""
+    if dtype not in DTYPE_BYTES:
+        raise UsageError(f"--dtype '{dtype}': use one of {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[dtype]
+
+
+def _positive_int(value, flag: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise UsageError(f"{flag} {value!r}: expected a whole number >= 1")
+    return value
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def check_tp(model: ModelShape, tp: int) -> None:
+    """Raise :class:`UsageError` unless ``tp`` splits the model's heads the way vLLM requires.
+
+    Query heads must divide evenly. KV heads must divide evenly when there are at least ``tp`` of
+    them; with fewer, each KV head is replicated, so ``tp`` must be a multiple of their number.
+    """
+    _positive_int(tp, "--tp")
+    if model.q_heads % tp:
+        raise UsageError(f"model {model.name}: --tp {tp} does not divide its {model.q_heads} query heads; "
+                         f"use one of {_divisors(model.q_heads)}")
+    if model.is_mla:
+        return
+    kv = model.kv_heads
+    if kv >= tp and kv % tp:
+        raise UsageError(f"model {model.name}: --tp {tp} does not divide its {kv} KV heads; "
+                         f"use one of {_divisors(kv)}, or a multiple of {kv} that divides {model.q_heads}")
+    if kv < tp and tp % kv:
+        raise UsageError(f"model {model.name}: --tp {tp} is not a multiple of its {kv} KV heads "
+                         f"(each rank needs whole, replicated KV heads)")
+
+
+def _check_moe(model: ModelShape, moe: str) -> None:
+    if moe not in MOE_MODES:
+        raise UsageError(f"--moe '{moe}': use tp (experts sharded by tensor parallelism) "
+                         "or ep (expert parallelism)")
+    if moe == "ep" and model.experts == 0:
+        raise UsageError(f"--moe ep: model {model.name} has no routed experts; "
+                         "use --moe tp (the default) or an MoE model")
+
+
+def kv_heads_per_rank(model: ModelShape, tp: int) -> int:
+    """KV heads one rank holds: ``kv_heads / tp``, at least 1 (replicated when tp > kv_heads)."""
+    return max(1, model.kv_heads // tp)
+
+
+# --------------------------------------------------------------------------------------------
+# collectives
+
+
+def decode_collectives(model: ModelShape, tp: int, batch: int, dtype: str = "bf16", sp: bool = False,
+                       moe: str = "tp") -> list[CollectiveSite]:
+    """Every collective of one decode step of ``batch`` sequences, in execution order.
+
+    * embedding: one all-reduce of ``batch x hidden`` elements (vocab-parallel embedding);
+    * each layer: an attention-out all-reduce and an MLP-out all-reduce of ``batch x hidden``;
+    * logits: one all-gather whose output is ``batch x vocab`` elements (each rank gives vocab/tp).
+
+    ``sp=True`` (sequence parallelism) replaces every all-reduce by a reduce-scatter followed by an
+    all-gather of the same total bytes. ``moe="ep"`` (expert parallelism) replaces the MLP-out
+    all-reduce of each MoE layer (not the leading dense layers) by a dispatch and a combine
+    all-to-all, each sending ``batch x top_k x hidden`` elements per rank. That size assumes
+    uniform routing, i.e. every rank sends and receives the same share; a skewed router sends more
+    to the ranks holding hot experts. ``moe="tp"`` shards each expert over the TP ranks, so an MoE
+    layer ends in one all-reduce like a dense one.
+
+    With ``tp == 1`` a single GPU holds the whole model and the list is empty.
+
+    Sizes are bytes: ``size_bytes`` in nccl-tests' meaning after ``COLLECTIVES[op].layout`` rounding.
+    """
+    elem = dtype_bytes(dtype)
+    check_tp(model, tp)
+    _positive_int(batch, "--batch")
+    _check_moe(model, moe)
+    if tp == 1:
+        return []
+
+    sites: list[CollectiveSite] = []
+
+    def add(site: str, kind: str, layer: int | None, op: str, total_bytes: int) -> None:
+        lay = COLLECTIVES[op].layout(total_bytes, tp, elem)
+        sites.append(CollectiveSite(site, kind, layer, op, lay.size_bytes, lay.in_numel * elem))
+
+    def reduce(site: str, kind: str, layer: int | None, total_bytes: int) -> None:
+        if sp:
+            add(site, kind, layer, "reduce_scatter", total_bytes)
+            add(site, kind, layer, "all_gather", total_bytes)
+        else:
+            add(site, kind, layer, "all_reduce", total_bytes)
+
+    activation = batch * model.hidden * elem
+    reduce("embedding", "embedding", None, activation)
+    for i in range(model.layers):
+        reduce(f"layer {i} attention-out", "attn_out", i, activation)
+        if moe == "ep" and is_moe_layer(model, i):
+            routed = batch * model.top_k * model.hidden * elem
+            add(f"layer {i} MoE dispatch", "moe_dispatch", i, "all_to_all", routed)
+            add(f"layer {i} MoE combine", "moe_combine", i, "all_to_all", routed)
+        else:
+            reduce(f"layer {i} MLP-out", "mlp_out", i, activation)
+    add("logits", "logits", None, "all_gather", batch * model.vocab * elem)
+    return sites
+
+
+def step_counts(sites: list[CollectiveSite], batch: int) -> dict:
+    """Totals of one step: collectives per step and per generated token (``per step / batch``),
+    bytes per step (nccl-tests sizes summed, and one rank's send bytes summed), counts by op
+    and by kind."""
+    _positive_int(batch, "--batch")
+    by_op: dict[str, int] = {}
+    by_kind: dict[str, int] = {}
+    for s in sites:
+        by_op[s.op] = by_op.get(s.op, 0) + 1
+        by_kind[s.kind] = by_kind.get(s.kind, 0) + 1
+    return {
+        "collectives_per_step": len(sites),
+        "collectives_per_token": len(sites) / batch,
+        "size_bytes_per_step": sum(s.size_bytes for s in sites),
+        "send_bytes_per_rank_per_step": sum(s.send_bytes_per_rank for s in sites),
+        "by_op": by_op,
+        "by_kind": by_kind,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# memory
+
+
+def _shard(n: int, tp: int) -> int:
+    """The largest rank's share of ``n`` rows split over ``tp`` ranks."""
+    return -(-n // tp)
+
+
+def weights_per_rank(model: ModelShape, tp: int, dtype: str = "bf16") -> dict:
+    """Weight bytes one TP rank holds, by part, and ``total``.
+
+    * embedding and lm_head: ``vocab x hidden / tp`` each (lm_head 0 when tied to the embedding);
+    * attention: q, k, v, o sharded by heads, KV heads replicated when tp > kv_heads; for MLA the
+      low-rank down-projections (q_a, kv_a) are replicated and q_b, kv_b, o sharded by heads;
+    * dense MLP: ``3 x hidden x ffn / tp`` (gate, up, down) on each dense layer;
+    * MoE layers: ``experts x 3 x hidden x expert_ffn / tp``, the router ``hidden x experts``
+      (replicated) and the shared experts sharded like a dense MLP. Expert parallelism places
+      ``experts / tp`` whole experts per rank: the same bytes when tp divides the expert count;
+    * norms: two per layer plus the final one (and MLA's two latent norms), replicated.
+
+    Biases (e.g. Qwen2's q/k/v bias) are left out: they are well under 0.1% of the weights.
+    """
+    elem = dtype_bytes(dtype)
+    check_tp(model, tp)
+    h, L = model.hidden, model.layers
+    heads = model.q_heads // tp
+
+    embedding = _shard(model.vocab, tp) * h
+    lm_head = 0 if model.tie_word_embeddings else embedding
+    if model.is_mla:
+        qk_dim = model.qk_nope_head_dim + model.qk_rope_head_dim
+        if model.q_lora_rank:
+            q = h * model.q_lora_rank + model.q_lora_rank * heads * qk_dim
+        else:
+            q = h * heads * qk_dim
+        kv = (h * (model.kv_lora_rank + model.qk_rope_head_dim)
+              + model.kv_lora_rank * heads * (model.qk_nope_head_dim + model.v_head_dim))
+        o = heads * model.v_head_dim * h
+        attention_layer = q + kv + o
+        norms_layer = 2 * h + model.q_lora_rank + model.kv_lora_rank
+    else:
+        q_cols = heads * model.head_dim
+        kv_cols = kv_heads_per_rank(model, tp) * model.head_dim
+        attention_layer = h * q_cols + 2 * h * kv_cols + q_cols * h
+        norms_layer = 2 * h
+
+    moe_layers = sum(1 for i in range(L) if is_moe_layer(model, i))
+    dense_mlp = (L - moe_layers) * 3 * h * _shard(model.ffn, tp)
+    experts = moe_layers * model.experts * 3 * h * _shard(model.expert_ffn, tp)
+    router = moe_layers * h * model.experts
+    shared_ffn = model.shared_expert_ffn or model.expert_ffn
+    shared = moe_layers * model.shared_experts * 3 * h * _shard(shared_ffn, tp)
+    norms = L * norms_layer + h
+
+    parts = {
+        "embedding": embedding,
+        "lm_head": lm_head,
+        "attention": L * attention_layer,
+        "attention_per_layer": attention_layer,
+        "dense_mlp": dense_mlp,
+        "moe_experts": experts,
+        "moe_shared_experts": shared,
+        "moe_router": router,
+        "norms": norms,
+    }
+    out = {k: v * elem for k, v in parts.items()}
+    out["total"] = sum(v for k, v in out.items() if k != "attention_per_layer")
+    return out
+
+
+def _kv_bytes_per_token_of_layer(model: ModelShape, tp: int, elem: int) -> int:
+    if model.is_mla:
+        # The compressed latent and the shared rope key, whole on every rank (as vLLM does).
+        return (model.kv_lora_rank + model.qk_rope_head_dim) * elem
+    return 2 * kv_heads_per_rank(model, tp) * model.head_dim * elem
+
+
+def kv_bytes_per_token_per_rank(model: ModelShape, tp: int, dtype: str = "bf16") -> int:
+    """KV-cache bytes one rank holds for one token, over every layer.
+
+    Per layer: ``2 x kv_heads_per_rank x head_dim x dtype`` (K and V); MLA caches
+    ``(kv_lora_rank + qk_rope_head_dim) x dtype`` replicated on every TP rank. Sliding-window
+    layers stop growing past their window: see :func:`kv_bytes_per_sequence_per_rank`.
+    """
+    elem = dtype_bytes(dtype)
+    check_tp(model, tp)
+    return model.layers * _kv_bytes_per_token_of_layer(model, tp, elem)
+
+
+def kv_bytes_per_sequence_per_rank(model: ModelShape, tp: int, context: int, dtype: str = "bf16") -> int:
+    """KV-cache bytes one rank holds for one sequence of ``context`` tokens; a sliding-window
+    layer holds at most ``sliding_window`` tokens."""
+    elem = dtype_bytes(dtype)
+    check_tp(model, tp)
+    _positive_int(context, "--context")
+    per_layer = _kv_bytes_per_token_of_layer(model, tp, elem)
+    total = 0
+    for i in range(model.layers):
+        tokens = min(context, model.sliding_window) if is_sliding(model, i) else context
+        total += tokens * per_layer
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# the plan
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A modelled decode step: its collectives, its totals and one rank's memory."""
+
+    model: ModelShape
+    tp: int
+    batch: int
+    context: int
+    dtype: str
+    sp: bool
+    moe: str
+    gpu_mem_bytes: int | None
+    mem_util: float
+    sites: tuple
+    counts: dict
+    weights: dict                      # bytes per rank, by part (see weights_per_rank)
+    kv_bytes_per_token_per_rank: int
+    kv_bytes_per_sequence_per_rank: int
+    usable_bytes: int | None           # gpu_mem_bytes x mem_util
+    kv_budget_bytes: int | None        # usable_bytes - weights total (negative: weights do not fit)
+    max_sequences: int | None          # None without gpu_mem_bytes
+    weights_fit: bool | None
+    assumptions: tuple
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "modelled",
+            "model": self.model.name,
+            "source": self.model.source,
+            "tp": self.tp,
+            "batch": self.batch,
+            "context": self.context,
+            "dtype": self.dtype,
+            "sp": self.sp,
+            "moe": self.moe,
+            "gpu_mem_bytes": self.gpu_mem_bytes,
+            "mem_util": self.mem_util,
+            "counts": dict(self.counts),
+            "memory": {
+                "weights_bytes_per_rank": dict(self.weights),
+                "kv_bytes_per_token_per_rank": self.kv_bytes_per_token_per_rank,
+                "kv_bytes_per_sequence_per_rank": self.kv_bytes_per_sequence_per_rank,
+                "usable_bytes": self.usable_bytes,
+                "kv_budget_bytes": self.kv_budget_bytes,
+                "max_sequences": self.max_sequences,
+                "weights_fit": self.weights_fit,
+                "batch_fits": None if self.max_sequences is None else self.max_sequences >= self.batch,
+            },
+            "assumptions": list(self.assumptions),
+            "model_shape": self.model.to_dict(),
+            "collectives": [s.to_dict() for s in self.sites],
+        }
+
+
+def _assumptions(model: ModelShape, tp: int, sp: bool, moe: str) -> tuple:
+    a = ["Modelled, not measured: Megatron-style tensor parallelism as vLLM runs it; one decode step "
+         "gives each of the batch's sequences one new token."]
+    if tp == 1:
+        a.append("tp 1: one GPU holds the whole model, so a step has no collectives.")
+    a.append("Vocab-parallel embedding ends in one all-reduce of batch x hidden; the logits are "
+             "all-gathered, batch x vocab in total (vocab not padded).")
+    a.append("Sequence parallelism: each all-reduce becomes a reduce-scatter plus an all-gather of the "
+             "same total bytes." if sp else "No sequence parallelism.")
+    if model.experts:
+        if moe == "ep":
+            a.append("Expert parallelism: each MoE layer's all-reduce becomes a dispatch and a combine "
+                     "all-to-all of batch x top_k x hidden per rank, assuming uniform routing (skew sends "
+                     "more to hot experts); shared experts add no collective.")
+        else:
+            a.append("MoE experts sharded by tensor parallelism: each MoE layer ends in one all-reduce, "
+                     "like a dense MLP.")
+    a.append("Sizes are nccl-tests sizes rounded as the sweep rounds them, so a sweep row can be looked "
+             "up by (op, size_bytes).")
+    a.append("Weights in the plan's dtype, biases left out, norms included; KV heads replicated when "
+             "tp exceeds them.")
+    kv = "KV cache in the plan's dtype"
+    if model.sliding_window:
+        kv += f"; sliding-window layers hold at most {model.sliding_window} tokens"
+    if model.is_mla:
+        kv += "; MLA caches kv_lora_rank + qk_rope_head_dim per token per layer on every rank"
+    a.append(kv + ".")
+    a.append("Sequences that fit = (GPU memory x mem_util - weights per rank) / KV per sequence; "
+             "activations, workspace, CUDA graphs and NCCL buffers are ignored, so it is an upper bound.")
+    return tuple(a)
+
+
+def build_plan(model: ModelShape, tp: int, batch: int, context: int, gpu_mem_bytes: int | None = None,
+               mem_util: float = 0.9, dtype: str = "bf16", sp: bool = False, moe: str = "tp") -> Plan:
+    """Model one decode step of ``model`` on ``tp`` ranks; ``gpu_mem_bytes`` (one GPU, bytes) adds
+    how many sequences of ``context`` tokens fit in its KV cache."""
+    _positive_int(tp, "--tp")
+    _positive_int(batch, "--batch")
+    _positive_int(context, "--context")
+    if isinstance(mem_util, bool) or not isinstance(mem_util, (int, float)) or not 0 < mem_util <= 1:
+        raise UsageError(f"--mem-util {mem_util!r}: expected a fraction in (0, 1], e.g. 0.9")
+    if gpu_mem_bytes is not None and (isinstance(gpu_mem_bytes, bool) or not isinstance(gpu_mem_bytes, int)
+                                      or gpu_mem_bytes <= 0):
+        raise UsageError(f"--gpu-mem {gpu_mem_bytes!r}: expected a positive byte count, e.g. 80G")
+
+    sites = decode_collectives(model, tp, batch, dtype, sp, moe)
+    weights = weights_per_rank(model, tp, dtype)
+    kv_token = kv_bytes_per_token_per_rank(model, tp, dtype)
+    kv_seq = kv_bytes_per_sequence_per_rank(model, tp, context, dtype)
+    usable = budget = max_seq = fit = None
+    if gpu_mem_bytes is not None:
+        usable = math.floor(gpu_mem_bytes * mem_util)
+        budget = usable - weights["total"]
+        fit = budget >= 0
+        max_seq = budget // kv_seq if fit else 0
+    return Plan(model=model, tp=tp, batch=batch, context=context, dtype=dtype, sp=sp, moe=moe,
+                gpu_mem_bytes=gpu_mem_bytes, mem_util=float(mem_util), sites=tuple(sites),
+                counts=step_counts(sites, batch), weights=weights, kv_bytes_per_token_per_rank=kv_token,
+                kv_bytes_per_sequence_per_rank=kv_seq, usable_bytes=usable, kv_budget_bytes=budget,
+                max_sequences=max_seq, weights_fit=fit, assumptions=_assumptions(model, tp, sp, moe))
+
+
+# --------------------------------------------------------------------------------------------
+# views and files
+
+
+def _ranges(layers: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out, start, prev = [], None, None
+    for i in layers:
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            out.append(f"{start}-{prev}" if prev != start else f"{start}")
+            start = prev = i
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ", ".join(out)
+
+
+def group_sites(sites) -> list[dict]:
+    """Sites with the same kind, op and sizes merged, in order of first appearance:
+    ``{"label", "kind", "op", "size_bytes", "send_bytes_per_rank", "count", "layers"}``."""
+    groups: dict[tuple, dict] = {}
+    for s in sites:
+        key = (s.kind, s.op, s.size_bytes, s.send_bytes_per_rank)
+        g = groups.setdefault(key, {"kind": s.kind, "op": s.op, "size_bytes": s.size_bytes,
+                                    "send_bytes_per_rank": s.send_bytes_per_rank, "count": 0, "layers": []})
+        g["count"] += 1
+        if s.layer is not None:
+            g["layers"].append(s.layer)
+    for g in groups.values():
+        label = KIND_LABEL.get(g["kind"], g["kind"])
+        if g["layers"]:
+            word = "layer" if len(g["layers"]) == 1 else "layers"
+            label = f"{word} {_ranges(g['layers'])} {label}"
+        g["label"] = label
+    return list(groups.values())
+
+
+def render_plan(plan: Plan, console=None) -> None:
+    """Print the plan: header, collectives grouped by kind with layer ranges, totals, memory."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=None if sys.stdout.isatty() else 150)
+    m = plan.model
+    mode = ", sequence parallel" if plan.sp else ""
+    if m.experts:
+        mode += f", MoE {'expert' if plan.moe == 'ep' else 'tensor'} parallel"
+    console.print(f"[bold]commprof plan[/bold]: {m.name}, tp {plan.tp}, batch {plan.batch}, "
+                  f"context {plan.context}, {plan.dtype}{mode}")
+    console.print(f"modelled from {m.source or 'the model shape given'}; nothing was run")
+
+    c = plan.counts
+    if not plan.sites:
+        console.print("tp 1: one GPU holds the whole model, so a decode step runs no collectives.")
+    else:
+        t = Table(title="collectives of one decode step", title_justify="left")
+        for col, just in (("site", "left"), ("op", "left"), ("size", "right"), ("send/rank", "right"),
+                          ("count", "right"), ("bytes/step", "right")):
+            t.add_column(col, justify=just)
+        for g in group_sites(plan.sites):
+            t.add_row(g["label"], g["op"], human_bytes(g["size_bytes"]), human_bytes(g["send_bytes_per_rank"]),
+                      f"x{g['count']}", human_bytes(g["size_bytes"] * g["count"]))
+        console.print(t)
+        per_token = c["collectives_per_token"]
+        per_token_text = f"{per_token:g}" if per_token == int(per_token) else f"{per_token:.2f}"
+        ops = ", ".join(f"{n} {op}" for op, n in c["by_op"].items())
+        console.print(f"per step: {c['collectives_per_step']} collectives ({ops}); "
+                      f"per generated token: {per_token_text}; "
+                      f"bytes per step: {human_bytes(c['size_bytes_per_step'])} "
+                      f"(one rank sends {human_bytes(c['send_bytes_per_rank_per_step'])})")
+
+    w = plan.weights
+    parts = [("embedding", "embedding"), ("lm_head", "lm_head"), ("attention", "attention"),
+             ("dense_mlp", "MLP"), ("moe_experts", "experts"), ("moe_shared_experts", "shared experts"),
+             ("moe_router", "router")]
+    detail = ", ".join(f"{label} {human_bytes(w[k])}" for k, label in parts if w[k])
+    console.print(f"weights/rank: {human_bytes(w['total'])} ({detail})")
+    note = ""
+    if m.sliding_window:
+        sliding = sum(1 for i in range(m.layers) if is_sliding(m, i))
+        note = f" ({sliding} sliding-window layers keep at most {m.sliding_window} tokens)"
+    elif m.is_mla:
+        note = " (MLA latent, on every rank)"
+    console.print(f"KV/token/rank: {human_bytes(plan.kv_bytes_per_token_per_rank)}{note}; "
+                  f"KV/sequence/rank at {plan.context} tokens: {human_bytes(plan.kv_bytes_per_sequence_per_rank)}")
+    if plan.gpu_mem_bytes is None:
+        console.print("pass --gpu-mem (e.g. 80G) to count the sequences that fit")
+    elif not plan.weights_fit:
+        console.print(f"[red]does not fit[/red]: weights/rank {human_bytes(w['total'])} exceed "
+                      f"{human_bytes(plan.usable_bytes)} usable ({plan.mem_util:g} of "
+                      f"{human_bytes(plan.gpu_mem_bytes)}); use a larger --tp "
+                      "(quantised weights are not modelled)")
+    else:
+        line = (f"fits {plan.max_sequences} sequences of {plan.context} tokens on a GPU of "
+                f"{human_bytes(plan.gpu_mem_bytes)} at {plan.mem_util:g} "
+                f"(KV budget {human_bytes(plan.kv_budget_bytes)}; activations and workspace ignored)")
+        if plan.max_sequences < plan.batch:
+            line += f"; [red]batch {plan.batch} does not fit[/red]"
+        console.print(line)
+
+
+def write_plan(plan: Plan, out_dir: str) -> list[str]:
+    """Write ``plan.json`` and ``plan.csv`` (one row per collective) into ``out_dir``; refuses a
+    directory that already holds files. Returns the two paths."""
+    from .results import check_out_dir
+
+    # check_out_dir's own message offers --resume, which a plan has no use for: say it here first.
+    entries = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
+    if entries:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise UsageError(f"output dir '{out_dir}' already holds files ({shown}); choose another --out")
+    check_out_dir(out_dir, resume=False)
+    os.makedirs(out_dir, exist_ok=True)
+    json_path = os.path.join(out_dir, PLAN_JSON)
+    csv_path = os.path.join(out_dir, PLAN_CSV)
+    with open(json_path, "w", encoding="utf-8") as f:
+        json.dump(plan.to_dict(), f, indent=2)
+        f.write("\n")
+    with open(csv_path, "w", encoding="utf-8", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=CSV_COLUMNS, lineterminator="\n")
+        wr.writeheader()
+        for s in plan.sites:
+            row = s.to_dict()
+            row["layer"] = "" if s.layer is None else s.layer
+            wr.writerow(row)
+    return [json_path, csv_path]
+
+
+def run_plan(model_spec: str, tp: int, batch: int, context: int, gpu_mem: str | None = None,
+             mem_util: float = 0.9, dtype: str = "bf16", sp: bool = False, moe: str = "tp",
+             out: str | None = None, as_json: bool = False, console=None) -> int:
+    """The whole ``commprof plan`` command: model, build, write (``out``), print; the exit code.
+
+    ``gpu_mem`` is text with binary suffixes (``80G`` = 80 GiB). ``as_json`` prints the plan's
+    dict to stdout instead of the tables.
+    """
+    if moe not in MOE_MODES:
+        raise UsageError(f"--moe '{moe}': use tp (experts sharded by tensor parallelism) "
+                         "or ep (expert parallelism)")
+    gpu_mem_bytes = None
+    if gpu_mem is not None:
+        try:
+            gpu_mem_bytes = parse_bytes(str(gpu_mem))
+        except ValueError as e:
+            raise UsageError(f"--gpu-mem: {e}") from None
+    model = get_model(model_spec)
+    plan = build_plan(model, tp, batch, context, gpu_mem_bytes, mem_util, dtype, sp, moe)
+    paths = write_plan(plan, out) if out else []
+    if as_json:
+        json.dump(plan.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        if paths:
+            print(f"wrote {', '.join(paths)}", file=sys.stderr)
+    else:
+        render_plan(plan, console)
+        if paths:
+            (console or _stdout_console()).print(f"wrote {', '.join(paths)}")
+    return EXIT_OK
+
+
+def _stdout_console():
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 150)

@@ -1,0 +1,267 @@
+"""A synthetic tensor-parallel decode engine at a model's real shapes, with random weights.
+
+One rank of a Megatron-style TP group runs, per decode step (one token per sequence):
+vocab-parallel embedding + all-reduce; per layer RMSNorm, column-parallel QKV, attention over a
+KV cache (grouped-query; sliding-window layers keep at most the window), row-parallel o_proj +
+all-reduce, RMSNorm, column-parallel gate/up, SwiGLU, row-parallel down + all-reduce; final norm,
+vocab-parallel lm_head + all-gather of the logits, greedy next token.
+
+Each segment (compute or collective) is stamped at its start and end: ``time.perf_counter`` on
+CPU, CUDA events on GPU. The timeline of one token is thus tiled by segments and the gaps between
+them (host and launch overhead). With ``comm=False`` the collectives are skipped, which measures
+one rank's compute alone (for predictions).
+
+Approximations, recorded with the results: MLA attention runs as grouped-query attention with the
+model's head counts; an MoE MLP runs as a dense MLP as wide as the active experts
+(top_k x expert_ffn, plus shared experts); Gemma-specific extra norms and soft-capping are left out.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Segment:
+    name: str          # "embedding", "layer 3 attention", "layer 3 attention-out", ...
+    kind: str          # compute: embed, attn, mlp, head, sample; comm: embedding, attn_out, mlp_out, logits
+    layer: int         # -1 outside the layers
+    is_comm: bool
+
+
+def engine_dims(shape: dict, tp: int) -> dict:
+    """Per-rank dimensions of the engine for a model shape (``ModelShape.to_dict()``)."""
+    q_heads, kv_heads, d = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
+    ffn = shape["ffn"]
+    if shape.get("experts"):
+        shared = shape.get("shared_experts", 0) or 0
+        shared_ffn = shape.get("shared_expert_ffn", 0) or shape["expert_ffn"]
+        ffn = shape["top_k"] * shape["expert_ffn"] + shared * shared_ffn
+    return {
+        "hidden": shape["hidden"],
+        "q_heads_r": q_heads // tp,
+        "kv_heads_r": max(1, kv_heads // tp),
+        "head_dim": d,
+        "ffn_r": max(1, math.ceil(ffn / tp)),
+        "vocab_r": math.ceil(shape["vocab"] / tp),
+    }
+
+
+def sliding_layers(shape: dict, n_layers: int) -> list[bool]:
+    """Which of the first ``n_layers`` layers use a sliding window."""
+    window = shape.get("sliding_window") or 0
+    if not window:
+        return [False] * n_layers
+    try:
+        from commprof.models import ModelShape, is_sliding
+
+        fields = {k: v for k, v in shape.items() if k in ModelShape.__dataclass_fields__}
+        m = ModelShape(**fields)
+        return [bool(is_sliding(m, i)) for i in range(n_layers)]
+    except Exception:  # noqa: BLE001 - no layer map: every layer slides
+        return [True] * n_layers
+
+
+class DecodeEngine:
+    def __init__(self, torch, dist, shape: dict, tp: int, group_rank: int, batch: int, context: int,
+                 dtype, device, n_layers: int, group=None, comm: bool = True, seed: int = 0):
+        self.torch, self.dist, self.group, self.comm = torch, dist, group, comm
+        self.tp, self.grank, self.batch, self.device, self.dtype = tp, group_rank, batch, device, dtype
+        self.cuda = device.type == "cuda"
+        dims = engine_dims(shape, tp)
+        self.dims = dims
+        h, hq, hkv, d = dims["hidden"], dims["q_heads_r"], dims["kv_heads_r"], dims["head_dim"]
+        self.hq, self.hkv, self.d = hq, hkv, d
+        self.group_size = max(1, hq // hkv)
+        g = torch.Generator(device="cpu").manual_seed(seed + 1000 * group_rank)
+
+        def w(*size, scale=None):
+            s = scale if scale is not None else 1.0 / math.sqrt(size[0])
+            return (torch.randn(*size, generator=g) * s).to(dtype=dtype, device=device)
+
+        self.vocab_r = dims["vocab_r"]
+        self.vocab_start = group_rank * self.vocab_r
+        self.emb = w(self.vocab_r, h, scale=1.0)
+        self.layers = []
+        window = shape.get("sliding_window") or 0
+        sliding = sliding_layers(shape, n_layers)
+        for i in range(n_layers):
+            ctx = min(context, window) if (sliding[i] and window) else context
+            self.layers.append({
+                "ln1": torch.ones(h, dtype=dtype, device=device),
+                "qkv": w(h, (hq + 2 * hkv) * d),
+                "o": w(hq * d, h),
+                "ln2": torch.ones(h, dtype=dtype, device=device),
+                "gu": w(h, 2 * dims["ffn_r"]),
+                "down": w(dims["ffn_r"], h),
+                "k": w(batch, hkv, ctx, d, scale=1.0),
+                "v": w(batch, hkv, ctx, d, scale=1.0),
+                "ctx": ctx,
+            })
+        self.ln_f = torch.ones(h, dtype=dtype, device=device)
+        self.lm_head = w(h, self.vocab_r)
+        self.ids = torch.zeros(batch, dtype=torch.int64, device=device)
+        self.gathered = torch.empty(tp * batch, self.vocab_r, dtype=dtype, device=device)
+        self.pos = 0
+        self.segments = self._segments(n_layers)
+
+    @staticmethod
+    def _segments(n_layers: int) -> list[Segment]:
+        segs = [Segment("embedding lookup", "embed", -1, False), Segment("embedding", "embedding", -1, True)]
+        for i in range(n_layers):
+            segs += [Segment(f"layer {i} attention", "attn", i, False),
+                     Segment(f"layer {i} attention-out", "attn_out", i, True),
+                     Segment(f"layer {i} MLP", "mlp", i, False),
+                     Segment(f"layer {i} MLP-out", "mlp_out", i, True)]
+        segs += [Segment("lm_head", "head", -1, False), Segment("logits", "logits", -1, True),
+                 Segment("sample", "sample", -1, False)]
+        return segs
+
+    # --- the math of one step, in segment order -------------------------------------------------
+
+    def _rms(self, x, w):
+        t = self.torch
+        xf = x.float()
+        return (xf * t.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+    def _all_reduce(self, x):
+        if self.comm and self.tp > 1:
+            self.dist.all_reduce(x, group=self.group)
+        return x
+
+    def _embed(self):
+        local = self.ids - self.vocab_start
+        mask = (local < 0) | (local >= self.vocab_r)
+        x = self.emb[local.clamp(0, self.vocab_r - 1)]
+        return x.masked_fill(mask.unsqueeze(-1), 0)
+
+    def _attention(self, L, x):
+        t, b, hq, hkv, d = self.torch, self.batch, self.hq, self.hkv, self.d
+        y = self._rms(x, L["ln1"]) @ L["qkv"]
+        q, k, v = y.split([hq * d, hkv * d, hkv * d], dim=-1)
+        slot = self.pos % L["ctx"]
+        L["k"][:, :, slot] = k.view(b, hkv, d)
+        L["v"][:, :, slot] = v.view(b, hkv, d)
+        qg = q.view(b, hkv, self.group_size, d)
+        scores = (qg @ L["k"].transpose(-1, -2)).float() / math.sqrt(d)      # (b, hkv, g, ctx)
+        attn = t.softmax(scores, dim=-1).to(x.dtype) @ L["v"]                   # (b, hkv, g, d)
+        return attn.reshape(b, hq * d) @ L["o"]
+
+    def _mlp(self, L, x):
+        t = self.torch
+        gu = self._rms(x, L["ln2"]) @ L["gu"]
+        gate, up = gu.chunk(2, dim=-1)
+        return (t.nn.functional.silu(gate) * up) @ L["down"]
+
+    def _logits(self, x):
+        return self._rms(x, self.ln_f) @ self.lm_head
+
+    def _gather(self, local):
+        if self.comm and self.tp > 1:
+            self.dist.all_gather_into_tensor(self.gathered, local.contiguous(), group=self.group)
+        else:
+            self.gathered.view(self.tp, self.batch, self.vocab_r)[self.grank].copy_(local)
+        return self.gathered
+
+    def _sample(self, gathered):
+        full = gathered.view(self.tp, self.batch, self.vocab_r).permute(1, 0, 2).reshape(self.batch, -1)
+        self.ids.copy_(full.float().argmax(-1) % (self.tp * self.vocab_r))
+        self.pos += 1
+
+    # --- one step, stamped -----------------------------------------------------------------------
+
+    def step(self, mark):
+        """Run one decode step; ``mark(j)`` / ``mark(j, end=True)`` stamp segment j's bounds
+        (a no-op when untraced)."""
+        j = 0
+        mark(j)
+        x = self._embed()
+        mark(j, True); j += 1
+        mark(j)
+        x = self._all_reduce(x)
+        mark(j, True); j += 1
+        m = None
+        for L in self.layers:
+            mark(j)
+            if m is not None:
+                x = x + m                  # residual adds are compute: kept inside segments
+            a = self._attention(L, x)
+            mark(j, True); j += 1
+            mark(j)
+            a = self._all_reduce(a)
+            mark(j, True); j += 1
+            mark(j)
+            x = x + a
+            m = self._mlp(L, x)
+            mark(j, True); j += 1
+            mark(j)
+            m = self._all_reduce(m)
+            mark(j, True); j += 1
+        mark(j)
+        if m is not None:
+            x = x + m
+        local = self._logits(x)
+        mark(j, True); j += 1
+        mark(j)
+        gathered = self._gather(local)
+        mark(j, True); j += 1
+        mark(j)
+        self._sample(gathered)
+        mark(j, True)
+
+
+class CpuStamps:
+    """perf_counter stamps of one token: ``start[j]``, ``end[j]`` per segment, token bounds."""
+
+    def __init__(self, nseg: int):
+        self.start = [0.0] * nseg
+        self.end = [0.0] * nseg
+        self.t0 = self.t1 = 0.0
+
+    def begin(self):
+        self.t0 = time.perf_counter()
+
+    def mark(self, j, end=False):
+        if end:
+            self.end[j] = time.perf_counter()
+        else:
+            self.start[j] = time.perf_counter()
+
+    def finish(self):
+        self.t1 = time.perf_counter()
+
+    def result_us(self):
+        """(token latency, [segment start offsets], [segment durations]) in us."""
+        t0 = self.t0
+        return ((self.t1 - t0) * 1e6, [(s - t0) * 1e6 for s in self.start],
+                [(e - s) * 1e6 for s, e in zip(self.start, self.end)])
+
+
+class CudaStamps:
+    """CUDA-event stamps: the same interface, device time."""
+
+    def __init__(self, torch, nseg: int):
+        E = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+        self.start = [E() for _ in range(nseg)]
+        self.end = [E() for _ in range(nseg)]
+        self.e0, self.e1 = E(), E()
+
+    def begin(self):
+        self.e0.record()
+
+    def mark(self, j, end=False):
+        (self.end if end else self.start)[j].record()
+
+    def finish(self):
+        self.e1.record()
+        self.e1.synchronize()
+
+    def result_us(self):
+        e0 = self.e0
+        return (e0.elapsed_time(self.e1) * 1e3, [e0.elapsed_time(s) * 1e3 for s in self.start],
+                [s.elapsed_time(e) * 1e3 for s, e in zip(self.start, self.end)])
+
+
+def no_mark(j, end=False):
+    return None

@@ -1,0 +1,109 @@
+"""The per-rank side of ``commprof trace``: run the synthetic decode engine, stamp every segment,
+send the stamps to rank 0, which attributes and writes them (``commprof.trace``)."""
+from __future__ import annotations
+
+import gc
+import time
+
+import numpy as np
+
+from microbench.decode_engine import CpuStamps, CudaStamps, DecodeEngine, no_mark
+from microbench.rank import rank_session
+
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def run_tokens(torch, eng: DecodeEngine, tokens: int, warmup: int, mode: str, traced: bool = True,
+               mark_hook=None, on_token=None):
+    """Decode ``warmup`` untimed then ``tokens`` timed steps. Returns (latency_us[t],
+    offsets_us[t][seg], durations_us[t][seg]); offsets/durations are None when untraced."""
+    cuda = eng.cuda
+    nseg = len(eng.segments)
+    stamps = CudaStamps(torch, nseg) if cuda else CpuStamps(nseg)
+    mark = stamps.mark if traced else no_mark
+    if mark_hook is not None:
+        mark = mark_hook(mark)
+    for _ in range(warmup):
+        eng.step(no_mark)
+    if cuda:
+        torch.cuda.synchronize()
+    step = lambda: eng.step(mark)  # noqa: E731
+    if mode == "graph":
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            eng.step(mark)
+        torch.cuda.synchronize()
+        step = graph.replay
+    lat = np.empty(tokens)
+    offs = np.empty((tokens, nseg)) if traced else None
+    durs = np.empty((tokens, nseg)) if traced else None
+    for t in range(tokens):
+        stamps.begin()
+        step()
+        stamps.finish()
+        if traced:
+            lat[t], offs[t], durs[t] = stamps.result_us()
+        else:
+            lat[t] = stamps.result_us()[0] if cuda else (stamps.t1 - stamps.t0) * 1e6
+        if on_token is not None:
+            on_token()
+    return lat, offs, durs
+
+
+def _delay_hook(fault, rank: int, eng: DecodeEngine):
+    """Test-only: sleep at the start of every attention compute segment of the faulty rank."""
+    ms = float(fault.opts.get("ms", 20)) / 1e3
+    targets = {j for j, s in enumerate(eng.segments) if s.kind == "attn"}
+
+    def hook(mark):
+        def delayed(j, end=False):
+            mark(j, end)
+            if not end and j in targets:
+                time.sleep(ms)
+        return delayed
+    return hook
+
+
+def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None):
+    """Body of one trace rank. Raises on failure (the launcher reports it)."""
+    from commprof import trace as core
+
+    with rank_session(cfg, rank, world, local_rank, store, slots) as env:
+        torch, dist, hb = env.torch, env.dist, env.hb
+        dtype = getattr(torch, TORCH_DTYPES[cfg.dtype])
+        hb.stage("init: groups")
+        groups = {}
+        for tp in sorted(set(cfg.tps)):
+            groups[tp] = dist.group.WORLD if tp == world else dist.new_group(list(range(tp)))
+        writer = core.open_trace(cfg, env.infos) if rank == 0 else None
+        runs = core.plan_runs(cfg)
+        if slots is not None and rank == 0:
+            slots.cells_total.value = len(runs)
+        for run in runs:
+            tp, batch, mode = run
+            label = f"trace tp={tp} batch={batch} {mode}"
+            rec = None
+            if rank < tp:
+                hb.stage(f"{label}: build")
+                eng = DecodeEngine(torch, dist, cfg.model, tp, rank, batch, cfg.context, dtype, env.device,
+                                   cfg.layers, group=groups[tp], comm=True, seed=cfg.seed)
+                hook = None
+                f = env.fault
+                if f is not None and f.kind == "sleep" and int(f.opts.get("rank", -1)) == rank:
+                    hook = _delay_hook(f, rank, eng)
+                hb.stage(f"{label}: decode")
+                lat, offs, durs = run_tokens(torch, eng, cfg.tokens, cfg.warmup, mode, mark_hook=hook,
+                                             on_token=hb.tick)
+                rec = {"rank": rank, "lat": lat, "offs": offs, "durs": durs, "segments": eng.segments}
+                del eng
+                gc.collect()
+                if env.device.type == "cuda":
+                    torch.cuda.empty_cache()
+            hb.stage(f"{label}: collecting")
+            gathered = [None] * world if rank == 0 else None
+            dist.gather_object(rec, gathered, dst=0, group=env.world_ctrl)
+            if rank == 0:
+                writer.add_run(tp, batch, mode, [r for r in gathered if r is not None])
+                hb.row_written(1)
+        if rank == 0:
+            writer.close()
