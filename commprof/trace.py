@@ -404,8 +404,14 @@ def run(cfg: TraceConfig) -> bool:
 COMM_OP = {"embedding": "all_reduce", "attn_out": "all_reduce", "mlp_out": "all_reduce", "logits": "all_gather"}
 
 
+PREDICT_STAT = "latency_us_mean"
+
+
 class CommTable:
-    """Collective p50 latency of another box, from a sweep results dir, interpolated log-log."""
+    """Collective latency of another box, from a sweep results dir, interpolated log-log.
+
+    The statistic is the *mean*: a token sums 2L+2 collectives, so its expected time is the sum of
+    their expected latencies, and small-message latency is skewed (p50 below the mean)."""
 
     def __init__(self, path: str):
         self.path = path
@@ -428,9 +434,9 @@ class CommTable:
             sub = sub[sub["mode"] == mode]
         else:
             mode = sub["mode"].iloc[0]
-        sub = sub.groupby("size_bytes", as_index=False)["latency_us_p50"].median().sort_values("size_bytes")
+        sub = sub.groupby("size_bytes", as_index=False)[PREDICT_STAT].median().sort_values("size_bytes")
         x = np.log(sub["size_bytes"].to_numpy(dtype=float))
-        y = np.log(sub["latency_us_p50"].to_numpy(dtype=float))
+        y = np.log(sub[PREDICT_STAT].to_numpy(dtype=float))
         lx = math.log(size_bytes)
         if len(x) == 1:
             val, how = float(np.exp(y[0])), "single point"
@@ -441,7 +447,7 @@ class CommTable:
             slope = (y[i[1]] - y[i[0]]) / (x[i[1]] - x[i[0]])
             val, how = float(np.exp(y[i[0]] + slope * (lx - x[i[0]]))), "extrapolated"
         self.lookups.append({"op": op, "tp": tp, "mode": mode, "size_bytes": size_bytes,
-                             "latency_us_p50": val, "how": how})
+                             PREDICT_STAT: val, "how": how})
         return val
 
 
@@ -485,7 +491,7 @@ def run_predict(cfg: TraceConfig, comm_from: str) -> None:
               "communication": {"results_dir": os.path.abspath(comm_from), "kind": src.get("kind"),
                                 "hosts": src.get("hosts"), "backend": src.get("backend"),
                                 "gpus": src.get("gpus"), "start_time": src.get("start_time"),
-                                "statistic": "latency_us_p50, log-log interpolation in size"}}
+                                "statistic": f"{PREDICT_STAT}, log-log interpolation in size"}}
     writer = open_trace(cfg, [rank_info(0, 0, device)], kind="predicted", extra={"inputs": inputs})
     e = DTYPE_BYTES[cfg.dtype]
     for tp, batch, mode in plan_runs(cfg):
