@@ -3,10 +3,17 @@
 #   bash scripts/gpu_check.sh OUTDIR
 # Uses the machine's python3 (which must hold torch with CUDA, typer, pandas, matplotlib, rich,
 # nvidia-ml-py, pytest) with this checkout on PYTHONPATH: nothing is installed or downloaded.
-# Outputs (8 files at most, so the device tool can bring them all back):
+# Outputs:
 #   machine.txt             nvidia-smi, topology, torch/CUDA/NCCL versions
 #   gpu_tests.log           pytest -m gpu
 #   sweep-nccl-tp1/         commprof sweep --backend nccl --tp 1, eager and graph modes
+#   trace-nccl-tp1/         commprof trace at full Qwen2.5-32B shapes on one GPU, eager and graph
+#   trace-predict-tp248/    per-rank Qwen2.5-32B shapes of TP=2/4/8 on one GPU in graph mode
+#                           (compute measured on this GPU; collectives from the committed CPU
+#                           sweep results/sweep-default-vm: a plumbing check, not a GPU box)
+#   *.log                   what each command printed
+# The device tool brings back at most 8 files: tar OUTDIR into one file there, e.g.
+#   bash scripts/gpu_check.sh /tmp/gc; tar czf $OUT/gpu_check.tgz -C /tmp gc
 set -uo pipefail
 OUT="${1:?usage: scripts/gpu_check.sh OUTDIR}"
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -29,4 +36,12 @@ echo "== commprof sweep --backend nccl --tp 1 (eager + graph)"
 "$PY" -m commprof sweep --backend nccl --tp 1 --ops all_reduce,all_gather --sizes decode \
   --model Qwen2.5-32B --batch 1,8,32,128 --modes eager,graph --iters 500 --warmup 50 \
   --out "$OUT/sweep-nccl-tp1" 2>&1 | tee "$OUT/sweep-nccl-tp1.log" || status=1
+echo "== commprof trace --backend nccl --tp 1 (Qwen2.5-32B, all layers, eager + graph)"
+"$PY" -m commprof trace --backend nccl --model Qwen2.5-32B --tp 1 --batch 1,8 --context 2048 --tokens 32 \
+  --modes eager,graph --out "$OUT/trace-nccl-tp1" 2>&1 | tee "$OUT/trace-nccl-tp1.log" || status=1
+
+echo "== commprof trace --predict: TP=2/4/8 per-rank shapes on one GPU, graph mode"
+"$PY" -m commprof trace --predict --comm-from results/sweep-default-vm --backend nccl --model Qwen2.5-32B \
+  --tp 2,4,8 --batch 1,8 --context 2048 --tokens 32 --modes graph --out "$OUT/trace-predict-tp248" 2>&1 \
+  | tee "$OUT/trace-predict-tp248.log" || status=1
 exit $status
