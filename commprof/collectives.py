@@ -80,9 +80,9 @@ class Collective:
         if self.name == "all_reduce":
             return functools.partial(dist.all_reduce, inp, group=group)
         if self.name == "all_gather":
-            return functools.partial(dist.all_gather_into_tensor, out, inp, group=group)
+            return functools.partial(all_gather_fn(dist), out, inp, group=group)
         if self.name == "reduce_scatter":
-            return functools.partial(dist.reduce_scatter_tensor, out, inp, group=group)
+            return functools.partial(reduce_scatter_fn(dist), out, inp, group=group)
         if self.name == "all_to_all":
             return functools.partial(dist.all_to_all_single, out, inp, group=group)
         if self.name == "broadcast":
@@ -105,6 +105,16 @@ class Collective:
         if self.name == "all_to_all":
             return torch.cat([x.chunk(n)[group_rank] for x in inputs])
         raise AssertionError(self.name)
+
+
+def all_gather_fn(dist):
+    """torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns)."""
+    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def reduce_scatter_fn(dist):
+    """torch 2.13 renamed reduce_scatter_tensor to reduce_scatter_single (the old name warns)."""
+    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 COLLECTIVES: dict[str, Collective] = {c.name: c for c in [

@@ -25,11 +25,10 @@ COLUMNS = [
     "op", "tp", "group", "ranks", "mode", "clock", "backend", "dtype", "size_bytes", "count",
     "batch", "site", "iters", "warmup", "concurrent",
     "latency_us_p50", "latency_us_p95", "latency_us_p99", "latency_us_min", "latency_us_max",
-    "latency_us_mean", "enqueue_us_p50", "enqueue_us_p99", "algbw_gbps", "busbw_gbps",
+    "latency_us_mean", "latency_us_rankavg_p50", "latency_us_rankavg_mean",
+    "enqueue_us_p50", "enqueue_us_p99", "algbw_gbps", "busbw_gbps",
     "wrong", "status", "hosts",
 ]
-# Files commprof itself writes; anything else in an output dir is someone else's content.
-OWN_FILES = {SWEEP_CSV, META_JSON, "latency_vs_size.png", "busbw_vs_size.png", "meta.json.tmp"}
 
 
 def default_out_dir(root: str = "results") -> str:
@@ -127,6 +126,11 @@ class SweepWriter:
         self.done_keys = done_keys
         self._csv = os.path.join(path, SWEEP_CSV)
         new = not os.path.exists(self._csv) or os.path.getsize(self._csv) == 0
+        # A resumed table keeps its own header (it may predate newer columns).
+        self.columns = COLUMNS
+        if not new:
+            with open(self._csv, encoding="utf-8", newline="") as f:
+                self.columns = next(csv.reader([f.readline()]))
         self._f = open(self._csv, "a", encoding="utf-8", newline="")
         if new:
             self._write_text(",".join(COLUMNS) + "\n")
@@ -138,7 +142,7 @@ class SweepWriter:
 
     def write_rows(self, rows: list[dict]):
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+        w = csv.DictWriter(buf, fieldnames=self.columns, extrasaction="ignore", lineterminator="\n")
         for r in rows:
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
         self._write_text(buf.getvalue())
@@ -209,6 +213,8 @@ def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
         config=cfg.to_dict(),
         columns={"latency_us_*": "per-op latency in microseconds; each iteration's sample is the max "
                                  "across the group's ranks; percentiles by linear interpolation",
+                 "latency_us_rankavg_*": "per iteration the average over the group's ranks instead of "
+                                         "the max (nccl-tests -a 1): the time one rank spends in the op",
                  "enqueue_us_*": "CPU time to enqueue the op (GPU only)",
                  "size_bytes": "nccl-tests size: max(send, recv) bytes of one rank "
                                "(all_gather: gathered output; reduce_scatter: scattered input)",

@@ -157,14 +157,17 @@ def memory_guard(model: dict, tps, batches, context: int, layers: int | None, dt
 
 # --- attribution -----------------------------------------------------------------------------------
 
-def attribute(recs: list[dict], layers_model: int) -> dict:
+def attribute(recs: list[dict], layers_model: int, tp: int | None = None) -> dict:
     """Per token and rank: compute/transfer/wait/gaps/residual (us), scaled to the model's depth
-    when fewer layers ran; per layer and rank: means over tokens and straggler counts."""
+    when fewer layers ran; per layer and rank: means over tokens and straggler counts.
+
+    At tp=1 no collective runs: the (empty) collective segments count as gaps."""
     import numpy as np
 
     recs = sorted(recs, key=lambda r: r["rank"])
     segs = recs[0]["segments"]
-    comm = np.array([s.is_comm for s in segs])
+    no_comm = (tp or len(recs)) == 1
+    comm = np.array([s.is_comm and not no_comm for s in segs])
     layer_of = np.array([s.layer for s in segs])
     in_layer = layer_of >= 0
     n_layers_run = int(layer_of.max()) + 1 if in_layer.any() else 0
@@ -216,8 +219,8 @@ def attribute(recs: list[dict], layers_model: int) -> dict:
                            "straggler_count": strag, "collectives": ncoll * T})
     out["layers"] = layers
     n_comm_run = int(comm.sum())
-    out["collectives_per_step"] = int(round((n_comm_run - 2 * n_layers_run) + 2 * n_layers_run * scale)) \
-        if n_layers_run else n_comm_run
+    n_layer_comm = int((comm & in_layer).sum())
+    out["collectives_per_step"] = int(round(n_comm_run - n_layer_comm + n_layer_comm * scale))
     out["scaled"] = scale != 1.0
     out["layers_run"] = n_layers_run
     return out
@@ -282,7 +285,7 @@ class TraceWriter:
         self.summary = _Csv(os.path.join(p, SUMMARY_CSV), SUMMARY_COLUMNS)
 
     def add_run(self, tp: int, batch: int, mode: str, recs: list[dict]):
-        att = attribute(recs, self.cfg.layers_model)
+        att = attribute(recs, self.cfg.layers_model, tp)
         self.add_attributed(tp, batch, mode, att)
 
     def add_attributed(self, tp, batch, mode, att):
@@ -404,14 +407,16 @@ def run(cfg: TraceConfig) -> bool:
 COMM_OP = {"embedding": "all_reduce", "attn_out": "all_reduce", "mlp_out": "all_reduce", "logits": "all_gather"}
 
 
-PREDICT_STAT = "latency_us_mean"
+PREDICT_STATS = ("latency_us_rankavg_mean", "latency_us_mean")   # first present wins
 
 
 class CommTable:
     """Collective latency of another box, from a sweep results dir, interpolated log-log.
 
     The statistic is the *mean*: a token sums 2L+2 collectives, so its expected time is the sum of
-    their expected latencies, and small-message latency is skewed (p50 below the mean)."""
+    their expected latencies, and small-message latency is skewed (p50 below the mean). It is the
+    average rank's time in the op (``latency_us_rankavg_mean``), as a rank of a decode step
+    spends it; sweeps older than that column give the slowest rank's (``latency_us_mean``)."""
 
     def __init__(self, path: str):
         self.path = path
@@ -419,6 +424,7 @@ class CommTable:
         self.df = results.load_frame(path)
         if self.df.empty:
             raise UsageError(f"--comm-from '{path}': holds no sweep rows")
+        self.stat = next(c for c in PREDICT_STATS if c in self.df.columns and self.df[c].notna().all())
         self.lookups: list[dict] = []
 
     def latency_us(self, op: str, tp: int, mode: str, size_bytes: int) -> float:
@@ -434,9 +440,9 @@ class CommTable:
             sub = sub[sub["mode"] == mode]
         else:
             mode = sub["mode"].iloc[0]
-        sub = sub.groupby("size_bytes", as_index=False)[PREDICT_STAT].median().sort_values("size_bytes")
+        sub = sub.groupby("size_bytes", as_index=False)[self.stat].median().sort_values("size_bytes")
         x = np.log(sub["size_bytes"].to_numpy(dtype=float))
-        y = np.log(sub[PREDICT_STAT].to_numpy(dtype=float))
+        y = np.log(sub[self.stat].to_numpy(dtype=float))
         lx = math.log(size_bytes)
         if len(x) == 1:
             val, how = float(np.exp(y[0])), "single point"
@@ -447,7 +453,7 @@ class CommTable:
             slope = (y[i[1]] - y[i[0]]) / (x[i[1]] - x[i[0]])
             val, how = float(np.exp(y[i[0]] + slope * (lx - x[i[0]]))), "extrapolated"
         self.lookups.append({"op": op, "tp": tp, "mode": mode, "size_bytes": size_bytes,
-                             PREDICT_STAT: val, "how": how})
+                             self.stat: val, "how": how})
         return val
 
 
@@ -491,7 +497,7 @@ def run_predict(cfg: TraceConfig, comm_from: str) -> None:
               "communication": {"results_dir": os.path.abspath(comm_from), "kind": src.get("kind"),
                                 "hosts": src.get("hosts"), "backend": src.get("backend"),
                                 "gpus": src.get("gpus"), "start_time": src.get("start_time"),
-                                "statistic": f"{PREDICT_STAT}, log-log interpolation in size"}}
+                                "statistic": f"{table.stat}, log-log interpolation in size"}}
     writer = open_trace(cfg, [rank_info(0, 0, device)], kind="predicted", extra={"inputs": inputs})
     e = DTYPE_BYTES[cfg.dtype]
     for tp, batch, mode in plan_runs(cfg):

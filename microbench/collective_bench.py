@@ -232,11 +232,17 @@ def run_rank(cfg: SweepConfig, rank: int, world: int, local_rank: int, store=Non
                 # Per iteration, the slowest rank of the group defines the sample.
                 t = torch.from_numpy(np.stack([lat, enq if enq is not None else lat]))
                 dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gs.ctrl[gi])
+                # The average rank's view too (nccl-tests -a 1): what one rank spends in the op.
+                avg = torch.from_numpy(lat.copy())
+                dist.all_reduce(avg, group=gs.ctrl[gi])
                 w = torch.tensor([wrong], dtype=torch.int64)
                 dist.all_reduce(w, group=gs.ctrl[gi])
                 if rank == ranks[0]:
                     payload = _row(cell, cfg, gi, ranks, t[0].numpy(), t[1].numpy() if enq is not None else None,
                                    int(w.item()), [hosts_by_rank[r] for r in ranks])
+                    rank_avg = avg.numpy() / len(ranks)
+                    payload.update(latency_us_rankavg_p50=float(np.percentile(rank_avg, 50)),
+                                   latency_us_rankavg_mean=float(rank_avg.mean()))
             hb.stage(f"{cell.label}: collecting rows")
             gathered = [None] * world if rank == 0 else None
             dist.gather_object(payload, gathered, dst=0, group=world_ctrl)

@@ -21,6 +21,8 @@ import math
 import time
 from dataclasses import dataclass
 
+from commprof.collectives import all_gather_fn
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -159,7 +161,7 @@ class DecodeEngine:
 
     def _gather(self, local):
         if self.comm and self.tp > 1:
-            self.dist.all_gather_into_tensor(self.gathered, local.contiguous(), group=self.group)
+            all_gather_fn(self.dist)(self.gathered, local.contiguous(), group=self.group)
         else:
             self.gathered.view(self.tp, self.batch, self.vocab_r)[self.grank].copy_(local)
         return self.gathered

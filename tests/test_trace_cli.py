@@ -128,11 +128,12 @@ def test_predict_from_corrupt_dir(cli, tmp_path):
 
 def test_prediction_lands_within_15_percent_of_live(tmp_path):
     """Prediction (single-process compute + a gloo sweep) vs the live gloo TP=2 trace, median of
-    three rounds, each round sweep -> live -> predict back to back (the machine is noisy)."""
+    five rounds, each round sweep -> live -> predict back to back (the machine is noisy: a single
+    round can miss; see results/bench/predict_validation.md)."""
     sys.path.insert(0, os.path.join(REPO, "scripts"))
     from validate_predict import validate_once
 
-    rounds = [validate_once(str(tmp_path / f"r{i}"), tokens=32, iters=200) for i in range(3)]
+    rounds = [validate_once(str(tmp_path / f"r{i}"), tokens=24, iters=150) for i in range(5)]
     df = pd.DataFrame(rounds)
     assert abs(df["error_ms_per_token_pct"].median()) <= 15, rounds
     assert abs(df["error_comm_share_pct"].median()) <= 15, rounds
