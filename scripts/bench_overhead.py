@@ -17,7 +17,6 @@ import argparse
 import os
 import sys
 import time
-from datetime import timedelta
 
 import numpy as np
 
@@ -25,12 +24,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchfile import write_result  # noqa: E402
+from benchfile import run_gloo_ranks, write_result  # noqa: E402
 
 SIZES = [4 << 10, 64 << 10, 1 << 20]
 
 
-def rank_main(rank, world, port, args, slots, q):
+def rank_main(rank, world, args, slots):
     import torch
     import torch.distributed as dist
 
@@ -39,9 +38,6 @@ def rank_main(rank, world, port, args, slots, q):
     from microbench.collective_bench import CellRunner
     from microbench.heartbeat import Heartbeat
 
-    torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=60))
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     g = dist.group.WORLD
     cfg = SweepConfig(ops=["all_reduce"], tps=[world], points=[], iters=args.iters, warmup=args.warmup)
     runner = CellRunner(torch, dist, cfg, rank, torch.device("cpu"), Heartbeat(rank, slots), None)
@@ -77,9 +73,7 @@ def rank_main(rank, world, port, args, slots, q):
                 t = torch.from_numpy(lat)
                 dist.all_reduce(t, op=dist.ReduceOp.MAX, group=g)   # max across ranks per iteration
                 samples[(m, size)].append(t.numpy().tolist())
-    if rank == 0:
-        q.put({f"{m}|{s}": v for (m, s), v in samples.items()})
-    dist.destroy_process_group()
+    return {f"{m}|{s}": v for (m, s), v in samples.items()}
 
 
 def main():
@@ -90,24 +84,11 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
 
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-
     from commprof.runinfo import machine, now_iso, versions
     from microbench.heartbeat import SharedSlots
 
-    world = 2
-    ctx = mp.get_context("spawn")
-    slots = SharedSlots(ctx, world)
-    q = ctx.SimpleQueue()
-    store = dist.TCPStore("127.0.0.1", 0, world + 1, True, wait_for_workers=False)
     start = now_iso()
-    procs = [ctx.Process(target=rank_main, args=(r, world, store.port, args, slots, q)) for r in range(world)]
-    for p in procs:
-        p.start()
-    raw = q.get()
-    for p in procs:
-        p.join()
+    raw = run_gloo_ranks(rank_main, 2, (args,), extra=lambda ctx: SharedSlots(ctx, 2))
     rows = []
     for s in SIZES:
         c_rounds = raw[f"commprof|{s}"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from datetime import timedelta
 
 import numpy as np
 
@@ -21,12 +20,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchfile import write_result  # noqa: E402
+from benchfile import run_gloo_ranks, write_result  # noqa: E402
 
 MODEL = os.path.join(REPO, "tests", "data", "toy-dense-config.json")
 
 
-def rank_main(rank, world, port, args, q):
+def rank_main(rank, world, args):
     import torch
     import torch.distributed as dist
 
@@ -34,9 +33,6 @@ def rank_main(rank, world, port, args, q):
     from microbench.decode_engine import DecodeEngine
     from microbench.trace_rank import run_tokens
 
-    torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=60))
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     shape = get_model(args.model).to_dict()
     eng = DecodeEngine(torch, dist, shape, world, rank, 1, args.context, torch.bfloat16, torch.device("cpu"),
                        shape["layers"], group=dist.group.WORLD)
@@ -47,9 +43,7 @@ def rank_main(rank, world, port, args, q):
         for m in order:
             lat, _, _ = run_tokens(torch, eng, args.tokens, 0, "eager", traced=(m == "traced"))
             samples[m].extend(lat.tolist())
-    if rank == 0:
-        q.put(samples)
-    dist.destroy_process_group()
+    return samples
 
 
 def main():
@@ -61,22 +55,10 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
 
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-
     from commprof.runinfo import machine, now_iso, versions
 
-    world = 2
-    ctx = mp.get_context("spawn")
-    q = ctx.SimpleQueue()
-    store = dist.TCPStore("127.0.0.1", 0, world + 1, True, wait_for_workers=False)
     start = now_iso()
-    procs = [ctx.Process(target=rank_main, args=(r, world, store.port, args, q)) for r in range(world)]
-    for p in procs:
-        p.start()
-    samples = q.get()
-    for p in procs:
-        p.join()
+    samples = run_gloo_ranks(rank_main, 2, (args,))
     t, u = np.array(samples["traced"]), np.array(samples["untraced"])
     ratio = float(np.median(t) / np.median(u))
     result = {

@@ -19,3 +19,38 @@ def write_result(out_dir: str, name: str, title: str, result: dict, table: list[
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _rank_entry(rank_fn, rank, world, port, args, q):
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    out = rank_fn(rank, world, *args)
+    if rank == 0:
+        q.put(out)
+    dist.destroy_process_group()
+
+
+def run_gloo_ranks(rank_fn, world: int, args: tuple = (), extra=None):
+    """Spawn ``world`` gloo ranks running ``rank_fn(rank, world, *args[, extra(ctx)])``; return
+    rank 0's result. ``extra`` builds shared objects from the spawn context (e.g. shared memory)."""
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    if extra is not None:
+        args = (*args, extra(ctx))
+    q = ctx.SimpleQueue()
+    store = dist.TCPStore("127.0.0.1", 0, world + 1, True, wait_for_workers=False)
+    procs = [ctx.Process(target=_rank_entry, args=(rank_fn, r, world, store.port, args, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    out = q.get()
+    for p in procs:
+        p.join()
+    return out

@@ -4,7 +4,7 @@ Each round runs, back to back: a gloo sweep at the model's decode sizes, a live 
 and a prediction from that round's sweep (compute measured on one process with TP=2 shard
 shapes). Errors are relative: (predicted - live) / live, for ms/token and communication share.
 
-    python scripts/validate_predict.py [--rounds 3] [--out results/bench]
+    python scripts/validate_predict.py [--rounds 5] [--out results/bench]
 
 Writes predict_validation.json/.md with the machine. Target: |error| <= 15% for both.
 """
@@ -56,7 +56,7 @@ def main():
     from commprof.runinfo import machine, now_iso, versions
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
