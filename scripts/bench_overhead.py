@@ -6,7 +6,7 @@ launch) and a bare loop (barrier, perf_counter, all_reduce, perf_counter) run in
 round runs both back to back, alternating which goes first, so drift and noise on a shared machine
 fall on both alike. Each iteration's sample is the max across the two ranks for both methods.
 
-    python scripts/bench_overhead.py [--rounds 60] [--iters 25] [--out results/bench]
+    python scripts/bench_overhead.py [--rounds 150] [--iters 10] [--out results/bench]
 
 Writes harness_overhead.json and harness_overhead.md (machine, command, per-size p50s, ratio).
 Target: ratio of p50s <= 1.05 at every size.
@@ -78,8 +78,8 @@ def rank_main(rank, world, args, slots):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=60)
-    ap.add_argument("--iters", type=int, default=25)
+    ap.add_argument("--rounds", type=int, default=150)
+    ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
