@@ -165,6 +165,87 @@ def plan(
 
 
 @app.command()
+def topo(
+    as_json: bool = typer.Option(False, "--json", help="Print the topology as JSON."),
+    out: Optional[str] = typer.Option(None, "--out", help="Also write topo.json into this dir."),
+):
+    """GPUs, PCIe links, NVLink, P2P status and the nvidia-smi topo -m matrix, from NVML."""
+    from .topo import run_topo
+
+    try:
+        code = run_topo(as_json, out)
+    except CommprofError as e:
+        _fail(e)
+    raise typer.Exit(code or 0)
+
+
+@app.command()
+def check(
+    dirs: Optional[list[str]] = typer.Argument(None, help="Results dirs (sweep, trace, topo); none = measure now."),
+    thresholds: Optional[str] = typer.Option(None, "--thresholds", help="TOML file overriding the default thresholds."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model for KV-cache headroom (default: the trace's)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Where check.json/check.md go (default: the first dir)."),
+):
+    """The pre-purchase checklist: PASS/WARN/FAIL/SKIP per item with value, threshold and source."""
+    from .check import run_check
+
+    try:
+        code = run_check(list(dirs or []), thresholds=thresholds, model=model, out=out)
+    except CommprofError as e:
+        _fail(e)
+    raise typer.Exit(code or 0)
+
+
+@app.command()
+def report(
+    dirs: list[str] = typer.Argument(..., help="Results dirs (sweep, trace, topo)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Where report.html/report.md go (default: the first dir)."),
+    thresholds: Optional[str] = typer.Option(None, "--thresholds", help="TOML file overriding the check thresholds."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model for KV-cache headroom."),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Reference profile for the gap section."),
+):
+    """One self-contained HTML page and a Markdown twin: topology, sweep, trace, gap, checklist."""
+    from .report import run_report
+
+    try:
+        code = run_report(list(dirs), out=out, thresholds=thresholds, model=model, reference=reference)
+    except CommprofError as e:
+        _fail(e)
+    raise typer.Exit(code or 0)
+
+
+@app.command()
+def gap(
+    dirs: list[str] = typer.Argument(..., help="Results dirs of the box (sweep, and optionally a trace)."),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Reference profile (default: the other kind)."),
+):
+    """The PCIe vs NVLink gap: latency and busbw ratios, and the per-token impact with a trace."""
+    from .gap import run_gap
+
+    try:
+        code = run_gap(list(dirs), reference)
+    except CommprofError as e:
+        _fail(e)
+    raise typer.Exit(code or 0)
+
+
+@app.command(name="import")
+def import_(
+    kind: str = typer.Argument(..., help="What to import: nccl-tests."),
+    paths: list[str] = typer.Argument(..., help="Log files (text output or -J JSON)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Results dir to write."),
+):
+    """Import another tool's output into the results format (e.g. a vendor's nccl-tests logs)."""
+    from .importers import run_import
+
+    try:
+        code = run_import(kind, list(paths), out)
+    except CommprofError as e:
+        _fail(e)
+    raise typer.Exit(code or 0)
+
+
+@app.command()
 def show(
     results_dir: str = typer.Argument(..., help="A results dir written by commprof sweep."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Only print the table."),

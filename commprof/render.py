@@ -128,8 +128,9 @@ _PARTS = (("compute_us", "compute", "#4C72B0"), ("transfer_us", "transfer", "#DD
           ("wait_us", "wait", "#C44E52"), ("gaps_us", "gaps", "#8C8C8C"))
 
 
-def trace_charts(out_dir: str, meta: dict) -> list[str]:
-    """Stacked bar per token, per-layer heatmap of communication share, share vs TP degree."""
+def trace_charts(out_dir: str, meta: dict, dest: str | None = None) -> list[str]:
+    """Stacked bar per token, per-layer heatmap of communication share, share vs TP degree.
+    Reads the trace tables in ``out_dir``; writes the charts there or into ``dest``."""
     import math
 
     import matplotlib
@@ -141,10 +142,12 @@ def trace_charts(out_dir: str, meta: dict) -> list[str]:
     tok = pd.read_csv(os.path.join(out_dir, "trace_tokens.csv"))
     lay = pd.read_csv(os.path.join(out_dir, "trace_layers.csv"))
     summ = pd.read_csv(os.path.join(out_dir, "trace_summary.csv"))
+    os.makedirs(dest or out_dir, exist_ok=True)
     kind = meta.get("kind", "measured")
     prov = (f"{kind} on {', '.join(meta.get('hosts', ['?']))}, backend {meta.get('backend', '?')}, "
             f"model {meta.get('model', {}).get('name', '?')}, {meta.get('scaling', '')}; {meta.get('start_time', '')}")
     written = []
+    src_dir, out_dir = out_dir, dest or out_dir
 
     runs = list(tok.groupby(["tp", "batch", "mode"]))
     cols = min(3, len(runs))
