@@ -161,7 +161,7 @@ def _link_kind(ev: Evidence) -> str:
                 return f"nvlink{n}"
         return "nvlink4"
     if gpus:
-        gen = _num(gpus[0].get("pcie_gen_max"))
+        gen = _num(gpus[0].get("pcie_link_gen_max"))
         if gen:
             return f"pcie{int(gen)}"
     return ""
@@ -232,7 +232,7 @@ def item_pcie(ev, th) -> Item:
     low = [str(g.get("index", i)) for i, g in enumerate(gpus) if g.get("pcie_at_max") is False]
     unknown = all(g.get("pcie_at_max") in (None, "n/a") for g in gpus)
     g0 = gpus[0]
-    value = f"Gen{g0.get('pcie_gen_max', '?')} x{g0.get('pcie_width_max', '?')}"
+    value = f"Gen{g0.get('pcie_link_gen_max', '?')} x{g0.get('pcie_link_width_max', '?')}"
     if unknown:
         return Item("C6", "PCIe links trained at max", "SKIP", "n/a from NVML", "link max == GPU max", t["source"])
     if low:
@@ -269,7 +269,7 @@ def item_host_bw(ev, th) -> Item:
         return Item("C7", "host-GPU bandwidth", "SKIP", "not measured", f">= {t['pass_fraction']:.0%} of the "
                     "PCIe spec per direction", t["source"], "measured by commprof check on a GPU box (hostbw.json)")
     gbps = _num(ev.hostbw.get("h2d_gbps_min"))
-    gen = _num(ev.hostbw.get("pcie_gen")) or _num((_gpus(ev.topo) or [{}])[0].get("pcie_gen_max"))
+    gen = _num(ev.hostbw.get("pcie_gen")) or _num((_gpus(ev.topo) or [{}])[0].get("pcie_link_gen_max"))
     spec = LINK_CEILING_GBPS.get(f"pcie{int(gen)}") if gen else None
     if gbps is None or spec is None:
         return Item("C7", "host-GPU bandwidth", "SKIP", "incomplete hostbw.json", "", t["source"])

@@ -57,3 +57,12 @@ def where(rank: int | None = None, stage: str | None = None, host: str | None = 
     if stage:
         parts.append(f"stage={stage}")
     return " ".join(parts)
+
+
+EXIT_NO_GPU = 7         # no NVIDIA driver, no NVML bindings, or NVML sees no GPU
+
+
+class NoGpuError(CommprofError):
+    """NVML cannot be used here: no bindings, no driver, or zero devices."""
+
+    exit_code = EXIT_NO_GPU

@@ -147,7 +147,7 @@ def trace_charts(out_dir: str, meta: dict, dest: str | None = None) -> list[str]
     prov = (f"{kind} on {', '.join(meta.get('hosts', ['?']))}, backend {meta.get('backend', '?')}, "
             f"model {meta.get('model', {}).get('name', '?')}, {meta.get('scaling', '')}; {meta.get('start_time', '')}")
     written = []
-    src_dir, out_dir = out_dir, dest or out_dir
+    out_dir = dest or out_dir
 
     runs = list(tok.groupby(["tp", "batch", "mode"]))
     cols = min(3, len(runs))

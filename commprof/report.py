@@ -95,7 +95,7 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
                  f"interconnect class: <b>{html.escape(str(t.get('interconnect_class', 'n/a')))}</b></p>")
         g_rows = [(g.get("index", i), g.get("name", "?"), human_bytes(g["memory_total_bytes"])
                    if isinstance(g.get("memory_total_bytes"), int) else "n/a", g.get("pci_bus_id", "n/a"),
-                   f"Gen{g.get('pcie_gen_max', '?')} x{g.get('pcie_width_max', '?')}",
+                   f"Gen{g.get('pcie_link_gen_max', '?')} x{g.get('pcie_link_width_max', '?')}",
                    g.get("numa_node", "n/a"), g.get("nvlink_active_links", "n/a"))
                   for i, g in enumerate(t.get("gpus", []))]
         g_heads = ("GPU", "name", "memory", "PCI bus", "PCIe max", "NUMA", "NVLinks")

@@ -224,4 +224,16 @@ def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
                  "wrong": "elements differing from the exact expected result in the untimed check"},
     )
     write_meta(path, meta)
+    save_topology(path)
     return SweepWriter(path, cfg, meta, done)
+
+
+def save_topology(path: str) -> bool:
+    """Write ``topo.json`` beside the results whenever NVML answers (no GPU: nothing, silently)."""
+    from .topo import try_collect_topology, write_topology
+
+    topo = try_collect_topology()
+    if topo is None:
+        return False
+    write_topology(topo, os.path.join(path, "topo.json"))
+    return True

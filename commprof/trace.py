@@ -333,6 +333,8 @@ def open_trace(cfg: TraceConfig, rank_infos: list[dict], kind: str = "measured",
     }
     meta.update(extra or {})
     results.write_meta(cfg.out_dir, meta)
+    if kind == "measured":
+        results.save_topology(cfg.out_dir)
     return TraceWriter(cfg, meta, kind)
 
 

@@ -1,0 +1,110 @@
+"""commprof check on recorded boxes: NVML answers of real box shapes + synthetic GPU results."""
+import csv
+import json
+import os
+
+import pytest
+from fake_nvml import FakeNVML
+
+from commprof import topo as T
+from commprof.check import EXIT_CHECK_FAILED, gather, load_thresholds, run_items
+from commprof.results import COLUMNS
+
+H100 = "h100-sxm-8x-nvswitch.json"
+RTX5090 = "rtx5090-8x-pcie-2socket.json"
+L40S = "l40s-4x-pcie-switch.json"
+
+
+def box(tmp_path, fixture, ar_p50_us, busbw_gbps, share_pct, name="box"):
+    """A results dir as a GPU box would leave it: topo.json from the recorded NVML answers, a
+    sweep and a trace summary with the given (synthetic) figures, backend nccl."""
+    d = tmp_path / name
+    d.mkdir()
+    T.write_topology(T.collect_topology(FakeNVML(fixture)), str(d / "topo.json"))
+    meta = {"kind": "measured", "backend": "nccl", "hosts": ["box"], "gpus": ["g"], "start_time": "t",
+            "command": ["synthetic test data"], "model": {"name": "Qwen2.5-32B"}}
+    (d / "meta.json").write_text(json.dumps(meta))
+    tp = len(T.collect_topology(FakeNVML(fixture))["gpus"])
+    with open(d / "sweep.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for size, p50, bus in ((16384, ar_p50_us, 1.0), (268435456, 5000.0, busbw_gbps)):
+            w.writerow({"op": "all_reduce", "tp": tp, "group": 0, "mode": "graph", "size_bytes": size, "count": 1,
+                        "iters": 1, "warmup": 0, "concurrent": 0, "latency_us_p50": p50,
+                        "latency_us_p99": p50 * 1.2, "busbw_gbps": bus, "wrong": 0, "status": "ok"})
+    (d / "trace_summary.csv").write_text("kind,scaled,tp,batch,mode,ms_per_token,comm_share_pct\n"
+                                         f"measured,0,{tp},1,graph,20.0,{share_pct}\n")
+    return str(d)
+
+
+def statuses(items):
+    return {i.id: i.status for i in items}
+
+
+def test_h100_nvswitch_box_passes(tmp_path):
+    th = load_thresholds()
+    th["inventory"]["expected_gpus"] = 8
+    items = run_items(gather([box(tmp_path, H100, 12.0, 380.0, 10.0)]), th)
+    s = statuses(items)
+    assert [i.id for i in items] == ["C1", "C2", "C5", "C6", "C3", "C7", "C10", "C9", "C11", "KV", "C12"]
+    assert s == {"C1": "PASS", "C2": "PASS", "C5": "PASS", "C6": "PASS", "C3": "PASS", "C7": "SKIP",
+                 "C10": "PASS", "C9": "PASS", "C11": "PASS", "KV": "PASS", "C12": "PASS"}
+    by = {i.id: i for i in items}
+    assert "nvswitch" in by["C2"].value and "18" in by["C3"].value
+    assert "nvlink4" in by["C9"].value and "FACTS.md" in by["C9"].source
+    assert "proposed" in by["C10"].source and by["C10"].threshold.startswith("NVLink")
+    assert "sequences fit (modelled)" in by["KV"].value
+
+
+def test_rtx5090_pcie_box(tmp_path):
+    items = run_items(gather([box(tmp_path, RTX5090, 95.0, 20.0, 45.0)]), load_thresholds())
+    s = statuses(items)
+    assert s["C2"] == "PASS" and "pcie-no-p2p" in {i.id: i for i in items}["C2"].value
+    assert s["C5"] == "WARN"            # PCIe pairs without P2P: NCCL falls back to host memory
+    assert s["C3"] == "SKIP"            # no NVLink on this model
+    assert s["C10"] == "FAIL"           # 95 us > 80 us (PCIe, proposed)
+    assert s["C9"] == "FAIL"            # 20 GB/s = 32% of PCIe 5 x16 63 GB/s
+    assert s["C11"] == "FAIL"           # 45% > 30%
+    assert s["C12"] == "WARN"           # TP=8 spans both sockets (SYS pairs)
+
+
+def test_l40s_box_and_thresholds_override(tmp_path):
+    d = box(tmp_path, L40S, 50.0, 25.0, 20.0)
+    s = statuses(run_items(gather([d]), load_thresholds()))
+    assert s["C12"] == "PASS" and s["C5"] == "PASS" and s["C10"] == "WARN" and s["C11"] == "WARN"
+    f = tmp_path / "t.toml"
+    f.write_text("[allreduce_latency]\npcie_pass_us = 60.0\n[comm_share]\npass_pct = 25.0\n")
+    s = statuses(run_items(gather([d]), load_thresholds(str(f))))
+    assert s["C10"] == "PASS" and s["C11"] == "PASS"
+
+
+def test_check_cli_exit_code_and_files(cli, tmp_path):
+    d = box(tmp_path, RTX5090, 95.0, 20.0, 45.0)
+    res = cli("check", d)
+    assert res.returncode == EXIT_CHECK_FAILED, res.stderr
+    data = json.load(open(os.path.join(d, "check.json")))
+    assert data["verdict"] == "FAIL" and data["thresholds_version"] == 1
+    assert "FAIL" in open(os.path.join(d, "check.md")).read()
+    ok = box(tmp_path, H100, 12.0, 380.0, 10.0, name="ok")
+    assert cli("check", ok).returncode == 0
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ("topo.json", "not valid JSON"),
+    ("trace_summary.csv", "missing column"),
+])
+def test_check_on_corrupt_files(cli, tmp_path, bad, needle):
+    d = box(tmp_path, L40S, 50.0, 25.0, 20.0)
+    open(os.path.join(d, bad), "w").write("{oops\n")
+    res = cli("check", d)
+    assert res.returncode == 2
+    line = [l for l in res.stderr.splitlines() if l.startswith("commprof: error:")]
+    assert len(line) == 1 and needle in line[0] and bad in line[0]
+
+
+def test_check_bad_thresholds_file_names_key(cli, tmp_path):
+    d = box(tmp_path, L40S, 50.0, 25.0, 20.0)
+    f = tmp_path / "t.toml"
+    f.write_text("[busbw]\npass_fractoin = 0.5\n")
+    res = cli("check", d, "--thresholds", str(f))
+    assert res.returncode == 2 and "busbw.pass_fractoin" in res.stderr and str(f) in res.stderr
