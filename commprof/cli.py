@@ -89,7 +89,7 @@ def trace(
     backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),
     modes: Optional[str] = typer.Option(None, "--modes", help="eager and/or graph (graph: NCCL only)."),
     predict: bool = typer.Option(False, "--predict", help="Predict another box: compute measured here + --comm-from."),
-    comm_from: Optional[str] = typer.Option(None, "--comm-from", help="Sweep results dir of the box to predict."),
+    comm_from: Optional[str] = typer.Option(None, "--comm-from", help="Sweep/import results dir of the box to predict, or reference:<profile> (e.g. reference:nvlink4)."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a rank counts as hung."),
     out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>/)."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
@@ -106,6 +106,8 @@ def trace(
             raise UsageError("--comm-from is only used with --predict")
         if comm_from:
             from . import results
+            from .costmodel import resolve_comm_source
+            comm_from = resolve_comm_source(comm_from)   # reference:<profile> -> a modelled sweep dir
             results.load_frame(comm_from)            # a bad dir fails now, before anything runs
             results.read_meta(comm_from)
         cfg = core.build_config(model=model, tp=tp, batch=batch, context=context, tokens=tokens, warmup=warmup,

@@ -26,7 +26,7 @@ def print_table(df, meta: dict, console=None) -> None:
     from rich.table import Table
 
     console = console or Console(width=None if sys.stdout.isatty() else 150)
-    title = (f"commprof sweep: measured on {', '.join(meta.get('hosts', ['?']))} "
+    title = (f"commprof sweep: {meta.get('kind', 'measured')} on {', '.join(meta.get('hosts', ['?']))} "
              f"({meta.get('backend', '?')}, {', '.join(meta.get('gpus', []))}) at {meta.get('start_time', '?')}")
     t = Table(title=title, title_justify="left")
     for col, just in (("op", "left"), ("tp", "right"), ("grp", "right"), ("mode", "left"),
@@ -49,7 +49,7 @@ def print_table(df, meta: dict, console=None) -> None:
 
 def _provenance(meta: dict) -> str:
     cmd = " ".join(meta.get("command", [])) or "?"
-    return (f"measured on {', '.join(meta.get('hosts', ['?']))}, backend {meta.get('backend', '?')}, "
+    return (f"{meta.get('kind', 'measured')} on {', '.join(meta.get('hosts', ['?']))}, backend {meta.get('backend', '?')}, "
             f"{meta.get('start_time', '?')}; command: {cmd}")[:180]
 
 

@@ -1,0 +1,173 @@
+"""``commprof gap``: this box against a reference of the other kind (PCIe vs NVLink).
+
+* latency ratio at decode sizes (<= 2 MiB): this box's p50 / the reference's modelled latency;
+* busbw ratio at large sizes (>= 64 MiB), when the sweep has them;
+* with a trace, the per-token impact: this box's communication share and ms/token, and the same
+  token with the reference's collective latencies (the trace's compute and gaps kept).
+
+This box's values are measured (or imported); the reference's are modelled from published figures
+(``commprof.profiles``, every parameter with its source). Every line says which is which.
+"""
+from __future__ import annotations
+
+from .errors import UsageError
+
+DECODE_MAX_BYTES = 2 << 20
+LARGE_MIN_BYTES = 64 << 20
+
+
+def box_kind(ev) -> str:
+    """nvlink / pcie / cpu / unknown, from topo.json or the run's backend."""
+    cls = (ev.topo or {}).get("interconnect_class", "")
+    if cls in ("nvswitch", "nvlink"):
+        return "nvlink"
+    if cls.startswith("pcie"):
+        return "pcie"
+    meta = ev.sweep_meta or ev.trace_meta or {}
+    if meta.get("backend") == "gloo":
+        return "cpu"
+    if meta.get("backend") == "model":
+        return "nvlink" if "nvlink" in str(meta.get("hosts", "")) else "pcie"
+    return "unknown"
+
+
+def default_reference(kind: str) -> str:
+    """The other kind: a PCIe box is compared with NVLink 4, an NVLink box with PCIe 5 (P2P off,
+    the common 8-GPU consumer-card box); a CPU or unknown box with NVLink 4."""
+    return "pcie5-nop2p" if kind == "nvlink" else "nvlink4"
+
+
+def _ref_latency(prof, op, tp, size, mode):
+    from .costmodel import get_profile, profile_latency_us
+
+    p = get_profile(prof)
+    m = mode if mode in {q["mode"] for q in p["params"]} else "eager"
+    try:
+        return profile_latency_us(prof, op, tp, size, m), m
+    except (KeyError, ValueError, UsageError):
+        return None, m
+
+
+def compute_gap(dirs: list[str], reference: str | None = None) -> dict:
+    """The gap as a table (headers, rows), text lines and a provenance line."""
+    from .check import gather
+    from .costmodel import get_profile
+
+    ev = gather(dirs)
+    if ev.sweep is None:
+        raise UsageError("gap needs a sweep (or imported nccl-tests) results dir among the dirs")
+    kind = box_kind(ev)
+    ref = (reference or default_reference(kind)).removeprefix("reference:")
+    try:
+        prof = get_profile(ref)
+    except (KeyError, UsageError):
+        from .costmodel import list_profiles
+        raise UsageError(f"--reference '{ref}': unknown; use one of "
+                         f"{', '.join(p['name'] for p in list_profiles())}") from None
+    meta = ev.sweep_meta or {}
+    this = f"{meta.get('kind', 'measured')} on {', '.join(meta.get('hosts', ['?']))} ({meta.get('backend', '?')})"
+    df = ev.sweep[ev.sweep["group"] == 0]
+    rows = []
+    for (op, tp, mode), g in df.groupby(["op", "tp", "mode"]):
+        for r in g.sort_values("size_bytes").itertuples():
+            size = int(r.size_bytes)
+            ref_us, ref_mode = _ref_latency(ref, op, int(tp), size, mode)
+            if ref_us is None:
+                continue
+            if size <= DECODE_MAX_BYTES:
+                rows.append((op, int(tp), mode, size, "latency", f"{r.latency_us_p50:.1f} us",
+                             f"{ref_us:.1f} us ({ref_mode})", f"{r.latency_us_p50 / ref_us:.2f}x"))
+            if size >= LARGE_MIN_BYTES:
+                from .collectives import COLLECTIVES
+                _, ref_bus = COLLECTIVES[op].bandwidth_gbps(size, ref_us, int(tp))
+                rows.append((op, int(tp), mode, size, "busbw", f"{r.busbw_gbps:.1f} GB/s",
+                             f"{ref_bus:.1f} GB/s", f"{r.busbw_gbps / ref_bus:.2f}x"))
+    if not rows:
+        raise UsageError(f"gap: the reference '{ref}' covers none of the sweep's ops/TP degrees "
+                         "(it has all_reduce and all_gather at TP 2/4/8)")
+    lines = _per_token(ev, ref, prof)
+    prov = (f"this box: {this}; reference: {ref} = {prof['title']} (modelled from published figures, "
+            f"sources in commprof/profiles.py); ratio = this box / reference")
+    if kind == "cpu":
+        prov += "; this box ran on CPU ranks (gloo): the ratios show the pipeline, not a GPU box"
+    return {"headers": ("op", "tp", "mode", "size_bytes", "metric", "this box", f"{ref} (modelled)", "ratio"),
+            "rows": rows, "lines": lines, "provenance": prov, "reference": ref, "box_kind": kind}
+
+
+def _per_token(ev, ref: str, prof: dict) -> list[str]:
+    """With a trace: this box's share and ms/token, and the same token on the reference."""
+    if ev.trace is None:
+        return []
+    from .models import ModelShape, get_model
+    from .plan import decode_collectives
+
+    model = (ev.trace_meta or {}).get("model") or {}
+    try:
+        shape = ModelShape(**{k: v for k, v in model.items() if k in ModelShape.__dataclass_fields__}) \
+            if model else get_model("Qwen2.5-32B")
+    except TypeError:
+        return []
+    tkind = (ev.trace_meta or {}).get("kind", "measured")
+    out = []
+    for r in ev.trace.itertuples():
+        tp, batch, mode = int(r.tp), int(r.batch), str(getattr(r, "mode", "eager"))
+        if tp < 2:
+            continue
+        ms = float(r.ms_per_token)
+        comm_ms = ms * float(r.comm_share_pct) / 100.0
+        ref_comm_us = 0.0
+        for site in decode_collectives(shape, tp, batch, dtype=(ev.trace_meta or {}).get("config", {}).get("dtype", "bf16")):
+            us, _ = _ref_latency(ref, site.op, tp, site.size_bytes, mode)
+            if us is None:
+                ref_comm_us = None
+                break
+            ref_comm_us += us
+        if ref_comm_us is None:
+            continue
+        ref_ms = ms - comm_ms + ref_comm_us / 1e3
+        scaled = ", scaled" if int(getattr(r, "scaled", 0) or 0) else ""
+        out.append(f"this box ({tkind}{scaled}): TP={tp} batch={batch} communication share {r.comm_share_pct:.1f}%, "
+                   f"{ms:.2f} ms/token; on {ref} (modelled, compute and gaps kept): "
+                   f"{100 * ref_comm_us / 1e3 / ref_ms:.1f}%, {ref_ms:.2f} ms/token")
+    return out
+
+
+def render_gap(g: dict, console=None) -> None:
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from .units import human_bytes
+
+    console = console or Console(width=None if sys.stdout.isatty() else 160)
+    t = Table(title=f"commprof gap vs {g['reference']}", title_justify="left")
+    for h in g["headers"]:
+        t.add_column(h)
+    for r in g["rows"]:
+        t.add_row(*(human_bytes(c) if i == 3 else str(c) for i, c in enumerate(r)))
+    console.print(t)
+    console.print(g["provenance"], style="dim")
+    for line in g["lines"]:
+        console.print(line)
+
+
+def fits_lines(df) -> list[str]:
+    """alpha-beta fits of this box's sweep, with their error (for gap and report)."""
+    from .costmodel import fit_sweep
+
+    out = []
+    for f in fit_sweep(df):
+        beta = "inf" if f.beta_gbps in (None, float("inf")) else f"{f.beta_gbps:.2f} GB/s"
+        out.append(f"fit {f.op} tp={f.tp} {f.mode}: latency = {f.alpha_us:.1f} us + bytes / {beta} "
+                   f"(mean error {f.mean_rel_err_pct:.1f}%, max {f.max_rel_err_pct:.1f}%, {f.n_sizes} sizes)")
+    return out
+
+
+def run_gap(dirs: list[str], reference: str | None = None) -> int:
+    from .check import gather
+
+    g = compute_gap(dirs, reference)
+    g["lines"] = fits_lines(gather(dirs).sweep) + g["lines"]
+    render_gap(g)
+    return 0

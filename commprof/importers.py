@@ -1,0 +1,597 @@
+"""``commprof import nccl-tests LOG...``: nccl-tests results as a commprof sweep results dir.
+
+Reads the text that ``all_reduce_perf``, ``all_gather_perf``, ``reduce_scatter_perf``,
+``alltoall_perf`` and ``broadcast_perf`` print (old and new column layouts, ``mpirun
+--tag-output`` / ``srun --label`` prefixes, ``NCCL_DEBUG`` lines interleaved, several runs in one
+file) and their ``-J`` JSON files (nccl-tests 2.17+), and writes ``sweep.csv`` + ``meta.json`` in
+the format of :mod:`commprof.results`, so ``show``, ``trace --predict --comm-from`` and the cost
+model read an nccl-tests run like a commprof sweep.
+
+nccl-tests reports one time per size: the average over its timed iterations (and, by default, over
+ranks). It goes into every latency statistic of the row; ``meta.json`` says so. Runs with per-
+iteration timing (``-I 1``) also give min/max/p99 (text) or p50/p95/p99 (JSON), and those are used.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from . import results
+from .collectives import COLLECTIVES
+from .errors import UsageError
+from .runinfo import now_iso
+
+# nccl-tests binary (without _perf / _mpi) -> commprof op
+NCCL_TESTS_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+                  "alltoall": "all_to_all", "broadcast": "broadcast"}
+_OTHER_TESTS = ("sendrecv", "reduce", "gather", "scatter", "hypercube", "alltoallv")
+NCCL_TYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16", "double": "fp64", "int8": "int8",
+              "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
+              "f8e4m3": "fp8e4m3", "f8e5m2": "fp8e5m2", "int": "int32"}
+
+EXPECTED = "not nccl-tests output (expected a data line with size, count, type, redop, root, time, algbw, busbw, #wrong, ...)"
+
+_PREFIX_RE = re.compile(r"^(?:\[\d+(?:,\d+)*\]<std(?:out|err)>:|\s*\d+:\s|\[\d+\]\s)")
+_RANK_RE = re.compile(r"^Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+                      r"\[([^\]]*)\]\s*(.*)$")
+_VERSION_RE = re.compile(r"nccl-tests version\s+(\S+)(?:\s+\([^)]*\))?(?:\s+nccl-headers=(\d+))?"
+                         r"(?:\s+nccl-library=(\d+))?")
+_BINARY_RE = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|broadcast|sendrecv|"
+                        r"reduce|gather|scatter|hypercube)_perf(?:_mpi)?\b")
+_NCCL_LOG_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b|^NCCL version\b")
+_INT_RE = re.compile(r"^-?\d+$")
+_NUM_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^-?(?:nan|inf)$", re.IGNORECASE)
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_TIME_RE = re.compile(r"^\d{2}:\d{2}:\d{2}$")
+
+
+@dataclass
+class Section:
+    """One nccl-tests run: its header facts and its data rows."""
+
+    path: str
+    start_line: int
+    op_name: str = ""                 # nccl-tests name, e.g. all_reduce (from the header or a hint)
+    version: str = ""
+    nccl_headers: str = ""
+    nccl_library: str = ""
+    nthreads: int | None = None
+    ngpus: int | None = None
+    graph: int = 0
+    iters: int = 0
+    warmup: int = 0
+    agg_iters: int = 1
+    cputime: bool = False
+    blocking: str = ""
+    ranks: list = field(default_factory=list)
+    fields: list | None = None        # per-placement column names from the header, e.g. time algbw busbw #wrong
+    has_root: bool | None = None
+    rows: list = field(default_factory=list)
+    out_of_bounds: str = ""
+    avg_busbw: str = ""
+    fmt: str = "text"
+    extra: dict = field(default_factory=dict)
+
+
+def nccl_version_str(code) -> str:
+    """NCCL_VERSION_CODE -> "2.29.3" (2.9+ use major*10000 + minor*100 + patch, older *1000)."""
+    try:
+        c = int(code)
+    except (TypeError, ValueError):
+        return ""
+    if c <= 0:
+        return ""
+    if c >= 10000:
+        return f"{c // 10000}.{(c % 10000) // 100}.{c % 100}"
+    return f"{c // 1000}.{(c % 1000) // 100}.{c % 100}"
+
+
+def _op_from_name(name: str) -> str:
+    m = _BINARY_RE.search(name)
+    return m.group(1) if m else ""
+
+
+_FILE_HINTS = (("reduce_scatter", r"reduce[_-]?scatter"), ("all_reduce", r"all[_-]?reduce"),
+               ("all_gather", r"all[_-]?gather"), ("alltoall", r"all[_-]?to[_-]?all"),
+               ("broadcast", r"broadcast|bcast"))
+
+
+def _op_from_filename(path: str) -> str:
+    """A file name hint such as ``h100_allreduce_8gpu.log`` or ``all_gather_perf.txt``."""
+    base = os.path.basename(path).lower()
+    for name, pat in _FILE_HINTS:
+        if re.search(pat, base):
+            return name
+    return ""
+
+
+def _num(tok: str) -> float:
+    if not _NUM_RE.match(tok):
+        raise ValueError(tok)
+    return float(tok)
+
+
+# --- text ------------------------------------------------------------------------------------------
+
+def _header_fields(tokens: list[str]) -> tuple[list[str], bool] | None:
+    """Column header line (tokens after '#') -> (per-placement field names, has_root)."""
+    if "size" not in tokens or "count" not in tokens:
+        return None
+    times = [i for i, t in enumerate(tokens) if t in ("time", "cputime")]
+    if not times:
+        return None
+    first = times[0]
+    end = times[1] if len(times) > 1 else len(tokens)
+    per = [t for t in tokens[first:end] if t != "timestamp"]
+    return per, "root" in tokens[:first]
+
+
+def _parse_data_line(sec: Section, tokens: list[str]):
+    """A data line -> row dict; ValueError when it does not have the expected shape."""
+    if len(tokens) < 7 or not _INT_RE.match(tokens[0]) or not _INT_RE.match(tokens[1]):
+        raise ValueError("shape")
+    size, count = int(tokens[0]), int(tokens[1])
+    dtype = tokens[2]
+    if _NUM_RE.match(dtype) or dtype == "N/A":
+        raise ValueError("type")
+    i = 3
+    redop = ""
+    if i < len(tokens) and not _NUM_RE.match(tokens[i]) and tokens[i] != "N/A":
+        redop = tokens[i]
+        i += 1
+    vals = tokens[i:]
+    if len(vals) >= 2 and _DATE_RE.match(vals[-2]) and _TIME_RE.match(vals[-1]):
+        vals = vals[:-2]                               # -S timestamp
+    per = sec.fields or ["time", "algbw", "busbw", "#wrong"]
+    k = len(per)
+    has_root = sec.has_root
+    if has_root is None:                               # no header seen: root present if the count is odd
+        has_root = len(vals) % 2 == 1
+    root = None
+    if has_root:
+        if not vals or not _INT_RE.match(vals[0]):
+            raise ValueError("root")
+        root = int(vals[0])
+        vals = vals[1:]
+    if sec.fields is None and len(vals) % 2 == 0 and len(vals) >= 8:
+        k = len(vals) // 2
+        per = ["time", "algbw", "busbw", "#wrong"] + [f"extra{j}" for j in range(k - 4)]
+    if len(vals) == 2 * k:
+        blocks = {"out-of-place": vals[:k], "in-place": vals[k:]}
+    elif len(vals) == k:                               # trace replay: only in-place is printed
+        blocks = {"in-place": vals}
+    else:
+        raise ValueError("columns")
+    row = {"size": size, "count": count, "type": dtype, "redop": redop, "root": root}
+    for place, block in blocks.items():
+        rec = dict(zip(per, block))
+        t = rec.get("time", rec.get("cputime"))
+        wrong_tok = rec.get("#wrong", rec.get("error", "N/A"))
+        entry = {"time": _num(t), "algbw": _num(rec["algbw"]), "busbw": _num(rec["busbw"])}
+        if wrong_tok == "N/A":
+            entry["wrong"], entry["wrong_note"] = 0, "not checked (N/A)"
+        elif "error" in rec and "#wrong" not in rec:
+            entry["wrong"], entry["wrong_note"] = 0, f"nccl-tests error {wrong_tok} (a deviation, not a count)"
+            _num(wrong_tok)
+        else:
+            entry["wrong"], entry["wrong_note"] = int(round(_num(wrong_tok))), ""
+        for key, name in (("i_min", "min"), ("i_max", "max"), ("i_p99", "p99")):
+            if key in rec:
+                entry[name] = _num(rec[key])
+        row[place] = entry
+    return row
+
+
+def _new_section(sections: list, path: str, lineno: int) -> Section:
+    sec = Section(path=path, start_line=lineno)
+    sections.append(sec)
+    return sec
+
+
+def parse_text(path: str, text: str) -> list[Section]:
+    """Every run in one nccl-tests text log; UsageError naming the file and line on a bad data line."""
+    label = os.path.basename(path)
+    sections: list[Section] = []
+    sec: Section | None = None
+    first_foreign = None
+    hints = []
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = _PREFIX_RE.sub("", raw.rstrip("\r\n"), count=1).strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            body = line.lstrip("#").strip()
+            toks = body.split()
+            m = _VERSION_RE.search(body)
+            if m:
+                if sec is None or sec.rows or sec.version:
+                    sec = _new_section(sections, path, lineno)
+                sec.version, sec.nccl_headers, sec.nccl_library = m.group(1), m.group(2) or "", m.group(3) or ""
+                continue
+            if body.startswith("Collective test starting:"):
+                if sec is None or sec.rows or sec.op_name:
+                    sec = _new_section(sections, path, lineno)
+                sec.op_name = _op_from_name(body) or body.split(":", 1)[1].strip()
+                continue
+            if body.startswith("nThread"):
+                if sec is None or sec.rows or sec.nthreads is not None:
+                    sec = _new_section(sections, path, lineno)
+                for key, attr in (("nThread", "nthreads"), ("nGpus", "ngpus")):
+                    mm = re.search(rf"\b{key}\s+(\d+)", body)
+                    if mm:
+                        setattr(sec, attr, int(mm.group(1)))
+                for pat, attr in ((r"\bgraph:\s*(\d+)", "graph"), (r"(?<!warmup )\biters:\s*(\d+)", "iters"),
+                                  (r"warmup iters:\s*(\d+)", "warmup"), (r"agg iters:\s*(\d+)", "agg_iters")):
+                    mm = re.search(pat, body)
+                    if mm:
+                        setattr(sec, attr, int(mm.group(1)))
+                continue
+            if sec is None:
+                sec = _new_section(sections, path, lineno)
+            mr = _RANK_RE.match(body)
+            if mr:
+                sec.ranks.append({"rank": int(mr.group(1)), "group": int(mr.group(2) or 0),
+                                  "pid": int(mr.group(3)), "host": mr.group(4), "device": int(mr.group(5)),
+                                  "bus_id": mr.group(6), "gpu": mr.group(7).strip()})
+                continue
+            hf = _header_fields(toks)
+            if hf:
+                sec.fields, sec.has_root = hf
+                sec.cputime = "cputime" in toks
+                continue
+            if body.startswith("Blocking Enabled"):
+                sec.blocking = body
+            elif body.startswith("Out of bounds values"):
+                sec.out_of_bounds = body.split(":", 1)[1].strip()
+            elif body.startswith("Avg bus bandwidth"):
+                sec.avg_busbw = body.split(":", 1)[1].strip()
+            elif body.startswith("Collective test concluded"):
+                sec = None
+            else:
+                name = _op_from_name(body)
+                if name:
+                    hints.append(name)
+            continue
+        if _NCCL_LOG_RE.search(line):
+            continue
+        toks = line.split()
+        if _INT_RE.match(toks[0]) and len(toks) > 1 and _INT_RE.match(toks[1]):
+            if sec is None:
+                sec = _new_section(sections, path, lineno)
+            try:
+                row = _parse_data_line(sec, toks)
+            except (ValueError, KeyError, TypeError):
+                raise UsageError(f"'{label}' line {lineno}: {EXPECTED}") from None
+            row["line"] = lineno
+            sec.rows.append(row)
+            continue
+        name = _op_from_name(line)
+        if name:
+            hints.append(name)
+        elif first_foreign is None:
+            first_foreign = lineno
+    sections = [s for s in sections if s.rows]
+    if not sections:
+        raise UsageError(f"'{label}' line {first_foreign or 1}: {EXPECTED}")
+    hint = hints[0] if hints else _op_from_filename(path)
+    for s in sections:
+        if not s.op_name:
+            s.op_name = hint
+    return sections
+
+
+# --- JSON (-J, nccl-tests 2.17+) -------------------------------------------------------------------
+
+def _jnum(v):
+    """A JSON number; nccl-tests writes NaN as the string "nan"."""
+    if v is None:
+        return None
+    return float("nan") if v == "nan" else float(v)
+
+
+def _jget(d: dict, *names):
+    for n in names:
+        if n in d:
+            return d[n]
+    return None
+
+
+def parse_json(path: str, text: str) -> list[Section]:
+    """One ``-J`` JSON document (schema of nccl-tests src/util.cu, JSON_FILE_VERSION 1-3)."""
+    label = os.path.basename(path)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"'{label}' line {e.lineno}: not valid JSON ({e.msg}); nccl-tests writes -J "
+                         "output only when the run finishes") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise UsageError(f"'{label}' line 1: not nccl-tests -J output (expected a JSON object with a "
+                         "'results' list of {size, count, type, out_of_place: {time, alg_bw, bus_bw, nwrong}})")
+    cfg = doc.get("config") or {}
+    args = doc.get("args") or []
+    sec = Section(path=path, start_line=1, fmt="json")
+    sec.op_name = _op_from_name(str(args[0])) if args else ""
+    if not sec.op_name:
+        sec.op_name = _op_from_filename(path)
+    sec.extra["json_version"] = doc.get("version")
+    sec.version = str(doc.get("nccl_tests_version", "")) if doc.get("nccl_tests_version") else ""
+    sec.nccl_library = str(doc.get("nccl_version", "") or "")
+    sec.nthreads, sec.ngpus = cfg.get("nthreads"), cfg.get("ngpus")
+    sec.graph = int(cfg.get("graph") or 0)
+    sec.iters = int(cfg.get("iterations") or 0)
+    sec.warmup = int(cfg.get("warmup_iters") or 0)
+    sec.agg_iters = int(cfg.get("aggregated_iterations") or 1)
+    for d in cfg.get("devices") or []:
+        sec.ranks.append({"rank": d.get("rank"), "group": d.get("group", 0), "pid": d.get("pid"),
+                          "host": d.get("hostname"), "device": d.get("device"), "bus_id": d.get("device_hex"),
+                          "gpu": (d.get("device_info") or "").strip()})
+    for idx, r in enumerate(doc["results"]):
+        try:
+            row = {"size": int(r["size"]), "count": int(r["count"]), "type": str(r["type"]),
+                   "redop": str(r.get("redop", "")).strip(), "root": int(str(r.get("root", "-1")).strip() or -1),
+                   "line": idx}
+            for key, place in (("out_of_place", "out-of-place"), ("in_place", "in-place")):
+                e = r.get(key)
+                if not isinstance(e, dict):
+                    continue
+                t = _jget(e, "time", "cpu_time", "time_us")
+                if "cpu_time" in e:
+                    sec.cputime = True
+                wrong = _jget(e, "nwrong", "wrong", "#wrong")
+                entry = {"time": _jnum(t), "algbw": _jnum(_jget(e, "alg_bw", "algbw")),
+                         "busbw": _jnum(_jget(e, "bus_bw", "busbw")),
+                         "wrong": 0 if wrong is None else int(round(float(wrong))),
+                         "wrong_note": "not checked (null)" if wrong is None else ""}
+                if entry["time"] is None:
+                    raise ValueError("time")
+                pi = r.get(f"{key}_per_iter")
+                if isinstance(pi, dict):
+                    for k2, name in (("min_us", "min"), ("max_us", "max"), ("p50_us", "p50"),
+                                     ("p95_us", "p95"), ("p99_us", "p99"), ("avg_us", "avg")):
+                        if pi.get(k2) is not None:
+                            entry[name] = _jnum(pi[k2])
+                row[place] = entry
+        except (KeyError, TypeError, ValueError):
+            raise UsageError(f"'{label}' results[{idx}]: not an nccl-tests result (expected size, count, "
+                             "type and out_of_place/in_place with time, alg_bw, bus_bw)") from None
+        if "out-of-place" in row or "in-place" in row:
+            sec.rows.append(row)
+    if not sec.rows:
+        raise UsageError(f"'{label}': nccl-tests -J output with no results")
+    return [sec]
+
+
+# --- sections -> rows ------------------------------------------------------------------------------
+
+def _ranks_from_ratio(op: str, rows: list[dict]) -> int | None:
+    """Number of ranks implied by busbw/algbw (the nccl-tests bus factor) of the largest algbw row."""
+    best = None
+    for r in rows:
+        e = r.get("out-of-place") or r.get("in-place")
+        if e and e["algbw"] and e["algbw"] > 0 and (best is None or e["algbw"] > best["algbw"]):
+            best = e
+    if best is None or best["algbw"] < 0.5:             # two-decimal figures: too coarse below that
+        return None
+    ratio = best["busbw"] / best["algbw"]
+    if op == "all_reduce" and ratio < 2:
+        n = 2 / (2 - ratio)
+    elif op in ("all_gather", "reduce_scatter", "all_to_all") and ratio < 1:
+        n = 1 / (1 - ratio)
+    else:
+        return None
+    k = round(n)
+    if k < 2 or abs(COLLECTIVES[op].busbw_factor(k) - ratio) > 0.03 * max(ratio, 1e-9) + 0.01:
+        return None
+    return k
+
+
+def _section_ranks(sec: Section, op: str) -> tuple[int, str]:
+    if sec.ranks:
+        if sec.fmt == "json":
+            n = len(sec.ranks) * (sec.nthreads or 1) * (sec.ngpus or 1)
+            return n, "config.devices (one entry per process) x nthreads x ngpus"
+        per_group: dict = {}
+        for r in sec.ranks:
+            per_group.setdefault(r["group"], set()).add(r["rank"])
+        n = max(len(v) for v in per_group.values())
+        return n, "rank lines" + (" (ranks per group)" if len(per_group) > 1 else "")
+    n = _ranks_from_ratio(op, sec.rows)
+    if n:
+        return n, "busbw/algbw ratio (no rank lines in the log)"
+    if sec.nthreads and sec.ngpus:
+        return sec.nthreads * sec.ngpus, "nThread x nGpus (no rank lines; assumes one process)"
+    raise UsageError(f"'{os.path.basename(sec.path)}' line {sec.start_line}: cannot tell the number of ranks "
+                     "(no '# Rank ...' lines, no nThread/nGpus header, and busbw/algbw does not determine it)")
+
+
+def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
+    label = os.path.basename(sec.path)
+    if not sec.op_name:
+        raise UsageError(f"'{label}' line {sec.start_line}: cannot tell which collective this is (no "
+                         "'# Collective test starting: ..._perf' line, no binary name in the log or the "
+                         "file name); rename the file to include e.g. all_reduce_perf")
+    if sec.op_name not in NCCL_TESTS_OPS:
+        raise UsageError(f"'{label}' line {sec.start_line}: nccl-tests {sec.op_name}_perf is not imported "
+                         f"(commprof knows {', '.join(n + '_perf' for n in NCCL_TESTS_OPS)})")
+    op = NCCL_TESTS_OPS[sec.op_name]
+    tp, tp_from = _section_ranks(sec, op)
+    mode = "graph" if sec.graph > 0 else "eager"
+    hosts = sorted({r["host"] for r in sec.ranks if r.get("host")})
+    clock = "nccl-tests cputime" if sec.cputime else "nccl-tests"
+    out = []
+    skipped = 0
+    for r in sec.rows:
+        for place in ("out-of-place", "in-place"):
+            e = r.get(place)
+            if e is None or (place == "in-place" and not in_place):
+                continue
+            t = e["time"]
+            if t is None or not math.isfinite(t) or t <= 0 or r["size"] <= 0:
+                skipped += 1
+                continue
+            stats = {"p50": e.get("p50", t), "p95": e.get("p95", t if "p99" not in e else ""),
+                     "p99": e.get("p99", t), "min": e.get("min", t), "max": e.get("max", t),
+                     "mean": e.get("avg", t)}
+            site = place + (f"; wrong: {e['wrong_note']}" if e.get("wrong_note") else "")
+            out.append({
+                "op": op, "tp": tp, "group": 0, "ranks": f"0-{tp - 1}",
+                "mode": mode if place == "out-of-place" else f"{mode}-in-place",
+                "clock": clock, "backend": "nccl", "dtype": NCCL_TYPES.get(r["type"], r["type"]),
+                "size_bytes": r["size"], "count": r["count"], "batch": "", "site": site,
+                "iters": sec.iters, "warmup": sec.warmup, "concurrent": 0,
+                "latency_us_p50": stats["p50"], "latency_us_p95": stats["p95"], "latency_us_p99": stats["p99"],
+                "latency_us_min": stats["min"], "latency_us_max": stats["max"], "latency_us_mean": stats["mean"],
+                "latency_us_rankavg_p50": t, "latency_us_rankavg_mean": t,
+                "enqueue_us_p50": "", "enqueue_us_p99": "",
+                "algbw_gbps": e["algbw"], "busbw_gbps": e["busbw"], "wrong": e["wrong"],
+                "status": "ok" if e["wrong"] == 0 else "WRONG", "hosts": ";".join(hosts),
+            })
+    info = {
+        "file": os.path.abspath(sec.path), "format": sec.fmt, "first_line": sec.start_line,
+        "nccl_tests_binary": f"{sec.op_name}_perf", "op": op, "tp": tp, "tp_from": tp_from, "mode": mode,
+        "graph_launches": sec.graph, "iters": sec.iters, "warmup_iters": sec.warmup, "agg_iters": sec.agg_iters,
+        "nccl_tests_version": sec.version or None,
+        "nccl_version": nccl_version_str(sec.nccl_library) or None,
+        "nccl_headers_version": nccl_version_str(sec.nccl_headers) or None,
+        "ranks": sec.ranks, "rows": len(sec.rows), "reported_out_of_bounds": sec.out_of_bounds or None,
+        "reported_avg_busbw": sec.avg_busbw or None,
+        **sec.extra,
+    }
+    if skipped:
+        info["skipped_rows"] = (f"{skipped} measurement(s) with size 0 or without a positive "
+                               "time (nan or 0) were left out")
+    notes = []
+    if sec.agg_iters > 1:
+        notes.append(f"agg iters {sec.agg_iters}: several ops were grouped per iteration, so time is not "
+                     "the latency of one isolated op")
+    if sec.cputime:
+        notes.append("reported cputime (-C 1): CPU launch time, not the op's latency")
+    if sec.blocking:
+        notes.append(sec.blocking)
+    if notes:
+        info["notes"] = notes
+    return out, info
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_nccl_tests(path: str) -> list[Section]:
+    """Parse one nccl-tests output file (text or ``-J`` JSON) into its runs."""
+    label = os.path.basename(path)
+    if os.path.isdir(path):
+        raise UsageError(f"'{path}' is a directory; pass the nccl-tests output files")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise UsageError(f"'{path}': file not found") from None
+    except OSError as e:
+        raise UsageError(f"'{path}': cannot read ({e.strerror})") from None
+    if not text.strip():
+        raise UsageError(f"'{label}' line 1: {EXPECTED} (the file is empty)")
+    if text.lstrip().startswith("{"):
+        return parse_json(path, text)
+    return parse_text(path, text)
+
+
+def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, command=None) -> str:
+    """Import nccl-tests outputs into a new results dir; returns its path.
+
+    One row per op x size x placement: out-of-place rows have mode ``eager`` (``graph`` for a ``-G``
+    run); with ``in_place=True`` in-place rows are added with mode ``eager-in-place`` /
+    ``graph-in-place`` (their own mode, so lookups by mode never mix the two) and site ``in-place``.
+    """
+    if not paths:
+        raise UsageError("import nccl-tests: no input files given")
+    results.check_out_dir(out_dir, resume=False)
+    sections = []
+    files = []
+    for p in paths:
+        secs = read_nccl_tests(p)
+        sections.extend(secs)
+        files.append({"path": os.path.abspath(p), "sha256": _sha256(p), "format": secs[0].fmt,
+                      "runs": len(secs)})
+    rows, infos = [], []
+    for s in sections:
+        r, info = _section_rows(s, in_place)
+        rows.extend(r)
+        infos.append(info)
+    os.makedirs(out_dir, exist_ok=True)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=results.COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    with open(os.path.join(out_dir, results.SWEEP_CSV), "w", encoding="utf-8", newline="") as f:
+        f.write(buf.getvalue())
+    all_ranks = [r for s in sections for r in s.ranks]
+    hosts = sorted({r["host"] for r in all_ranks if r.get("host")})
+    gpus = sorted({r["gpu"] for r in all_ranks if r.get("gpu")})
+    versions = sorted({i["nccl_tests_version"] for i in infos if i["nccl_tests_version"]})
+    nccl = sorted({i["nccl_version"] for i in infos if i["nccl_version"]})
+    meta = {
+        "kind": "imported",
+        "what": "nccl-tests output imported as a sweep (commprof import nccl-tests)",
+        "status": "complete",
+        "start_time": now_iso(),
+        "command": list(command) if command is not None else list(sys.argv),
+        "backend": "nccl",
+        "hosts": hosts,
+        "gpus": gpus or ["unknown (no rank lines in the input)"],
+        "nccl_tests_version": versions[0] if len(versions) == 1 else (versions or None),
+        "nccl_version": nccl[0] if len(nccl) == 1 else (nccl or None),
+        "source_files": files,
+        "runs": infos,
+        "in_place_rows": bool(in_place),
+        "columns": {
+            "latency_us_*": "nccl-tests reports one time per size: the average over its timed iterations "
+                            "(by default also averaged over ranks, -a 1). p50, p95, p99, min, max and mean all "
+                            "hold that reported average: they are not percentiles. With per-iteration "
+                            "timing (-I 1) the reported i_min/i_max/i_p99 (text) or p50/p95/p99/min/max (JSON) "
+                            "are used where given; a statistic not reported is empty",
+            "latency_us_rankavg_*": "the reported average time",
+            "mode": "eager: no CUDA graph; graph: a -G run; *-in-place: the in-place measurement",
+            "site": "placement (out-of-place / in-place) and how #wrong was reported",
+            "size_bytes": "nccl-tests size column, the same convention as commprof sweep",
+            "algbw_gbps": "as reported by nccl-tests", "busbw_gbps": "as reported by nccl-tests",
+            "wrong": "#wrong as reported; 0 where nccl-tests printed N/A or an old-style error value",
+            "clock": "nccl-tests: its own timer (host steady clock around the iterations, or CUDA events "
+                     "with -I)",
+        },
+    }
+    results.write_meta(out_dir, meta)
+    return out_dir
+
+
+def default_import_dir(kind: str, root: str = "results") -> str:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join(root, f"{stamp}-import-{kind}")
+
+
+def run_import(kind: str, paths, out: str | None = None, in_place: bool = False) -> int:
+    """``commprof import KIND FILE...``: import, print one line, return the exit code (0)."""
+    if kind != "nccl-tests":
+        raise UsageError(f"import: unknown kind '{kind}' (known: nccl-tests)")
+    out_dir = out or default_import_dir(kind)
+    import_nccl_tests(list(paths), out_dir, in_place=in_place)
+    rows = results.read_rows(out_dir)
+    ops = sorted({r["op"] for r in rows})
+    tps = sorted({int(r["tp"]) for r in rows})
+    modes = sorted({r["mode"] for r in rows})
+    print(f"imported {len(rows)} rows ({', '.join(ops)}; tp {', '.join(map(str, tps))}; "
+          f"{', '.join(modes)}) from {len(paths)} file(s) into {out_dir}")
+    return 0

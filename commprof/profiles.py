@@ -1,0 +1,395 @@
+"""Reference interconnect profiles: alpha-beta parameters of boxes we cannot measure here.
+
+Each profile models one collective as ``latency_us(bytes) = alpha_us + bytes / (beta_gbps * 1e3)``
+per op, TP degree and mode, where
+
+* ``alpha_us`` is the small-message latency, and
+* ``beta_gbps`` is the op's *algorithm* bandwidth: the large-message bus bandwidth (``busbw_gbps``,
+  nccl-tests definition) divided by the op's nccl-tests bus factor
+  (:meth:`commprof.collectives.Collective.busbw_factor`), i.e. ``algbw = busbw / factor(n)``.
+
+Every number carries its source. A value is ``published`` only when a public measurement states it
+for that op, TP degree and mode (the source is named in ``sources``); anything else is
+``derived`` with the rule and inputs spelled out, or ``proposed``. Modes: ``eager`` is NCCL called
+once per op without a CUDA graph (nccl-tests' default loop, or torch eager); ``graph`` is the op
+replayed inside a CUDA graph. A profile has ``graph`` parameters only where a source separates the
+two.
+
+The profiles are data (this module imports nothing heavy); :mod:`commprof.costmodel` evaluates them.
+"""
+from __future__ import annotations
+
+import copy
+
+from .collectives import COLLECTIVES
+
+PROFILE_OPS = ("all_reduce", "all_gather")
+PROFILE_TPS = (2, 4, 8)
+
+# Public sources, by the key the parameters cite. Figures only; see shared/FACTS.md and
+# shared/research/microbench-anchors.md section 6.
+SOURCES = {
+    "nccl-tests#123": "NVIDIA/nccl-tests #123: DGX-A100 (8x A100 SXM, NVLink 3 + NVSwitch), NCCL ring "
+                      "all-reduce forced to one channel, 8-128 B, no CUDA graph: 2 GPUs 10 us, 4 GPUs "
+                      "16.9 us, 8 GPUs 33.7 us",
+    "nccl-tests#149": "NVIDIA/nccl-tests #149: 8x A100 SXM all-reduce busbw about 230 GB/s achievable at "
+                      "large sizes (>= 8 GB)",
+    "nccl-tests#212": "NVIDIA/nccl-tests #212 (maintainer): 8x H100 SXM all-reduce busbw about 370 GB/s "
+                      "with the Ring algorithm, which is also what non-allreduce collectives reach; about "
+                      "480 GB/s with NVLS; large sizes",
+    "nccl#1455": "NVIDIA/nccl #1455: H100 SXM ring busbw 365-370 GB/s for 2 to 8 GPUs (2-4 GB)",
+    "nccl#1259": "NVIDIA/nccl #1259: 2x H100 SXM, nccl-tests all_reduce_perf with CUDA graphs (-G 10), "
+                 "NCCL 2.20.5: about 5.5-6 us, flat from 128 B to 64 KB",
+    "Triton-distributed#57": "ByteDance-Seed/Triton-distributed #57: 8x H100 SXM, torch.distributed NCCL "
+                             "all-reduce, eager (no CUDA graph): 128 B 19.2 us, 16 KB 20.7, 256 KB 24.8, "
+                             "1 MB 32.4, 4 MB 59.4",
+    "DeepEP#303": "deepseek-ai/DeepEP #303: 8x H20 (NVLink 4, 900 GB/s bidirectional), nccl-tests "
+                  "all_reduce_perf without CUDA graph: 12.49 us at 4-16 B",
+    "nccl-tests#333": "NVIDIA/nccl-tests #333: GB200 (NVLink 5), 4 GPUs, NCCL symmetric-memory "
+                      "all-reduce under CUDA graphs, one GPU per process: under 8 us up to 1 KB, best "
+                      "5.18 us",
+    "ml-engineering": "stas00/ml-engineering network/README.md: 8x B200 all-reduce busbw 682 GB/s with "
+                      "Ring, 838 GB/s with NVLS (large sizes)",
+    "rtx6kpro": "voipmonitor/rtx6kpro hardware/pcie-bandwidth.md: 8x RTX PRO 6000 (PCIe 5.0 behind PCIe "
+                "switches, P2P working: a custom one-shot all-reduce runs on it): NCCL all-reduce 24.6 / "
+                "24.2 / 24.1 / 28.0 us at 256 B / 8 KB / 64 KB / 256 KB (CUDA graph use not stated); "
+                "busbw 37.6-41.1 GB/s from 8 MB to 2 GB with NCCL_MIN_NCHANNELS=8",
+    "nccl#1639": "NVIDIA/nccl #1639: 8x RTX 5090 (PCIe 5.0, stock driver): all-reduce busbw 28 GB/s with "
+                 "8 GPUs, 35 GB/s with 4 (1-8 GB); maintainer: such PCIe systems are bound by CPU/memory "
+                 "bandwidth (the data goes through host memory)",
+    "nccl#1530": "NVIDIA/nccl #1530: 8x RTX 4090 (PCIe 4.0, stock driver, P2P off), nccl-tests "
+                 "all_reduce_perf -g 8 without CUDA graph: 42-43 us at 8 B",
+    "tinygrad#17": "tinygrad/open-gpu-kernel-modules #17: 5x RTX 4090 (PCIe 4.0) with the P2P-enabling "
+                   "driver, NCCL_P2P_LEVEL=SYS: all-reduce busbw 24.7 GB/s at 32 MB",
+    "FACTS-links": "shared/FACTS.md link ceilings (per direction, from stas00/ml-engineering "
+                   "network/README.md): PCIe 4.0 x16 31.5 GB/s, PCIe 5.0 x16 63 GB/s, NVLink 3 (A100) "
+                   "300 GB/s, NVLink 4 (H100/H200) 450 GB/s, NVLink 5 (B200) 900 GB/s",
+}
+
+# --- derivation rules ------------------------------------------------------------------------------
+
+# The one published sweep of small-message ring latency over GPU count (nccl-tests #123, DGX-A100):
+# (GPUs, us). Fitted as fixed + per-step * ring steps; used to carry a value to another TP degree or
+# from all-reduce (2(n-1) ring steps) to all-gather (n-1 steps).
+_RING_POINTS = ((2, 10.0), (4, 16.9), (8, 33.7))
+
+
+def ring_steps(op: str, n: int) -> int:
+    """Steps of a ring algorithm: all-reduce 2(n-1) (reduce-scatter then all-gather), others n-1."""
+    return 2 * (n - 1) if op == "all_reduce" else n - 1
+
+
+def _fit_line(xs, ys) -> tuple[float, float]:
+    """Ordinary least squares y = c0 + c1 x (pure Python: this module must not import numpy)."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    c1 = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - c1 * mx, c1
+
+
+RING_C0_US, RING_C1_US = _fit_line([ring_steps("all_reduce", n) for n, _ in _RING_POINTS],
+                                   [v for _, v in _RING_POINTS])
+RING_RULE = (f"ring-latency shape {RING_C0_US:.2f} us + {RING_C1_US:.2f} us per ring step, least squares "
+             "over the DGX-A100 2/4/8-GPU points of nccl-tests#123")
+
+
+def _ring_shape(op: str, n: int) -> float:
+    return RING_C0_US + RING_C1_US * ring_steps(op, n)
+
+
+def _scaled(value_us: float, from_op: str, from_n: int, op: str, n: int) -> float:
+    return value_us * _ring_shape(op, n) / _ring_shape(from_op, from_n)
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3g}"
+
+
+# NVLink 4 device-side latency line: through 2x H100 under CUDA graphs (nccl#1259, 5.5-6 us, midpoint)
+# and 8x H20 nccl-tests without graphs (DeepEP#303, 12.49 us; the back-to-back nccl-tests loop hides
+# launch cost as a graph replay does), linear in ring steps. The eager overhead is what torch eager
+# adds on 8x H100 (Triton-distributed#57, 19.2 us) over that device time.
+NVL4_GRAPH_TP2_US = 5.75
+NVL4_NOGRAPH_TP8_US = 12.49
+NVL4_EAGER_TP8_US = 19.2
+NVL_STEP_US = (NVL4_NOGRAPH_TP8_US - NVL4_GRAPH_TP2_US) / (ring_steps("all_reduce", 8) - ring_steps("all_reduce", 2))
+NVL4_D0_US = NVL4_GRAPH_TP2_US - NVL_STEP_US * ring_steps("all_reduce", 2)
+EAGER_OVERHEAD_US = NVL4_EAGER_TP8_US - NVL4_NOGRAPH_TP8_US
+NVL_LINE_RULE = (f"NVLink device line {NVL4_D0_US:.2f} us + {NVL_STEP_US:.3f} us per ring step through "
+                 f"nccl#1259 (2 GPUs, graph, {NVL4_GRAPH_TP2_US} us = midpoint of 5.5-6) and DeepEP#303 "
+                 f"(8 GPUs, {NVL4_NOGRAPH_TP8_US} us without graph, taken as graph time because nccl-tests "
+                 "issues ops back to back, hiding launch cost as a graph does)")
+EAGER_RULE = (f"graph value + {EAGER_OVERHEAD_US:.2f} us eager overhead (Triton-distributed#57 "
+              f"{NVL4_EAGER_TP8_US} us torch eager on 8x H100 minus the {NVL4_NOGRAPH_TP8_US} us device "
+              "time of DeepEP#303; host-side, so taken as fabric independent)")
+
+
+def _param(op, tp, mode, alpha_us, alpha_source, busbw_gbps, busbw_source) -> dict:
+    factor = COLLECTIVES[op].busbw_factor(tp)
+    return {
+        "op": op, "tp": tp, "mode": mode,
+        "alpha_us": round(float(alpha_us), 3), "alpha_source": alpha_source,
+        "busbw_gbps": round(float(busbw_gbps), 3), "busbw_source": busbw_source,
+        "beta_gbps": round(float(busbw_gbps) / factor, 3),
+        "beta_source": (f"derived: busbw {_fmt(busbw_gbps)} GB/s / nccl-tests bus factor "
+                        f"{'2(n-1)/n' if op == 'all_reduce' else '(n-1)/n'} = {factor:.4g} at n={tp} "
+                        "(algbw = busbw / factor)"),
+    }
+
+
+def _ring_alpha(op, n, pub_op, pub_n, pub_us, pub_key, pub_text) -> tuple[float, str]:
+    """``pub_us`` as published for (pub_op, pub_n); other (op, n) carried by the ring shape."""
+    if (op, n) == (pub_op, pub_n):
+        return pub_us, f"published: {pub_key}: {pub_text}"
+    v = _scaled(pub_us, pub_op, pub_n, op, n)
+    return v, (f"derived: {pub_op} {pub_n} GPUs {_fmt(pub_us)} us ({pub_key}) x shape({op}, n={n}) / "
+               f"shape({pub_op}, n={pub_n}) = {_fmt(v)} us; {RING_RULE}")
+
+
+def _flat_busbw(op, n, pub: dict, pub_key, pub_text, how="") -> tuple[float, str]:
+    """Published busbw at the GPU counts in ``pub`` (all-reduce); elsewhere the nearest count's."""
+    if op == "all_reduce" and n in pub:
+        return pub[n], f"published: {pub_key}: {pub_text}"
+    near = min(pub, key=lambda k: (abs(k - n), -k))
+    why = how or ("busbw of the nearest published GPU count; ring busbw is close to flat in GPU count "
+                  "where each GPU has its own link (H100: 365-370 GB/s for 2-8 GPUs, nccl#1455), and "
+                  "all-gather moves the same bytes per link per busbw unit as all-reduce")
+    return pub[near], f"derived: all_reduce {near} GPUs {_fmt(pub[near])} GB/s ({pub_key}); {why}"
+
+
+# --- the profiles ----------------------------------------------------------------------------------
+
+def _pcie4_nop2p() -> dict:
+    params = []
+    b5 = {8: 28.0, 4: 35.0}
+    for op in PROFILE_OPS:
+        for n in PROFILE_TPS:
+            a, asrc = _ring_alpha(op, n, "all_reduce", 8, 42.5, "nccl#1530",
+                                  "8x RTX 4090, P2P off, 42-43 us at 8 B (midpoint 42.5), no CUDA graph")
+            near = 8 if n == 8 else 4
+            bb = b5[near] * 31.5 / 63.0
+            bsrc = (f"derived: PCIe 5.0 P2P-off all-reduce busbw {_fmt(b5[near])} GB/s at {near} GPUs "
+                    f"(nccl#1639) x link-ceiling ratio 31.5/63 (FACTS-links) = {_fmt(bb)} GB/s; no public "
+                    "large-message busbw for a P2P-off PCIe 4.0 box")
+            params.append(_param(op, n, "eager", a, asrc, bb, bsrc))
+    return {
+        "name": "pcie4-nop2p",
+        "title": "8x RTX 4090 class: PCIe 4.0 x16, P2P off (stock GeForce driver), NCCL via host memory",
+        "link": "PCIe 4.0 x16, 31.5 GB/s per direction; without P2P NCCL copies through host shared memory",
+        "link_ceiling_gbps": 31.5,
+        "params": params,
+        "sources": ["nccl#1530", "nccl#1639", "nccl-tests#123", "FACTS-links"],
+    }
+
+
+def _pcie4_p2p() -> dict:
+    params = []
+    for op in PROFILE_OPS:
+        for n in PROFILE_TPS:
+            a = _scaled(24.6, "all_reduce", 8, op, n)
+            asrc = (f"derived: PCIe 5.0 P2P-on all-reduce 8 GPUs 24.6 us at 256 B (rtx6kpro) carried to "
+                    f"({op}, n={n}) by the ring shape = {_fmt(a)} us; assumption: with P2P the "
+                    "small-message time is set by NCCL's protocol and per-hop latency (0.36-0.45 us P2P "
+                    "on, rtx6kpro), not by the PCIe generation; no public PCIe 4.0 P2P-on latency; "
+                    + RING_RULE)
+            bsrc = ("derived: all-reduce busbw 24.7 GB/s measured on 5 GPUs (tinygrad#17), the only "
+                    f"published P2P-on PCIe 4.0 GPU count, used for n={n}")
+            params.append(_param(op, n, "eager", a, asrc, 24.7, bsrc))
+    return {
+        "name": "pcie4-p2p",
+        "title": "PCIe 4.0 x16 GPUs with P2P (e.g. RTX 4090 with a P2P-enabling driver)",
+        "link": "PCIe 4.0 x16, 31.5 GB/s per direction, GPU-to-GPU P2P",
+        "link_ceiling_gbps": 31.5,
+        "params": params,
+        "sources": ["tinygrad#17", "rtx6kpro", "nccl-tests#123", "FACTS-links"],
+    }
+
+
+def _pcie5_nop2p() -> dict:
+    params = []
+    for op in PROFILE_OPS:
+        for n in PROFILE_TPS:
+            a = _scaled(42.5, "all_reduce", 8, op, n)
+            asrc = (f"derived: PCIe 4.0 P2P-off all-reduce 8 GPUs 42.5 us (nccl#1530) carried to "
+                    f"({op}, n={n}) by the ring shape = {_fmt(a)} us; assumption: without P2P the small "
+                    "message goes GPU -> host shared memory -> GPU, bound by host round trips rather "
+                    "than by the PCIe generation; no public small-message figure for P2P-off PCIe 5.0; "
+                    + RING_RULE)
+            bb, bsrc = _flat_busbw(op, n, {8: 28.0, 4: 35.0}, "nccl#1639",
+                                   "8x RTX 5090 all-reduce busbw 28 GB/s (8 GPUs), 35 GB/s (4 GPUs)",
+                                   how="busbw of the nearest published GPU count (fewer GPUs share the "
+                                       "host memory path less: 35 GB/s at 4 vs 28 at 8); all-gather taken "
+                                       "equal to all-reduce at the same count")
+            params.append(_param(op, n, "eager", a, asrc, bb, bsrc))
+    return {
+        "name": "pcie5-nop2p",
+        "title": "8x RTX 5090 class: PCIe 5.0 x16, P2P off (stock GeForce driver), NCCL via host memory",
+        "link": "PCIe 5.0 x16, 63 GB/s per direction; without P2P NCCL copies through host shared memory",
+        "link_ceiling_gbps": 63.0,
+        "params": params,
+        "sources": ["nccl#1639", "nccl#1530", "nccl-tests#123", "FACTS-links"],
+    }
+
+
+def _pcie5_p2p() -> dict:
+    params = []
+    for op in PROFILE_OPS:
+        for n in PROFILE_TPS:
+            a, asrc = _ring_alpha(op, n, "all_reduce", 8, 24.6, "rtx6kpro",
+                                  "8x RTX PRO 6000, P2P on, 24.6 us at 256 B (CUDA graph use not stated; "
+                                  "filed as eager)")
+            bb, bsrc = _flat_busbw(op, n, {8: 37.6}, "rtx6kpro",
+                                   "8x RTX PRO 6000 all-reduce busbw 37.6-41.1 GB/s, lower end used "
+                                   "(reached with NCCL_MIN_NCHANNELS=8)")
+            params.append(_param(op, n, "eager", a, asrc, bb, bsrc))
+    return {
+        "name": "pcie5-p2p",
+        "title": "8x RTX PRO 6000 class: PCIe 5.0 x16 behind PCIe switches, P2P on",
+        "link": "PCIe 5.0 x16, 63 GB/s per direction (P2P measured 53-56 GB/s), GPU-to-GPU P2P",
+        "link_ceiling_gbps": 63.0,
+        "params": params,
+        "sources": ["rtx6kpro", "nccl-tests#123", "FACTS-links"],
+    }
+
+
+def _nvlink3() -> dict:
+    params = []
+    pub = dict(_RING_POINTS)
+    for op in PROFILE_OPS:
+        for n in PROFILE_TPS:
+            if op == "all_reduce":
+                a, asrc = pub[n], (f"published: nccl-tests#123: DGX-A100 ring all-reduce, one channel, "
+                                   f"{n} GPUs {pub[n]} us at 8-128 B, no CUDA graph")
+            else:
+                a = RING_C0_US + RING_C1_US * ring_steps(op, n)
+                asrc = (f"derived: {RING_RULE}, at all-gather's {ring_steps(op, n)} ring steps for n={n} "
+                        f"= {_fmt(a)} us")
+            bb, bsrc = _flat_busbw(op, n, {8: 230.0}, "nccl-tests#149",
+                                   "8x A100 SXM all-reduce busbw about 230 GB/s")
+            params.append(_param(op, n, "eager", a, asrc, bb, bsrc))
+    return {
+        "name": "nvlink3",
+        "title": "8x A100 SXM (DGX/HGX A100): NVLink 3 + NVSwitch",
+        "link": "NVLink 3, 12 links, 300 GB/s per direction per GPU",
+        "link_ceiling_gbps": 300.0,
+        "params": params,
+        "sources": ["nccl-tests#123", "nccl-tests#149", "nccl#1455", "FACTS-links"],
+        "notes": ["The all-reduce latencies were measured with NCCL forced to one ring channel; NCCL's own "
+                  "choice (tree, more channels) can be faster at 8 GPUs."],
+    }
+
+
+def _nvl_busbw(op, n, value, key, text):
+    if op == "all_reduce" and n == 8:
+        return value, f"published: {key}: {text}"
+    if key == "nccl-tests#212":
+        if op == "all_reduce":
+            return value, ("published: nccl#1455: H100 ring busbw 365-370 GB/s for 2-8 GPUs; 370 used "
+                           "(nccl-tests#212)")
+        if n == 8:
+            return value, ("published: nccl-tests#212: about 370 GB/s is also what non-allreduce "
+                           "collectives reach on 8x H100")
+    return _flat_busbw(op, n, {8: value}, key, text)
+
+
+def _nvlink4() -> dict:
+    params = []
+    for op in PROFILE_OPS:
+        for n in PROFILE_TPS:
+            bb, bsrc = _nvl_busbw(op, n, 370.0, "nccl-tests#212", "8x H100 SXM ring all-reduce busbw about "
+                                  "370 GB/s (NVLS about 480 GB/s is not used: decode sizes run Ring/Tree)")
+            g = NVL4_D0_US + NVL_STEP_US * ring_steps(op, n)
+            if (op, n) == ("all_reduce", 2):
+                g, gsrc = NVL4_GRAPH_TP2_US, (f"published: nccl#1259: 2x H100, CUDA graph, 5.5-6 us "
+                                              f"(midpoint {NVL4_GRAPH_TP2_US})")
+            elif (op, n) == ("all_reduce", 8):
+                g, gsrc = NVL4_NOGRAPH_TP8_US, (f"derived: DeepEP#303 8x H20 nccl-tests time without CUDA "
+                                                f"graph, {NVL4_NOGRAPH_TP8_US} us, taken as the graph time "
+                                                "(the back-to-back nccl-tests loop hides launch cost)")
+            else:
+                gsrc = (f"derived: {NVL_LINE_RULE}; at {op}'s {ring_steps(op, n)} ring steps for n={n} "
+                        f"= {_fmt(g)} us")
+            params.append(_param(op, n, "graph", g, gsrc, bb, bsrc))
+            if (op, n) == ("all_reduce", 8):
+                e, esrc = NVL4_EAGER_TP8_US, ("published: Triton-distributed#57: 8x H100 SXM, torch eager "
+                                              "NCCL all-reduce, 19.2 us at 128 B")
+            else:
+                e = g + EAGER_OVERHEAD_US
+                esrc = f"derived: {EAGER_RULE} = {_fmt(g)} + {EAGER_OVERHEAD_US:.2f} = {_fmt(e)} us"
+            params.append(_param(op, n, "eager", e, esrc, bb, bsrc))
+    return {
+        "name": "nvlink4",
+        "title": "8x H100/H200 SXM (HGX): NVLink 4 + NVSwitch",
+        "link": "NVLink 4, 18 links, 450 GB/s per direction per GPU (900 bidirectional)",
+        "link_ceiling_gbps": 450.0,
+        "params": params,
+        "sources": ["Triton-distributed#57", "nccl#1259", "DeepEP#303", "nccl-tests#212", "nccl#1455",
+                    "FACTS-links"],
+        "checks": [  # published points not used to set parameters: the model's error shows against them
+            {"op": "all_reduce", "tp": 8, "mode": "eager", "size_bytes": s, "latency_us": v,
+             "source": "Triton-distributed#57"}
+            for s, v in ((16 << 10, 20.7), (256 << 10, 24.8), (1 << 20, 32.4), (4 << 20, 59.4))
+        ],
+    }
+
+
+def _nvlink5() -> dict:
+    params = []
+    d0 = 5.18 - NVL_STEP_US * ring_steps("all_reduce", 4)
+    for op in PROFILE_OPS:
+        for n in PROFILE_TPS:
+            bb, bsrc = _nvl_busbw(op, n, 682.0, "ml-engineering", "8x B200 ring all-reduce busbw 682 GB/s "
+                                  "(NVLS 838 GB/s is not used: decode sizes run Ring/Tree)")
+            if (op, n) == ("all_reduce", 4):
+                g, gsrc = 5.18, ("published: nccl-tests#333: GB200 4 GPUs, CUDA graph, NCCL symmetric-memory "
+                                 "kernels, best 5.18 us (under 8 us up to 1 KB)")
+            else:
+                g = d0 + NVL_STEP_US * ring_steps(op, n)
+                gsrc = (f"derived: nccl-tests#333 5.18 us at 4 GPUs, carried along the NVLink 4 step "
+                        f"{NVL_STEP_US:.3f} us per ring step ({NVL_LINE_RULE}) to {op}'s "
+                        f"{ring_steps(op, n)} steps for n={n} = {_fmt(g)} us")
+            params.append(_param(op, n, "graph", g, gsrc, bb, bsrc))
+            e = g + EAGER_OVERHEAD_US
+            params.append(_param(op, n, "eager", e, f"derived: {EAGER_RULE} = {_fmt(g)} + "
+                                 f"{EAGER_OVERHEAD_US:.2f} = {_fmt(e)} us", bb, bsrc))
+    return {
+        "name": "nvlink5",
+        "title": "8x B200 class (HGX B200 / GB200): NVLink 5 + NVSwitch",
+        "link": "NVLink 5, 18 links, 900 GB/s per direction per GPU",
+        "link_ceiling_gbps": 900.0,
+        "params": params,
+        "sources": ["nccl-tests#333", "ml-engineering", "nccl#1259", "DeepEP#303", "Triton-distributed#57",
+                    "FACTS-links"],
+        "notes": ["The one published small-message point is GB200 with NCCL's symmetric-memory kernels "
+                  "(NCCL 2.27+, registered buffers); stock torch.distributed calls may be slower."],
+    }
+
+
+def _build() -> dict:
+    out = {}
+    for make in (_pcie4_nop2p, _pcie4_p2p, _pcie5_nop2p, _pcie5_p2p, _nvlink3, _nvlink4, _nvlink5):
+        p = make()
+        p["kind"] = "modelled"
+        p["model"] = "latency_us = alpha_us + size_bytes / (beta_gbps * 1e3); beta = busbw / nccl-tests factor"
+        p["sources"] = {k: SOURCES[k] for k in p["sources"]}
+        p.setdefault("notes", [])
+        p.setdefault("checks", [])
+        out[p["name"]] = p
+    return out
+
+
+PROFILES: dict[str, dict] = _build()
+
+
+def get_profile(name: str) -> dict:
+    """A copy of one profile by name (``reference:`` prefix allowed); KeyError names the known ones."""
+    key = name.split(":", 1)[1] if name.startswith("reference:") else name
+    if key not in PROFILES:
+        raise KeyError(f"unknown reference profile '{name}' (known: {', '.join(PROFILES)})")
+    return copy.deepcopy(PROFILES[key])
+
+
+def list_profiles() -> list[dict]:
+    """One summary per profile: name, title, link, ops, TP degrees and modes it covers."""
+    return [{"name": p["name"], "title": p["title"], "link": p["link"],
+             "ops": sorted({q["op"] for q in p["params"]}), "tps": sorted({q["tp"] for q in p["params"]}),
+             "modes": sorted({q["mode"] for q in p["params"]})} for p in PROFILES.values()]

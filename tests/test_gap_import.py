@@ -1,0 +1,71 @@
+"""commprof gap and import through the CLI; reference profiles as --comm-from sources."""
+import json
+import os
+
+from conftest import REPO
+
+from commprof.costmodel import write_profile_sweep
+
+NCCL_LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_8xA100.log")
+TOY = os.path.join(REPO, "tests", "data", "toy-dense-config.json")
+
+
+def test_gap_pcie_box_vs_nvlink_reference(cli, tmp_path):
+    box = write_profile_sweep("pcie5-nop2p", str(tmp_path / "box"), tps=(2, 8),
+                              sizes=(16384, 1 << 20, 256 << 20))
+    res = cli("gap", box, "--reference", "nvlink4")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "reference: nvlink4" in out and "modelled" in out
+    lat = [l for l in out.splitlines() if "all_reduce" in l and "│ 8 " in l and "latency" in l and "16KiB" in l]
+    assert len(lat) == 1 and float(lat[0].split("│")[-2].strip().rstrip("x")) > 1.5   # TP=8: PCIe pays
+    assert any("busbw" in l and "256MiB" in l for l in out.splitlines())
+    assert "fit all_reduce tp=8" in out
+
+
+def test_gap_with_trace_gives_per_token_impact(cli, tmp_path):
+    box = write_profile_sweep("pcie5-nop2p", str(tmp_path / "box"), tps=(2,))
+    tr = str(tmp_path / "tr")
+    res = cli("trace", "--model", TOY, "--tp", "2", "--batch", "1", "--context", "64", "--tokens", "4",
+              "--no-charts", "--out", tr)
+    assert res.returncode == 0, res.stderr
+    res = cli("gap", box, tr, "--reference", "nvlink4")
+    assert res.returncode == 0, res.stderr
+    assert "communication share" in res.stdout and "on nvlink4 (modelled" in res.stdout
+
+
+def test_gap_bad_reference_and_no_sweep(cli, tmp_path):
+    box = write_profile_sweep("nvlink4", str(tmp_path / "box"), tps=(8,))
+    res = cli("gap", box, "--reference", "nvlink9")
+    assert res.returncode == 2 and "unknown" in res.stderr and "nvlink4" in res.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = cli("gap", str(empty))
+    assert res.returncode == 2 and "holds no" in res.stderr
+
+
+def test_import_nccl_tests_then_check_and_predict(cli, tmp_path):
+    out = str(tmp_path / "imp")
+    res = cli("import", "nccl-tests", NCCL_LOG, "--out", out)
+    assert res.returncode == 0, res.stderr
+    meta = json.load(open(os.path.join(out, "meta.json")))
+    assert meta["kind"] == "imported" and meta["source_files"]
+    res = cli("show", out, "--no-charts")
+    assert res.returncode == 0 and "imported on" in res.stdout
+    res = cli("import", "nccl-tests", os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_malformed.log"),
+              "--out", str(tmp_path / "bad"))
+    assert res.returncode == 2 and "line 12" in res.stderr
+    res = cli("import", "osu", NCCL_LOG, "--out", str(tmp_path / "osu"))
+    assert res.returncode == 2
+
+
+def test_predict_from_reference_profile(cli, tmp_path):
+    out = str(tmp_path / "pred")
+    res = cli("trace", "--predict", "--comm-from", "reference:nvlink4", "--model", TOY, "--tp", "2,8",
+              "--batch", "1", "--context", "64", "--tokens", "4", "--no-charts", "--out", out,
+              env={"COMMPROF_CACHE_DIR": str(tmp_path / "cache")})
+    # toy has 4 KV heads: tp 8 replicates them; 16 query heads split 8 ways
+    assert res.returncode == 0, res.stderr
+    meta = json.load(open(os.path.join(out, "meta.json")))
+    assert meta["kind"] == "predicted" and meta["inputs"]["communication"]["kind"] == "modelled"
+    assert "[predicted]" in res.stdout
