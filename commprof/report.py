@@ -125,7 +125,8 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
             if os.path.exists(p):
                 H.append(_img(p))
         M += ["## Collective latency (sweep)", "", _prov(ev.sweep_meta, "sweep"), "", _md_table(s_heads, s_rows), ""]
-        M += [f"![{c}]({os.path.abspath(os.path.join(sdir if not missing else out_dir, c))})" for c in SWEEP_CHARTS]
+        M += [f"![{c}]({os.path.relpath(os.path.join(sdir if not missing else out_dir, c), out_dir)})"
+              for c in SWEEP_CHARTS]
         M.append("")
 
     if ev.trace is not None:
@@ -146,7 +147,7 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
         for c in TRACE_CHARTS:
             H.append(_img(os.path.join(tdir_charts, c)))
         M += ["## Per-token breakdown (trace)", "", _prov(ev.trace_meta, "trace"), ""] + [f"- {l}" for l in lines]
-        M += [""] + [f"![{c}]({os.path.abspath(os.path.join(tdir_charts, c))})" for c in TRACE_CHARTS] + [""]
+        M += [""] + [f"![{c}]({os.path.relpath(os.path.join(tdir_charts, c), out_dir)})" for c in TRACE_CHARTS] + [""]
 
     gap_html, gap_md = _gap_section(dirs, reference)
     H += gap_html

@@ -11,6 +11,9 @@
 #   trace-predict-tp248/    per-rank Qwen2.5-32B shapes of TP=2/4/8 on one GPU in graph mode
 #                           (compute measured on this GPU; collectives from the committed CPU
 #                           sweep results/sweep-default-vm: a plumbing check, not a GPU box)
+#   topo/                   commprof topo --out (NVML topology, P2P, link state)
+#   check.json, check.md    commprof check over the sweep, trace and topo above
+#   report.html, report.md  commprof report over the same dirs
 #   *.log                   what each command printed
 # The device tool brings back at most 8 files: tar OUTDIR into one file there, e.g.
 #   bash scripts/gpu_check.sh /tmp/gc; tar czf $OUT/gpu_check.tgz -C /tmp gc
@@ -44,4 +47,13 @@ echo "== commprof trace --predict: TP=2/4/8 per-rank shapes on one GPU, graph mo
 "$PY" -m commprof trace --predict --comm-from results/sweep-default-vm --backend nccl --model Qwen2.5-32B \
   --tp 2,4,8 --batch 1,8 --context 2048 --tokens 32 --modes graph --out "$OUT/trace-predict-tp248" 2>&1 \
   | tee "$OUT/trace-predict-tp248.log" || status=1
+echo "== commprof topo"
+"$PY" -m commprof topo --out "$OUT/topo" 2>&1 | tee "$OUT/topo.log" || status=1
+
+echo "== commprof check and report over the GPU results"
+"$PY" -m commprof check "$OUT/topo" "$OUT/sweep-nccl-tp1" "$OUT/trace-nccl-tp1" --model Qwen2.5-32B \
+  --out "$OUT" 2>&1 | tee "$OUT/check.log"
+rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || [ "$rc" = 8 ] || status=1   # 8 = a checklist FAIL: a finding
+"$PY" -m commprof report "$OUT/topo" "$OUT/sweep-nccl-tp1" "$OUT/trace-nccl-tp1" --model Qwen2.5-32B \
+  --out "$OUT" 2>&1 | tee "$OUT/report.log" || status=1
 exit $status

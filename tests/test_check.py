@@ -108,3 +108,16 @@ def test_check_bad_thresholds_file_names_key(cli, tmp_path):
     f.write_text("[busbw]\npass_fractoin = 0.5\n")
     res = cli("check", d, "--thresholds", str(f))
     assert res.returncode == 2 and "busbw.pass_fractoin" in res.stderr and str(f) in res.stderr
+
+
+def test_check_without_dirs_measures_what_it_needs(cli, tmp_path):
+    toy = os.path.join(os.path.dirname(__file__), "data", "toy-dense-config.json")
+    out = tmp_path / "measured"
+    res = cli("check", "--model", toy, "--out", str(out), timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert (out / "sweep" / "sweep.csv").exists() and (out / "trace" / "trace_summary.csv").exists()
+    data = json.load(open(out / "check.json"))
+    by = {i["id"]: i for i in data["items"]}
+    # measured on CPU ranks here: shown, but not judged against GPU thresholds
+    assert by["C10"]["status"] == "SKIP" and "gloo" in by["C10"]["value"]
+    assert by["C11"]["status"] == "SKIP" and "%" in by["C11"]["value"]
