@@ -14,6 +14,7 @@ import tomllib
 from dataclasses import asdict, dataclass
 
 from .errors import CommprofError, UsageError
+from .render import stdout_console
 
 EXIT_CHECK_FAILED = 8
 DEFAULT_THRESHOLDS = os.path.join(os.path.dirname(__file__), "data", "thresholds.toml")
@@ -453,12 +454,9 @@ def markdown(items: list[Item], data: dict) -> str:
 
 
 def render(items: list[Item], console=None) -> None:
-    import sys
-
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(width=None if sys.stdout.isatty() else 200)
+    console = console or stdout_console(200)
     colors = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
     t = Table(title=f"commprof check: {verdict(items)} ({counts(items)})", title_justify="left", show_lines=False)
     for col in ("#", "item", "status", "value", "threshold", "source", "hint"):

@@ -18,6 +18,15 @@ def _fail(e: CommprofError):
     raise typer.Exit(e.exit_code)
 
 
+def _exit_with(fn, *args, **kwargs):
+    """Run a core ``run_*`` function that returns an exit code; known errors become one line."""
+    try:
+        code = fn(*args, **kwargs)
+    except CommprofError as e:
+        _fail(e)
+    raise typer.Exit(code or 0)
+
+
 @app.command()
 def sweep(
     tp: str = typer.Option("2,4,8", "--tp", help="TP degrees, e.g. 2,4,8; one launch of max(tp) ranks."),
@@ -158,12 +167,8 @@ def plan(
     """Collectives and memory of one decode step, from the model's shapes alone (nothing runs)."""
     from .plan import run_plan
 
-    try:
-        code = run_plan(model, tp, batch, context, gpu_mem=gpu_mem, mem_util=mem_util, dtype=dtype, sp=sp,
-                        moe=moe, out=out, as_json=as_json)
-    except CommprofError as e:
-        _fail(e)
-    raise typer.Exit(code or 0)
+    _exit_with(run_plan, model, tp, batch, context, gpu_mem=gpu_mem, mem_util=mem_util, dtype=dtype, sp=sp,
+               moe=moe, out=out, as_json=as_json)
 
 
 @app.command()
@@ -174,11 +179,7 @@ def topo(
     """GPUs, PCIe links, NVLink, P2P status and the nvidia-smi topo -m matrix, from NVML."""
     from .topo import run_topo
 
-    try:
-        code = run_topo(as_json, out)
-    except CommprofError as e:
-        _fail(e)
-    raise typer.Exit(code or 0)
+    _exit_with(run_topo, as_json, out)
 
 
 @app.command()
@@ -191,11 +192,7 @@ def check(
     """The pre-purchase checklist: PASS/WARN/FAIL/SKIP per item with value, threshold and source."""
     from .check import run_check
 
-    try:
-        code = run_check(list(dirs or []), thresholds=thresholds, model=model, out=out)
-    except CommprofError as e:
-        _fail(e)
-    raise typer.Exit(code or 0)
+    _exit_with(run_check, list(dirs or []), thresholds=thresholds, model=model, out=out)
 
 
 @app.command()
@@ -209,11 +206,7 @@ def report(
     """One self-contained HTML page and a Markdown twin: topology, sweep, trace, gap, checklist."""
     from .report import run_report
 
-    try:
-        code = run_report(list(dirs), out=out, thresholds=thresholds, model=model, reference=reference)
-    except CommprofError as e:
-        _fail(e)
-    raise typer.Exit(code or 0)
+    _exit_with(run_report, list(dirs), out=out, thresholds=thresholds, model=model, reference=reference)
 
 
 @app.command()
@@ -224,11 +217,7 @@ def gap(
     """The PCIe vs NVLink gap: latency and busbw ratios, and the per-token impact with a trace."""
     from .gap import run_gap
 
-    try:
-        code = run_gap(list(dirs), reference)
-    except CommprofError as e:
-        _fail(e)
-    raise typer.Exit(code or 0)
+    _exit_with(run_gap, list(dirs), reference)
 
 
 @app.command(name="import")
@@ -240,11 +229,7 @@ def import_(
     """Import another tool's output into the results format (e.g. a vendor's nccl-tests logs)."""
     from .importers import run_import
 
-    try:
-        code = run_import(kind, list(paths), out)
-    except CommprofError as e:
-        _fail(e)
-    raise typer.Exit(code or 0)
+    _exit_with(run_import, kind, list(paths), out)
 
 
 @app.command()

@@ -11,6 +11,7 @@ This box's values are measured (or imported); the reference's are modelled from 
 from __future__ import annotations
 
 from .errors import UsageError
+from .render import stdout_console
 
 DECODE_MAX_BYTES = 2 << 20
 LARGE_MIN_BYTES = 64 << 20
@@ -133,14 +134,11 @@ def _per_token(ev, ref: str, prof: dict) -> list[str]:
 
 
 def render_gap(g: dict, console=None) -> None:
-    import sys
-
-    from rich.console import Console
     from rich.table import Table
 
     from .units import human_bytes
 
-    console = console or Console(width=None if sys.stdout.isatty() else 160)
+    console = console or stdout_console(160)
     t = Table(title=f"commprof gap vs {g['reference']}", title_justify="left")
     for h in g["headers"]:
         t.add_column(h)

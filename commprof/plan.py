@@ -25,6 +25,7 @@ from .collectives import COLLECTIVES, DTYPE_BYTES
 from .errors import EXIT_OK, UsageError
 from .models import ModelShape, get_model, is_moe_layer, is_sliding
 from .units import human_bytes, parse_bytes
+from .render import stdout_console
 
 MOE_MODES = ("tp", "ep")
 PLAN_JSON = "plan.json"
@@ -461,10 +462,9 @@ def group_sites(sites) -> list[dict]:
 
 def render_plan(plan: Plan, console=None) -> None:
     """Print the plan: header, collectives grouped by kind with layer ranges, totals, memory."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(width=None if sys.stdout.isatty() else 150)
+    console = console or stdout_console(150)
     m = plan.model
     mode = ", sequence parallel" if plan.sp else ""
     if m.experts:
@@ -578,11 +578,7 @@ def run_plan(model_spec: str, tp: int, batch: int, context: int, gpu_mem: str | 
     else:
         render_plan(plan, console)
         if paths:
-            (console or _stdout_console()).print(f"wrote {', '.join(paths)}")
+            (console or stdout_console(150)).print(f"wrote {', '.join(paths)}")
     return EXIT_OK
 
 
-def _stdout_console():
-    from rich.console import Console
-
-    return Console(width=None if sys.stdout.isatty() else 150)

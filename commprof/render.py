@@ -10,6 +10,14 @@ LATENCY_PNG = "latency_vs_size.png"
 BUSBW_PNG = "busbw_vs_size.png"
 
 
+def stdout_console(width: int = 160):
+    """A rich console on stdout: the terminal's width, or ``width`` columns when piped (so tables
+    in logs and tests are not squeezed to 80)."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else width)
+
+
 def _fmt(v, digits=1):
     try:
         f = float(v)
@@ -22,10 +30,9 @@ def _fmt(v, digits=1):
 
 def print_table(df, meta: dict, console=None) -> None:
     """One line per row: op, tp, group, mode, size, p50/p95/p99 latency, busbw, wrong."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(width=None if sys.stdout.isatty() else 150)
+    console = console or stdout_console(150)
     title = (f"commprof sweep: {meta.get('kind', 'measured')} on {', '.join(meta.get('hosts', ['?']))} "
              f"({meta.get('backend', '?')}, {', '.join(meta.get('gpus', []))}) at {meta.get('start_time', '?')}")
     t = Table(title=title, title_justify="left")

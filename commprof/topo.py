@@ -34,6 +34,7 @@ from collections import Counter
 from . import __version__
 from .errors import EXIT_OK, NoGpuError, UsageError, where
 from .runinfo import now_iso
+from .render import stdout_console
 
 NA = "n/a"
 TOPO_JSON = "topo.json"
@@ -461,7 +462,6 @@ def _link_text(gen, width) -> str:
 def render_topology(topo: dict, console=None) -> None:
     """Print the per-GPU table, the ``nvidia-smi topo -m`` matrix, the P2P read and write
     matrices and the interconnect class."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -469,7 +469,7 @@ def render_topology(topo: dict, console=None) -> None:
         # Text, not a str: a bus id such as 00000000:AB:00.0 must not become an emoji (":ab:")
         return Text(str(v), style=style)
 
-    console = console or Console(width=None if sys.stdout.isatty() else 160)
+    console = console or stdout_console(160)
     console.print(Text.assemble(("commprof topo", "bold"),
                                 f": {topo.get('host', '?')}, driver {topo.get('driver_version', '?')}, "
                                 f"{topo.get('source', '?')}, {topo.get('collected_at', '?')}"))
@@ -543,11 +543,7 @@ def run_topo(as_json: bool, out: str | None, *, nvml=None, console=None) -> int:
     else:
         render_topology(topo, console)
         if path:
-            (console or _stdout_console()).print(f"wrote {path}")
+            (console or stdout_console(160)).print(f"wrote {path}")
     return EXIT_OK
 
 
-def _stdout_console():
-    from rich.console import Console
-
-    return Console(width=None if sys.stdout.isatty() else 160)
