@@ -233,6 +233,26 @@ def import_(
 
 
 @app.command()
+def p2p(
+    size: str = typer.Option("64M", "--size", help="Bytes per bandwidth probe (binary suffixes)."),
+    rounds: int = typer.Option(10000, "--rounds", help="Ping-pong round trips per latency probe."),
+    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-p2p/)."),
+):
+    """Raw link probes (CUDA): per-pair latency and bandwidth matrix, P2P on and off."""
+    from .errors import UsageError
+    from .p2p import run_p2p
+    from .units import parse_bytes
+
+    try:
+        nbytes = parse_bytes(size)
+    except ValueError as e:
+        _fail(UsageError(f"--size: {e}"))
+    if rounds < 1:
+        _fail(UsageError("--rounds must be at least 1"))
+    _exit_with(run_p2p, out, nbytes, rounds)
+
+
+@app.command()
 def show(
     results_dir: str = typer.Argument(..., help="A results dir written by commprof sweep."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Only print the table."),

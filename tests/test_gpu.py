@@ -34,3 +34,14 @@ def test_nccl_refuses_more_ranks_than_gpus(cli, tmp_path):
     res = cli("sweep", "--backend", "nccl", "--tp", str(n + 1), "--out", str(tmp_path / "x"))
     assert res.returncode == 3
     assert "one GPU per rank" in res.stderr
+
+
+def test_p2p_same_gpu_probes(cli, tmp_path):
+    out = tmp_path / "p2p"
+    res = cli("p2p", "--size", "16M", "--rounds", "2000", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    import csv as _csv
+    rows = list(_csv.DictReader(open(out / "p2p.csv")))
+    same = [r for r in rows if r["src_device"] == r["dst_device"] == "0"]
+    assert {r["probe"] for r in same} == {"sm_copy", "copy_engine", "pingpong"}
+    assert all(r["verified"] in ("True", "") for r in same)

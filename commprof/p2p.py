@@ -1,0 +1,122 @@
+"""``commprof p2p``: raw link probes between every pair of GPUs (and each GPU with itself), with
+P2P on (SM copies and flag ping-pong through peer pointers, copy engines) and off (a copy staged
+through pinned host memory, the path NCCL's SHM transport takes when P2P is unavailable).
+
+The kernels and their host side live in ``cuda_ext`` (built at first use); this module only
+orders the probes, writes the results dir and prints the matrices. Needs CUDA GPUs and cupy.
+"""
+from __future__ import annotations
+
+import csv
+import os
+
+from . import results
+from .runinfo import machine, now_iso, versions
+
+P2P_CSV = "p2p.csv"
+COLUMNS = ["src_device", "dst_device", "probe", "kind", "p2p", "size_bytes", "gbps", "gbps_best",
+           "time_us_p50", "roundtrip_us", "oneway_us", "verified"]
+
+
+def host_staged_bandwidth(src_device: int, dst_device: int, nbytes: int, iters: int = 10) -> dict:
+    """P2P off: device -> pinned host -> device, timed end to end (two copy-engine hops)."""
+    import statistics
+    import time
+
+    from cuda_ext.loader import require_gpu
+
+    cupy = require_gpu()
+    with cupy.cuda.Device(src_device):
+        src = cupy.arange(nbytes, dtype=cupy.uint8)
+    with cupy.cuda.Device(dst_device):
+        dst = cupy.zeros(nbytes, dtype=cupy.uint8)
+    host = cupy.cuda.alloc_pinned_memory(nbytes)
+    times = []
+    for i in range(iters + 2):
+        cupy.cuda.Device(src_device).synchronize()
+        t0 = time.perf_counter()
+        cupy.cuda.runtime.memcpy(host.ptr, src.data.ptr, nbytes, cupy.cuda.runtime.memcpyDeviceToHost)
+        cupy.cuda.runtime.memcpy(dst.data.ptr, host.ptr, nbytes, cupy.cuda.runtime.memcpyHostToDevice)
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    p50 = statistics.median(times)
+    with cupy.cuda.Device(dst_device):
+        ok = bool(cupy.array_equal(dst, src.get() if src_device != dst_device else src))
+    return {"probe": "host_staged", "kind": "same-gpu" if src_device == dst_device else "peer",
+            "src_device": src_device, "dst_device": dst_device, "size_bytes": nbytes,
+            "time_us_p50": p50 * 1e6, "gbps": nbytes / p50 / 1e9, "gbps_best": nbytes / min(times) / 1e9,
+            "verified": ok, "clock": "perf_counter"}
+
+
+def run_p2p(out: str | None = None, size_bytes: int = 64 << 20, rounds: int = 10000) -> int:
+    """Probe every ordered pair; write p2p.csv + meta.json; print the matrices."""
+    from cuda_ext.loader import load, require_gpu
+    from cuda_ext.probes import copy_bandwidth, copy_engine_bandwidth, pingpong_latency
+
+    cupy = require_gpu()                  # one line and exit 3 without CUDA / cupy
+    n = cupy.cuda.runtime.getDeviceCount()
+    kernels = load()
+    out = out or results.default_out_dir().rstrip("/") + "-p2p"
+    results.check_out_dir(out, resume=False)
+    os.makedirs(out, exist_ok=True)
+    meta = {"kind": "measured", "what": "raw GPU-to-GPU link probes (commprof p2p)", "start_time": now_iso(),
+            "machine": machine(), "versions": versions(), "gpus": n, "size_bytes": size_bytes,
+            "pingpong_rounds": rounds, "kernels": kernels.backend,
+            "columns": {"gbps": "bytes copied / p50 time, GB = 1e9 B", "p2p": "on: peer pointers or "
+                        "copy-engine peer copies; off: staged through pinned host memory"}}
+    results.write_meta(out, meta)
+    rows = []
+    with open(os.path.join(out, P2P_CSV), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+
+        def emit(r, p2p, src, dst):
+            r = {**r, "p2p": p2p, "src_device": src, "dst_device": dst}
+            rows.append(r)
+            w.writerow(r)
+            f.flush()
+
+        for i in range(n):
+            for j in range(n):
+                if i == j:
+                    emit(copy_bandwidth(i, i, i, size_bytes, kernels=kernels), "on", i, i)
+                    emit(copy_engine_bandwidth(i, i, size_bytes), "on", i, i)
+                    emit(pingpong_latency(i, i, rounds, kernels=kernels), "on", i, i)
+                    continue
+                emit(copy_bandwidth(i, j, i, size_bytes, kernels=kernels), "on", j, i)      # i reads j
+                emit(copy_bandwidth(i, i, j, size_bytes, kernels=kernels), "on", i, j)      # i writes j
+                emit(copy_engine_bandwidth(i, j, size_bytes), "on", i, j)
+                emit(pingpong_latency(i, j, rounds, kernels=kernels), "on", i, j)
+                emit(host_staged_bandwidth(i, j, size_bytes), "off", i, j)
+    results.finish_meta(out, "complete")
+    render_p2p(rows, n)
+    print(f"wrote {os.path.join(out, P2P_CSV)}")
+    return 0
+
+
+def render_p2p(rows: list[dict], n: int, console=None) -> None:
+    from rich.table import Table
+
+    from .render import stdout_console
+
+    console = console or stdout_console(160)
+    views = (("SM read GB/s (row reads column)", "sm_copy", "read", "gbps"),
+             ("SM write GB/s (row writes column)", "sm_copy", "write", "gbps"),
+             ("copy engine GB/s", "copy_engine", None, "gbps"),
+             ("ping-pong one-way latency us", "pingpong", None, "oneway_us"),
+             ("P2P off: host-staged GB/s", "host_staged", None, "gbps"))
+    for title, probe, kind, col in views:
+        t = Table(title=title, title_justify="left")
+        t.add_column("")
+        for j in range(n):
+            t.add_column(f"GPU{j}", justify="right")
+        cell = {}
+        for r in rows:
+            if r["probe"] != probe or (kind and r.get("kind") not in (kind, "same-gpu")):
+                continue
+            a, b = (r["dst_device"], r["src_device"]) if kind == "read" else (r["src_device"], r["dst_device"])
+            v = r.get(col)
+            cell[(a, b)] = f"{v:.2f}" if isinstance(v, float) else "-"
+        for i in range(n):
+            t.add_row(f"GPU{i}", *(cell.get((i, j), "-") for j in range(n)))
+        console.print(t)

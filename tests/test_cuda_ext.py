@@ -1,0 +1,991 @@
+"""cuda_ext: the kernels compile for sm_80/sm_90/sm_120 (nvcc, no GPU), the one-shot all-reduce's host
+logic (layout, limits, eligibility, P2P decision, verify) on CPU, imports without native packages,
+and, on a GPU (marked), the same-GPU probes and the one-shot all-reduce run and verify."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+from commprof.errors import EXIT_DEVICE, DeviceError, RankHung, UsageError
+from cuda_ext import loader, oneshot
+from cuda_ext.oneshot import PairProbe, RegionLayout, check_eligible, check_size, pair_verdict, verify
+
+ARCHS = ("sm_80", "sm_90", "sm_120")
+needs_nvcc = pytest.mark.skipif(loader.find_nvcc() is None,
+                                reason="nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): "
+                                       "install the CUDA toolkit to run the kernel compile test")
+
+
+def _source_kernels() -> dict:
+    """extern "C" kernel names per source stem, read from the .cu files themselves."""
+    found = {}
+    for path in loader.sources():
+        text = open(path).read()
+        names = re.findall(r'extern "C" __global__ void(?: __launch_bounds__\([^)]*\))?\s+(\w+)\s*\(', text)
+        names += re.findall(r"COMMPROF_ONESHOT_KERNEL\((\w+),", text)
+        stem = os.path.splitext(os.path.basename(path))[0]
+        for n in names:
+            if n not in ("NAME", "__launch_bounds__"):
+                found[n] = stem
+    return found
+
+
+# ---- (a) compile every kernel for every CI arch -------------------------------------------------
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_kernel_compiles(arch, tmp_path):
+    cubins = loader.compile_only(arch, str(tmp_path))
+    assert [os.path.basename(c) for c in cubins] == \
+        [f"{os.path.splitext(os.path.basename(s))[0]}.{arch}.cubin" for s in loader.sources()]
+    for name, stem in loader.KERNELS.items():
+        blob = open(os.path.join(str(tmp_path), f"{stem}.{arch}.cubin"), "rb").read()
+        assert blob[:4] == b"\x7fELF"
+        assert name.encode() in blob, f"{name} missing from {stem}.{arch}.cubin"
+
+
+def test_kernel_table_matches_sources():
+    assert _source_kernels() == loader.KERNELS
+    assert [os.path.basename(s) for s in loader.sources()] == ["oneshot_allreduce.cu", "p2p_probes.cu"]
+    for path in loader.sources():   # no headers: NVRTC compiles them without an include path
+        assert "#include" not in open(path).read()
+
+
+def test_kernel_constants_match_host_layout():
+    text = open(os.path.join(REPO, "cuda_ext", "oneshot_allreduce.cu")).read()
+    assert f"#define COMMPROF_MAX_WORLD {oneshot.MAX_WORLD}" in text
+    assert f"__launch_bounds__({oneshot.THREADS_PER_BLOCK}, 1)" in text
+
+
+@needs_nvcc
+def test_build_caches_by_sources_arch_and_nvcc(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path / "cache"))
+    d = loader.build("sm_90")
+    assert d.startswith(str(tmp_path / "cache" / "cuda_ext" / "sm_90-"))
+    assert sorted(os.listdir(d)) == ["build.json", "oneshot_allreduce.sm_90.cubin", "p2p_probes.sm_90.cubin"]
+    stamp = os.path.getmtime(os.path.join(d, "build.json"))
+    assert loader.build("sm_90") == d and os.path.getmtime(os.path.join(d, "build.json")) == stamp
+    assert loader.build("90", force=True) == d
+    assert not [n for n in os.listdir(os.path.dirname(d)) if n.startswith(".")]   # no temp dirs left
+
+
+def test_cache_key_and_paths(tmp_path, monkeypatch):
+    k = loader.cache_key("sm_90", "nvcc 13.0")
+    assert k == loader.cache_key("9.0", "nvcc 13.0")
+    assert k != loader.cache_key("sm_80", "nvcc 13.0") and k != loader.cache_key("sm_90", "nvcc 12.8")
+    monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path))
+    assert loader.cache_root() == os.path.join(str(tmp_path), "cuda_ext")
+    monkeypatch.delenv("COMMPROF_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert loader.cache_root() == os.path.join(str(tmp_path / "xdg"), "commprof", "cuda_ext")
+    cmd = loader.nvcc_command("nvcc", "x.cu", "9.0", "x.cubin")
+    assert cmd == ["nvcc", "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-lineinfo", "-o", "x.cubin", "x.cu"]
+
+
+@pytest.mark.parametrize("given,want", [("sm_90", "sm_90"), ("90", "sm_90"), ("9.0", "sm_90"),
+                                        ("compute_120", "sm_120"), ("12.0", "sm_120"), ("sm_90a", "sm_90a")])
+def test_normalize_arch(given, want):
+    assert loader.normalize_arch(given) == want
+
+
+def test_errors_name_what_is_missing(monkeypatch):
+    assert issubclass(loader.CudaUnavailable, DeviceError)
+    assert loader.CudaUnavailable("x").exit_code == EXIT_DEVICE == 3
+    with pytest.raises(loader.CudaUnavailable, match="unknown GPU architecture 'hopper'"):
+        loader.normalize_arch("hopper")
+    monkeypatch.setattr(loader, "find_nvcc", lambda: None)
+    with pytest.raises(loader.CudaUnavailable) as e:
+        loader.build("sm_90")
+    assert str(e.value) == "nvcc not found: install the CUDA toolkit or cupy (pip install commprof[gpu])"
+    with pytest.raises(loader.CudaUnavailable, match="nvcc not found"):
+        loader.compile_only("sm_90", "/nonexistent")
+    with pytest.raises(loader.CudaUnavailable, match="unknown CUDA backend 'hip'"):
+        loader.load(backend="hip")
+
+
+@needs_nvcc
+def test_nvcc_failure_is_one_line(tmp_path, monkeypatch):
+    bad = tmp_path / "src"
+    bad.mkdir()
+    (bad / "broken.cu").write_text('extern "C" __global__ void k() { this is not cuda; }\n')
+    monkeypatch.setattr(loader, "SOURCE_DIR", str(bad))
+    with pytest.raises(loader.CudaUnavailable) as e:
+        loader.compile_only("sm_90", str(tmp_path / "out"))
+    msg = str(e.value)
+    assert msg.startswith("nvcc failed on broken.cu for sm_90:") and "\n" not in msg
+
+
+class _FakeCupy:
+    """Just enough of cupy for load(): a GPU of compute capability 9.0, modules that record how made."""
+
+    def __init__(self, devices=1):
+        import types
+
+        made = self.made = []
+
+        class RawModule:
+            def __init__(self, code=None, *, path=None, options=(), backend="nvrtc"):
+                made.append({"code": code, "path": path, "options": options, "backend": backend})
+
+            def get_function(self, name):
+                return ("kernel", name)
+
+        class Device:
+            compute_capability = "90"
+
+            def __init__(self, i=0):
+                self.id = i
+
+        self.RawModule = RawModule
+        self.cuda = types.SimpleNamespace(Device=Device,
+                                          runtime=types.SimpleNamespace(getDeviceCount=lambda: devices))
+
+
+def test_load_picks_nvcc_cubins_else_nvrtc(tmp_path, monkeypatch):
+    fake = _FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(loader, "_LOADED", {})
+    monkeypatch.delenv("COMMPROF_CUDA_BACKEND", raising=False)
+    monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path))
+    # no nvcc: cupy's NVRTC compiles the sources themselves
+    monkeypatch.setattr(loader, "find_nvcc", lambda: None)
+    k = loader.load()
+    assert (k.backend, k.arch, k.directory) == ("nvrtc", "sm_90", None)
+    assert [m["backend"] for m in fake.made] == ["nvrtc", "nvrtc"] and all(m["code"] for m in fake.made)
+    assert k.get_function("commprof_pingpong") == ("kernel", "commprof_pingpong")
+    with pytest.raises(KeyError, match="no CUDA kernel named 'nope'"):
+        k.get_function("nope")
+    assert loader.load() is k
+    # forcing nvcc without one says so
+    with pytest.raises(loader.CudaUnavailable, match="nvcc not found"):
+        loader.load(backend="nvcc")
+
+
+@needs_nvcc
+def test_load_uses_nvcc_cubins_when_nvcc_is_there(tmp_path, monkeypatch):
+    fake = _FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(loader, "_LOADED", {})
+    monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("COMMPROF_CUDA_BACKEND", "auto")
+    k = loader.load()
+    assert (k.backend, k.arch) == ("nvcc", "sm_90") and k.directory.startswith(str(tmp_path))
+    assert [os.path.basename(m["path"]) for m in fake.made] == \
+        ["oneshot_allreduce.sm_90.cubin", "p2p_probes.sm_90.cubin"]
+    assert all(os.path.isfile(m["path"]) for m in fake.made)
+    monkeypatch.setenv("COMMPROF_CUDA_BACKEND", "nvrtc")
+    assert loader.load().backend == "nvrtc"
+
+
+def test_load_without_a_gpu(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", _FakeCupy(devices=0))
+    with pytest.raises(loader.CudaUnavailable) as e:
+        loader.load()
+    assert str(e.value) == "no CUDA GPU visible (cupy sees 0 devices): run on a machine with an NVIDIA GPU"
+    assert e.value.exit_code == 3
+
+
+# ---- (b) host-side logic of the one-shot all-reduce ---------------------------------------------
+
+def test_region_layout_alignment_and_no_overlap():
+    for max_bytes, max_blocks in ((8 << 20, 32), (48, 1), (1 << 20, 33), (16, 1024)):
+        lay = RegionLayout(max_bytes, max_blocks)
+        assert lay.input_offset == 0 and lay.input_bytes >= max_bytes and lay.input_bytes % 16 == 0
+        assert lay.flags_offset % 128 == 0 and lay.row_bytes % 128 == 0 and lay.status_offset % 128 == 0
+        assert lay.row_words >= max_blocks and lay.row_words * 4 == lay.row_bytes
+        first = lay.flag_offset(0, 0, 0)
+        last = lay.flag_offset(1, oneshot.MAX_WORLD - 1, max_blocks - 1)
+        assert first == lay.flags_offset and last + 4 <= lay.status_offset
+        assert lay.status_offset + 4 <= lay.total_bytes
+        slots = {lay.flag_offset(p, w, b) for p in range(2) for w in range(8) for b in range(max_blocks)}
+        assert len(slots) == 2 * 8 * max_blocks           # every slot distinct
+        for p in range(2):
+            for w in range(8):
+                assert lay.flag_offset(p, w, 0) % 128 == 0  # each row on its own 128-byte line(s)
+    lay = RegionLayout()
+    assert (lay.max_bytes, lay.max_blocks, lay.row_words) == (8 << 20, 32, 32)
+    assert lay.total_bytes == (8 << 20) + 2 * 8 * 128 + 128
+    # the kernel's formula: word (phase * 8 + writer) * row_words + block
+    assert lay.flag_offset(1, 3, 5) == lay.flags_offset + 4 * ((1 * 8 + 3) * lay.row_words + 5)
+
+
+def test_region_layout_refuses_bad_limits():
+    for kwargs in ({"max_bytes": 0}, {"max_bytes": 24}, {"max_bytes": -16}, {"max_blocks": 0},
+                   {"max_blocks": 2048}):
+        with pytest.raises(UsageError):
+            RegionLayout(**kwargs)
+    with pytest.raises(IndexError):
+        RegionLayout().flag_offset(2, 0, 0)
+    with pytest.raises(IndexError):
+        RegionLayout().flag_offset(0, 8, 0)
+    with pytest.raises(IndexError):
+        RegionLayout(max_blocks=4).flag_offset(0, 0, 4)
+
+
+def test_launch_config():
+    assert oneshot.launch_config(16) == (1, 512)
+    assert oneshot.launch_config(10240) == (2, 512)            # 640 vectors
+    assert oneshot.launch_config(8 << 20) == (32, 512)         # capped, the kernel loops
+    assert oneshot.launch_config(8 << 20, RegionLayout(max_blocks=8)) == (8, 512)
+
+
+@pytest.mark.parametrize("nbytes,dtype,want", [
+    (10240, "bf16", ""),
+    (16, "fp32", ""),
+    (8 << 20, "fp16", ""),
+    (10, "bf16", "message of 10 bytes is not a multiple of 16 bytes (8 bf16 elements)"),
+    (24, "fp32", "message of 24 bytes is not a multiple of 16 bytes (4 fp32 elements)"),
+    ((8 << 20) + 16, "bf16", "exceeds the one-shot limit of 8 MiB"),
+    (0, "bf16", "needs a positive size"),
+    (1024, "int8", "dtype int8 is not supported by the one-shot all-reduce (bf16, fp16, fp32)"),
+])
+def test_check_size(nbytes, dtype, want):
+    got = check_size(nbytes, dtype)
+    assert (got == "") if want == "" else (want in got)
+
+
+def test_check_size_custom_limit():
+    assert "exceeds the one-shot limit of 64 KiB" in check_size(128 << 10, "bf16", max_bytes=64 << 10)
+
+
+def _ok(world):
+    return [[True] * world for _ in range(world)]
+
+
+def test_check_eligible_ok_and_every_reason():
+    ok, why = check_eligible(10240, 4, "bf16", _ok(4))
+    assert ok and why == "eligible: 4 ranks, bf16, 10 KiB, every pair P2P-verified"
+    assert check_eligible(16, 8, "torch.float32", _ok(8))[0]
+    cases = [
+        ((10, 2, "bf16", _ok(2)), "not a multiple of 16 bytes"),
+        ((16 << 20, 2, "bf16", _ok(2)), "exceeds the one-shot limit of 8 MiB"),
+        ((1024, 1, "bf16", _ok(1)), "1 ranks: the one-shot all-reduce supports 2 to 8"),
+        ((1024, 9, "bf16", _ok(9)), "9 ranks: the one-shot all-reduce supports 2 to 8"),
+        ((1024, 2, "int8", _ok(2)), "dtype int8 is not supported"),
+        ((1024, 2, "bf16", None), "no P2P probe was run"),
+        ((1024, 4, "bf16", _ok(2)), "P2P matrix is not 4 x 4"),
+    ]
+    for args, reason in cases:
+        ok, why = check_eligible(*args)
+        assert not ok and reason in why and "\n" not in why, (args, why)
+    m = _ok(4)
+    m[2][3] = False                 # one direction of one pair is enough to refuse
+    ok, why = check_eligible(1024, 4, "bf16", m)
+    assert not ok and why == "P2P between ranks 2 and 3 not verified"
+    m = _ok(3)
+    m[1][1] = False                 # the diagonal is never consulted
+    assert check_eligible(1024, 3, "fp16", m)[0]
+
+
+def test_check_eligible_with_limit():
+    assert not check_eligible(1 << 20, 2, "bf16", _ok(2), max_bytes=512 << 10)[0]
+    assert check_eligible(512 << 10, 2, "bf16", _ok(2), max_bytes=512 << 10)[0]
+
+
+def test_pair_verdict_never_trusts_the_driver_alone():
+    assert pair_verdict(PairProbe(0, 1, True, True, True)) == (True, "P2P GPU 0 -> GPU 1 verified (write and read)")
+    assert pair_verdict(PairProbe(2, 2, False))[0]
+    cases = [
+        (PairProbe(0, 1, True), "claimed by the driver but not verified (probe not run)"),
+        (PairProbe(0, 1, True, write_ok=True), "not verified"),
+        (PairProbe(0, 1, False), "driver reports no P2P access from GPU 0 to GPU 1"),
+        (PairProbe(0, 1, True, False, True), "P2P write GPU 0 -> GPU 1 read back wrong data"),
+        (PairProbe(0, 1, True, True, False), "P2P read by GPU 0 from GPU 1 returned wrong data"),
+        (PairProbe(3, 1, True, error="cudaErrorPeerAccessUnsupported"),
+         "P2P probe GPU 3 -> GPU 1 failed: cudaErrorPeerAccessUnsupported"),
+    ]
+    for probe, reason in cases:
+        ok, why = pair_verdict(probe)
+        assert not ok and reason in why, why
+        assert probe.ok is False and probe.reason == why
+
+
+def _fake_probes(devices, bad=()):
+    """What probe_pairs would return on a box whose `bad` ordered pairs fail verification."""
+    return [[PairProbe(a, b, True, (a, b) not in bad, True) if a != b else PairProbe(a, a, True, True, True)
+             for b in devices] for a in devices]
+
+
+def test_p2p_decision_from_fake_probe_results():
+    devices = [4, 5, 6, 7]           # a TP=4 group on the second half of a box
+    probes = _fake_probes(devices)
+    assert oneshot.p2p_matrix(probes) == _ok(4)
+    assert check_eligible(4096, 4, "bf16", probes)[0]
+    probes = _fake_probes(devices, bad={(6, 4)})
+    matrix = oneshot.p2p_matrix(probes)
+    assert matrix[2][0] is False and matrix[0][2] is True
+    ok, why = check_eligible(4096, 4, "bf16", probes)
+    assert not ok and why == ("P2P write GPU 6 -> GPU 4 read back wrong data (the driver claims P2P works)")
+    # the driver says yes everywhere but nobody probed: refused
+    unprobed = [[PairProbe(a, b, True) for b in devices] for a in devices]
+    assert "not verified (probe not run)" in check_eligible(4096, 4, "bf16", unprobed)[1]
+    with pytest.raises(UsageError, match="expected a bool or a PairProbe"):
+        check_eligible(4096, 2, "bf16", [[True, "yes"], [True, True]])
+
+
+def test_dtype_names():
+    for given, want in (("bf16", "bf16"), ("bfloat16", "bf16"), ("torch.bfloat16", "bf16"), ("half", "fp16"),
+                        ("float16", "fp16"), ("float32", "fp32"), ("FP32", "fp32")):
+        assert oneshot.dtype_name(given) == want
+    with pytest.raises(UsageError, match="dtype fp8 is not supported"):
+        oneshot.dtype_name("fp8")
+
+
+def test_bf16_rounding_matches_torch():
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal(4096).astype(np.float32) * 100,
+                        np.array([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -0.0, 65504.0, 3.0e38, 1e-40,
+                                  np.inf, -np.inf], np.float32)])
+    ours = oneshot.to_bf16_bits(x)
+    theirs = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    assert np.array_equal(ours, theirs)
+    assert np.array_equal(oneshot.from_bf16_bits(ours), torch.from_numpy(x).to(torch.bfloat16).float().numpy())
+    assert np.isnan(oneshot.from_bf16_bits(oneshot.to_bf16_bits(np.array([np.nan], np.float32)))[0])
+
+
+def test_verify_exact_fp32_and_tolerant_16_bit():
+    np = pytest.importorskip("numpy")
+    inputs = [oneshot.rank_pattern(r, 1000) for r in range(8)]
+    expected = oneshot.reference_sum(inputs, "fp32")
+    assert np.array_equal(expected, np.sum(np.stack(inputs), axis=0))   # small integers: exact
+    assert set(np.unique(inputs[0])) <= set(range(-7, 8)) and np.abs(expected).max() <= 56
+    assert verify(expected.astype(np.float32), expected, "fp32") == 0
+    off = expected.astype(np.float32).copy()
+    off[[3, 700]] += np.float32(2 ** -20)      # tiny, but fp32 compares exactly
+    assert verify(off, expected, "fp32") == 2
+    # bf16 as kernel output bits, compared with a tolerance
+    bits = oneshot.encode(expected, "bf16")
+    assert bits.dtype == np.uint16 and verify(bits, expected, "bf16") == 0
+    near = oneshot.from_bf16_bits(bits) * np.float32(1 + 2 ** -8)
+    assert verify(near, expected, "bf16") == 0
+    far = oneshot.from_bf16_bits(bits).copy()
+    far[10] += 1.0
+    assert verify(far, expected, "bf16") == 1
+    half = oneshot.encode(expected, "fp16")
+    assert half.dtype == np.float16 and verify(half, expected, "fp16") == 0
+    assert verify(half.view(np.uint16), expected, "fp16") == 0      # raw fp16 bits work too
+    # NaN agrees only with NaN; a length mismatch is all wrong
+    a = np.array([np.nan, 1.0], np.float32)
+    assert verify(a, np.array([np.nan, 1.0]), "fp32") == 0 and verify(a, np.array([0.0, 1.0]), "fp32") == 1
+    assert verify(np.zeros(3, np.float32), np.zeros(5), "fp32") == 5
+    assert verify(far, expected, "bf16", atol=2.0, rtol=0.0) == 0
+
+
+def test_verify_takes_torch_tensors():
+    torch = pytest.importorskip("torch")
+    np = pytest.importorskip("numpy")
+    inputs = [oneshot.rank_pattern(r, 64) for r in range(4)]
+    expected = oneshot.reference_sum(inputs, "bf16")
+    t = torch.stack([torch.from_numpy(x) for x in inputs]).sum(0).to(torch.bfloat16)
+    assert verify(t, expected, "bf16") == 0
+    t[5] += 8
+    assert verify(t, expected, "bf16") == 1
+    assert np.array_equal(oneshot.reference_sum(inputs, "bf16"), oneshot.reference_sum(inputs, "fp32"))
+
+
+# ---- (b') the GPU-side host code (probes, probe_pairs, the one-shot launcher) on a simulated GPU -----
+
+def _kernel_params() -> dict:
+    """Each kernel's parameter kinds ("ptr", "int", "u32", "u64"), read from the .cu sources."""
+    kinds = {}
+    for name, stem in loader.KERNELS.items():
+        text = open(os.path.join(REPO, "cuda_ext", stem + ".cu")).read().replace("\\\n", " ")
+        m = re.search(r"\b%s\(([^)]*)\)\s*\{" % (name if stem == "p2p_probes" else "NAME"), text)
+        assert m, name
+        kinds[name] = ["ptr" if "*" in p else p.split()[0] for p in m.group(1).split(",")]
+    return kinds
+
+
+class _SimCupy:
+    """A stand-in for cupy: "device memory" is host memory at real addresses, streams are queues run
+    in order by a cooperative scheduler at every host synchronisation, and each kernel is a Python
+    model of its .cu source (flags, barriers and spins included; a spin longer than SPIN_LIMIT steps
+    counts as the kernel's timeout). Launch arguments are checked against the .cu parameter lists."""
+
+    SPIN_LIMIT = 3000
+
+    def __init__(self, devices=2, sms=132, no_p2p=()):
+        import ctypes
+        import types
+
+        import numpy as np
+
+        sim = self
+        self.np, self.ct, self.devices, self.no_p2p = np, ctypes, devices, set(no_p2p)
+        self.uint8, self.uint16, self.uint32, self.uint64 = np.uint8, np.uint16, np.uint32, np.uint64
+        self.float16, self.float32 = np.float16, np.float32
+        self.params = _kernel_params()
+        self.queues, self.launches, self.keep, self.peer_enabled, self.streams = {}, [], {}, set(), {}
+        self.clock, self.dev_stack, self.stream_stack = 0, [0], []
+
+        class Arr(np.ndarray):
+            @property
+            def data(self_):
+                addr = self_.ctypes.data
+
+                def copy_from_device(src, n):
+                    sim._enqueue(sim._current_stream(), sim._memmove(addr, src.ptr, n))
+                return types.SimpleNamespace(ptr=addr, copy_from_device=copy_from_device)
+
+            def get(self_):
+                sim.flush()
+                return np.array(self_)
+
+        self.Arr = Arr
+
+        class Stream:
+            _next = [1000]
+
+            def __init__(self_, non_blocking=False, ptr=None, device=None):
+                if ptr is None:
+                    Stream._next[0] += 16
+                    ptr = Stream._next[0]
+                self_.ptr, self_.device = ptr, sim.dev_stack[-1] if device is None else device
+                sim.queues[self_.key] = []
+                if ptr:
+                    sim.streams[ptr] = self_
+
+            @property
+            def key(self_):
+                return (self_.device, self_.ptr)
+
+            def __enter__(self_):
+                sim.stream_stack.append(self_)
+                return self_
+
+            def __exit__(self_, *a):
+                sim.stream_stack.pop()
+
+            def synchronize(self_):
+                sim.flush()
+
+        self.nulls = {d: Stream(ptr=0, device=d) for d in range(devices)}
+
+        class Device:
+            compute_capability = "90"
+
+            def __init__(self_, i=None):
+                self_.id = sim.dev_stack[-1] if i is None else i
+                self_.attributes = {"MultiProcessorCount": sms}
+
+            def __enter__(self_):
+                sim.dev_stack.append(self_.id)
+                return self_
+
+            def __exit__(self_, *a):
+                sim.dev_stack.pop()
+
+            def synchronize(self_):
+                sim.flush()
+
+        class Event:
+            t = None
+
+            def record(self_, stream):
+                def op():
+                    self_.t = sim.clock
+                    return
+                    yield
+                sim._enqueue(stream, op())
+
+            def synchronize(self_):
+                sim.flush()
+
+        class CUDARuntimeError(RuntimeError):
+            status = 0
+
+        rt = types.SimpleNamespace(
+            getDeviceCount=lambda: devices, CUDARuntimeError=CUDARuntimeError,
+            deviceCanAccessPeer=lambda a, b: int((a, b) not in sim.no_p2p),
+            deviceEnablePeerAccess=lambda peer: sim.peer_enabled.add((sim.dev_stack[-1], peer)),
+            malloc=self._malloc, free=lambda p: sim.keep.pop(p), memset=lambda p, v, n: ctypes.memset(p, v, n),
+            memcpyDeviceToDevice=3, memcpyDeviceToHost=2,
+            memcpyAsync=lambda d, s_, n, kind, sp: sim._enqueue(sim._stream_by_ptr(sp), sim._memmove(d, s_, n)),
+            memcpyPeerAsync=lambda d, dd, s_, sd, n, sp: sim._enqueue(sim._stream_by_ptr(sp), sim._memmove(d, s_, n)),
+            memcpy=lambda d, s_, n, kind: (sim.flush(), ctypes.memmove(d, s_, n)),
+            ipcGetMemHandle=lambda p: p.to_bytes(64, "little"),
+            ipcOpenMemHandle=lambda h: int.from_bytes(h, "little"))
+        self.cuda = types.SimpleNamespace(
+            Device=Device, Stream=Stream, Event=Event, runtime=rt,
+            get_current_stream=self._current_stream,
+            get_elapsed_time=lambda a, b: (b.t - a.t) * 1e-3)
+
+        class RawModule:
+            def __init__(self_, code=None, *, path=None, options=(), backend="nvrtc"):
+                pass
+
+            def get_function(self_, name):
+                return lambda grid, block, args: sim._launch(name, grid, block, args)
+
+        self.RawModule = RawModule
+
+    # arrays ---------------------------------------------------------------------------------------
+    def asarray(self, x):
+        return x if isinstance(x, self.Arr) else self.np.array(x).view(self.Arr)
+
+    def zeros(self, n, dtype):
+        return self.np.zeros(n, dtype).view(self.Arr)
+
+    def arange(self, n, dtype):
+        return self.np.arange(n, dtype=dtype).view(self.Arr)
+
+    def empty_like(self, x):
+        out = self.np.empty_like(x).view(self.Arr)
+        out.view(self.np.uint8)[...] = 0xAB        # garbage, so an unwritten output shows
+        return out
+
+    def zeros_like(self, x):
+        return self.np.zeros_like(x).view(self.Arr)
+
+    def array_equal(self, a, b):
+        self.flush()
+        return self.np.array_equal(a, b)
+
+    def _malloc(self, n):
+        buf = self.np.zeros(n + 256, self.np.uint8)
+        addr = buf.ctypes.data + (-buf.ctypes.data) % 256
+        self.keep[addr] = buf
+        return addr
+
+    # streams and the scheduler ------------------------------------------------------------------------
+    def _current_stream(self):
+        return self.stream_stack[-1] if self.stream_stack else self.nulls[self.dev_stack[-1]]
+
+    def _stream_by_ptr(self, ptr):
+        if ptr == 0:
+            return self.nulls[self.dev_stack[-1]]
+        return self.streams[ptr]
+
+    def _enqueue(self, stream, op):
+        self.queues.setdefault(stream.key, []).append(op)
+
+    def _memmove(self, dst, src, n):
+        self.ct.memmove(dst, src, n)   # runs when the scheduler reaches it (a generator needs a yield)
+        return
+        yield
+
+    def flush(self):
+        steps = 0
+        while any(self.queues.values()):
+            for q in list(self.queues.values()):
+                if q:
+                    try:
+                        next(q[0])
+                    except StopIteration:
+                        q.pop(0)
+            self.clock += 1
+            steps += 1
+            assert steps < 10 ** 6, "the simulated GPU never finished"
+
+    # memory access ------------------------------------------------------------------------------------
+    def u32(self, addr, value=None):
+        cell = self.ct.c_uint32.from_address(addr)
+        if value is not None:
+            cell.value = value & 0xFFFFFFFF
+        return cell.value
+
+    def u64(self, addr, value=None):
+        cell = self.ct.c_uint64.from_address(addr)
+        if value is not None:
+            cell.value = value
+        return cell.value
+
+    # kernels ----------------------------------------------------------------------------------------------
+    def _launch(self, name, grid, block, args):
+        np = self.np
+        want = self.params[name]
+        assert len(args) == len(want), (name, len(args), want)
+        types_ = {"int": np.int32, "u32": np.uint32, "u64": np.uint64}
+        vals = []
+        for kind, a in zip(want, args):
+            if kind == "ptr":
+                assert isinstance(a, (self.Arr, np.uint64)), (name, kind, type(a))
+                vals.append(a.ctypes.data if isinstance(a, self.Arr) else int(a))
+            else:
+                assert type(a) is types_[kind], (name, kind, type(a))
+                vals.append(int(a))
+        self.launches.append((name, self.dev_stack[-1], grid, block))
+        model = {"commprof_p2p_copy": self._copy, "commprof_pingpong": self._pingpong}.get(name, self._oneshot)
+        self._enqueue(self._current_stream(), model(name, grid[0], *vals))
+
+    def _copy(self, name, blocks, src, dst, nbytes):
+        self.ct.memmove(dst, src, nbytes)
+        return
+        yield
+
+    def _pingpong(self, name, blocks, ping, pong, rounds, first_side, timeout_ns, result):
+        def side(s):
+            last = rounds + 1
+            wait, post, slot = (pong, ping, 3) if s == 0 else (ping, pong, 4)
+            t0 = 0
+            for i in range(1, last + 1):
+                if s == 0:
+                    if i == 2:
+                        t0 = self.clock
+                    self.u32(post, i)
+                spins = 0
+                while self.u32(wait) != i:
+                    spins += 1
+                    if spins > self.SPIN_LIMIT:
+                        self.u64(result + 8 * slot, 1)
+                        return
+                    yield
+                if s == 1:
+                    self.u32(post, i)
+            if s == 0:
+                self.u64(result, (self.clock - t0) * 100)
+                self.u64(result + 8, (self.clock - t0) * 200)
+                self.u64(result + 16, rounds)
+        if rounds < 1:
+            return
+        sides = [side(first_side + b) for b in range(blocks)]
+        while sides:
+            for g in list(sides):
+                try:
+                    next(g)
+                except StopIteration:
+                    sides.remove(g)
+            yield
+
+    def _oneshot(self, name, blocks, in_ptrs, flag_ptrs, out, n16, world, rank, epoch, row_words, timeout_ns,
+                 status):
+        np = self.np
+        if not (1 <= world <= 8 and 0 <= rank < world and epoch != 0 and blocks <= row_words):
+            self.u32(status, self.u32(status) | 4)
+            return
+        flags = [self.u64(flag_ptrs + 8 * q) for q in range(world)]
+
+        def barrier(phase):
+            for b in range(blocks):
+                for t in range(world):
+                    self.u32(flags[t] + 4 * ((phase * 8 + rank) * row_words + b), epoch)
+            spins = 0
+            while not all(((self.u32(flags[rank] + 4 * ((phase * 8 + t) * row_words + b)) - epoch) & 0xFFFFFFFF)
+                          < 0x80000000 for t in range(world) for b in range(blocks)):
+                spins += 1
+                if spins > self.SPIN_LIMIT:
+                    self.u32(status, self.u32(status) | (1 << phase))
+                    return
+                yield
+
+        yield from barrier(0)
+        dt = name.rsplit("_", 1)[1]
+        acc = None
+        for q in range(world):
+            raw = np.frombuffer(self.ct.string_at(self.u64(in_ptrs + 8 * q), 16 * n16), np.uint8)
+            vals = oneshot.decode(raw.view(np.float16 if dt == "fp16" else np.uint16 if dt == "bf16" else np.float32),
+                                  dt).astype(np.float32)
+            acc = vals if acc is None else (acc + vals).astype(np.float32)
+            yield
+        res = np.ascontiguousarray(oneshot.encode(acc, dt))
+        self.ct.memmove(out, res.ctypes.data, 16 * n16)
+        yield from barrier(1)
+
+
+@pytest.fixture
+def sim(monkeypatch, tmp_path):
+    pytest.importorskip("numpy")
+    fake = _SimCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(loader, "_LOADED", {})
+    monkeypatch.setenv("COMMPROF_CUDA_BACKEND", "nvrtc")
+    monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path))
+    return fake
+
+
+def test_sim_kernel_signatures_are_parsed():
+    assert _kernel_params() == {
+        "commprof_p2p_copy": ["ptr", "ptr", "u64"],
+        "commprof_pingpong": ["ptr", "ptr", "int", "int", "u64", "ptr"],
+        **{f"commprof_oneshot_allreduce_{d}": ["ptr", "ptr", "ptr", "u64", "int", "int", "u32", "u32", "u64", "ptr"]
+           for d in ("bf16", "fp16", "fp32")}}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+def test_sim_oneshot_emulation_verifies(sim, dtype, world):
+    for nbytes in (16, 10240):
+        n = nbytes // oneshot.DTYPES[dtype]
+        host = [oneshot.rank_pattern(r, n) for r in range(world)]
+        outs = oneshot.emulate_on_one_gpu([sim.asarray(oneshot.encode(x, dtype)) for x in host], dtype, calls=3)
+        expected = oneshot.reference_sum(host, dtype)
+        assert [verify(o, expected, dtype, atol=0.0, rtol=0.0) for o in outs] == [0] * world
+    launches = [entry for entry in sim.launches if entry[0].startswith("commprof_oneshot")]
+    assert len(launches) == 2 * 3 * world and {entry[3] for entry in launches} == {(512,)}
+    assert not sim.keep                       # every region freed
+
+
+def test_sim_oneshot_epochs_and_flag_slots(sim):
+    import numpy as np
+
+    kernels = loader.load()
+    lay = RegionLayout(max_bytes=4096, max_blocks=4)
+    regions = [oneshot.Region(lay, 0) for _ in range(2)]
+    bases = [r.ptr for r in regions]
+    ranks = [oneshot.OneShotAllReduce(kernels, regions[q], q, 2, bases) for q in range(2)]
+    xs = [sim.asarray(np.full(1024, q + 1, np.float32)) for q in range(2)]
+    outs = [sim.zeros(1024, np.float32) for _ in range(2)]
+    for _ in range(5):
+        for q in range(2):
+            ranks[q].launch(xs[q].data.ptr, outs[q].data.ptr, 4096, "fp32", sim.cuda.Stream(non_blocking=True))
+    sim.flush()
+    assert [r.epoch for r in ranks] == [5, 5] and [r.status() for r in ranks] == [0, 0]
+    assert all(np.array_equal(o, np.full(1024, 3, np.float32)) for o in outs)
+    blocks = oneshot.launch_config(4096, lay)[0]
+    assert blocks == 1
+    for q in range(2):       # both phases' slots of both writers hold the last epoch, nothing else was touched
+        for phase in range(2):
+            for w in range(2):
+                assert sim.u32(regions[q].ptr + lay.flag_offset(phase, w, 0)) == 5
+        assert sim.u32(regions[q].ptr + lay.flag_offset(0, 2, 0)) == 0
+        assert sim.u32(regions[q].ptr + lay.flag_offset(0, 0, 1)) == 0
+    ranks[0].epoch = 0xFFFFFFFF              # the epoch wraps to 1, never 0
+    assert ranks[0].next_epoch() == 1
+    for r in regions:
+        r.close()
+
+
+def test_sim_oneshot_missing_peer_times_out(sim):
+    import numpy as np
+
+    region = oneshot.Region(RegionLayout(max_bytes=1 << 16), 0)
+    ar = oneshot.OneShotAllReduce(loader.load(), region, 0, 2, [region.ptr, region.ptr], timeout_s=0.2)
+    x = sim.asarray(np.zeros(512, np.float32))
+    with pytest.raises(UsageError, match="not a multiple of 16 bytes"):
+        ar.launch(x.data.ptr, x.data.ptr, 24, "fp32")
+    ar.launch(x.data.ptr, sim.zeros(512, np.float32).data.ptr, x.nbytes, "fp32")
+    sim.flush()
+    with pytest.raises(RankHung, match="rank 0 of 2: the entry and exit barrier timed out after 0.2 s"):
+        ar.raise_for_status()
+    assert oneshot.open_ipc_handle(region.ipc_handle(), 0) == region.ptr
+    region.close()
+
+
+def test_sim_probes(sim):
+    from cuda_ext import probes
+
+    same = probes.copy_bandwidth(0, 0, 0, nbytes=1 << 20, iters=3, warmup=1)
+    assert same["kind"] == "same-gpu" and same["verified"] and same["gbps"] > 0 and same["iters"] == 3
+    read = probes.copy_bandwidth(0, 1, 0, nbytes=(1 << 20) + 3, iters=2, warmup=0)
+    assert read["kind"] == "read" and read["verified"] and (0, 1) in sim.peer_enabled
+    assert probes.copy_bandwidth(0, 0, 1, nbytes=4096, iters=1, warmup=0)["kind"] == "write"
+    ce = probes.copy_engine_bandwidth(0, 1, nbytes=1 << 16, iters=2, warmup=1)
+    assert ce["kind"] == "peer" and ce["verified"]
+    blocks, threads = probes.copy_grid(1 << 30)
+    assert (blocks, threads) == (132 * 4, 512) and probes.copy_grid(100) == (1, 512)
+    for a, b, poll in ((0, 0, "local"), (0, 1, "local"), (0, 1, "remote")):
+        r = probes.pingpong_latency(a, b, rounds=50, poll=poll)
+        assert r["rounds"] == 50 and r["roundtrip_us"] > 0 and r["clock"] == "globaltimer"
+    pp = [entry for entry in sim.launches if entry[0] == "commprof_pingpong"]
+    assert [(entry[1], entry[2]) for entry in pp] == [(0, (2,)), (1, (1,)), (0, (1,)), (1, (1,)), (0, (1,))]
+
+
+def test_sim_pingpong_timeout_is_reported(sim, monkeypatch):
+    from cuda_ext import probes
+
+    monkeypatch.setattr(sim, "_pingpong", lambda name, blocks, ping, pong, rounds, first, t, result: iter(
+        [sim.u64(result + 24, 1)]))
+    with pytest.raises(loader.CudaUnavailable, match="timed out after 5 s"):
+        probes.pingpong_latency(0, 0, rounds=10)
+
+
+def test_sim_probe_pairs(sim, monkeypatch):
+    probes = oneshot.probe_pairs([0, 1], nbytes=4096)
+    assert oneshot.p2p_matrix(probes) == [[True, True], [True, True]]
+    assert check_eligible(4096, 2, "bf16", probes)[0]
+    assert {(0, 1), (1, 0)} <= sim.peer_enabled
+    sim.no_p2p.add((1, 0))
+    probes = oneshot.probe_pairs([0, 1], nbytes=4096)
+    ok, why = check_eligible(4096, 2, "bf16", probes)
+    assert not ok and why == "driver reports no P2P access from GPU 1 to GPU 0"
+    # a link that silently loses part of a write: the driver says yes, the probe catches it.
+    # Copies run in this order: pair (0, 1) write, read; pair (1, 0) write (corrupted), read.
+    sim.no_p2p.clear()
+    real, count = sim._copy, [0]
+
+    def lossy(name, blocks, src, dst, nbytes):
+        count[0] += 1
+        yield from real(name, blocks, src, dst, nbytes)
+        if count[0] == 3:
+            sim.ct.memset(dst + 64, 0, 16)
+    monkeypatch.setattr(sim, "_copy", lossy)
+    probes = oneshot.probe_pairs([0, 1], nbytes=4096)
+    assert count[0] == 4
+    assert probes[0][1].ok and (probes[1][0].write_ok, probes[1][0].read_ok) == (False, True)
+    assert check_eligible(4096, 2, "bf16", probes)[1] == \
+        "P2P write GPU 1 -> GPU 0 read back wrong data (the driver claims P2P works)"
+
+
+# ---- (c) imports without torch, cupy or numpy -----------------------------------------------------
+
+BLOCKED = """
+import sys
+for name in ("torch", "cupy", "numpy"):
+    sys.modules[name] = None          # any import of these now raises ImportError
+import cuda_ext, cuda_ext.loader, cuda_ext.oneshot, cuda_ext.probes
+from cuda_ext.oneshot import check_eligible, RegionLayout, PairProbe
+print(check_eligible(10240, 2, "bf16", [[True, True], [True, True]])[0])
+print(check_eligible(10240, 2, "bf16", [[PairProbe(0, 0, True, True, True), PairProbe(0, 1, False)],
+                                        [PairProbe(1, 0, True, True, True)] * 2])[1])
+print(RegionLayout().total_bytes)
+try:
+    cuda_ext.loader.load()
+except cuda_ext.loader.CudaUnavailable as e:
+    print(e.exit_code, e)
+"""
+
+
+def test_import_without_torch_cupy_numpy():
+    res = subprocess.run([sys.executable, "-c", BLOCKED], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [
+        "True",
+        "driver reports no P2P access from GPU 0 to GPU 1",
+        str((8 << 20) + 2 * 8 * 128 + 128),
+        "3 cupy not installed: pip install commprof[gpu] (cupy) to run the CUDA kernels",
+    ]
+
+
+# ---- (d) on a GPU: build, load, run, verify ----------------------------------------------------------
+
+def _load(tmp_path_factory, backend=None):
+    pytest.importorskip("cupy", reason="the GPU tests of cuda_ext need cupy (pip install commprof[gpu])")
+    with pytest.MonkeyPatch.context() as mp:   # build into a temporary cache, not the user's
+        mp.setenv("COMMPROF_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        return loader.load(backend=backend)
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    return _load(tmp_path_factory)
+
+
+@pytest.mark.gpu
+def test_gpu_load_reports_its_path(kernels):
+    assert kernels.backend in ("nvcc", "nvrtc")
+    assert re.fullmatch(r"sm_\d+[a-z]?", kernels.arch)
+    if kernels.backend == "nvcc":
+        assert os.path.isfile(os.path.join(kernels.directory, "build.json"))
+    for name in loader.KERNELS:
+        kernels.get_function(name)
+    assert loader.load() is kernels            # loaded once per process
+
+
+@pytest.mark.gpu
+def test_gpu_same_gpu_copies_verify(kernels):
+    import cupy
+
+    from cuda_ext import probes
+
+    sm = probes.copy_bandwidth(0, 0, 0, nbytes=64 << 20, iters=5, warmup=2, kernels=kernels)
+    assert sm["kind"] == "same-gpu" and sm["verified"] and sm["gbps"] > 0 and sm["rw_gbps"] == 2 * sm["gbps"]
+    ce = probes.copy_engine_bandwidth(0, 0, nbytes=64 << 20, iters=5, warmup=2)
+    assert ce["verified"] and ce["gbps"] > 0
+    # unaligned pointers and an odd size take the byte path
+    with cupy.cuda.Device(0):
+        src = cupy.arange(100003, dtype=cupy.uint32).view(cupy.uint8)
+        dst = cupy.zeros_like(src)
+        probes.launch_copy(kernels, src.data.ptr + 3, dst.data.ptr + 5, 4097)
+        cupy.cuda.Device(0).synchronize()
+        assert bool(cupy.array_equal(dst[5:5 + 4097], src[3:3 + 4097]))
+        assert int(dst[:5].sum()) == 0 and int(dst[5 + 4097:].sum()) == 0
+
+
+@pytest.mark.gpu
+def test_gpu_same_gpu_pingpong(kernels):
+    from cuda_ext import probes
+
+    r = probes.pingpong_latency(0, 0, rounds=2000, kernels=kernels)
+    assert r["clock"] == "globaltimer" and r["rounds"] == 2000
+    assert 0 < r["roundtrip_us"] < 1000 and r["oneway_us"] == r["roundtrip_us"] / 2
+
+
+@pytest.mark.gpu
+def test_gpu_probe_pairs(kernels):
+    import cupy
+
+    n = cupy.cuda.runtime.getDeviceCount()
+    probes = oneshot.probe_pairs(list(range(min(n, 2))), nbytes=1 << 16, kernels=kernels)
+    assert len(probes) == min(n, 2)
+    assert probes[0][0].ok
+    if n >= 2:   # whatever the box says, the decision is consistent with the probe
+        assert check_eligible(4096, 2, "bf16", probes)[0] == (probes[0][1].ok and probes[1][0].ok)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+def test_gpu_oneshot_allreduce_verifies(kernels, dtype, world):
+    import cupy
+
+    # 16 bytes (one vector), a decode-size message, and 4 MiB (more vectors than threads: the grid loops)
+    for nbytes in (16, 10240, 4 << 20):
+        n = nbytes // oneshot.DTYPES[dtype]
+        host = [oneshot.rank_pattern(r, n) for r in range(world)]
+        inputs = [cupy.asarray(oneshot.encode(x, dtype)) for x in host]
+        outs = oneshot.emulate_on_one_gpu(inputs, dtype, kernels=kernels, calls=3)
+        expected = oneshot.reference_sum(host, dtype)
+        for rank, out in enumerate(outs):
+            assert verify(out, expected, dtype) == 0, (dtype, world, nbytes, rank)
+            assert verify(out, expected, dtype, atol=0.0, rtol=0.0) == 0   # small integers: exact
+
+
+@pytest.mark.gpu
+def test_gpu_oneshot_refuses_and_times_out(kernels):
+    import cupy
+
+    region = oneshot.Region(RegionLayout(max_bytes=1 << 16), 0)
+    try:
+        # rank 0 of a 2-rank group whose peer never comes: the entry barrier gives up
+        ar = oneshot.OneShotAllReduce(kernels, region, 0, 2, [region.ptr, region.ptr], timeout_s=0.2)
+        x = cupy.zeros(512, dtype=cupy.float32)
+        with pytest.raises(UsageError, match="not a multiple of 16 bytes"):
+            ar.launch(x.data.ptr, x.data.ptr, 24, "fp32")
+        with pytest.raises(UsageError, match="exceeds the one-shot limit of 64 KiB"):
+            ar.launch(x.data.ptr, x.data.ptr, 1 << 17, "fp32")
+        out = cupy.empty_like(x)
+        ar.launch(x.data.ptr, out.data.ptr, x.nbytes, "fp32")
+        cupy.cuda.Device(0).synchronize()
+        with pytest.raises(RankHung, match="barrier timed out after 0.2 s"):
+            ar.raise_for_status()
+    finally:
+        cupy.cuda.Device(0).synchronize()
+        region.close()
+
+
+@pytest.mark.gpu
+def test_gpu_nvrtc_path_runs_too(tmp_path_factory):
+    import cupy
+
+    from cuda_ext import probes
+
+    k = _load(tmp_path_factory, backend="nvrtc")
+    assert k.backend == "nvrtc"
+    assert probes.pingpong_latency(0, 0, rounds=100, kernels=k)["roundtrip_us"] > 0
+    host = [oneshot.rank_pattern(r, 4096) for r in range(2)]
+    outs = oneshot.emulate_on_one_gpu([cupy.asarray(oneshot.encode(x, "bf16")) for x in host], "bf16", kernels=k)
+    assert all(verify(o, oneshot.reference_sum(host, "bf16"), "bf16") == 0 for o in outs)
+
+
+def test_p2p_cli_without_gpu_is_one_line(tmp_path):
+    import subprocess
+    import sys as _sys
+
+    try:
+        import torch
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is visible: the no-GPU path cannot be shown here")
+    except ImportError:
+        pass
+    res = subprocess.run([_sys.executable, "-m", "commprof", "p2p", "--out", str(tmp_path / "p")],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 3
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("commprof: error:") and "Traceback" not in res.stderr
+    assert not (tmp_path / "p").exists()
