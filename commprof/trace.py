@@ -227,7 +227,8 @@ def attribute(recs: list[dict], layers_model: int, tp: int | None = None) -> dic
 
 
 def summarize(tokens: list[dict], batch: int, collectives_per_step: int) -> dict:
-    """One line per run: ms/token (median over tokens of the slowest rank), tokens/s, shares."""
+    """One line per run. ms/token: median over tokens of the slowest rank's latency. Shares: of
+    all token time on all ranks, the part in each component (so communication = transfer + wait)."""
     import numpy as np
 
     by_t = {}
@@ -235,14 +236,14 @@ def summarize(tokens: list[dict], batch: int, collectives_per_step: int) -> dict
         by_t.setdefault(row["token"], []).append(row)
     lat = np.array([max(r["latency_us"] for r in rs) for rs in by_t.values()])
     mean = lambda k: np.array([np.mean([r[k] for r in rs]) for rs in by_t.values()])  # noqa: E731
-    share = lambda k: float(np.median(100.0 * mean(k) / np.array(  # noqa: E731
-        [np.mean([r["latency_us"] for r in rs]) for rs in by_t.values()])))
+    total = float(sum(r["latency_us"] for r in tokens))
+    share = lambda k: 100.0 * float(sum(r[k] for r in tokens)) / total if total > 0 else 0.0  # noqa: E731
     ms = float(np.median(lat)) / 1e3
     resid = max(abs(r["residual_us"]) / r["latency_us"] for r in tokens if r["latency_us"] > 0)
     return {
         "ms_per_token": ms, "tokens_per_s": batch * 1e3 / ms if ms > 0 else float("nan"),
         "collectives_per_step": collectives_per_step, "collectives_per_token": collectives_per_step / batch,
-        "comm_share_pct": float(np.median([r["comm_share_pct"] for r in tokens])),
+        "comm_share_pct": share("transfer_us") + share("wait_us"),
         "transfer_share_pct": share("transfer_us"), "wait_share_pct": share("wait_us"),
         "compute_ms": float(np.median(mean("compute_us"))) / 1e3,
         "transfer_ms": float(np.median(mean("transfer_us"))) / 1e3,
