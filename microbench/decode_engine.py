@@ -244,7 +244,13 @@ class CudaStamps:
     """CUDA-event stamps: the same interface, device time."""
 
     def __init__(self, torch, nseg: int):
-        E = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+        # external=True: recorded inside a captured CUDA graph, the events stay visible (and
+        # timeable) outside it; a plain record would become an internal graph dependency.
+        try:
+            torch.cuda.Event(enable_timing=True, external=True)
+            E = lambda: torch.cuda.Event(enable_timing=True, external=True)  # noqa: E731
+        except TypeError:                               # torch without external events
+            E = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
         self.start = [E() for _ in range(nseg)]
         self.end = [E() for _ in range(nseg)]
         self.e0, self.e1 = E(), E()

@@ -12,6 +12,7 @@
 #                           (compute measured on this GPU; collectives from the committed CPU
 #                           sweep results/sweep-default-vm: a plumbing check, not a GPU box)
 #   topo/                   commprof topo --out (NVML topology, P2P, link state)
+#   p2p/                    commprof p2p: same-GPU (and per-pair) copy bandwidth and flag latency
 #   check.json, check.md    commprof check over the sweep, trace and topo above
 #   report.html, report.md  commprof report over the same dirs
 #   *.log                   what each command printed
@@ -49,6 +50,9 @@ echo "== commprof trace --predict: TP=2/4/8 per-rank shapes on one GPU, graph mo
   | tee "$OUT/trace-predict-tp248.log" || status=1
 echo "== commprof topo"
 "$PY" -m commprof topo --out "$OUT/topo" 2>&1 | tee "$OUT/topo.log" || status=1
+
+echo "== commprof p2p (cuda_ext kernels, built at first use)"
+"$PY" -m commprof p2p --size 256M --out "$OUT/p2p" 2>&1 | tee "$OUT/p2p.log" || status=1
 
 echo "== commprof check and report over the GPU results"
 "$PY" -m commprof check "$OUT/topo" "$OUT/sweep-nccl-tp1" "$OUT/trace-nccl-tp1" --model Qwen2.5-32B \
