@@ -96,6 +96,7 @@ class Evidence:
     trace: object = None          # pandas DataFrame (trace_summary.csv)
     trace_meta: dict | None = None
     hostbw: dict | None = None
+    p2p: object = None            # pandas DataFrame (p2p.csv from commprof p2p)
     dirs: tuple = ()
 
 
@@ -132,8 +133,18 @@ def gather(dirs: list[str]) -> Evidence:
                     raise UsageError(f"'{p}': missing column {c} (corrupt or partial results dir)")
             ev.trace_meta = results.read_meta(d)
             found = True
+        if os.path.exists(os.path.join(d, "p2p.csv")):
+            p = os.path.join(d, "p2p.csv")
+            try:
+                ev.p2p = pd.read_csv(p)
+            except Exception as e:  # noqa: BLE001
+                raise UsageError(f"'{p}': not a readable p2p table ({type(e).__name__})") from None
+            for c in ("src_device", "dst_device", "probe", "gbps", "oneway_us"):
+                if c not in ev.p2p.columns:
+                    raise UsageError(f"'{p}': missing column {c} (corrupt or partial results dir)")
+            found = True
         if not found:
-            raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv or trace_summary.csv")
+            raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv, trace_summary.csv or p2p.csv")
     return ev
 
 

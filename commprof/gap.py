@@ -162,10 +162,52 @@ def fits_lines(df) -> list[str]:
     return out
 
 
+def wire(ev) -> dict | None:
+    """What the wire itself can do, from ``commprof p2p`` probes (P2P on): the median one-way flag
+    latency and SM read bandwidth over GPU pairs (same-GPU probes when only one GPU was probed)."""
+    import numpy as np
+
+    df = ev.p2p
+    if df is None or df.empty:
+        return None
+    on = df[df["p2p"] == "on"] if "p2p" in df.columns else df
+    pairs = on[on["src_device"] != on["dst_device"]]
+    scope = "GPU pairs"
+    if pairs.empty:
+        pairs, scope = on, "one GPU (same-GPU probes)"
+    lat = pairs[pairs["probe"] == "pingpong"]["oneway_us"].dropna()
+    bw = pairs[(pairs["probe"] == "sm_copy")]["gbps"].dropna()
+    if lat.empty or bw.empty:
+        return None
+    return {"oneway_us": float(np.median(lat)), "read_gbps": float(np.median(bw)), "scope": scope}
+
+
+def wire_latency_us(w: dict, tp: int, size_bytes: int) -> float:
+    """Bound for a one-shot all-reduce on this wire: a flag hop plus reading the tp-1 peers' buffers."""
+    return w["oneway_us"] + (tp - 1) * size_bytes / (w["read_gbps"] * 1e3)
+
+
+def wire_lines(ev) -> list[str]:
+    w = wire(ev)
+    if w is None or ev.sweep is None:
+        return []
+    out = [f"wire (measured by commprof p2p over {w['scope']}): one-way latency {w['oneway_us']:.2f} us, "
+           f"SM read {w['read_gbps']:.1f} GB/s"]
+    df = ev.sweep[(ev.sweep["op"] == "all_reduce") & (ev.sweep["group"] == 0)]
+    for (tp, mode), g in df.groupby(["tp", "mode"]):
+        r = g.sort_values("size_bytes").iloc[0]
+        bound = wire_latency_us(w, int(tp), int(r.size_bytes))
+        out.append(f"NCCL all_reduce TP={tp} {mode} at {int(r.size_bytes)} B: p50 {r.latency_us_p50:.1f} us = "
+                   f"{r.latency_us_p50 / bound:.1f}x the wire bound {bound:.1f} us (one hop + reading {int(tp) - 1} "
+                   "peers' buffers)")
+    return out
+
+
 def run_gap(dirs: list[str], reference: str | None = None) -> int:
     from .check import gather
 
     g = compute_gap(dirs, reference)
-    g["lines"] = fits_lines(gather(dirs).sweep) + g["lines"]
+    ev = gather(dirs)
+    g["lines"] = fits_lines(ev.sweep) + wire_lines(ev) + g["lines"]
     render_gap(g)
     return 0

@@ -210,3 +210,37 @@ def trace_charts(out_dir: str, meta: dict, dest: str | None = None) -> list[str]
     fig.savefig(written[-1], dpi=100)
     plt.close(fig)
     return written
+
+
+WIRE_PNG = "wire_vs_nccl.png"
+
+
+def wire_chart(sweep_df, w: dict, out_path: str, provenance: str) -> str:
+    """NCCL's all-reduce p50 per TP degree against the wire bound from the p2p probes (dashed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .gap import wire_latency_us
+
+    df = sweep_df[(sweep_df["op"] == "all_reduce") & (sweep_df["group"] == 0)]
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    for (tp, mode), g in df.groupby(["tp", "mode"]):
+        g = g.sort_values("size_bytes")
+        line, = ax.plot(g["size_bytes"], g["latency_us_p50"], marker="o", ms=3, label=f"NCCL TP={tp} {mode} p50")
+        ax.plot(g["size_bytes"], [wire_latency_us(w, int(tp), int(x)) for x in g["size_bytes"]], "--",
+                color=line.get_color(), label=f"wire bound TP={tp}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("all_reduce size per rank (bytes)")
+    ax.set_ylabel("latency (us)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"all-reduce vs the wire (one hop {w['oneway_us']:.2f} us + reading peers at "
+                 f"{w['read_gbps']:.0f} GB/s)", fontsize=9)
+    fig.text(0.01, 0.005, provenance[:150], fontsize=6, color="0.35")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+    return out_path

@@ -152,6 +152,9 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
     gap_html, gap_md = _gap_section(dirs, reference)
     H += gap_html
     M += gap_md
+    wh, wm = _wire_section(ev, out_dir)
+    H += wh
+    M += wm
     H.append("</body></html>")
     hp, mp = os.path.join(out_dir, REPORT_HTML), os.path.join(out_dir, REPORT_MD)
     with open(hp, "w", encoding="utf-8") as f:
@@ -176,6 +179,22 @@ def _gap_section(dirs, reference):
     h = ["<h2>PCIe vs NVLink gap</h2>", f"<p class='prov'>{html.escape(g['provenance'])}</p>", _table(heads, rows)]
     h += [f"<p>{html.escape(l)}</p>" for l in g.get("lines", [])]
     m = ["## PCIe vs NVLink gap", "", g["provenance"], "", _md_table(heads, rows), ""] + g.get("lines", []) + [""]
+    return h, m
+
+
+def _wire_section(ev, out_dir):
+    """NCCL against what the wire can do, when p2p probes are among the dirs."""
+    from . import render
+    from .gap import wire, wire_lines
+
+    w = wire(ev)
+    if w is None or ev.sweep is None:
+        return [], []
+    path = render.wire_chart(ev.sweep, w, os.path.join(out_dir, render.WIRE_PNG),
+                             "measured: NCCL from the sweep, wire from commprof p2p; see their meta.json")
+    lines = wire_lines(ev)
+    h = ["<h2>NCCL vs the wire</h2>"] + [f"<p>{html.escape(l)}</p>" for l in lines] + [_img(path)]
+    m = ["## NCCL vs the wire", ""] + lines + ["", f"![wire]({os.path.basename(path)})", ""]
     return h, m
 
 

@@ -69,3 +69,35 @@ def test_predict_from_reference_profile(cli, tmp_path):
     meta = json.load(open(os.path.join(out, "meta.json")))
     assert meta["kind"] == "predicted" and meta["inputs"]["communication"]["kind"] == "modelled"
     assert "[predicted]" in res.stdout
+
+
+def _p2p_dir(tmp_path):
+    """A p2p results dir as `commprof p2p` writes it (synthetic figures for the test)."""
+    d = tmp_path / "p2p"
+    d.mkdir()
+    rows = ["src_device,dst_device,probe,kind,p2p,size_bytes,gbps,gbps_best,time_us_p50,roundtrip_us,oneway_us,verified"]
+    for a, b in ((0, 1), (1, 0)):
+        rows.append(f"{a},{b},sm_copy,read,on,67108864,50.0,52.0,1342.0,,,True")
+        rows.append(f"{a},{b},pingpong,,on,,,,,1.0,0.5,")
+        rows.append(f"{a},{b},host_staged,peer,off,67108864,12.0,13.0,5592.0,,,True")
+    (d / "p2p.csv").write_text("\n".join(rows) + "\n")
+    (d / "meta.json").write_text(json.dumps({"kind": "measured", "what": "synthetic p2p for a test"}))
+    return str(d)
+
+
+def test_wire_line_in_gap_and_report(cli, tmp_path):
+    box = write_profile_sweep("pcie5-p2p", str(tmp_path / "box"), tps=(2,), sizes=(16384, 1 << 20))
+    p2p = _p2p_dir(tmp_path)
+    res = cli("gap", box, p2p, "--reference", "nvlink4")
+    assert res.returncode == 0, res.stderr
+    assert "wire (measured by commprof p2p over GPU pairs): one-way latency 0.50 us, SM read 50.0 GB/s" in res.stdout
+    # 16 KiB at TP=2: one hop + reading one peer's 16 KiB at 50 GB/s = 0.5 + 0.33 us
+    assert "the wire bound 0.8 us" in res.stdout
+    out = tmp_path / "rep"
+    res = cli("report", box, p2p, "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    html = (out / "report.html").read_text()
+    assert "NCCL vs the wire" in html and (out / "wire_vs_nccl.png").stat().st_size > 5000
+    (tmp_path / "p2p" / "p2p.csv").write_text("a,b\n1,2\n")
+    res = cli("gap", box, p2p)
+    assert res.returncode == 2 and "p2p.csv" in res.stderr and "missing column" in res.stderr
