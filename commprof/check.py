@@ -100,10 +100,22 @@ class Evidence:
     dirs: tuple = ()
 
 
-def gather(dirs: list[str]) -> Evidence:
-    """Read what each results dir holds; a corrupt file is an error naming it."""
+def _read_table(path: str, what: str, required) -> object:
+    """A CSV of ours as a DataFrame; unreadable or missing a column is one line naming the file."""
     import pandas as pd
 
+    try:
+        df = pd.read_csv(path)
+    except Exception as e:  # noqa: BLE001 - pandas raises many kinds
+        raise UsageError(f"'{path}': not a readable {what} ({type(e).__name__})") from None
+    for c in required:
+        if c not in df.columns:
+            raise UsageError(f"'{path}': missing column {c} (corrupt or partial results dir)")
+    return df
+
+
+def gather(dirs: list[str]) -> Evidence:
+    """Read what each results dir holds; a corrupt file is an error naming it."""
     from . import results
     from .jsonfile import read_json_object
 
@@ -123,25 +135,13 @@ def gather(dirs: list[str]) -> Evidence:
             ev.sweep_meta = results.read_meta(d)
             found = True
         if os.path.exists(os.path.join(d, "trace_summary.csv")):
-            p = os.path.join(d, "trace_summary.csv")
-            try:
-                ev.trace = pd.read_csv(p)
-            except Exception as e:  # noqa: BLE001 - pandas raises many kinds
-                raise UsageError(f"'{p}': not a readable trace summary ({type(e).__name__})") from None
-            for c in ("tp", "batch", "comm_share_pct", "ms_per_token"):
-                if c not in ev.trace.columns:
-                    raise UsageError(f"'{p}': missing column {c} (corrupt or partial results dir)")
+            ev.trace = _read_table(os.path.join(d, "trace_summary.csv"), "trace summary",
+                                   ("tp", "batch", "comm_share_pct", "ms_per_token"))
             ev.trace_meta = results.read_meta(d)
             found = True
         if os.path.exists(os.path.join(d, "p2p.csv")):
-            p = os.path.join(d, "p2p.csv")
-            try:
-                ev.p2p = pd.read_csv(p)
-            except Exception as e:  # noqa: BLE001
-                raise UsageError(f"'{p}': not a readable p2p table ({type(e).__name__})") from None
-            for c in ("src_device", "dst_device", "probe", "gbps", "oneway_us"):
-                if c not in ev.p2p.columns:
-                    raise UsageError(f"'{p}': missing column {c} (corrupt or partial results dir)")
+            ev.p2p = _read_table(os.path.join(d, "p2p.csv"), "p2p table",
+                                 ("src_device", "dst_device", "probe", "gbps", "oneway_us"))
             found = True
         if not found:
             raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv, trace_summary.csv or p2p.csv")

@@ -135,6 +135,17 @@ _PARTS = (("compute_us", "compute", "#4C72B0"), ("transfer_us", "transfer", "#DD
           ("wait_us", "wait", "#C44E52"), ("gaps_us", "gaps", "#8C8C8C"))
 
 
+def _save(fig, path: str, provenance: str, size: int = 6) -> str:
+    """Every chart carries its provenance line at the bottom."""
+    import matplotlib.pyplot as plt
+
+    fig.text(0.01, 0.005, provenance, fontsize=size, color="0.35")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def trace_charts(out_dir: str, meta: dict, dest: str | None = None) -> list[str]:
     """Stacked bar per token, per-layer heatmap of communication share, share vs TP degree.
     Reads the trace tables in ``out_dir``; writes the charts there or into ``dest``."""
@@ -186,11 +197,7 @@ def trace_charts(out_dir: str, meta: dict, dest: str | None = None) -> list[str]
     ax.set_ylabel("layer")
     fig.colorbar(im, ax=ax, label="comm share (%)")
     ax.set_title("communication share per layer", fontsize=10)
-    fig.text(0.01, 0.005, prov[:120], fontsize=6, color="0.35")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    written.append(os.path.join(out_dir, TRACE_LAYERS_PNG))
-    fig.savefig(written[-1], dpi=100)
-    plt.close(fig)
+    written.append(_save(fig, os.path.join(out_dir, TRACE_LAYERS_PNG), prov[:120]))
 
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for (b, mode), g in summ.groupby(["batch", "mode"]):
@@ -204,11 +211,7 @@ def trace_charts(out_dir: str, meta: dict, dest: str | None = None) -> list[str]
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"communication share vs TP ({kind})", fontsize=10)
-    fig.text(0.01, 0.005, prov[:110], fontsize=6, color="0.35")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    written.append(os.path.join(out_dir, TRACE_SHARE_PNG))
-    fig.savefig(written[-1], dpi=100)
-    plt.close(fig)
+    written.append(_save(fig, os.path.join(out_dir, TRACE_SHARE_PNG), prov[:110]))
     return written
 
 
@@ -239,8 +242,4 @@ def wire_chart(sweep_df, w: dict, out_path: str, provenance: str) -> str:
     ax.legend(fontsize=7)
     ax.set_title(f"all-reduce vs the wire (one hop {w['oneway_us']:.2f} us + reading peers at "
                  f"{w['read_gbps']:.0f} GB/s)", fontsize=9)
-    fig.text(0.01, 0.005, provenance[:150], fontsize=6, color="0.35")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
-    return out_path
+    return _save(fig, out_path, provenance[:150])
