@@ -253,6 +253,29 @@ def p2p(
 
 
 @app.command()
+def moe(
+    model: Optional[str] = typer.Option(None, "--model", help="MoE model: Qwen3-30B-A3B (default), Qwen3-235B-A22B, DeepSeek-V3 or a config.json."),
+    ep: str = typer.Option("2,4,8", "--ep", help="Expert-parallel degrees; one launch of max(ep) ranks."),
+    tokens: str = typer.Option("1,64,512", "--tokens", help="Tokens per step (split over the EP ranks)."),
+    skew: str = typer.Option("uniform,zipf:1.0,hot:4", "--skew", help="uniform, zipf:S, hot:K[:SHARE], file:PATH (CSV expert,load or JSON)."),
+    iters: Optional[int] = typer.Option(None, "--iters", help="Timed steps per cell (default 100 NCCL, 20 gloo)."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="Warm-up steps per cell (default 10 NCCL, 2 gloo)."),
+    rebalance: Optional[int] = typer.Option(None, "--rebalance", help="Redundant expert slots for the what-if (default ep)."),
+    seed: int = typer.Option(0, "--seed", help="Routing seed."),
+    backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a rank counts as hung."),
+    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-moe/)."),
+    no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
+):
+    """MoE expert-parallel dispatch/combine all-to-all under skewed routing, before/after rebalancing."""
+    from .moe import run_moe
+
+    _exit_with(run_moe, model=model, ep=ep, tokens=tokens, skew=skew, iters=iters, warmup=warmup,
+               rebalance=rebalance, seed=seed, backend=backend, timeout_s=timeout, out=out,
+               argv=["commprof"] + sys.argv[1:], charts_on=not no_charts, echo=typer.echo)
+
+
+@app.command()
 def show(
     results_dir: str = typer.Argument(..., help="A results dir written by commprof sweep."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Only print the table."),
