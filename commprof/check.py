@@ -97,6 +97,7 @@ class Evidence:
     trace_meta: dict | None = None
     hostbw: dict | None = None
     p2p: object = None            # pandas DataFrame (p2p.csv from commprof p2p)
+    moe_dir: str | None = None    # a commprof moe results dir
     dirs: tuple = ()
 
 
@@ -143,8 +144,13 @@ def gather(dirs: list[str]) -> Evidence:
             ev.p2p = _read_table(os.path.join(d, "p2p.csv"), "p2p table",
                                  ("src_device", "dst_device", "probe", "gbps", "oneway_us"))
             found = True
+        if os.path.exists(os.path.join(d, "moe_steps.csv")):
+            _read_table(os.path.join(d, "moe_steps.csv"), "moe table", ("ep", "tokens", "skew", "imbalance"))
+            ev.moe_dir = d
+            found = True
         if not found:
-            raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv, trace_summary.csv or p2p.csv")
+            raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv, trace_summary.csv, p2p.csv "
+                             "or moe_steps.csv")
     return ev
 
 

@@ -155,6 +155,9 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
     wh, wm = _wire_section(ev, out_dir)
     H += wh
     M += wm
+    mh, mm = _moe_section(ev, out_dir)
+    H += mh
+    M += mm
     H.append("</body></html>")
     hp, mp = os.path.join(out_dir, REPORT_HTML), os.path.join(out_dir, REPORT_MD)
     with open(hp, "w", encoding="utf-8") as f:
@@ -196,6 +199,29 @@ def _wire_section(ev, out_dir):
     h = ["<h2>NCCL vs the wire</h2>"] + [f"<p>{html.escape(l)}</p>" for l in lines] + [_img(path)]
     m = ["## NCCL vs the wire", ""] + lines + ["", f"![wire]({os.path.basename(path)})", ""]
     return h, m
+
+
+def _moe_section(ev, out_dir):
+    """Expert-parallel all-to-all under skew, when a commprof moe dir is among the dirs."""
+    if ev.moe_dir is None:
+        return [], []
+    from . import moe
+    from .results import read_meta
+
+    d = ev.moe_dir
+    meta = read_meta(d)
+    for c in (moe.LOAD_PNG, moe.LATENCY_PNG):
+        if not os.path.exists(os.path.join(d, c)):
+            moe.charts(d, meta)
+            break
+    lines = moe.summary_lines(d)
+    prov = _prov(meta, "moe")
+    h = ["<h2>MoE: expert-parallel all-to-all under skewed routing</h2>", f"<p class='prov'>{html.escape(prov)}</p>",
+         "<ul>" + "".join(f"<li>{html.escape(l)}</li>" for l in lines) + "</ul>"]
+    h += [_img(os.path.join(d, c)) for c in (moe.LOAD_PNG, moe.LATENCY_PNG)]
+    m = ["## MoE: expert-parallel all-to-all under skewed routing", "", prov, ""] + [f"- {l}" for l in lines]
+    m += [""] + [f"![{c}]({os.path.relpath(os.path.join(d, c), out_dir)})" for c in (moe.LOAD_PNG, moe.LATENCY_PNG)]
+    return h, m + [""]
 
 
 def run_report(dirs: list[str], out: str | None = None, thresholds: str | None = None,

@@ -46,3 +46,16 @@ def test_report_in_headless_chromium(cli, tmp_path):
     for verdict in ("SKIP",):
         assert f'class="{verdict}"' in dom
     assert "Checklist:" in dom and "C10" in dom and "all-reduce latency at decode sizes" in dom
+
+
+def test_report_has_a_moe_section(cli, tmp_path):
+    moe_dir = tmp_path / "moe"
+    res = cli("moe", "--ep", "2", "--tokens", "8", "--skew", "uniform,hot:2", "--iters", "2", "--warmup", "1",
+              "--out", str(moe_dir))
+    assert res.returncode == 0, res.stderr
+    res = cli("report", SWEEP, str(moe_dir), "--out", str(tmp_path / "rep"))
+    assert res.returncode == 0, res.stderr
+    html = (tmp_path / "rep" / "report.html").read_text()
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "MoE: expert-parallel all-to-all under skewed routing" in html and "ep 2 tokens 8 hot:2" in md
+    assert html.count("data:image/png;base64,") == 4          # 2 sweep charts + 2 MoE charts
