@@ -71,8 +71,13 @@ def run_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None
                     step()
                 hb.stage(f"{label}: timing")
                 lat = np.empty(cfg.iters, dtype=np.float64)
+                f = env.fault           # commprof's own tests: kill or hang this rank mid-run
+                fault_iter = f.iter if f is not None and f.kind in ("die", "hang") and \
+                    f.applies(rank, "all_to_all", ep, pl) else -1
                 for i in range(cfg.iters):
                     dist.barrier(group=ctrl)
+                    if i == fault_iter:
+                        f.trigger()
                     hb.enter()
                     t0 = time.perf_counter()
                     step()
@@ -98,9 +103,10 @@ def run_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None
                                "tokens_recv": g["tokens_recv"], "bytes_sent": g["bytes_sent"],
                                "bytes_recv": g["bytes_recv"], "bytes_recv_expected": g["bytes_recv_expected"]}
                               for g in got]
+                # rewritten (atomically) after every cell, so a run that dies keeps its finished rows
+                moe.write_tables(cfg.out_dir, steps, rank_rows)
                 hb.row_written(1)
         if rank == 0:
-            moe.write_tables(cfg.out_dir, steps, rank_rows)
             from commprof import results
             results.finish_meta(cfg.out_dir, "complete")
 

@@ -164,3 +164,13 @@ def test_bad_inputs_give_one_line_and_exit_2(cli, tmp_path, case):
     err = [l for l in res.stderr.splitlines() if l.strip()]
     assert len(err) == 1 and err[0].startswith("commprof: error:"), res.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_killed_rank_keeps_finished_rows(cli, tmp_path):
+    out = tmp_path / "die"
+    res = cli("moe", "--ep", "2", "--tokens", "8", "--skew", "uniform", "--iters", "2", "--warmup", "0",
+              "--out", str(out), env={"COMMPROF_TEST_FAULT": "die:rank=1,mode=rebalanced"})
+    assert res.returncode == 4, res.stderr
+    assert "rank=1" in res.stderr and "SIGKILL" in res.stderr
+    rows = (out / "moe_steps.csv").read_text().strip().splitlines()
+    assert len(rows) == 2 and ",contiguous," in rows[1]        # header + the finished cell
