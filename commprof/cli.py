@@ -47,7 +47,7 @@ def sweep(
 ):
     """Collective latency at decode sizes across TP degrees (NCCL on GPUs, gloo on CPU)."""
     from . import sweep as core
-    from .sweep import torchrun_env
+    from .launch import torchrun_env
 
     try:
         cfg = core.build_config(tp=tp, ops=ops, sizes=sizes, model=model, batch=batch, dtype=dtype,

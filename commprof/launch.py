@@ -19,6 +19,8 @@ from . import results
 from .errors import DeviceError, RankDied, RankFailed, RankHung, UsageError, where
 
 STARTUP_GRACE_S = 60.0
+GLOO_MAX_LOCAL_RANKS = 64
+MODES = ("eager", "graph")
 
 
 def torchrun_env() -> dict | None:
@@ -62,6 +64,46 @@ def resolve_backend(requested: str, max_tp: int, trun: dict | None) -> tuple[str
     if gpus >= need:
         return "nccl", f"auto: {gpus} CUDA GPUs visible, {need} needed, so NCCL"
     return "gloo", f"auto: {gpus} CUDA GPU(s) visible, {need} needed for NCCL, so gloo on CPU"
+
+
+def choose_world(requested_backend: str, max_ranks: int, flag: str) -> tuple[int, str, str, dict | None]:
+    """(world size, backend, why, torchrun env) for a run that needs ``max_ranks`` ranks; ``flag``
+    names the option asking for them in errors (--tp, --ep). Raises DeviceError."""
+    trun = torchrun_env()
+    if trun:
+        world = trun["world"]
+        if max_ranks > world:
+            raise DeviceError(f"{where(trun['rank'])}: {flag} {max_ranks} needs {max_ranks} ranks, "
+                              f"but torchrun started WORLD_SIZE={world}")
+    else:
+        world = max_ranks
+    name, reason = resolve_backend(requested_backend, max_ranks, trun)
+    if name == "gloo" and not trun and max_ranks > GLOO_MAX_LOCAL_RANKS:
+        raise DeviceError(f"{where()}: {flag} {max_ranks} asks for {max_ranks} local CPU ranks; gloo runs at "
+                          f"most {GLOO_MAX_LOCAL_RANKS} here (use torchrun across nodes for more)")
+    return world, name, reason, trun
+
+
+def parse_modes(modes: str | None, backend: str) -> list[str]:
+    """--modes: eager and/or graph; default both on NCCL, eager elsewhere (graphs need CUDA)."""
+    mode_list = [m.strip() for m in (modes or ("eager,graph" if backend == "nccl" else "eager")).split(",")
+                 if m.strip()]
+    for m in mode_list:
+        if m not in MODES:
+            raise UsageError(f"--modes: unknown mode '{m}'; use eager and/or graph")
+    if "graph" in mode_list and backend != "nccl":
+        raise UsageError("--modes graph needs CUDA graphs, i.e. the nccl backend on GPUs")
+    return mode_list
+
+
+def check_counts(timeout_s: float, iters: int | None = None, warmup: int | None = None) -> None:
+    """--timeout > 0, --iters >= 1, --warmup >= 0 (None = the command's default)."""
+    if timeout_s <= 0:
+        raise UsageError("--timeout must be a positive number of seconds")
+    if iters is not None and iters < 1:
+        raise UsageError(f"--iters {iters}: must be at least 1")
+    if warmup is not None and warmup < 0:
+        raise UsageError(f"--warmup {warmup}: must be zero or more")
 
 
 def run_ranks(cfg, target: str) -> bool:

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import launch, results
-from .errors import DeviceError, UsageError, where
-from .launch import resolve_backend, torchrun_env
+from .errors import UsageError
+from .launch import torchrun_env
 from .units import parse_int_list
 
 DEFAULT_MODEL = "Qwen3-30B-A3B"
@@ -36,7 +36,6 @@ PLACEMENTS = ("contiguous", "rebalanced")
 HOT_SHARE_DEFAULT = 0.5
 DTYPE = "bf16"
 DTYPE_BYTES = 2
-GLOO_MAX_LOCAL_RANKS = 64
 
 STEP_COLUMNS = [
     "ep", "tokens", "skew", "placement", "top_k", "experts", "hidden", "redundant_experts",
@@ -354,24 +353,8 @@ def build_config(*, model: str | None, ep: str, tokens: str, skew: str, iters: i
         if n < 0 or n > shape.experts or n % e:
             raise UsageError(f"--rebalance {n}: the redundant slots must be a multiple of ep {e} "
                              f"and at most the {shape.experts} experts")
-    if timeout_s <= 0:
-        raise UsageError("--timeout must be a positive number of seconds")
-    for name, v, lo in (("--iters", iters, 1), ("--warmup", warmup, 0)):
-        if v is not None and v < lo:
-            raise UsageError(f"{name} {v}: must be {'at least 1' if lo else 'zero or more'}")
-    trun = torchrun_env()
-    max_ep = max(eps)
-    if trun:
-        world = trun["world"]
-        if max_ep > world:
-            raise DeviceError(f"{where(trun['rank'])}: --ep {max_ep} needs {max_ep} ranks, "
-                              f"but torchrun started WORLD_SIZE={world}")
-    else:
-        world = max_ep
-    name, reason = resolve_backend(backend, max_ep, trun)
-    if name == "gloo" and not trun and max_ep > GLOO_MAX_LOCAL_RANKS:
-        raise DeviceError(f"{where()}: --ep {max_ep} asks for {max_ep} local CPU ranks; gloo runs at most "
-                          f"{GLOO_MAX_LOCAL_RANKS} here")
+    launch.check_counts(timeout_s, iters, warmup)
+    world, name, reason, trun = launch.choose_world(backend, max(eps), "--ep")
     out_dir = out or results.default_out_dir() + "-moe"
     if not trun or trun["rank"] == 0:
         results.check_out_dir(out_dir, False)

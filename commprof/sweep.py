@@ -6,15 +6,12 @@ from dataclasses import dataclass
 
 from . import launch, results
 from .collectives import COLLECTIVES, DEFAULT_OPS, DTYPE_BYTES
-from .errors import DeviceError, UsageError, where
-from .launch import resolve_backend, torchrun_env
+from .errors import UsageError
 from .models import DEFAULT_MODEL, ModelShape, get_model
 from .sizes import parse_sizes
 from .sweepconfig import SweepConfig, plan_cells
 from .units import parse_int_list
 
-GLOO_MAX_LOCAL_RANKS = 64
-MODES = ("eager", "graph")
 
 
 @dataclass
@@ -41,31 +38,10 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
     if model or sizes.strip().lower() == "decode":
         shape = get_model(model or DEFAULT_MODEL)
     points = parse_sizes(sizes, op_list, shape, batches, DTYPE_BYTES[dtype])
-    if timeout_s <= 0:
-        raise UsageError("--timeout must be a positive number of seconds")
-    for name, v in (("--iters", iters), ("--warmup", warmup)):
-        if v is not None and v < (1 if name == "--iters" else 0):
-            raise UsageError(f"{name} {v}: must be {'at least 1' if name == '--iters' else 'zero or more'}")
-
-    trun = torchrun_env()
+    launch.check_counts(timeout_s, iters, warmup)
     max_tp = max(tps)
-    if trun:
-        world = trun["world"]
-        if max_tp > world:
-            raise DeviceError(f"{where(trun['rank'])}: --tp {max_tp} needs {max_tp} ranks, "
-                              f"but torchrun started WORLD_SIZE={world}")
-    else:
-        world = max_tp
-    name, reason = resolve_backend(backend, max_tp, trun)
-    if name == "gloo" and not trun and max_tp > GLOO_MAX_LOCAL_RANKS:
-        raise DeviceError(f"{where()}: --tp {max_tp} asks for {max_tp} local CPU ranks; gloo runs at most "
-                          f"{GLOO_MAX_LOCAL_RANKS} here (use torchrun across nodes for more)")
-    mode_list = [m.strip() for m in (modes or ("eager,graph" if name == "nccl" else "eager")).split(",") if m.strip()]
-    for m in mode_list:
-        if m not in MODES:
-            raise UsageError(f"--modes: unknown mode '{m}'; use eager and/or graph")
-    if "graph" in mode_list and name != "nccl":
-        raise UsageError("--modes graph needs CUDA graphs, i.e. the nccl backend on GPUs")
+    world, name, reason, trun = launch.choose_world(backend, max_tp, "--tp")
+    mode_list = launch.parse_modes(modes, name)
 
     out_dir = out or results.default_out_dir()
     if not trun or trun["rank"] == 0:

@@ -345,7 +345,7 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
                  layers: int | None, dtype: str, backend: str, modes: str | None, timeout_s: float,
                  out: str | None, argv: list[str], predict: bool = False, seed: int = 0) -> TraceConfig:
     """Validate the flags, pick the backend, check memory (nothing is started)."""
-    from .launch import resolve_backend, torchrun_env
+    from .launch import check_counts, choose_world, parse_modes, resolve_backend, torchrun_env
     from .models import get_model
     from .units import parse_int_list
 
@@ -355,36 +355,20 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
     for name, v in (("--context", context), ("--tokens", tokens)):
         if v is None or v < 1:
             raise UsageError(f"{name} {v}: must be a positive integer")
-    if warmup < 0:
-        raise UsageError(f"--warmup {warmup}: must be zero or more")
     if layers is not None and not (1 <= layers <= shape["layers"]):
         raise UsageError(f"--layers {layers}: must be between 1 and the model's {shape['layers']} layers")
     if dtype not in DTYPE_BYTES:
         raise UsageError(f"--dtype '{dtype}': use {', '.join(DTYPE_BYTES)}")
-    if timeout_s <= 0:
-        raise UsageError("--timeout must be a positive number of seconds")
+    check_counts(timeout_s, warmup=warmup)
     check_shapes(shape, tps)
-    trun = torchrun_env()
     if predict:
+        trun = torchrun_env()
         name, reason = ("nccl", "predict: compute on one GPU") if backend == "nccl" else \
             resolve_backend(backend, 1, None)
         world = 1
     else:
-        if trun and max(tps) > trun["world"]:
-            from .errors import DeviceError, where
-            raise DeviceError(f"{where(trun['rank'])}: --tp {max(tps)} needs {max(tps)} ranks, "
-                              f"but torchrun started WORLD_SIZE={trun['world']}")
-        name, reason = resolve_backend(backend, max(tps), trun)
-        world = trun["world"] if trun else max(tps)
-        if name == "gloo" and not trun and world > 64:
-            from .errors import DeviceError, where
-            raise DeviceError(f"{where()}: --tp {world} asks for {world} local CPU ranks; gloo runs at most 64 here")
-    mode_list = [m.strip() for m in (modes or ("eager,graph" if name == "nccl" else "eager")).split(",") if m.strip()]
-    for m in mode_list:
-        if m not in ("eager", "graph"):
-            raise UsageError(f"--modes: unknown mode '{m}'; use eager and/or graph")
-    if "graph" in mode_list and name != "nccl":
-        raise UsageError("--modes graph needs CUDA graphs, i.e. the nccl backend on GPUs")
+        world, name, reason, trun = choose_world(backend, max(tps), "--tp")
+    mode_list = parse_modes(modes, name)
     # predict: one device runs one rank's shard of each TP degree in turn (the largest is min(tp))
     ranks_on_node = 1 if predict else (trun["local_world"] if trun else world)
     n_layers, mem = memory_guard(shape, [min(tps)] if predict else tps, batches, context, layers, dtype, name,
