@@ -18,14 +18,13 @@ import csv
 import json
 import math
 import os
-import sys
 from dataclasses import asdict, dataclass
 
 from .collectives import COLLECTIVES, DTYPE_BYTES
 from .errors import EXIT_OK, UsageError
 from .models import ModelShape, get_model, is_moe_layer, is_sliding
 from .units import human_bytes, parse_bytes
-from .render import stdout_console
+from .render import emit, stdout_console
 
 MOE_MODES = ("tp", "ep")
 PLAN_JSON = "plan.json"
@@ -570,15 +569,7 @@ def run_plan(model_spec: str, tp: int, batch: int, context: int, gpu_mem: str | 
     model = get_model(model_spec)
     plan = build_plan(model, tp, batch, context, gpu_mem_bytes, mem_util, dtype, sp, moe)
     paths = write_plan(plan, out) if out else []
-    if as_json:
-        json.dump(plan.to_dict(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        if paths:
-            print(f"wrote {', '.join(paths)}", file=sys.stderr)
-    else:
-        render_plan(plan, console)
-        if paths:
-            (console or stdout_console(150)).print(f"wrote {', '.join(paths)}")
+    emit(plan.to_dict(), as_json, lambda c: render_plan(plan, c), paths, console, 150)
     return EXIT_OK
 
 

@@ -18,6 +18,22 @@ def stdout_console(width: int = 160):
     return Console(width=None if sys.stdout.isatty() else width)
 
 
+def emit(data: dict, as_json: bool, draw, paths: list[str], console=None, width: int = 160) -> None:
+    """A command's result: JSON on stdout (notes on stderr) or ``draw(console)`` tables, then the
+    files written."""
+    import json
+
+    if as_json:
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        if paths:
+            print(f"wrote {', '.join(paths)}", file=sys.stderr)
+        return
+    draw(console)
+    if paths:
+        (console or stdout_console(width)).print(f"wrote {', '.join(paths)}")
+
+
 def _fmt(v, digits=1):
     try:
         f = float(v)

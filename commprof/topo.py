@@ -28,13 +28,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 from collections import Counter
 
 from . import __version__
 from .errors import EXIT_OK, NoGpuError, UsageError, where
 from .runinfo import now_iso
-from .render import stdout_console
+from .render import emit, stdout_console
 
 NA = "n/a"
 TOPO_JSON = "topo.json"
@@ -535,15 +534,7 @@ def run_topo(as_json: bool, out: str | None, *, nvml=None, console=None) -> int:
             path = write_topology(topo, os.path.join(out, TOPO_JSON))
         except OSError as e:
             raise UsageError(f"--out '{out}': cannot write {TOPO_JSON} ({e.strerror or e})") from None
-    if as_json:
-        json.dump(topo, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        if path:
-            print(f"wrote {path}", file=sys.stderr)
-    else:
-        render_topology(topo, console)
-        if path:
-            (console or stdout_console(160)).print(f"wrote {path}")
+    emit(topo, as_json, lambda c: render_topology(topo, c), [path] if path else [], console, 160)
     return EXIT_OK
 
 
