@@ -93,6 +93,7 @@ class Evidence:
     topo: dict | None = None
     sweep: object = None          # pandas DataFrame
     sweep_meta: dict | None = None
+    sweep_custom: object = None   # pandas DataFrame: the sweep's --impl custom rows (one-shot kernel)
     trace: object = None          # pandas DataFrame (trace_summary.csv)
     trace_meta: dict | None = None
     hostbw: dict | None = None
@@ -133,6 +134,8 @@ def gather(dirs: list[str]) -> Evidence:
             found = True
         if os.path.exists(os.path.join(d, results.SWEEP_CSV)):
             ev.sweep = results.load_frame(d)
+            custom = results.load_frame(d, impl="custom")
+            ev.sweep_custom = custom if not custom.empty else None
             ev.sweep_meta = results.read_meta(d)
             found = True
         if os.path.exists(os.path.join(d, "trace_summary.csv")):

@@ -43,6 +43,8 @@ def sweep(
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a rank counts as hung."),
     out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>/)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --out, skipping finished rows."),
+    impl: Optional[str] = typer.Option(None, "--impl", help="nccl,custom: time commprof's one-shot all-reduce (cuda_ext/) beside NCCL's, eager, all_reduce only."),
+    verify: bool = typer.Option(False, "--verify", help="With --impl custom: check every timed custom call against torch's all_reduce."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
 ):
     """Collective latency at decode sizes across TP degrees (NCCL on GPUs, gloo on CPU)."""
@@ -53,7 +55,7 @@ def sweep(
         cfg = core.build_config(tp=tp, ops=ops, sizes=sizes, model=model, batch=batch, dtype=dtype,
                                 backend=backend, modes=modes, iters=iters, warmup=warmup,
                                 concurrent=concurrent, timeout_s=timeout, out=out, resume=resume,
-                                argv=["commprof"] + sys.argv[1:])
+                                argv=["commprof"] + sys.argv[1:], impl=impl, verify=verify)
         trun = torchrun_env()
         lead = trun is None or trun["rank"] == 0
         if lead:
@@ -63,6 +65,8 @@ def sweep(
         if not lead or outcome is None:
             return
         _render(cfg.out_dir, charts=not no_charts)
+        for line in core.refusal_lines(outcome.refused or []):
+            typer.echo(f"commprof: {line}", err=True)
         if outcome.wrong_rows:
             typer.echo(f"commprof: error: {outcome.wrong_rows} row(s) failed the correctness check "
                        f"(column wrong); see {cfg.out_dir}/sweep.csv", err=True)
@@ -75,7 +79,7 @@ def _render(out_dir: str, charts: bool = True):
     from . import render, results
 
     meta = results.read_meta(out_dir)
-    df = results.load_frame(out_dir)
+    df = results.load_frame(out_dir, impl="all")
     if df.empty:
         typer.echo(f"commprof: {out_dir} holds no rows yet", err=True)
         return

@@ -200,6 +200,46 @@ def wire_lines(ev) -> list[str]:
         out.append(f"NCCL all_reduce TP={tp} {mode} at {int(r.size_bytes)} B: p50 {r.latency_us_p50:.1f} us = "
                    f"{r.latency_us_p50 / bound:.1f}x the wire bound {bound:.1f} us (one hop + reading {int(tp) - 1} "
                    "peers' buffers)")
+    cu = _custom_frame(ev)
+    if cu is not None:
+        for tp, g in cu.groupby("tp"):
+            r = g.sort_values("size_bytes").iloc[0]
+            bound = wire_latency_us(w, int(tp), int(r.size_bytes))
+            out.append(f"custom one-shot all_reduce TP={tp} at {int(r.size_bytes)} B: p50 {r.latency_us_p50:.1f} us = "
+                       f"{r.latency_us_p50 / bound:.1f}x the wire bound {bound:.1f} us")
+    return out
+
+
+def _custom_frame(ev):
+    cu = getattr(ev, "sweep_custom", None)
+    if cu is None or cu.empty:
+        return None
+    cu = cu[(cu["op"] == "all_reduce") & (cu["group"] == 0)]
+    return None if cu.empty else cu
+
+
+def custom_lines(ev) -> list[str]:
+    """commprof's one-shot all-reduce (``sweep --impl custom``) against the backend's eager all_reduce,
+    measured side by side in the same sweep: the ratio at the smallest size and its median."""
+    import numpy as np
+
+    cu = _custom_frame(ev)
+    if cu is None or ev.sweep is None:
+        return []
+    base = ev.sweep[(ev.sweep["op"] == "all_reduce") & (ev.sweep["group"] == 0) & (ev.sweep["mode"] == "eager")]
+    name = str(base["backend"].iloc[0]) if not base.empty else "backend"
+    out = []
+    for tp, g in cu.groupby("tp"):
+        b = base[base["tp"] == tp].set_index("size_bytes")["latency_us_p50"]
+        c = g.set_index("size_bytes")["latency_us_p50"]
+        common = sorted(set(b.index) & set(c.index))
+        if not common:
+            continue
+        ratios = [float(b[s] / c[s]) for s in common if c[s] > 0]
+        s0 = common[0]
+        out.append(f"custom one-shot vs {name} all_reduce TP={tp} (eager, same sweep): at {s0} B p50 "
+                   f"{c[s0]:.1f} us vs {b[s0]:.1f} us ({name}/custom = {b[s0] / c[s0]:.2f}x); median "
+                   f"{np.median(ratios):.2f}x over {len(common)} size(s) up to {common[-1]} B")
     return out
 
 
@@ -208,6 +248,6 @@ def run_gap(dirs: list[str], reference: str | None = None) -> int:
 
     g = compute_gap(dirs, reference)
     ev = gather(dirs)
-    g["lines"] = fits_lines(ev.sweep) + wire_lines(ev) + g["lines"]
+    g["lines"] = fits_lines(ev.sweep) + custom_lines(ev) + wire_lines(ev) + g["lines"]
     render_gap(g)
     return 0

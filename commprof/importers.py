@@ -444,7 +444,7 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
             out.append({
                 "op": op, "tp": tp, "group": 0, "ranks": f"0-{tp - 1}",
                 "mode": mode if place == "out-of-place" else f"{mode}-in-place",
-                "clock": clock, "backend": "nccl", "dtype": NCCL_TYPES.get(r["type"], r["type"]),
+                "clock": clock, "backend": "nccl", "impl": "nccl", "dtype": NCCL_TYPES.get(r["type"], r["type"]),
                 "size_bytes": r["size"], "count": r["count"], "batch": "", "site": site,
                 "iters": sec.iters, "warmup": sec.warmup, "concurrent": 0,
                 "latency_us_p50": stats["p50"], "latency_us_p95": stats["p95"], "latency_us_p99": stats["p99"],

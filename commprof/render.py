@@ -52,16 +52,22 @@ def print_table(df, meta: dict, console=None) -> None:
     title = (f"commprof sweep: {meta.get('kind', 'measured')} on {', '.join(meta.get('hosts', ['?']))} "
              f"({meta.get('backend', '?')}, {', '.join(meta.get('gpus', []))}) at {meta.get('start_time', '?')}")
     t = Table(title=title, title_justify="left")
+    impls = "impl" in df.columns and (df["impl"].astype(str) == "custom").any()
+    fallback = "fallback" in df.columns and (df["fallback"].astype(str) != "").any()
     for col, just in (("op", "left"), ("tp", "right"), ("grp", "right"), ("mode", "left"),
+                      *((("impl", "left"),) if impls or fallback else ()),
                       ("size", "right"), ("batch", "right"), ("p50 us", "right"), ("p95 us", "right"),
                       ("p99 us", "right"), ("busbw GB/s", "right"), ("wrong", "right")):
         t.add_column(col, justify=just)
     has_enq = "enqueue_us_p50" in df.columns and df["enqueue_us_p50"].notna().any()
     if has_enq:
         t.add_column("enqueue p50 us", justify="right")
-    for r in df.sort_values(["op", "tp", "mode", "size_bytes", "group"]).itertuples():
+    order = ["op", "tp", "mode", "size_bytes", "group"] + (["impl"] if "impl" in df.columns else [])
+    for r in df.sort_values(order).itertuples():
         wrong = int(r.wrong)
-        cells = [r.op, str(r.tp), str(r.group), r.mode, human_bytes(int(r.size_bytes)), str(r.batch or ""),
+        impl_cell = ([str(r.impl) + (" (custom refused)" if getattr(r, "fallback", "") else "")]
+                     if impls or fallback else [])
+        cells = [r.op, str(r.tp), str(r.group), r.mode, *impl_cell, human_bytes(int(r.size_bytes)), str(r.batch or ""),
                  _fmt(r.latency_us_p50), _fmt(r.latency_us_p95), _fmt(r.latency_us_p99),
                  _fmt(r.busbw_gbps, 3), f"[bold red]{wrong} WRONG[/]" if wrong else "0"]
         if has_enq:
@@ -94,10 +100,14 @@ def charts(df, meta: dict, out_dir: str) -> list[str]:
         fig, axes = plt.subplots(1, len(ops), figsize=(6 * len(ops), 4.6), squeeze=False)
         for ax, op in zip(axes[0], ops):
             sub = d0[d0["op"] == op]
-            for (tp, mode), g in sub.groupby(["tp", "mode"]):
+            keys = ["tp", "mode"] + (["impl"] if "impl" in sub.columns else [])
+            for key, g in sub.groupby(keys):
+                tp, mode = key[0], key[1]
+                custom = len(key) > 2 and key[2] == "custom"
                 g = g.sort_values("size_bytes")
-                style = "-" if mode == "eager" else "--"
-                line, = ax.plot(g["size_bytes"], g[ycol], style, marker="o", ms=3, label=f"TP={tp} {mode}")
+                style = ":" if custom else ("-" if mode == "eager" else "--")
+                line, = ax.plot(g["size_bytes"], g[ycol], style, marker="s" if custom else "o", ms=3,
+                                label=f"TP={tp} {mode}" + (" custom one-shot" if custom else ""))
                 if ycol == "latency_us_p50":
                     ax.fill_between(g["size_bytes"], g["latency_us_p50"], g["latency_us_p95"],
                                     color=line.get_color(), alpha=0.2, lw=0)
@@ -234,8 +244,9 @@ def trace_charts(out_dir: str, meta: dict, dest: str | None = None) -> list[str]
 WIRE_PNG = "wire_vs_nccl.png"
 
 
-def wire_chart(sweep_df, w: dict, out_path: str, provenance: str) -> str:
-    """NCCL's all-reduce p50 per TP degree against the wire bound from the p2p probes (dashed)."""
+def wire_chart(sweep_df, w: dict | None, out_path: str, provenance: str, custom=None) -> str:
+    """NCCL's all-reduce p50 per TP degree against the wire bound from the p2p probes (dashed) and
+    commprof's one-shot kernel (dotted, ``sweep --impl custom`` rows), whichever are present."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -247,15 +258,26 @@ def wire_chart(sweep_df, w: dict, out_path: str, provenance: str) -> str:
     fig, ax = plt.subplots(figsize=(7, 4.6))
     for (tp, mode), g in df.groupby(["tp", "mode"]):
         g = g.sort_values("size_bytes")
-        line, = ax.plot(g["size_bytes"], g["latency_us_p50"], marker="o", ms=3, label=f"NCCL TP={tp} {mode} p50")
-        ax.plot(g["size_bytes"], [wire_latency_us(w, int(tp), int(x)) for x in g["size_bytes"]], "--",
-                color=line.get_color(), label=f"wire bound TP={tp}")
+        line, = ax.plot(g["size_bytes"], g["latency_us_p50"], marker="o", ms=3,
+                        label=f"{g['backend'].iloc[0] if 'backend' in g else 'NCCL'} TP={tp} {mode} p50")
+        if w is not None:
+            ax.plot(g["size_bytes"], [wire_latency_us(w, int(tp), int(x)) for x in g["size_bytes"]], "--",
+                    color=line.get_color(), label=f"wire bound TP={tp}")
+        if custom is not None and mode == "eager":
+            c = custom[(custom["op"] == "all_reduce") & (custom["group"] == 0) & (custom["tp"] == tp)]
+            if not c.empty:
+                c = c.sort_values("size_bytes")
+                ax.plot(c["size_bytes"], c["latency_us_p50"], ":", marker="s", ms=3, color=line.get_color(),
+                        label=f"custom one-shot TP={tp} p50")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("all_reduce size per rank (bytes)")
     ax.set_ylabel("latency (us)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    ax.set_title(f"all-reduce vs the wire (one hop {w['oneway_us']:.2f} us + reading peers at "
-                 f"{w['read_gbps']:.0f} GB/s)", fontsize=9)
+    if w is not None:
+        ax.set_title(f"all-reduce vs the wire (one hop {w['oneway_us']:.2f} us + reading peers at "
+                     f"{w['read_gbps']:.0f} GB/s)", fontsize=9)
+    else:
+        ax.set_title("all-reduce: the backend's collective vs commprof's one-shot kernel", fontsize=9)
     return _save(fig, out_path, provenance[:150])

@@ -186,18 +186,21 @@ def _gap_section(dirs, reference):
 
 
 def _wire_section(ev, out_dir):
-    """NCCL against what the wire can do, when p2p probes are among the dirs."""
+    """NCCL against the one-shot kernel (sweep --impl custom) and what the wire can do (p2p probes),
+    when either is among the dirs."""
     from . import render
-    from .gap import wire, wire_lines
+    from .gap import custom_lines, wire, wire_lines
 
     w = wire(ev)
-    if w is None or ev.sweep is None:
+    lines = custom_lines(ev) + wire_lines(ev)
+    if ev.sweep is None or not lines:
         return [], []
     path = render.wire_chart(ev.sweep, w, os.path.join(out_dir, render.WIRE_PNG),
-                             "measured: NCCL from the sweep, wire from commprof p2p; see their meta.json")
-    lines = wire_lines(ev)
-    h = ["<h2>NCCL vs the wire</h2>"] + [f"<p>{html.escape(l)}</p>" for l in lines] + [_img(path)]
-    m = ["## NCCL vs the wire", ""] + lines + ["", f"![wire]({os.path.basename(path)})", ""]
+                             "measured: NCCL and custom from the sweep" + (", wire from commprof p2p" if w else "")
+                             + "; see their meta.json", custom=ev.sweep_custom)
+    title = "NCCL vs the wire" if w else "NCCL vs the one-shot kernel"
+    h = [f"<h2>{title}</h2>"] + [f"<p>{html.escape(l)}</p>" for l in lines] + [_img(path)]
+    m = [f"## {title}", ""] + lines + ["", f"![wire]({os.path.basename(path)})", ""]
     return h, m
 
 

@@ -16,19 +16,23 @@ from datetime import datetime
 from .errors import UsageError
 from .jsonfile import read_json_object
 from .runinfo import machine, nccl_env, now_iso, versions
-from .sweepconfig import SweepConfig, cell_key
+from .sweepconfig import CUSTOM, SweepConfig, row_key
 
 SWEEP_CSV = "sweep.csv"
 META_JSON = "meta.json"
 
 COLUMNS = [
-    "op", "tp", "group", "ranks", "mode", "clock", "backend", "dtype", "size_bytes", "count",
+    "op", "tp", "group", "ranks", "mode", "clock", "backend", "impl", "dtype", "size_bytes", "count",
     "batch", "site", "iters", "warmup", "concurrent",
     "latency_us_p50", "latency_us_p95", "latency_us_p99", "latency_us_min", "latency_us_max",
     "latency_us_mean", "latency_us_rankavg_p50", "latency_us_rankavg_mean",
     "enqueue_us_p50", "enqueue_us_p99", "algbw_gbps", "busbw_gbps",
-    "wrong", "status", "hosts",
+    "wrong", "status", "hosts", "fallback",
 ]
+
+#: ``load_frame`` selections: the backend's own collectives (every view's default), commprof's
+#: one-shot kernel, or every row.
+FRAME_IMPLS = ("baseline", "custom", "all")
 
 
 def default_out_dir(root: str = "results") -> str:
@@ -97,14 +101,30 @@ def read_rows(path: str) -> list[dict]:
     return rows
 
 
-def load_frame(path: str):
-    """``sweep.csv`` as a typed pandas DataFrame (numbers as numbers)."""
+def load_frame(path: str, impl: str = "baseline"):
+    """``sweep.csv`` as a typed pandas DataFrame (numbers as numbers).
+
+    ``impl`` picks rows: ``"baseline"`` (default) the backend's own collectives, which is what the
+    cost model, check, gap and trace --predict read; ``"custom"`` the one-shot kernel's rows;
+    ``"all"`` every row. Tables written before the ``impl`` column count as baseline.
+    """
     import pandas as pd
 
+    if impl not in FRAME_IMPLS:
+        raise ValueError(f"impl {impl!r}: use one of {FRAME_IMPLS}")
     if not os.path.isdir(path):
         raise UsageError(f"results dir '{path}' does not exist")
     rows = read_rows(path)
     df = pd.DataFrame(rows, columns=rows[0].keys() if rows else COLUMNS)
+    for c in ("impl", "fallback"):
+        if c not in df.columns:
+            df[c] = ""
+    df["impl"] = df["impl"].fillna("").astype(str)
+    df["fallback"] = df["fallback"].fillna("").astype(str)
+    if impl == "baseline":
+        df = df[df["impl"] != CUSTOM].reset_index(drop=True)
+    elif impl == "custom":
+        df = df[df["impl"] == CUSTOM].reset_index(drop=True)
     for c in df.columns:
         if c.startswith(("latency_us", "enqueue_us", "algbw", "busbw")):
             df[c] = pd.to_numeric(df[c], errors="coerce")
@@ -147,6 +167,19 @@ class SweepWriter:
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
         self._write_text(buf.getvalue())
 
+    def note_refused(self, refused: list[dict]):
+        """Record the custom cells the one-shot kernel refused (and why) in ``meta.json``."""
+        if not refused:
+            return
+        try:
+            meta = read_meta(self.path)
+        except UsageError:
+            return
+        have = {(r.get("tp"), r.get("size_bytes")) for r in meta.get("custom_refused", [])}
+        meta.setdefault("custom_refused", []).extend(
+            r for r in refused if (r.get("tp"), r.get("size_bytes")) not in have)
+        write_meta(self.path, meta)
+
     def close(self, status: str = "complete", error: str | None = None):
         if not self._f.closed:
             self._f.close()
@@ -184,9 +217,15 @@ def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
             if old.get(k) != getattr(cfg, k):
                 raise UsageError(f"--resume: '{path}' was measured with {k}={old.get(k)}, this run asks "
                                  f"{k}={getattr(cfg, k)}; use a new --out")
+        if CUSTOM in cfg.impls and os.path.exists(os.path.join(path, SWEEP_CSV)):
+            with open(os.path.join(path, SWEEP_CSV), encoding="utf-8", newline="") as f:
+                header = next(csv.reader([f.readline()]), [])
+            if header and "impl" not in header:
+                raise UsageError(f"--resume: '{path}/{SWEEP_CSV}' predates the impl column, so custom rows "
+                                 "could not be told apart; use a new --out for --impl custom")
         for r in read_rows(path):
             if str(r.get("group", "0")) == "0":
-                done.add(cell_key(r["op"], int(r["tp"]), int(r["size_bytes"]), r["mode"]))
+                done.add(row_key(r))
         meta.setdefault("runs", []).append(run)
         meta["status"] = "running"
     else:
@@ -221,7 +260,13 @@ def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
                  "algbw_gbps": "size_bytes / latency_us_p50, GB = 1e9 bytes",
                  "busbw_gbps": "algbw x nccl-tests bus factor (all_reduce 2(n-1)/n; all_gather, "
                                "reduce_scatter, all_to_all (n-1)/n; broadcast 1); latency-bound below ~1 MB",
-                 "wrong": "elements differing from the exact expected result in the untimed check"},
+                 "wrong": "elements differing from the exact expected result in the untimed check "
+                          "(custom rows with --verify: also on every timed call, against torch's all_reduce)",
+                 "impl": "which implementation ran: the backend's own collective (nccl, gloo) or custom "
+                         "(commprof's one-shot all-reduce over IPC buffers, cuda_ext/; its time includes "
+                         "copying the input into the shared buffer)",
+                 "fallback": "why the custom kernel refused this cell, which was then measured with the "
+                             "backend's collective (empty otherwise)"},
     )
     write_meta(path, meta)
     save_topology(path)

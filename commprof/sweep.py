@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from . import launch, results
 from .collectives import COLLECTIVES, DEFAULT_OPS, DTYPE_BYTES
-from .errors import UsageError
+from .errors import DeviceError, UsageError
 from .models import DEFAULT_MODEL, ModelShape, get_model
 from .sizes import parse_sizes
-from .sweepconfig import SweepConfig, plan_cells
+from .sweepconfig import CUSTOM, CUSTOM_OPS, IMPLS, SweepConfig, plan_cells
 from .units import parse_int_list
 
 
@@ -19,12 +19,13 @@ class SweepOutcome:
     out_dir: str
     rows: int
     wrong_rows: int
+    refused: list | None = None     # custom cells the one-shot kernel refused (meta.json custom_refused)
 
 
 def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, batch: str, dtype: str,
                  backend: str, modes: str | None, iters: int | None, warmup: int | None,
                  concurrent: bool, timeout_s: float, out: str | None, resume: bool, argv: list[str],
-                 progress: bool = True) -> SweepConfig:
+                 progress: bool = True, impl: str | None = None, verify: bool = False) -> SweepConfig:
     """Validate every flag and derive the sweep's configuration (nothing is started)."""
     tps = parse_int_list(tp, "--tp")
     op_list = [o.strip() for o in (ops or ",".join(DEFAULT_OPS)).split(",") if o.strip()]
@@ -42,6 +43,9 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
     max_tp = max(tps)
     world, name, reason, trun = launch.choose_world(backend, max_tp, "--tp")
     mode_list = launch.parse_modes(modes, name)
+    impls = parse_impls(impl, name, reason, op_list, mode_list)
+    if verify and CUSTOM not in impls:
+        raise UsageError("--verify checks the custom all-reduce on every call; add --impl custom")
 
     out_dir = out or results.default_out_dir()
     if not trun or trun["rank"] == 0:
@@ -54,7 +58,46 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
         out_dir=out_dir, resume=resume, sizes_spec=sizes, model=shape.to_dict() if shape else None,
         batches=batches if sizes.strip().lower() == "decode" else [], argv=argv, world_size=world,
         launch="torchrun" if trun else "local", progress=progress,
+        impls=impls if impls != [name] else [], verify=verify,
     )
+
+
+def parse_impls(spec: str | None, backend: str, backend_reason: str, ops: list[str], modes: list[str]) -> list[str]:
+    """--impl: which implementations to time side by side. ``nccl`` (or ``gloo``) is the backend's
+    own collective; ``custom`` is commprof's one-shot all-reduce (cuda_ext/), all_reduce in eager
+    mode only, on GPUs with the NCCL backend and cupy."""
+    impls = [i.strip().lower() for i in (spec or backend).split(",") if i.strip()]
+    if not impls:
+        raise UsageError(f"--impl: empty list; use {backend} and/or custom")
+    for i in impls:
+        if i not in IMPLS:
+            raise UsageError(f"--impl: unknown implementation '{i}'; use {backend} and/or custom")
+        if i in ("nccl", "gloo") and i != backend:
+            # No GPUs (auto chose gloo) is a missing device; an explicit --backend is a flag clash.
+            err = DeviceError if backend_reason.startswith("auto") else UsageError
+            raise err(f"--impl {i}: this run uses the {backend} backend ({backend_reason}); "
+                      f"its own collectives are --impl {backend}")
+    impls = list(dict.fromkeys(impls))
+    if CUSTOM in impls:
+        if backend != "nccl" and not oneshot_test_hook():
+            raise DeviceError(f"--impl custom: the one-shot all-reduce runs on NVIDIA GPUs with the nccl "
+                              f"backend; this run uses {backend} ({backend_reason})")
+        if not any(o in CUSTOM_OPS for o in ops):
+            raise UsageError(f"--impl custom covers {', '.join(CUSTOM_OPS)} only; add it to --ops")
+        if "eager" not in modes:
+            raise UsageError("--impl custom runs in eager mode only (its kernel takes a new barrier epoch "
+                             "on every call, which a captured graph would replay unchanged); add --modes eager")
+        if backend == "nccl":
+            from cuda_ext.loader import require_gpu
+            require_gpu()         # cupy present and sees a GPU, or one line saying what is missing
+    return impls
+
+
+def oneshot_test_hook() -> bool:
+    """commprof's own tests stand a CPU emulation in for the kernel (``COMMPROF_TEST_ONESHOT``)."""
+    import os
+
+    return bool(os.environ.get("COMMPROF_TEST_ONESHOT"))
 
 
 def run(cfg: SweepConfig) -> SweepOutcome | None:
@@ -62,7 +105,22 @@ def run(cfg: SweepConfig) -> SweepOutcome | None:
     if not launch.run_ranks(cfg, "microbench.collective_bench:run_rank"):
         return None
     rows = results.read_rows(cfg.out_dir)
-    return SweepOutcome(cfg.out_dir, len(rows), sum(1 for r in rows if r.get("status") == "WRONG"))
+    refused = results.read_meta(cfg.out_dir).get("custom_refused") or []
+    return SweepOutcome(cfg.out_dir, len(rows), sum(1 for r in rows if r.get("status") == "WRONG"), refused)
+
+
+def refusal_lines(refused: list[dict]) -> list[str]:
+    """meta.json ``custom_refused`` as a few lines: one per (TP degree, reason), sizes listed."""
+    from .units import human_bytes
+
+    by: dict = {}
+    for r in refused:
+        by.setdefault((int(r.get("tp", 0)), r.get("reason", "?"), r.get("then", "")), []).append(int(r.get("size_bytes", 0)))
+    out = []
+    for (tp, reason, then), sizes in sorted(by.items()):
+        shown = ", ".join(human_bytes(s) for s in sorted(sizes)[:6]) + (", ..." if len(sizes) > 6 else "")
+        out.append(f"custom all_reduce refused at TP={tp} for {len(sizes)} size(s) ({shown}): {reason}; {then}")
+    return out
 
 
 def cells_count(cfg: SweepConfig) -> int:

@@ -379,55 +379,62 @@ def probe_pairs(devices, nbytes: int = 1 << 20, kernels=None) -> list[list[PairP
         ``probes[i][j]`` for ``devices[i]`` -> ``devices[j]`` (the diagonal is trivially OK); feed it
         to :func:`check_eligible` or :func:`p2p_matrix`.
     """
+    devices = list(devices)
+    return [probe_from(a, devices, nbytes, kernels) for a in devices]
+
+
+def probe_from(initiator: int, devices, nbytes: int = 1 << 20, kernels=None) -> list[PairProbe]:
+    """One row of :func:`probe_pairs`: ``initiator``'s SMs write to and read from each of ``devices``.
+
+    A sweep rank probes its own row (its GPU to every peer of its group) and the group gathers the
+    rows into the matrix :func:`check_eligible` needs.
+    """
     from .loader import load, require_gpu
-    from .probes import enable_peer_access, launch_copy
 
     cupy = require_gpu()
+    kernels = kernels or load()
+    devices = list(devices)
+    return [_probe_pair(cupy, kernels, initiator, b, devices.index(initiator) if initiator in devices else 0,
+                        j, len(devices), nbytes) for j, b in enumerate(devices)]
+
+
+def _probe_pair(cupy, kernels, a: int, b: int, i: int, j: int, n: int, nbytes: int) -> PairProbe:
     import numpy as np
 
-    kernels = kernels or load()
+    from .probes import enable_peer_access, launch_copy
+
+    if a == b:
+        return PairProbe(a, b, True, True, True)
     nbytes = _round_up(max(16, nbytes), 16)
     n_words = nbytes // 4
-    devices = list(devices)
-    out: list[list[PairProbe]] = []
-    for i, a in enumerate(devices):
-        row = []
-        for j, b in enumerate(devices):
-            if a == b:
-                row.append(PairProbe(a, b, True, True, True))
-                continue
-            try:
-                can = bool(cupy.cuda.runtime.deviceCanAccessPeer(a, b))
-            except Exception as e:
-                row.append(PairProbe(a, b, False, error=f"cudaDeviceCanAccessPeer: {e}"))
-                continue
-            if not can:
-                row.append(PairProbe(a, b, False))
-                continue
-            try:
-                enable_peer_access(a, b)
-                seed = (i * len(devices) + j) * 2654435761
-                pat_w = ((np.arange(n_words, dtype=np.uint64) * 2654435761 + seed) & 0xFFFFFFFF).astype(np.uint32)
-                pat_r = pat_w ^ np.uint32(0xA5A5A5A5)
-                with cupy.cuda.Device(b):
-                    remote = cupy.zeros(n_words, dtype=cupy.uint32)
-                    remote_src = cupy.asarray(pat_r)
-                    cupy.cuda.Device(b).synchronize()   # GPU a's kernels are not ordered after b's stream
-                with cupy.cuda.Device(a):
-                    local_src = cupy.asarray(pat_w)
-                    local_dst = cupy.zeros(n_words, dtype=cupy.uint32)
-                    launch_copy(kernels, local_src.data.ptr, remote.data.ptr, nbytes)   # a writes into b
-                    launch_copy(kernels, remote_src.data.ptr, local_dst.data.ptr, nbytes)  # a reads from b
-                    cupy.cuda.Device(a).synchronize()
-                    read_ok = bool(np.array_equal(local_dst.get(), pat_r))
-                with cupy.cuda.Device(b):
-                    write_ok = bool(np.array_equal(remote.get(), pat_w))   # read back through b itself
-                row.append(PairProbe(a, b, True, write_ok, read_ok))
-            except Exception as e:
-                row.append(PairProbe(a, b, True, error=str(e).strip().splitlines()[0] if str(e).strip()
-                                     else type(e).__name__))
-        out.append(row)
-    return out
+    try:
+        can = bool(cupy.cuda.runtime.deviceCanAccessPeer(a, b))
+    except Exception as e:
+        return PairProbe(a, b, False, error=f"cudaDeviceCanAccessPeer: {e}")
+    if not can:
+        return PairProbe(a, b, False)
+    try:
+        enable_peer_access(a, b)
+        seed = (i * n + j) * 2654435761
+        pat_w = ((np.arange(n_words, dtype=np.uint64) * 2654435761 + seed) & 0xFFFFFFFF).astype(np.uint32)
+        pat_r = pat_w ^ np.uint32(0xA5A5A5A5)
+        with cupy.cuda.Device(b):
+            remote = cupy.zeros(n_words, dtype=cupy.uint32)
+            remote_src = cupy.asarray(pat_r)
+            cupy.cuda.Device(b).synchronize()   # GPU a's kernels are not ordered after b's stream
+        with cupy.cuda.Device(a):
+            local_src = cupy.asarray(pat_w)
+            local_dst = cupy.zeros(n_words, dtype=cupy.uint32)
+            launch_copy(kernels, local_src.data.ptr, remote.data.ptr, nbytes)   # a writes into b
+            launch_copy(kernels, remote_src.data.ptr, local_dst.data.ptr, nbytes)  # a reads from b
+            cupy.cuda.Device(a).synchronize()
+            read_ok = bool(np.array_equal(local_dst.get(), pat_r))
+        with cupy.cuda.Device(b):
+            write_ok = bool(np.array_equal(remote.get(), pat_w))   # read back through b itself
+        return PairProbe(a, b, True, write_ok, read_ok)
+    except Exception as e:
+        return PairProbe(a, b, True, error=str(e).strip().splitlines()[0] if str(e).strip()
+                         else type(e).__name__)
 
 
 @dataclass

@@ -9,7 +9,10 @@ cell the ranks of the measured TP group(s) time one collective per iteration:
   (``eager``) or around one CUDA-graph replay of a captured call (``graph``), plus the CPU time
   to enqueue it;
 * the sample of an iteration is the maximum over the group's ranks;
-* an untimed correctness check compares every rank's result with the exact expected value.
+* an untimed correctness check compares every rank's result with the exact expected value;
+* ``--impl custom`` cells time commprof's one-shot all-reduce (``microbench.oneshot_rank``) the
+  same way, right after the backend's own cell of the same size; with ``--verify`` every timed
+  custom call also runs on known inputs and is compared (untimed) with torch's all_reduce.
 
 Rank 0 receives the rows of every measured group and appends them to the results table at once,
 so an interrupted sweep keeps every finished cell.
@@ -22,7 +25,7 @@ import numpy as np
 
 from commprof.collectives import COLLECTIVES, check_input
 from commprof.stats import summarize_us
-from commprof.sweepconfig import Cell, SweepConfig, plan_cells
+from commprof.sweepconfig import CUSTOM, Cell, SweepConfig, plan_cells
 from microbench.heartbeat import Heartbeat
 from microbench.rank import rank_session
 
@@ -68,9 +71,10 @@ def make_groups(dist, tps, world: int, backend: str) -> dict[int, GroupSet]:
 class CellRunner:
     """Times one cell on one group member."""
 
-    def __init__(self, torch, dist, cfg: SweepConfig, rank: int, device, hb: Heartbeat, fault):
+    def __init__(self, torch, dist, cfg: SweepConfig, rank: int, device, hb: Heartbeat, fault, custom=None):
         self.torch, self.dist, self.cfg, self.rank = torch, dist, cfg, rank
         self.device, self.hb, self.fault = device, hb, fault
+        self.custom = custom          # microbench.oneshot_rank.CustomAllReduce, for custom cells
         self.dtype = getattr(torch, TORCH_DTYPES[cfg.dtype])
         self.cuda = device.type == "cuda"
 
@@ -80,8 +84,9 @@ class CellRunner:
         out = t.empty(cell.out_numel, dtype=self.dtype, device=self.device) if cell.out_numel else None
         return inp, out
 
-    def measure(self, cell: Cell, ranks: list[int], data_group, align_group):
-        """Returns (latency_us[iters], enqueue_us[iters] or None, wrong_elements) for this rank."""
+    def measure(self, cell: Cell, ranks: list[int], data_group, align_group, use_custom: bool = False):
+        """Returns (latency_us[iters], enqueue_us[iters] or None, wrong_elements) for this rank.
+        ``use_custom``: time the one-shot kernel instead of the backend's collective."""
         coll = COLLECTIVES[cell.op]
         dist, torch, hb = self.dist, self.torch, self.hb
         inp, out = self._buffers(cell)
@@ -92,7 +97,15 @@ class CellRunner:
                 self.fault.applies(self.rank, cell.op, cell.tp, cell.mode):
             fault_iter = self.fault.iter
 
-        op = coll.bind(inp, out, data_group, root)
+        op = self.custom.bind(cell, inp, data_group) if use_custom else coll.bind(inp, out, data_group, root)
+        verify = None
+        if use_custom and self.cfg.verify:
+            # Known inputs before every timed call; torch's all_reduce of them is the reference.
+            pattern = check_input(group_rank, cell.in_numel, self.dtype).to(self.device)
+            reference = pattern.clone()
+            dist.all_reduce(reference, group=data_group)
+            verify = (pattern, reference)
+        verify_wrong = 0
         hb.stage(f"{cell.label}: warm-up")
         for _ in range(self.cfg.warmup):
             dist.barrier(group=align_group)
@@ -122,6 +135,8 @@ class CellRunner:
         hb.stage(f"{cell.label}: timing")
         if not self.cuda:
             for i in range(iters):
+                if verify is not None:
+                    inp.copy_(verify[0])
                 barrier(group=align_group)
                 if i == fault_iter:
                     self.fault.trigger()
@@ -131,10 +146,14 @@ class CellRunner:
                 t1 = perf()
                 hb.leave()
                 lat[i] = (t1 - t0) * 1e6
+                if verify is not None:
+                    verify_wrong += int((inp != verify[1]).sum().item())
         else:
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             for i in range(iters):
+                if verify is not None:
+                    inp.copy_(verify[0])
                 barrier(group=align_group)
                 if i == fault_iter:
                     self.fault.trigger()
@@ -148,10 +167,14 @@ class CellRunner:
                 hb.leave()
                 lat[i] = start.elapsed_time(end) * 1e3
                 enq[i] = (t1 - t0) * 1e6
+                if verify is not None:
+                    verify_wrong += int((inp != verify[1]).sum().item())
 
         hb.stage(f"{cell.label}: correctness check")
         wrong = self._check(cell, coll, inp, out, op, call, group_rank, len(ranks))
-        return lat, enq, wrong
+        if use_custom:
+            self.custom.check_status(cell)
+        return lat, enq, wrong + verify_wrong
 
     def _check(self, cell, coll, inp, out, op, call, group_rank: int, n: int) -> int:
         """Untimed: deterministic inputs through the same buffers (and the same graph), compared
@@ -173,14 +196,15 @@ class CellRunner:
         return int((result != expected).sum().item())
 
 
-def _row(cell: Cell, cfg: SweepConfig, group_index: int, ranks, lat_us, enq_us, wrong: int, hosts) -> dict:
+def _row(cell: Cell, cfg: SweepConfig, group_index: int, ranks, lat_us, enq_us, wrong: int, hosts,
+         impl: str = "", fallback: str = "") -> dict:
     coll = COLLECTIVES[cell.op]
     stats = summarize_us(lat_us)
     algbw, busbw = coll.bandwidth_gbps(cell.size_bytes, stats["latency_us_p50"], cell.tp)
     row = {
         "op": cell.op, "tp": cell.tp, "group": group_index, "ranks": f"{ranks[0]}-{ranks[-1]}",
         "mode": cell.mode, "clock": "cuda_event" if cfg.backend == "nccl" else "perf_counter",
-        "backend": cfg.backend, "dtype": cfg.dtype, "size_bytes": cell.size_bytes,
+        "backend": cfg.backend, "impl": impl or cfg.baseline_impl, "dtype": cfg.dtype, "size_bytes": cell.size_bytes,
         "count": cell.in_numel, "batch": cell.batch if cell.batch is not None else "",
         "site": cell.site, "iters": cfg.iters, "warmup": cfg.warmup, "concurrent": int(cfg.concurrent),
     }
@@ -188,7 +212,7 @@ def _row(cell: Cell, cfg: SweepConfig, group_index: int, ranks, lat_us, enq_us, 
     row["enqueue_us_p50"] = float(np.percentile(enq_us, 50)) if enq_us is not None else ""
     row["enqueue_us_p99"] = float(np.percentile(enq_us, 99)) if enq_us is not None else ""
     row.update(algbw_gbps=algbw, busbw_gbps=busbw, wrong=wrong, status="ok" if wrong == 0 else "WRONG",
-               hosts=";".join(sorted(set(hosts))))
+               hosts=";".join(sorted(set(hosts))), fallback=fallback)
     return row
 
 
@@ -214,21 +238,52 @@ def run_rank(cfg: SweepConfig, rank: int, world: int, local_rank: int, store=Non
         todo = [c for c in cells if c.key not in done]
         if slots is not None and rank == 0:
             slots.cells_total.value = len(todo)
-        progress = None
-        if rank == 0 and slots is None and cfg.progress:
-            from commprof.render import progress_bar
-            progress = progress_bar(len(todo))
 
-        runner = CellRunner(torch, dist, cfg, rank, env.device, hb, env.fault)
-        for cell in todo:
+        custom = None
+        if any(c.custom for c in todo):
+            from microbench.oneshot_rank import CustomAllReduce
+
+            custom = CustomAllReduce(torch, dist, cfg, rank, env.local_rank, env.device, sets, hosts_by_rank,
+                                     world_ctrl, hb)
+            custom.setup(todo)
+        runner = CellRunner(torch, dist, cfg, rank, env.device, hb, env.fault, custom)
+        _walk(cells=todo, sets=sets, rank=rank, world=world, cfg=cfg, runner=runner, custom=custom,
+              torch=torch, dist=dist, hb=hb, world_ctrl=world_ctrl, hosts_by_rank=hosts_by_rank,
+              writer=writer, slots=slots)
+        if custom is not None:
+            dist.barrier(group=world_ctrl)      # no peer still maps a region about to be freed
+            custom.close()
+        if rank == 0:
+            writer.close()
+
+
+def _walk(*, cells, sets, rank, world, cfg, runner, custom, torch, dist, hb, world_ctrl, hosts_by_rank,
+          writer, slots):
+    """Every rank walks the same cells in the same order; rank 0 writes each cell's rows at once."""
+    impls = cfg.impl_list()
+    progress = None
+    if rank == 0 and slots is None and cfg.progress:
+        from commprof.render import progress_bar
+        progress = progress_bar(len(cells))
+    try:
+        for cell in cells:
             gs = sets[cell.tp]
             gi = gs.index_of(rank)
             active = gi is not None and (cfg.concurrent or gi == 0)
             payload = None
-            if active:
+            fallback = custom.refusal(cell) if cell.custom else ""
+            if fallback and rank == 0:
+                writer.note_refused([{
+                    "op": cell.op, "tp": cell.tp, "size_bytes": cell.size_bytes, "reason": fallback,
+                    "then": (f"measured with {cfg.baseline_impl} (column fallback)" if cfg.baseline_impl not in impls
+                             else f"only the {cfg.baseline_impl} row")}])
+            # A refused custom cell whose backend twin is in this run adds nothing: skip it.
+            skip = bool(fallback) and cfg.baseline_impl in impls
+            if active and not skip:
                 ranks = gs.groups[gi]
                 align = world_ctrl if cfg.concurrent else gs.ctrl[gi]
-                lat, enq, wrong = runner.measure(cell, ranks, gs.data[gi], align)
+                use_custom = cell.custom and not fallback
+                lat, enq, wrong = runner.measure(cell, ranks, gs.data[gi], align, use_custom)
                 # Per iteration, the slowest rank of the group defines the sample.
                 t = torch.from_numpy(np.stack([lat, enq if enq is not None else lat]))
                 dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gs.ctrl[gi])
@@ -239,7 +294,8 @@ def run_rank(cfg: SweepConfig, rank: int, world: int, local_rank: int, store=Non
                 dist.all_reduce(w, group=gs.ctrl[gi])
                 if rank == ranks[0]:
                     payload = _row(cell, cfg, gi, ranks, t[0].numpy(), t[1].numpy() if enq is not None else None,
-                                   int(w.item()), [hosts_by_rank[r] for r in ranks])
+                                   int(w.item()), [hosts_by_rank[r] for r in ranks],
+                                   impl=CUSTOM if use_custom else "", fallback=fallback)
                     rank_avg = avg.numpy() / len(ranks)
                     payload.update(latency_us_rankavg_p50=float(np.percentile(rank_avg, 50)),
                                    latency_us_rankavg_mean=float(rank_avg.mean()))
@@ -251,7 +307,6 @@ def run_rank(cfg: SweepConfig, rank: int, world: int, local_rank: int, store=Non
                 hb.row_written(1)
                 if progress is not None:
                     progress.advance()
+    finally:
         if progress is not None:
             progress.close()
-        if rank == 0:
-            writer.close()

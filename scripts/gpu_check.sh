@@ -7,6 +7,8 @@
 #   machine.txt             nvidia-smi, topology, torch/CUDA/NCCL versions
 #   gpu_tests.log           pytest -m gpu
 #   sweep-nccl-tp1/         commprof sweep --backend nccl --tp 1, eager and graph modes
+#   sweep-custom-tp1/       commprof sweep --impl nccl,custom --verify at TP=1 (the kernel's single-rank
+#                           path beside NCCL, every timed custom call checked against torch)
 #   trace-nccl-tp1/         commprof trace at full Qwen2.5-32B shapes on one GPU, eager and graph
 #   trace-predict-tp248/    per-rank Qwen2.5-32B shapes of TP=2/4/8 on one GPU in graph mode
 #                           (compute measured on this GPU; collectives from the committed CPU
@@ -40,6 +42,10 @@ echo "== commprof sweep --backend nccl --tp 1 (eager + graph)"
 "$PY" -m commprof sweep --backend nccl --tp 1 --ops all_reduce,all_gather --sizes decode \
   --model Qwen2.5-32B --batch 1,8,32,128 --modes eager,graph --iters 500 --warmup 50 \
   --out "$OUT/sweep-nccl-tp1" 2>&1 | tee "$OUT/sweep-nccl-tp1.log" || status=1
+echo "== commprof sweep --impl nccl,custom --verify (one-shot kernel's single-rank path at TP=1, every call checked)"
+"$PY" -m commprof sweep --backend nccl --tp 1 --ops all_reduce --sizes pow2:16-8M --modes eager \
+  --impl nccl,custom --verify --iters 200 --warmup 20 \
+  --out "$OUT/sweep-custom-tp1" 2>&1 | tee "$OUT/sweep-custom-tp1.log" || status=1
 echo "== commprof trace --backend nccl --tp 1 (Qwen2.5-32B, all layers, eager + graph)"
 "$PY" -m commprof trace --backend nccl --model Qwen2.5-32B --tp 1 --batch 1,8 --context 2048 --tokens 32 \
   --modes eager,graph --out "$OUT/trace-nccl-tp1" 2>&1 | tee "$OUT/trace-nccl-tp1.log" || status=1
