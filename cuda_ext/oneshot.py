@@ -384,11 +384,9 @@ def probe_pairs(devices, nbytes: int = 1 << 20, kernels=None) -> list[list[PairP
 
 
 def probe_from(initiator: int, devices, nbytes: int = 1 << 20, kernels=None) -> list[PairProbe]:
-    """One row of :func:`probe_pairs`: ``initiator``'s SMs write to and read from each of ``devices``.
-
-    A sweep rank probes its own row (its GPU to every peer of its group) and the group gathers the
-    rows into the matrix :func:`check_eligible` needs.
-    """
+    """One row of :func:`probe_pairs`: ``initiator``'s SMs write to and read from each of ``devices``
+    (one process reaching every GPU; ``sweep --impl custom`` probes across processes instead, through
+    its IPC mappings: ``microbench/oneshot_rank.py``)."""
     from .loader import load, require_gpu
 
     cupy = require_gpu()

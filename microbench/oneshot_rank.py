@@ -8,9 +8,12 @@ waits in a kernel barrier for a peer that gave up):
 1. the kernels are built (nvcc or NVRTC, cached; local rank 0 first, the others then load the cache);
 2. the group must sit on one host (IPC buffers do not cross machines) and hold 1..8 ranks (TP=1
    is the kernel's single-rank path, a barrier with itself and a copy: a self-test on one GPU);
-3. each rank probes its own row of the P2P matrix for real (write, read back, verify; then read)
-   and the group gathers the rows: :func:`cuda_ext.oneshot.check_eligible` must accept them;
-4. each rank allocates its IPC region, the group exchanges handles and each rank maps its peers'.
+3. the driver must allow P2P for every pair (``cudaDeviceCanAccessPeer``), or nothing is touched;
+4. each rank allocates its IPC region, the group exchanges handles and each rank maps its peers';
+5. the P2P probe runs through those very mappings (:meth:`CustomAllReduce._probe_ipc`: every rank
+   writes a pattern into each peer's buffer, the owner checks it in its own memory, the writer
+   reads it back across the link and checks it) and :func:`cuda_ext.oneshot.check_eligible` must
+   accept the gathered matrix: the driver's claim alone is never trusted.
 
 A refusal at any step, or a cell size the kernel does not take (:func:`cuda_ext.oneshot.check_size`),
 refuses the custom cell with one line of reason; the sweep then measures it with the backend's
@@ -28,6 +31,8 @@ from __future__ import annotations
 import os
 
 from commprof.sweepconfig import CUSTOM
+
+PROBE_CHUNK = 4096      # bytes each rank writes into (and reads back from) each peer's buffer
 
 
 def _hook() -> dict | None:
@@ -137,16 +142,36 @@ class CustomAllReduce:
         max_bytes = int(self.hook.get("max_bytes", oneshot.DEFAULT_MAX_BYTES)) if self.hook else oneshot.DEFAULT_MAX_BYTES
         g.max_bytes = max_bytes
         me = g.ranks.index(self.rank)
-        if n > 1:
-            why = self._probe_group(g, ctrl, n, me, max_bytes, oneshot)
-            if why:
-                return why
         if self.hook is not None:
-            return ""
+            return self._emulated_probe(g, ctrl, n, me, max_bytes, oneshot) if n > 1 else ""
+
+        # The driver's word first: a pair it refuses is never touched.
+        devs = [None] * n
+        self.dist.all_gather_object(devs, self.device.index, group=ctrl)
+        try:
+            import cupy
+
+            mine = [True if q == me else bool(cupy.cuda.runtime.deviceCanAccessPeer(devs[me], devs[q]))
+                    for q in range(n)]
+        except Exception as e:  # noqa: BLE001
+            mine = _first_line(e)
+        drivers = [None] * n
+        self.dist.all_gather_object(drivers, mine, group=ctrl)
+        bad = next((f"rank {g.ranks[i]}: cudaDeviceCanAccessPeer failed ({d})" for i, d in enumerate(drivers)
+                    if isinstance(d, str)), "")
+        if bad:
+            return bad
+        if n > 1:
+            ok, why = oneshot.check_eligible(16, n, self.cfg.dtype,
+                                             [[oneshot.PairProbe(devs[i], devs[j], drivers[i][j], True, True)
+                                               for j in range(n)] for i in range(n)], max_bytes)
+            if not ok:
+                return why
 
         # IPC: allocate, exchange handles, map the peers'. TP=1 is the kernel's single-rank path
         # (a barrier with itself and a copy): a self-test of the whole path on one GPU.
-        layout = oneshot.RegionLayout(max_bytes=min(max_bytes, oneshot._round_up(max(16, max_size), 16)))
+        need = max(oneshot._round_up(max(16, max_size), 16), n * PROBE_CHUNK if n > 1 else 16)
+        layout = oneshot.RegionLayout(max_bytes=min(max_bytes, need))
         g.max_bytes = layout.max_bytes
         handle, err = b"", ""
         try:
@@ -161,29 +186,93 @@ class CustomAllReduce:
             try:
                 g.peer_bases = [g.region.ptr if q == me else oneshot.open_ipc_handle(h, self.device.index)
                                 for q, (h, _) in enumerate(handles)]
-                g.op = oneshot.OneShotAllReduce(self.kernels, g.region, me, n, g.peer_bases,
-                                                timeout_s=min(oneshot.DEFAULT_TIMEOUT_S, self.cfg.timeout_s))
             except Exception as e:  # noqa: BLE001
                 err = f"opening peers' IPC buffers: {_first_line(e)}"
+        err = self._agree(ctrl, err)
+        if err:
+            return err
+        if n > 1:
+            why = self._probe_ipc(g, ctrl, n, me, devs, drivers, oneshot)
+            if why:
+                return why
+        try:
+            g.op = oneshot.OneShotAllReduce(self.kernels, g.region, me, n, g.peer_bases,
+                                            timeout_s=min(oneshot.DEFAULT_TIMEOUT_S, self.cfg.timeout_s))
+        except Exception as e:  # noqa: BLE001
+            err = f"one-shot set-up: {_first_line(e)}"
         return self._agree(ctrl, err)
 
-    def _probe_group(self, g: _Group, ctrl, n: int, me: int, max_bytes: int, oneshot) -> str:
-        """Each rank probes its own row of the P2P matrix; the group gathers it and applies the rule."""
-        if self.hook is not None:
-            fail = str(g.tp) == self.hook.get("p2p_fail", "")
-            row = [oneshot.PairProbe(me, j, True, not (fail and j != me), True) for j in range(n)]
-        else:
-            devs = [None] * n
-            self.dist.all_gather_object(devs, self.device.index, group=ctrl)
-            try:
-                row = oneshot.probe_from(self.device.index, devs, kernels=self.kernels)
-            except Exception as e:  # noqa: BLE001
-                row = _first_line(e)
+    def _probe_ipc(self, g: _Group, ctrl, n: int, me: int, devs, drivers, oneshot) -> str:
+        """The P2P probe through the very mappings the kernel will use: rank i's SMs write a pattern
+        into slot i of every peer j's buffer; j checks it in its own memory (write, read back by the
+        owner); i reads slot i back across the link and checks it (read). The group gathers the
+        results into the matrix :func:`cuda_ext.oneshot.check_eligible` judges."""
+        import cupy
+        import numpy as np
+
+        from cuda_ext.probes import launch_copy
+
+        words = PROBE_CHUNK // 4
+        base = [b + g.region.layout.input_offset for b in g.peer_bases]
+
+        def pattern(i: int, j: int):
+            k = np.arange(words, dtype=np.uint64)
+            return ((k * 2654435761 + (i * 8 + j + 1) * 40503) & 0xFFFFFFFF).astype(np.uint32)
+
+        err, read_ok, write_col = "", [None] * n, [None] * n
+        dev = devs[me]
+        try:
+            with cupy.cuda.Device(dev):
+                src = cupy.asarray(np.concatenate([pattern(me, j) for j in range(n)]))
+                for j in range(n):
+                    if j != me:
+                        launch_copy(self.kernels, src.data.ptr + j * PROBE_CHUNK, base[j] + me * PROBE_CHUNK,
+                                    PROBE_CHUNK)
+                cupy.cuda.Device(dev).synchronize()
+        except Exception as e:  # noqa: BLE001
+            err = f"P2P write probe: {_first_line(e)}"
+        self.dist.barrier(group=ctrl)            # every rank's writes have landed (or failed)
+        try:
+            with cupy.cuda.Device(dev):
+                mine = cupy.zeros(n * words, dtype=cupy.uint32)
+                cupy.cuda.runtime.memcpy(mine.data.ptr, base[me], n * PROBE_CHUNK, cupy.cuda.runtime.memcpyDeviceToDevice)
+                host = mine.get()
+                for i in range(n):
+                    if i != me:
+                        write_col[i] = bool(np.array_equal(host[i * words:(i + 1) * words], pattern(i, me)))
+                back = cupy.zeros(n * words, dtype=cupy.uint32)
+                for j in range(n):
+                    if j != me:
+                        launch_copy(self.kernels, base[j] + me * PROBE_CHUNK, back.data.ptr + j * PROBE_CHUNK,
+                                    PROBE_CHUNK)
+                cupy.cuda.Device(dev).synchronize()
+                host = back.get()
+                for j in range(n):
+                    if j != me:
+                        read_ok[j] = bool(np.array_equal(host[j * words:(j + 1) * words], pattern(me, j)))
+        except Exception as e:  # noqa: BLE001
+            err = err or f"P2P read probe: {_first_line(e)}"
+        got = [None] * n
+        self.dist.all_gather_object(got, (err, write_col, read_ok), group=ctrl)
+        rows = [[oneshot.PairProbe(devs[i], devs[j], bool(drivers[i][j]), got[j][1][i] if i != j else True,
+                                   got[i][2][j] if i != j else True, got[i][0])
+                 for j in range(n)] for i in range(n)]
+        ok, why = oneshot.check_eligible(16, n, self.cfg.dtype, rows, g.region.layout.max_bytes)
+        try:       # the probe's patterns must not look like inputs to the first call
+            with cupy.cuda.Device(dev):
+                cupy.cuda.runtime.memset(base[me], 0, n * PROBE_CHUNK)
+                cupy.cuda.Device(dev).synchronize()
+        except Exception as e:  # noqa: BLE001
+            return f"clearing the probe: {_first_line(e)}"
+        self.dist.barrier(group=ctrl)
+        return "" if ok else why
+
+    def _emulated_probe(self, g: _Group, ctrl, n: int, me: int, max_bytes: int, oneshot) -> str:
+        """Tests only: the P2P verdicts the hook asks for, gathered and judged as the real ones are."""
+        fail = str(g.tp) == self.hook.get("p2p_fail", "")
+        row = [oneshot.PairProbe(me, j, True, not (fail and j != me), True) for j in range(n)]
         rows = [None] * n
         self.dist.all_gather_object(rows, row, group=ctrl)
-        bad = next((f"rank {g.ranks[i]}: P2P probe failed ({r})" for i, r in enumerate(rows) if isinstance(r, str)), "")
-        if bad:
-            return bad
         ok, why = oneshot.check_eligible(16, n, self.cfg.dtype, rows, max_bytes)
         return "" if ok else why
 
@@ -240,19 +329,19 @@ class CustomAllReduce:
         g.op.raise_for_status()
 
     def close(self) -> None:
+        """Unmap the peers' buffers and free this rank's (after a barrier over every rank)."""
         for g in self.groups.values():
-            if g.op is None:
+            if g.region is None:
                 continue
-            try:
-                import cupy
+            import cupy
 
-                cupy.cuda.Device(self.device.index).synchronize()
-                for q, base in enumerate(g.peer_bases):
-                    if base and base != g.region.ptr:
-                        cupy.cuda.runtime.ipcCloseMemHandle(base)
-                g.region.close()
-            except Exception:  # noqa: BLE001 - teardown must not mask the run's result
-                pass
+            for step in [lambda: cupy.cuda.Device(self.device.index).synchronize()] + \
+                    [lambda b=b: cupy.cuda.runtime.ipcCloseMemHandle(b) for b in g.peer_bases if b != g.region.ptr] + \
+                    [g.region.close]:
+                try:
+                    step()
+                except Exception:  # noqa: BLE001 - teardown must not mask the run's result
+                    pass
 
 
 __all__ = ["CustomAllReduce", "CUSTOM"]

@@ -822,6 +822,157 @@ def test_sim_probe_pairs(sim, monkeypatch):
         "P2P write GPU 1 -> GPU 0 read back wrong data (the driver claims P2P works)"
 
 
+# ---- sweep --impl custom: the per-rank set-up (microbench/oneshot_rank.py) on the simulated GPU ----
+
+class _Coop:
+    """A process group for ranks run as threads over the simulated GPU: one rank at a time touches
+    the simulator (a shared run lock, like a GIL), switching only inside collectives."""
+
+    def __init__(self, members, run):
+        import threading
+
+        self.members, self.run, self.n = list(members), run, len(members)
+        self.cv, self.round, self.vals, self.result = threading.Condition(), 0, {}, None
+
+    def exchange(self, rank, value):
+        with self.cv:
+            mine = self.round
+            self.vals[self.members.index(rank)] = value
+            if len(self.vals) == self.n:
+                self.result, self.vals = [self.vals[i] for i in range(self.n)], {}
+                self.round += 1
+                self.cv.notify_all()
+                return list(self.result)
+            self.run.release()
+            self.cv.wait_for(lambda: self.round > mine, timeout=30)
+            assert self.round > mine, "a simulated rank never reached the collective"
+            out = list(self.result)
+        self.run.acquire()
+        return out
+
+
+class _CoopDist:
+    def __init__(self, rank):
+        self.rank = rank
+
+    def all_gather_object(self, out, obj, group):
+        out[:] = group.exchange(self.rank, obj)
+
+    def barrier(self, group):
+        group.exchange(self.rank, None)
+
+    def get_world_size(self, group):
+        return group.n
+
+
+def _sim_custom_setup(world, tp, cells_sizes=(4096,)):
+    """Run CustomAllReduce.setup on `world` threaded ranks (one simulated GPU each); returns them."""
+    import threading
+    import types
+
+    from commprof.sizes import SizePoint
+    from commprof.sweepconfig import SweepConfig, plan_cells
+    from microbench.collective_bench import GroupSet
+    from microbench.oneshot_rank import CustomAllReduce
+
+    run = threading.Lock()
+    world_ctrl = _Coop(range(world), run)
+    groups = [list(range(g * tp, (g + 1) * tp)) for g in range(world // tp)]
+    ctrls = [world_ctrl if tp == world else _Coop(g, run) for g in groups]
+    sets = {tp: GroupSet(tp, groups, [None] * len(groups), ctrls)}
+    cfg = SweepConfig(ops=["all_reduce"], tps=[tp], points=[SizePoint("all_reduce", s) for s in cells_sizes],
+                      backend="nccl", modes=["eager"], impls=["nccl", "custom"], timeout_s=5.0)
+    cells = plan_cells(cfg)
+    hb = types.SimpleNamespace(stage=lambda *_: None)
+    made, errors = [None] * world, []
+
+    def body(r):
+        run.acquire()
+        try:
+            c = CustomAllReduce(None, _CoopDist(r), cfg, r, r, types.SimpleNamespace(index=r), sets,
+                                ["box"] * world, world_ctrl, hb)
+            c.setup(cells)
+            made[r] = c
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+        finally:
+            run.release()
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return made, cells
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_sim_sweep_custom_setup_probes_through_ipc_and_runs(sim, world):
+    sim.devices = world
+    sim.nulls.update({d: type(sim.nulls[0])(ptr=0, device=d) for d in range(world)})
+    ranks, cells = _sim_custom_setup(world, world, (16, 4096))
+    custom = [c for c in cells if c.custom]
+    assert [r.refusal(c) for r in ranks for c in custom] == [""] * (world * len(custom))
+    # Every rank wrote its pattern into every peer's buffer through the mapping, and read it back.
+    copies = [e for e in sim.launches if e[0] == "commprof_p2p_copy"]
+    assert len(copies) == 2 * world * (world - 1)
+    # The probe's patterns were cleared, then the real kernel runs on the mapped buffers.
+    n = 4096 // 2
+    host = [oneshot.rank_pattern(r, n) for r in range(world)]
+    outs, streams = [], []
+    for r, c in enumerate(ranks):
+        g = c.groups[world]
+        assert g.op is not None and len(g.peer_bases) == world
+        with sim.cuda.Device(r):
+            x = sim.asarray(oneshot.encode(host[r], "bf16"))
+            streams.append(sim.cuda.Stream(non_blocking=True))
+            g.op.launch(x.data.ptr, x.data.ptr, 4096, "bf16", streams[-1])
+            outs.append(x)
+    sim.flush()
+    expected = oneshot.reference_sum(host, "bf16")
+    assert [verify(o, expected, "bf16", atol=0.0, rtol=0.0) for o in outs] == [0] * world
+    for c in ranks:
+        c.groups[world].op.raise_for_status()
+        c.close()
+
+
+def test_sim_sweep_custom_setup_refuses_on_every_rank(sim, monkeypatch):
+    sim.devices = 2
+    sim.nulls.update({1: type(sim.nulls[0])(ptr=0, device=1)})
+    # The driver refuses one direction: nothing is mapped or probed, every rank says why.
+    sim.no_p2p.add((1, 0))
+    ranks, cells = _sim_custom_setup(2, 2)
+    cell = next(c for c in cells if c.custom)
+    assert [r.refusal(cell) for r in ranks] == ["group 0 (ranks 0-1): driver reports no P2P access from GPU 1 to GPU 0"] * 2
+    assert not [e for e in sim.launches if e[0] == "commprof_p2p_copy"]
+    # The driver says yes but rank 1's writes into rank 0's buffer lose 16 bytes: the owner's check
+    # catches it and both ranks refuse (and fall back to NCCL), though rank 1's read-back was fine.
+    sim.no_p2p.clear()
+    real, seen = sim._copy, set()
+
+    def lossy(name, blocks, src, dst, nbytes):
+        dev = sim.dev_stack[-1]            # the launching GPU; its first copy is its write probe
+        write = dev not in seen
+        seen.add(dev)
+
+        def run():
+            yield from real(name, blocks, src, dst, nbytes)
+            if dev == 1 and write:
+                sim.ct.memset(dst + 64, 0, 16)
+        return run()
+    monkeypatch.setattr(sim, "_copy", lossy)
+    ranks, cells = _sim_custom_setup(2, 2)
+    why = "group 0 (ranks 0-1): P2P write GPU 1 -> GPU 0 read back wrong data (the driver claims P2P works)"
+    assert [r.refusal(cell) for r in ranks] == [why, why]
+    assert all(r.groups[2].op is None for r in ranks)
+    # A size the kernel does not take is refused per cell, with the group itself fine.
+    monkeypatch.setattr(sim, "_copy", real)
+    ranks, cells = _sim_custom_setup(2, 2, (24, 4096))
+    by = {c.size_bytes: ranks[0].refusal(c) for c in cells if c.custom}
+    assert by[4096] == "" and "not a multiple of 16 bytes" in by[24]
+
+
 # ---- (c) imports without torch, cupy or numpy -----------------------------------------------------
 
 BLOCKED = """
