@@ -42,3 +42,26 @@ def cli(tmp_path):
     def _run(*args, env=None, timeout=300):
         return run_cli(list(args), cwd=tmp_path, env=env, timeout=timeout)
     return _run
+
+
+def sweep_rows(out):
+    """The rows of a results dir's sweep.csv, as dicts of strings."""
+    import csv
+
+    with open(os.path.join(out, "sweep.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def results_meta(out):
+    import json
+
+    with open(os.path.join(out, "meta.json")) as f:
+        return json.load(f)
+
+
+def one_line_error(res):
+    """The single 'commprof: error:' line of a failed run (and no traceback)."""
+    errors = [l for l in res.stderr.strip().splitlines() if l.startswith("commprof: error:")]
+    assert len(errors) == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    return errors[0]

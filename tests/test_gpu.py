@@ -5,6 +5,8 @@ import os
 
 import pytest
 
+from conftest import sweep_rows as _rows
+
 pytestmark = pytest.mark.gpu
 
 
@@ -47,20 +49,19 @@ def test_p2p_same_gpu_probes(cli, tmp_path):
     assert all(r["verified"] in ("True", "") for r in same)
 
 
-def _rows(out):
-    with open(os.path.join(out, "sweep.csv"), newline="") as f:
-        return list(csv.DictReader(f))
+def _custom_sweep(cli, out, tp: int, sizes: str, modes: str):
+    """sweep --impl nccl,custom --verify on NCCL: (result, rows)."""
+    pytest.importorskip("cupy", reason="--impl custom needs cupy (pip install commprof[gpu])")
+    res = cli("sweep", "--backend", "nccl", "--tp", str(tp), "--ops", "all_reduce", "--sizes", sizes,
+              "--modes", modes, "--impl", "nccl,custom", "--verify", "--iters", "50", "--warmup", "5",
+              "--out", out, "--no-charts")
+    assert res.returncode == 0, res.stderr
+    return res, _rows(out)
 
 
 def test_sweep_custom_single_rank_path_verifies_every_call(cli, tmp_path):
     """One GPU: TP=1 runs the one-shot kernel's single-rank path inside the sweep, checked on every call."""
-    pytest.importorskip("cupy", reason="--impl custom needs cupy (pip install commprof[gpu])")
-    out = str(tmp_path / "custom")
-    res = cli("sweep", "--backend", "nccl", "--tp", "1", "--ops", "all_reduce", "--sizes", "16,24,4K,1M",
-              "--modes", "eager,graph", "--impl", "nccl,custom", "--verify", "--iters", "50", "--warmup", "5",
-              "--out", out, "--no-charts")
-    assert res.returncode == 0, res.stderr
-    rows = _rows(out)
+    res, rows = _custom_sweep(cli, str(tmp_path / "custom"), 1, "16,24,4K,1M", "eager,graph")
     custom = {r["size_bytes"]: r for r in rows if r["impl"] == "custom"}
     assert set(custom) == {"16", "4096", "1048576"}          # 24 B is not a multiple of 16 bytes
     assert all(r["wrong"] == "0" and r["mode"] == "eager" and float(r["latency_us_p50"]) > 0 for r in custom.values())
@@ -71,19 +72,12 @@ def test_sweep_custom_single_rank_path_verifies_every_call(cli, tmp_path):
 def test_sweep_custom_beside_nccl_on_two_gpus(cli, tmp_path):
     import torch
 
-    pytest.importorskip("cupy", reason="--impl custom needs cupy (pip install commprof[gpu])")
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")
-    out = str(tmp_path / "custom2")
-    res = cli("sweep", "--backend", "nccl", "--tp", "2", "--ops", "all_reduce", "--sizes", "4K,64K,1M",
-              "--modes", "eager", "--impl", "nccl,custom", "--verify", "--iters", "50", "--warmup", "5",
-              "--out", out, "--no-charts")
-    assert res.returncode == 0, res.stderr
-    rows = _rows(out)
+    res, rows = _custom_sweep(cli, str(tmp_path / "custom2"), 2, "4K,64K,1M", "eager")
     assert all(r["wrong"] == "0" for r in rows)
-    impls = {r["impl"] for r in rows}
     # Either the P2P probe passed and custom ran, or every custom cell was refused with a reason.
-    if "custom" not in impls:
+    if "custom" not in {r["impl"] for r in rows}:
         assert "custom all_reduce refused at TP=2" in res.stderr
     else:
         assert len([r for r in rows if r["impl"] == "custom"]) == 3

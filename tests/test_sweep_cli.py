@@ -1,5 +1,4 @@
 """End-to-end sweeps through the CLI in a subprocess: real gloo ranks on CPU."""
-import csv
 import json
 import os
 import subprocess
@@ -7,27 +6,11 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, one_line_error
+from conftest import results_meta as meta
+from conftest import sweep_rows as rows
 
 SMALL = ["--sizes", "4K,64K", "--iters", "8", "--warmup", "1", "--timeout", "60"]
-
-
-def rows(out):
-    with open(os.path.join(out, "sweep.csv"), newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def meta(out):
-    with open(os.path.join(out, "meta.json")) as f:
-        return json.load(f)
-
-
-def one_line_error(res):
-    err = res.stderr.strip().splitlines()
-    errors = [l for l in err if l.startswith("commprof: error:")]
-    assert len(errors) == 1, res.stderr
-    assert "Traceback" not in res.stderr
-    return errors[0]
 
 
 def test_end_to_end_tp2_tp4(cli, tmp_path):
@@ -232,6 +215,7 @@ def test_torchrun_uses_given_ranks(tmp_path):
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode != 0
     ours = [l for l in res.stderr.splitlines() if l.startswith("commprof: error:")]
-    assert len(ours) == 2 and all("WORLD_SIZE=2" in l for l in ours)
+    # Each rank that gets to print says it in one line; torchrun may stop the second rank first.
+    assert 1 <= len(ours) <= 2 and all("WORLD_SIZE=2" in l for l in ours), res.stderr
     # torchrun prints its own launcher traceback; none of commprof's frames may show
     assert os.path.join(REPO, "commprof") not in res.stderr

@@ -7,7 +7,6 @@ kernel (see ``microbench/oneshot_rank.py``). The kernel itself is compiled in te
 and run in test_gpu.py.
 """
 import csv
-import json
 import os
 
 import pytest
@@ -17,25 +16,11 @@ from commprof.errors import DeviceError, UsageError
 from commprof.sizes import SizePoint
 from commprof.sweep import parse_impls, refusal_lines
 from commprof.sweepconfig import SweepConfig, plan_cells, row_key
+from conftest import one_line_error
+from conftest import results_meta as meta
+from conftest import sweep_rows as rows
 
 FAST = ["--iters", "3", "--warmup", "1", "--timeout", "60", "--no-charts"]
-
-
-def rows(out):
-    with open(os.path.join(out, "sweep.csv"), newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def meta(out):
-    with open(os.path.join(out, "meta.json")) as f:
-        return json.load(f)
-
-
-def one_line_error(res):
-    errors = [l for l in res.stderr.strip().splitlines() if l.startswith("commprof: error:")]
-    assert len(errors) == 1, res.stderr
-    assert "Traceback" not in res.stderr
-    return errors[0]
 
 
 # --- planning and parsing (no ranks) ------------------------------------------------------------

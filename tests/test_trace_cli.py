@@ -6,16 +6,10 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, one_line_error
 
 TOY = os.path.join(REPO, "tests", "data", "toy-dense-config.json")     # 8 layers, 16/4 heads
 FAST = ["--model", TOY, "--context", "64", "--tokens", "6", "--warmup", "1", "--no-charts"]
-
-
-def one_line_error(res):
-    errors = [l for l in res.stderr.strip().splitlines() if l.startswith("commprof: error:")]
-    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
-    return errors[0]
 
 
 def test_trace_end_to_end_attribution(cli, tmp_path):
