@@ -759,7 +759,8 @@ def test_sim_oneshot_missing_peer_times_out(sim):
     x = sim.asarray(np.zeros(512, np.float32))
     with pytest.raises(UsageError, match="not a multiple of 16 bytes"):
         ar.launch(x.data.ptr, x.data.ptr, 24, "fp32")
-    ar.launch(x.data.ptr, sim.zeros(512, np.float32).data.ptr, x.nbytes, "fp32")
+    out = sim.zeros(512, np.float32)         # held: the kernel writes it even after its barrier gives up
+    ar.launch(x.data.ptr, out.data.ptr, x.nbytes, "fp32")
     sim.flush()
     with pytest.raises(RankHung, match="rank 0 of 2: the entry and exit barrier timed out after 0.2 s"):
         ar.raise_for_status()
