@@ -296,7 +296,7 @@ class CustomAllReduce:
             return self._emulated(g, inp, data_group)
         import cupy
 
-        stream = cupy.cuda.ExternalStream(self.torch.cuda.current_stream(self.device).cuda_stream)
+        stream = cupy.cuda.ExternalStream(self.torch.cuda.current_stream(self.device).cuda_stream, self.device.index)
         ptr, nbytes, dtype, op = inp.data_ptr(), inp.numel() * inp.element_size(), self.cfg.dtype, g.op
 
         def call():
