@@ -510,9 +510,10 @@ class _SimCupy:
             memcpyPeerAsync=lambda d, dd, s_, sd, n, sp: sim._enqueue(sim._stream_by_ptr(sp), sim._memmove(d, s_, n)),
             memcpy=lambda d, s_, n, kind: (sim.flush(), ctypes.memmove(d, s_, n)),
             ipcGetMemHandle=lambda p: p.to_bytes(64, "little"),
-            ipcOpenMemHandle=lambda h: int.from_bytes(h, "little"))
+            ipcOpenMemHandle=lambda h: int.from_bytes(h, "little"), ipcCloseMemHandle=lambda p: None)
         self.cuda = types.SimpleNamespace(
             Device=Device, Stream=Stream, Event=Event, runtime=rt,
+            ExternalStream=lambda ptr, device_id=-1: sim.streams[ptr],
             get_current_stream=self._current_stream,
             get_elapsed_time=lambda a, b: (b.t - a.t) * 1e-3)
 
@@ -918,24 +919,33 @@ def test_sim_sweep_custom_setup_probes_through_ipc_and_runs(sim, world):
     # Every rank wrote its pattern into every peer's buffer through the mapping, and read it back.
     copies = [e for e in sim.launches if e[0] == "commprof_p2p_copy"]
     assert len(copies) == 2 * world * (world - 1)
-    # The probe's patterns were cleared, then the real kernel runs on the mapped buffers.
+    # The probe's patterns were cleared, then the timed call (bind: in place, on torch's current
+    # stream wrapped for cupy) runs the real kernel on the mapped buffers.
+    import types
+
     n = 4096 // 2
     host = [oneshot.rank_pattern(r, n) for r in range(world)]
-    outs, streams = [], []
+    cell = next(c for c in custom if c.size_bytes == 4096)
+    outs = []
     for r, c in enumerate(ranks):
         g = c.groups[world]
         assert g.op is not None and len(g.peer_bases) == world
         with sim.cuda.Device(r):
             x = sim.asarray(oneshot.encode(host[r], "bf16"))
-            streams.append(sim.cuda.Stream(non_blocking=True))
-            g.op.launch(x.data.ptr, x.data.ptr, 4096, "bf16", streams[-1])
-            outs.append(x)
+            stream = sim.cuda.Stream(non_blocking=True)
+        c.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+            current_stream=lambda device, s=stream: types.SimpleNamespace(cuda_stream=s.ptr),
+            synchronize=lambda device: sim.flush()))
+        tensor = types.SimpleNamespace(data_ptr=lambda x=x: x.data.ptr, numel=lambda: n, element_size=lambda: 2)
+        c.bind(cell, tensor, None)()
+        outs.append(x)
     sim.flush()
     expected = oneshot.reference_sum(host, "bf16")
     assert [verify(o, expected, "bf16", atol=0.0, rtol=0.0) for o in outs] == [0] * world
     for c in ranks:
-        c.groups[world].op.raise_for_status()
+        c.check_status(cell)
         c.close()
+    assert not sim.keep                       # every region freed
 
 
 def test_sim_sweep_custom_setup_refuses_on_every_rank(sim, monkeypatch):
