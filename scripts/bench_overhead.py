@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchfile import run_gloo_ranks, write_result  # noqa: E402
+from benchfile import measured, run_gloo_ranks, write_result  # noqa: E402
 
 SIZES = [4 << 10, 64 << 10, 1 << 20]
 
@@ -84,7 +84,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
 
-    from commprof.runinfo import machine, now_iso, versions
+    from commprof.runinfo import now_iso
     from microbench.heartbeat import SharedSlots
 
     start = now_iso()
@@ -106,11 +106,8 @@ def main():
             "samples_each": int(c_all.size),
         })
     result = {
-        "kind": "measured",
-        "what": "harness overhead: commprof p50 all_reduce latency vs a bare barrier-aligned "
-                "torch.distributed loop, gloo tp=2, bf16, interleaved rounds",
-        "command": "python " + " ".join([os.path.relpath(__file__, REPO)] + sys.argv[1:]),
-        "start_time": start, "end_time": now_iso(), "machine": machine(), "versions": versions(),
+        **measured(__file__, start, "harness overhead: commprof p50 all_reduce latency vs a bare barrier-aligned "
+                                    "torch.distributed loop, gloo tp=2, bf16, interleaved rounds"),
         "rounds": args.rounds, "iters_per_round": args.iters, "warmup": args.warmup,
         "target": "ratio_p50 <= 1.05 at every size", "rows": rows,
         "met": all(r["ratio_p50"] <= 1.05 for r in rows),

@@ -20,11 +20,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchfile import write_result  # noqa: E402
+from benchfile import measured, write_result  # noqa: E402
 
 
 def main():
-    from commprof.runinfo import machine, now_iso, versions
+    from commprof.runinfo import now_iso
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=2)
@@ -46,11 +46,8 @@ def main():
         if out != keep:
             shutil.rmtree(out, ignore_errors=True)
     result = {
-        "kind": "measured",
-        "what": "wall time of the default `commprof sweep --tp 2,4,8` (gloo on CPU; 8 ranks spawned; "
-                "24 cells; charts drawn), process start to exit",
-        "command": "python " + " ".join([os.path.relpath(__file__, REPO)] + sys.argv[1:]),
-        "start_time": start, "end_time": now_iso(), "machine": machine(), "versions": versions(),
+        **measured(__file__, start, "wall time of the default `commprof sweep --tp 2,4,8` (gloo on CPU; 8 ranks spawned; "
+                                    "24 cells; charts drawn), process start to exit"),
         "runs": runs, "target": "under 120 s, start-up included",
         "met": all(r["wall_s"] < 120 for r in runs),
     }

@@ -20,7 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchfile import run_gloo_ranks, write_result  # noqa: E402
+from benchfile import measured, run_gloo_ranks, write_result  # noqa: E402
 
 MODEL = os.path.join(REPO, "tests", "data", "toy-dense-config.json")
 
@@ -55,19 +55,16 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
 
-    from commprof.runinfo import machine, now_iso, versions
+    from commprof.runinfo import now_iso
 
     start = now_iso()
     samples = run_gloo_ranks(rank_main, 2, (args,))
     t, u = np.array(samples["traced"]), np.array(samples["untraced"])
     ratio = float(np.median(t) / np.median(u))
     result = {
-        "kind": "measured",
-        "what": "tracer overhead: median per-token latency of the synthetic decode engine traced (every "
-                "segment stamped) vs untraced, gloo TP=2 on CPU, toy-dense-1024 shape, context "
-                f"{args.context}, alternating blocks of {args.tokens} tokens",
-        "command": "python " + " ".join([os.path.relpath(__file__, REPO)] + sys.argv[1:]),
-        "start_time": start, "end_time": now_iso(), "machine": machine(), "versions": versions(),
+        **measured(__file__, start, "tracer overhead: median per-token latency of the synthetic decode engine traced (every "
+                                    "segment stamped) vs untraced, gloo TP=2 on CPU, toy-dense-1024 shape, context "
+                                    f"{args.context}, alternating blocks of {args.tokens} tokens"),
         "traced_median_us": float(np.median(t)), "untraced_median_us": float(np.median(u)),
         "traced_mean_us": float(t.mean()), "untraced_mean_us": float(u.mean()),
         "overhead_pct": 100 * (ratio - 1), "tokens_each": int(t.size),

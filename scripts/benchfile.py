@@ -5,6 +5,19 @@ import json
 import os
 
 
+def measured(script: str, start_time: str, what: str) -> dict:
+    """The provenance every benchmark result starts with: what was measured, by which command, when,
+    on which machine and versions. ``script`` is the benchmark's ``__file__``."""
+    import sys
+
+    from commprof.runinfo import machine, now_iso, versions
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return {"kind": "measured", "what": what,
+            "command": "python " + " ".join([os.path.relpath(script, repo)] + sys.argv[1:]),
+            "start_time": start_time, "end_time": now_iso(), "machine": machine(), "versions": versions()}
+
+
 def write_result(out_dir: str, name: str, title: str, result: dict, table: list[str]) -> None:
     """``result`` must hold what/command/start_time/machine/versions/target/met; ``table`` is the
     Markdown table's lines."""

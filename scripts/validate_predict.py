@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchfile import write_result  # noqa: E402
+from benchfile import measured, write_result  # noqa: E402
 
 MODEL = os.path.join(REPO, "tests", "data", "toy-dense-config.json")
 
@@ -53,7 +53,7 @@ def validate_once(work: str, tokens: int, iters: int, model: str = MODEL, contex
 
 
 def main():
-    from commprof.runinfo import machine, now_iso, versions
+    from commprof.runinfo import now_iso
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -72,12 +72,9 @@ def main():
     df = pd.DataFrame(rounds)
     med = {k: float(df[k].median()) for k in ("error_ms_per_token_pct", "error_comm_share_pct")}
     result = {
-        "kind": "measured",
-        "what": "prediction vs live trace: gloo TP=2 on CPU, toy-dense-1024 synthetic shape "
-                "(tests/data/toy-dense-config.json), batch 1, context 512; each round: sweep, live trace, "
-                "prediction from that sweep",
-        "command": "python " + " ".join([os.path.relpath(__file__, REPO)] + sys.argv[1:]),
-        "start_time": start, "end_time": now_iso(), "machine": machine(), "versions": versions(),
+        **measured(__file__, start, "prediction vs live trace: gloo TP=2 on CPU, toy-dense-1024 synthetic shape "
+                                    "(tests/data/toy-dense-config.json), batch 1, context 512; each round: sweep, live trace, "
+                                    "prediction from that sweep"),
         "rounds": rounds, "median_errors_pct": med,
         "target": "|error| <= 15% for ms/token and communication share (median over rounds)",
         "met": all(abs(v) <= 15 for v in med.values()),
