@@ -301,6 +301,10 @@ def item_host_bw(ev, th) -> Item:
                 "" if status == "PASS" else "check the slot width, risers and NUMA placement")
 
 
+NO_COMM_VALUE = "only TP=1 rows: one rank runs no communication"
+NO_COMM_HINT = "measure TP >= 2 (or import a vendor's multi-GPU logs)"
+
+
 def _largest_tp(df):
     return int(df["tp"].max()) if df is not None and len(df) else None
 
@@ -314,6 +318,9 @@ def item_allreduce_latency(ev, th) -> Item:
     sub = df[(df["op"] == "all_reduce") & (df["group"] == 0) & (df["size_bytes"] <= t["max_bytes"])]
     if sub.empty:
         return Item("C10", name, "SKIP", f"no all_reduce rows <= {t['max_bytes']} B", "", t["source"])
+    sub = sub[sub["tp"] > 1]
+    if sub.empty:
+        return Item("C10", name, "SKIP", NO_COMM_VALUE, "TP >= 2", t["source"], NO_COMM_HINT)
     tp = int(sub["tp"].max())
     sub = sub[sub["tp"] == tp]
     mode = "graph" if "graph" in set(sub["mode"]) else "eager"
@@ -344,6 +351,9 @@ def item_busbw(ev, th) -> Item:
     if sub.empty:
         return Item("C9", name, "SKIP", f"no all_reduce rows >= {t['min_bytes'] >> 20} MiB", "", t["source"],
                     "run commprof sweep --ops all_reduce --sizes pow2:64M-1G")
+    sub = sub[sub["tp"] > 1]
+    if sub.empty:
+        return Item("C9", name, "SKIP", NO_COMM_VALUE, "TP >= 2", t["source"], NO_COMM_HINT)
     best = float(sub["busbw_gbps"].max())
     if _cpu_backend(ev.sweep_meta):
         return Item("C9", name, "SKIP", f"{best:.2f} GB/s on CPU ranks (gloo)", "GPU link ceilings", t["source"])
@@ -365,11 +375,16 @@ def item_comm_share(ev, th) -> Item:
     df = ev.trace
     if df is None:
         return Item("C11", name, "SKIP", "no trace_summary.csv", "", t["source"], "run commprof trace --out DIR")
+    if df.empty:
+        return Item("C11", name, "SKIP", "trace_summary.csv holds no rows (its run ended before a summary was "
+                    "written)", "", t["source"], "rerun commprof trace; its meta.json says why the run ended")
     sub = df[df["tp"] == t["tp"]]
     tp = t["tp"]
     if sub.empty:
         tp = int(df["tp"].max())
         sub = df[df["tp"] == tp]
+    if tp == 1:
+        return Item("C11", name, "SKIP", NO_COMM_VALUE, f"TP={t['tp']}", t["source"], NO_COMM_HINT)
     sub = sub[sub["batch"] == sub["batch"].min()]
     row = sub.iloc[0]
     kind = (ev.trace_meta or {}).get("kind", "measured")

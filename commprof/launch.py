@@ -17,6 +17,7 @@ import time
 
 from . import results
 from .errors import DeviceError, RankDied, RankFailed, RankHung, UsageError, where
+from .runinfo import supports_graph_events
 
 STARTUP_GRACE_S = 60.0
 GLOO_MAX_LOCAL_RANKS = 64
@@ -93,6 +94,13 @@ def parse_modes(modes: str | None, backend: str) -> list[str]:
             raise UsageError(f"--modes: unknown mode '{m}'; use eager and/or graph")
     if "graph" in mode_list and backend != "nccl":
         raise UsageError("--modes graph needs CUDA graphs, i.e. the nccl backend on GPUs")
+    if "graph" in mode_list:
+        import torch
+
+        if not supports_graph_events(torch):
+            raise UsageError(f"--modes graph times CUDA events recorded inside the graph, which needs "
+                             f"torch >= 2.8 (torch.cuda.Event(external=True)); this is torch {torch.__version__}: "
+                             "upgrade torch or use --modes eager")
     return mode_list
 
 

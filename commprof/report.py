@@ -129,7 +129,11 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
               for c in SWEEP_CHARTS]
         M.append("")
 
-    if ev.trace is not None:
+    if ev.trace is not None and ev.trace.empty:
+        note = "the trace results dir holds no rows: its run ended before a summary was written (see its meta.json)"
+        H += ["<h2>Per-token breakdown (trace)</h2>", f"<p>{html.escape(note)}</p>"]
+        M += ["## Per-token breakdown (trace)", "", note, ""]
+    elif ev.trace is not None:
         from . import trace as tracemod
 
         tdir = next(d for d in dirs if os.path.exists(os.path.join(d, "trace_summary.csv")))

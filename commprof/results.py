@@ -23,10 +23,11 @@ META_JSON = "meta.json"
 
 COLUMNS = [
     "op", "tp", "group", "ranks", "mode", "clock", "backend", "impl", "dtype", "size_bytes", "count",
-    "batch", "site", "iters", "warmup", "concurrent",
+    "batch", "site", "iters", "warmup", "concurrent", "comm",
     "latency_us_p50", "latency_us_p95", "latency_us_p99", "latency_us_min", "latency_us_max",
-    "latency_us_mean", "latency_us_rankavg_p50", "latency_us_rankavg_mean",
-    "enqueue_us_p50", "enqueue_us_p99", "algbw_gbps", "busbw_gbps",
+    "latency_us_mean", "latency_us_rankavg_p50", "latency_us_rankavg_mean", "skew_us_p50", "skew_us_p99",
+    "enqueue_us_p50", "enqueue_us_p99", "host_us_p50", "host_us_p99", "spin_us", "spin_short",
+    "algbw_gbps", "busbw_gbps",
     "wrong", "status", "hosts", "fallback",
 ]
 
@@ -116,7 +117,7 @@ def load_frame(path: str, impl: str = "baseline"):
         raise UsageError(f"results dir '{path}' does not exist")
     rows = read_rows(path)
     df = pd.DataFrame(rows, columns=rows[0].keys() if rows else COLUMNS)
-    for c in ("impl", "fallback"):
+    for c in ("impl", "fallback", "comm"):
         if c not in df.columns:
             df[c] = ""
     df["impl"] = df["impl"].fillna("").astype(str)
@@ -126,7 +127,7 @@ def load_frame(path: str, impl: str = "baseline"):
     elif impl == "custom":
         df = df[df["impl"] == CUSTOM].reset_index(drop=True)
     for c in df.columns:
-        if c.startswith(("latency_us", "enqueue_us", "algbw", "busbw")):
+        if c.startswith(("latency_us", "enqueue_us", "host_us", "skew_us", "spin_", "algbw", "busbw")):
             df[c] = pd.to_numeric(df[c], errors="coerce")
         elif c in ("tp", "group", "size_bytes", "count", "iters", "warmup", "wrong", "concurrent"):
             try:
@@ -251,10 +252,22 @@ def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
         nccl_env=nccl_env(),
         config=cfg.to_dict(),
         columns={"latency_us_*": "per-op latency in microseconds; each iteration's sample is the max "
-                                 "across the group's ranks; percentiles by linear interpolation",
+                                 "across the group's ranks; percentiles by linear interpolation. NCCL "
+                                 "(clock cuda_event_spin): the op's GPU time alone, CUDA events with the op "
+                                 "enqueued behind a spin kernel (graph mode: events inside the graph); "
+                                 "gloo (clock perf_counter): host time around the call",
+                 "skew_us_*": "per iteration max - min over the group's ranks of their own latency: the "
+                              "arrival skew the slowest rank's sample holds",
+                 "host_us_*": "GPU only: host time from issuing one call on an idle GPU until it is seen "
+                              "complete (what an eager engine waiting on each op pays); max over ranks",
+                 "spin_us": "GPU only: the spin kernel's length at the end of the cell",
+                 "spin_short": "GPU only: timed samples (summed over ranks) whose spin ended before the op "
+                               "was enqueued (the sample may hold host time); the spin doubles after each",
+                 "comm": "collective, or 'none (1 rank)' at TP=1, where no communication happens",
                  "latency_us_rankavg_*": "per iteration the average over the group's ranks instead of "
                                          "the max (nccl-tests -a 1): the time one rank spends in the op",
-                 "enqueue_us_*": "CPU time to enqueue the op (GPU only)",
+                 "enqueue_us_*": "GPU only: CPU time of the call that enqueues the op (eager dispatch, or "
+                                 "graph replay); max over ranks",
                  "size_bytes": "nccl-tests size: max(send, recv) bytes of one rank "
                                "(all_gather: gathered output; reduce_scatter: scattered input)",
                  "algbw_gbps": "size_bytes / latency_us_p50, GB = 1e9 bytes",

@@ -14,6 +14,21 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
+def supports_graph_events(torch) -> bool:
+    """True when CUDA events can be recorded inside a captured graph and still be timed after
+    replay (``torch.cuda.Event(external=True)``, torch >= 2.8): graph-mode timing needs it."""
+    import inspect
+
+    cls = torch.cuda.Event
+    for fn in (cls.__new__, cls.__init__):
+        try:
+            if "external" in inspect.signature(fn).parameters:
+                return True
+        except (TypeError, ValueError):
+            continue
+    return False
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:

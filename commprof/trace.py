@@ -109,13 +109,74 @@ def engine_bytes_per_rank(model: dict, tp: int, batch: int, context: int, layers
             "total_bytes": int(weights + kv + logits)}
 
 
-def available_bytes_per_rank(backend: str, ranks_on_node: int) -> tuple[int, str]:
-    """Memory one rank may use: free GPU memory on NCCL, MemAvailable / ranks on CPU."""
-    if backend == "nccl":
-        import torch
+def gpu_free_bytes(n: int, nvml=None) -> tuple[int, str]:
+    """The least free memory among the first ``n`` CUDA-visible GPUs (those this node's ranks
+    use), read through NVML: no CUDA context is opened, and every process of the node that asks
+    gets the same answer from the same devices. CUDA_VISIBLE_DEVICES (indexes or UUIDs) is
+    honoured; NVML's order is the PCI bus order, CUDA's default for identical GPUs.
 
-        free, _ = torch.cuda.mem_get_info(0)
-        return int(free * 0.9), "90% of free GPU memory (torch.cuda.mem_get_info)"
+    Raises ``LookupError`` when NVML cannot answer."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError as e:
+            raise LookupError(f"no NVML bindings ({e})") from None
+    try:
+        nvml.nvmlInit()
+    except Exception as e:  # noqa: BLE001 - pynvml raises its own NVMLError subclasses
+        raise LookupError(f"nvmlInit failed ({e})") from None
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        order = list(range(count))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None and visible.strip():
+            order = []
+            for item in (v.strip() for v in visible.split(",")):
+                if item.lstrip("-").isdigit():
+                    if not 0 <= int(item) < count:
+                        break                     # CUDA stops at the first invalid entry too
+                    order.append(int(item))
+                else:
+                    uuids = {}
+                    for i in range(count):
+                        u = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i))
+                        uuids[u.decode() if isinstance(u, bytes) else str(u)] = i
+                    match = [i for u, i in uuids.items() if u.startswith(item)]
+                    if len(match) != 1:
+                        raise LookupError(f"CUDA_VISIBLE_DEVICES entry '{item}' matches no single GPU")
+                    order.append(match[0])
+        used = order[:max(1, n)]
+        if len(used) < n or not used:
+            raise LookupError(f"{n} GPUs needed, {len(used)} visible to NVML")
+        free = [int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)).free) for i in used]
+    except LookupError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise LookupError(f"NVML memory query failed ({e})") from None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    worst = min(range(len(used)), key=lambda k: free[k])
+    return min(free), f"the least free among GPU(s) {','.join(map(str, used))} (NVML GPU {used[worst]})"
+
+
+def available_bytes_per_rank(backend: str, ranks_on_node: int) -> tuple[int, str]:
+    """Memory one rank may use: 90% of the least free GPU memory among the node's GPUs in use on
+    NCCL (one decision for every rank), MemAvailable / ranks on CPU."""
+    if backend == "nccl":
+        try:
+            free, which = gpu_free_bytes(ranks_on_node)
+            return int(free * 0.9), f"90% of free GPU memory, {which}"
+        except LookupError as e:
+            import torch
+
+            # Without NVML: this process's own device only (a context on it; the ranks then agree
+            # on the smallest decision once they start).
+            dev = int(os.environ.get("LOCAL_RANK", "0"))
+            free, _ = torch.cuda.mem_get_info(dev)
+            return int(free * 0.9), f"90% of free memory of GPU {dev} (torch.cuda.mem_get_info; NVML: {e})"
     avail = 0
     try:
         with open("/proc/meminfo") as f:
@@ -487,9 +548,15 @@ def run_predict(cfg: TraceConfig, comm_from: str) -> None:
                                 "statistic": f"{table.stat}, log-log interpolation in size"}}
     writer = open_trace(cfg, [rank_info(0, 0, device)], kind="predicted", extra={"inputs": inputs})
     e = DTYPE_BYTES[cfg.dtype]
+    eng, built_for = None, None
     for tp, batch, mode in plan_runs(cfg):
-        eng = DecodeEngine(torch, None, cfg.model, tp, 0, batch, cfg.context, dtype, device, cfg.layers,
-                           comm=False, seed=cfg.seed)
+        if built_for != (tp, batch):      # one engine per (tp, batch), reused across modes
+            eng = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            eng = DecodeEngine(torch, None, cfg.model, tp, 0, batch, cfg.context, dtype, device, cfg.layers,
+                               comm=False, seed=cfg.seed)
+            built_for = (tp, batch)
         lat, offs, durs = run_tokens(torch, eng, cfg.tokens, cfg.warmup, mode)
         d = engine_dims(cfg.model, tp)
         ar = batch * d["hidden"] * e
@@ -498,7 +565,7 @@ def run_predict(cfg: TraceConfig, comm_from: str) -> None:
         rec = predicted_record({"rank": 0, "lat": lat, "offs": offs, "durs": durs, "segments": eng.segments},
                                comm_us)
         writer.add_run(tp, batch, mode, [rec])
-        del eng
+    eng = None
     meta = results.read_meta(cfg.out_dir)
     meta["comm_lookups"] = table.lookups
     results.write_meta(cfg.out_dir, meta)

@@ -16,7 +16,10 @@ Which path is used (one rule, in this order):
   ``cupy.RawModule(code=<source>)``; cupy compiles for the current GPU and keeps its own cache
   (``~/.cupy/kernel_cache``). The sources include no headers, so NVRTC needs no include path.
 * Neither cupy nor a GPU: :class:`CudaUnavailable` (exit code 3) with one line naming what is
-  missing and the fix.
+  missing and the fix. A missing cupy names the pip extra for the CUDA major torch is built for
+  (:func:`gpu_install_hint`: ``commprof[gpu-cuda12]`` installs ``cupy-cuda12x``,
+  ``commprof[gpu-cuda13]`` ``cupy-cuda13x``); two CuPy distributions installed side by side (they
+  unpack into the same ``cupy`` package) are refused before cupy is imported, naming both.
 
 ``COMMPROF_CUDA_BACKEND=nvcc|nvrtc`` forces one path (for example when the local nvcc is newer
 than the driver and its cubins do not load).
@@ -38,6 +41,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
@@ -58,7 +62,59 @@ KERNELS = {
 }
 
 BACKENDS = ("auto", "nvcc", "nvrtc")
-GPU_EXTRA_HINT = "pip install commprof[gpu]"
+
+#: commprof's pip extra and the CuPy wheel it installs, by CUDA major. There is no plain ``gpu``
+#: extra: pip cannot see which CUDA torch is built for, and a wrong guess installs a second CuPy.
+GPU_EXTRAS = {"12": ("gpu-cuda12", "cupy-cuda12x"), "13": ("gpu-cuda13", "cupy-cuda13x")}
+
+#: CuPy distributions that all provide the ``cupy`` package (any two of them overwrite each other).
+CUPY_DISTRIBUTIONS = ("cupy", "cupy-cuda11x", "cupy-cuda12x", "cupy-cuda13x")
+
+
+def gpu_install_hint(cuda_version: str | None) -> str:
+    """The pip command that installs the CuPy for a CUDA version (``torch.version.cuda``).
+
+    >>> gpu_install_hint("13.0")
+    "pip install 'commprof[gpu-cuda13]' (cupy-cuda13x, for torch's CUDA 13.0)"
+
+    ``None`` (a CPU build of torch, or no torch) or a major without an extra names both extras.
+    """
+    version = str(cuda_version or "").strip()
+    known = GPU_EXTRAS.get(version.split(".")[0])
+    if known:
+        extra, package = known
+        return f"pip install 'commprof[{extra}]' ({package}, for torch's CUDA {version})"
+    return " or ".join(f"{'pip install ' if i == 0 else ''}'commprof[{extra}]' ({package})"
+                       for i, (extra, package) in enumerate(GPU_EXTRAS.values())) + \
+        ", the one matching your CUDA major"
+
+
+def torch_cuda_version() -> str | None:
+    """``torch.version.cuda`` (e.g. ``"13.0"``), or None for a CPU build of torch or no torch."""
+    try:
+        import torch
+
+        return getattr(getattr(torch, "version", None), "cuda", None) or None
+    except Exception:  # noqa: BLE001 - no torch, or a broken one: the hint then names both extras
+        return None
+
+
+def installed_cupy_distributions() -> list[str]:
+    """The CuPy distributions installed in this environment (:data:`CUPY_DISTRIBUTIONS`), sorted."""
+    import importlib.metadata
+
+    found = []
+    for name in CUPY_DISTRIBUTIONS:
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        found.append(name)
+    return sorted(found)
+
+
+#: The hint when torch's CUDA is not known (kept for callers of the old constant).
+GPU_EXTRA_HINT = gpu_install_hint(None)
 
 
 class CudaUnavailable(DeviceError):
@@ -182,7 +238,8 @@ def _compile_one(nvcc: str, source: str, arch: str, out_dir: str) -> str:
 def _require_nvcc() -> str:
     nvcc = find_nvcc()
     if nvcc is None:
-        raise CudaUnavailable(f"nvcc not found: install the CUDA toolkit or cupy ({GPU_EXTRA_HINT})")
+        raise CudaUnavailable(f"nvcc not found: install the CUDA toolkit or cupy "
+                              f"({gpu_install_hint(torch_cuda_version())})")
     return nvcc
 
 
@@ -282,12 +339,21 @@ _LOADED: dict[tuple[str, str], Kernels] = {}
 
 
 def _import_cupy():
+    if sys.modules.get("cupy") is None:     # first import only: callers sit inside timed loops
+        found = installed_cupy_distributions()
+        if len(found) > 1:
+            names = ", ".join(found)
+            raise CudaUnavailable(f"{len(found)} CuPy packages are installed ({names}) and overwrite each other's "
+                                  f"files: pip uninstall -y {' '.join(found)}, then "
+                                  f"{gpu_install_hint(torch_cuda_version())}")
     try:
         import cupy
     except ImportError:
-        raise CudaUnavailable(f"cupy not installed: {GPU_EXTRA_HINT} (cupy) to run the CUDA kernels") from None
+        raise CudaUnavailable(f"cupy not installed, and the CUDA kernels need it: "
+                              f"{gpu_install_hint(torch_cuda_version())}") from None
     except Exception as e:  # a broken cupy install raises other errors at import
-        raise CudaUnavailable(f"cupy does not import ({_first_line(e)}): reinstall it ({GPU_EXTRA_HINT})") from None
+        raise CudaUnavailable(f"cupy does not import ({_first_line(e)}): reinstall it "
+                              f"({gpu_install_hint(torch_cuda_version())})") from None
     return cupy
 
 

@@ -20,6 +20,7 @@ so an interrupted sweep keeps every finished cell.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,8 +29,21 @@ from commprof.stats import summarize_us
 from commprof.sweepconfig import CUSTOM, Cell, SweepConfig, plan_cells
 from microbench.heartbeat import Heartbeat
 from microbench.rank import rank_session
+from microbench.timing import DeviceTimer
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+NO_COMM = "none (1 rank)"
+
+
+@dataclass
+class Samples:
+    """One rank's samples of one cell, in us (GPU columns are None on CPU ranks)."""
+    latency_us: np.ndarray
+    enqueue_us: np.ndarray | None = None
+    host_us: np.ndarray | None = None
+    spin_us: float | None = None
+    spin_short: int | None = None
+    wrong: int = 0
 
 
 class GroupSet:
@@ -77,6 +91,7 @@ class CellRunner:
         self.custom = custom          # microbench.oneshot_rank.CustomAllReduce, for custom cells
         self.dtype = getattr(torch, TORCH_DTYPES[cfg.dtype])
         self.cuda = device.type == "cuda"
+        self.timer = None             # microbench.timing.DeviceTimer, made (and calibrated) at first use
 
     def _buffers(self, cell: Cell):
         t = self.torch
@@ -85,8 +100,8 @@ class CellRunner:
         return inp, out
 
     def measure(self, cell: Cell, ranks: list[int], data_group, align_group, use_custom: bool = False):
-        """Returns (latency_us[iters], enqueue_us[iters] or None, wrong_elements) for this rank.
-        ``use_custom``: time the one-shot kernel instead of the backend's collective."""
+        """This rank's :class:`Samples` of the cell. ``use_custom``: time the one-shot kernel
+        instead of the backend's collective."""
         coll = COLLECTIVES[cell.op]
         dist, torch, hb = self.dist, self.torch, self.hb
         inp, out = self._buffers(cell)
@@ -104,7 +119,7 @@ class CellRunner:
             pattern = check_input(group_rank, cell.in_numel, self.dtype).to(self.device)
             reference = pattern.clone()
             dist.all_reduce(reference, group=data_group)
-            verify = (pattern, reference)
+            verify = (pattern, reference, inp)
         verify_wrong = 0
         hb.stage(f"{cell.label}: warm-up")
         for _ in range(self.cfg.warmup):
@@ -113,27 +128,13 @@ class CellRunner:
         if self.cuda:
             torch.cuda.synchronize(self.device)
 
-        graph = None
-        call = op
-        if cell.mode == "graph":
-            hb.stage(f"{cell.label}: graph capture")
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                op()
-            torch.cuda.synchronize(self.device)
-            call = graph.replay
-            for _ in range(self.cfg.warmup):
-                dist.barrier(group=align_group)
-                call()
-            torch.cuda.synchronize(self.device)
-
         iters = self.cfg.iters
         lat = np.empty(iters, dtype=np.float64)
-        enq = np.empty(iters, dtype=np.float64) if self.cuda else None
         barrier = dist.barrier
-        perf = time.perf_counter
         hb.stage(f"{cell.label}: timing")
         if not self.cuda:
+            call = op
+            perf = time.perf_counter
             for i in range(iters):
                 if verify is not None:
                     inp.copy_(verify[0])
@@ -148,33 +149,63 @@ class CellRunner:
                 lat[i] = (t1 - t0) * 1e6
                 if verify is not None:
                     verify_wrong += int((inp != verify[1]).sum().item())
+            samples = Samples(lat)
         else:
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            for i in range(iters):
-                if verify is not None:
-                    inp.copy_(verify[0])
-                barrier(group=align_group)
-                if i == fault_iter:
-                    self.fault.trigger()
-                hb.enter()
-                start.record()
-                t0 = perf()
-                call()
-                t1 = perf()
-                end.record()
-                end.synchronize()
-                hb.leave()
-                lat[i] = start.elapsed_time(end) * 1e3
-                enq[i] = (t1 - t0) * 1e6
-                if verify is not None:
-                    verify_wrong += int((inp != verify[1]).sum().item())
+            samples, call, verify_wrong = self._measure_cuda(cell, op, align_group, fault_iter, verify)
 
         hb.stage(f"{cell.label}: correctness check")
         wrong = self._check(cell, coll, inp, out, op, call, group_rank, len(ranks))
         if use_custom:
             self.custom.check_status(cell)
-        return lat, enq, wrong + verify_wrong
+        samples.wrong = wrong + verify_wrong
+        return samples
+
+    def _measure_cuda(self, cell: Cell, op, align_group, fault_iter: int, verify):
+        """Device-side samples (``microbench.timing``): per iteration one spin-covered sample of
+        the op's GPU time and its enqueue time, then one host-observed sample on an idle GPU."""
+        torch, dist, hb = self.torch, self.dist, self.hb
+        if self.timer is None:
+            self.timer = DeviceTimer(torch, self.device)
+        timer = self.timer
+        if cell.mode == "graph":
+            hb.stage(f"{cell.label}: graph capture")
+        call = timer.prepare(op, cell.mode)
+        torch.cuda.synchronize(self.device)
+        perf = time.perf_counter
+        warm = []
+        for _ in range(self.cfg.warmup):
+            dist.barrier(group=align_group)
+            t0 = perf()
+            call()
+            warm.append((perf() - t0) * 1e6)
+            torch.cuda.synchronize(self.device)
+        timer.fit_spin(warm[len(warm) // 2:] or warm)
+        timer.spin_short = 0
+        iters = self.cfg.iters
+        lat, enq, host = (np.empty(iters, dtype=np.float64) for _ in range(3))
+        verify_wrong = 0
+        barrier = dist.barrier
+        hb.stage(f"{cell.label}: timing")
+        for i in range(iters):
+            if verify is not None:
+                inp = verify[2]
+                inp.copy_(verify[0])
+            barrier(group=align_group)
+            if i == fault_iter:
+                self.fault.trigger()
+            hb.enter()
+            lat[i], enq[i] = timer.device_sample(call)
+            hb.leave()
+            if verify is not None:
+                verify_wrong += int((inp != verify[1]).sum().item())
+                inp.copy_(verify[0])
+            barrier(group=align_group)
+            hb.enter()
+            host[i] = timer.host_sample(call)
+            hb.leave()
+            if verify is not None:
+                verify_wrong += int((inp != verify[1]).sum().item())
+        return Samples(lat, enq, host, timer.spin_us, timer.spin_short), call, verify_wrong
 
     def _check(self, cell, coll, inp, out, op, call, group_rank: int, n: int) -> int:
         """Untimed: deterministic inputs through the same buffers (and the same graph), compared
@@ -196,24 +227,60 @@ class CellRunner:
         return int((result != expected).sum().item())
 
 
-def _row(cell: Cell, cfg: SweepConfig, group_index: int, ranks, lat_us, enq_us, wrong: int, hosts,
+def _row(cell: Cell, cfg: SweepConfig, group_index: int, ranks, agg: dict, hosts,
          impl: str = "", fallback: str = "") -> dict:
+    """One sweep.csv row from the group's per-iteration samples (``agg``: see ``_aggregate``)."""
     coll = COLLECTIVES[cell.op]
-    stats = summarize_us(lat_us)
+    stats = summarize_us(agg["latency_us"])
     algbw, busbw = coll.bandwidth_gbps(cell.size_bytes, stats["latency_us_p50"], cell.tp)
+    gpu = cfg.backend == "nccl"
     row = {
         "op": cell.op, "tp": cell.tp, "group": group_index, "ranks": f"{ranks[0]}-{ranks[-1]}",
-        "mode": cell.mode, "clock": "cuda_event" if cfg.backend == "nccl" else "perf_counter",
+        "mode": cell.mode, "clock": "cuda_event_spin" if gpu else "perf_counter",
         "backend": cfg.backend, "impl": impl or cfg.baseline_impl, "dtype": cfg.dtype, "size_bytes": cell.size_bytes,
         "count": cell.in_numel, "batch": cell.batch if cell.batch is not None else "",
         "site": cell.site, "iters": cfg.iters, "warmup": cfg.warmup, "concurrent": int(cfg.concurrent),
+        "comm": NO_COMM if cell.tp == 1 else "collective",
     }
     row.update(stats)
-    row["enqueue_us_p50"] = float(np.percentile(enq_us, 50)) if enq_us is not None else ""
-    row["enqueue_us_p99"] = float(np.percentile(enq_us, 99)) if enq_us is not None else ""
+    rank_avg = agg["latency_us_rankavg"]
+    skew = agg["skew_us"]
+    row.update(latency_us_rankavg_p50=float(np.percentile(rank_avg, 50)),
+               latency_us_rankavg_mean=float(rank_avg.mean()),
+               skew_us_p50=float(np.percentile(skew, 50)), skew_us_p99=float(np.percentile(skew, 99)))
+    for name in ("enqueue_us", "host_us"):
+        v = agg.get(name)
+        row[f"{name}_p50"] = float(np.percentile(v, 50)) if v is not None else ""
+        row[f"{name}_p99"] = float(np.percentile(v, 99)) if v is not None else ""
+    row["spin_us"] = agg["spin_us"] if gpu else ""
+    row["spin_short"] = agg["spin_short"] if gpu else ""
+    wrong = agg["wrong"]
     row.update(algbw_gbps=algbw, busbw_gbps=busbw, wrong=wrong, status="ok" if wrong == 0 else "WRONG",
                hosts=";".join(sorted(set(hosts))), fallback=fallback)
     return row
+
+
+def _aggregate(torch, dist, s: Samples, group, n: int) -> dict:
+    """Per iteration across the group's ranks: the slowest rank's time (the sample), the
+    average rank's (nccl-tests -a 1), and the skew (max - min: how much of the slowest rank's
+    time was waiting for the last to arrive). Enqueue and host times: the slowest rank's."""
+    lat = s.latency_us
+    gpu = s.enqueue_us is not None
+    rows = [lat] + ([s.enqueue_us, s.host_us] if gpu else [])
+    mx = torch.from_numpy(np.stack(rows))
+    dist.all_reduce(mx, op=dist.ReduceOp.MAX, group=group)
+    mn = torch.from_numpy(lat.copy())
+    dist.all_reduce(mn, op=dist.ReduceOp.MIN, group=group)
+    avg = torch.from_numpy(lat.copy())
+    dist.all_reduce(avg, group=group)
+    counts = torch.tensor([s.wrong, s.spin_short or 0], dtype=torch.int64)
+    dist.all_reduce(counts, group=group)
+    spin = torch.tensor([s.spin_us or 0.0], dtype=torch.float64)
+    dist.all_reduce(spin, op=dist.ReduceOp.MAX, group=group)
+    mx = mx.numpy()
+    return {"latency_us": mx[0], "latency_us_rankavg": avg.numpy() / n, "skew_us": mx[0] - mn.numpy(),
+            "enqueue_us": mx[1] if gpu else None, "host_us": mx[2] if gpu else None,
+            "wrong": int(counts[0].item()), "spin_short": int(counts[1].item()), "spin_us": float(spin.item())}
 
 
 def run_rank(cfg: SweepConfig, rank: int, world: int, local_rank: int, store=None, slots=None):
@@ -283,22 +350,11 @@ def _walk(*, cells, sets, rank, world, cfg, runner, custom, torch, dist, hb, wor
                 ranks = gs.groups[gi]
                 align = world_ctrl if cfg.concurrent else gs.ctrl[gi]
                 use_custom = cell.custom and not fallback
-                lat, enq, wrong = runner.measure(cell, ranks, gs.data[gi], align, use_custom)
-                # Per iteration, the slowest rank of the group defines the sample.
-                t = torch.from_numpy(np.stack([lat, enq if enq is not None else lat]))
-                dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gs.ctrl[gi])
-                # The average rank's view too (nccl-tests -a 1): what one rank spends in the op.
-                avg = torch.from_numpy(lat.copy())
-                dist.all_reduce(avg, group=gs.ctrl[gi])
-                w = torch.tensor([wrong], dtype=torch.int64)
-                dist.all_reduce(w, group=gs.ctrl[gi])
+                samples = runner.measure(cell, ranks, gs.data[gi], align, use_custom)
+                agg = _aggregate(torch, dist, samples, gs.ctrl[gi], len(ranks))
                 if rank == ranks[0]:
-                    payload = _row(cell, cfg, gi, ranks, t[0].numpy(), t[1].numpy() if enq is not None else None,
-                                   int(w.item()), [hosts_by_rank[r] for r in ranks],
+                    payload = _row(cell, cfg, gi, ranks, agg, [hosts_by_rank[r] for r in ranks],
                                    impl=CUSTOM if use_custom else "", fallback=fallback)
-                    rank_avg = avg.numpy() / len(ranks)
-                    payload.update(latency_us_rankavg_p50=float(np.percentile(rank_avg, 50)),
-                                   latency_us_rankavg_mean=float(rank_avg.mean()))
             hb.stage(f"{cell.label}: collecting rows")
             gathered = [None] * world if rank == 0 else None
             dist.gather_object(payload, gathered, dst=0, group=world_ctrl)

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from commprof.collectives import all_gather_fn
+from microbench.timing import timing_event
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,9 @@ def sliding_layers(shape: dict, n_layers: int) -> list[bool]:
 
 class DecodeEngine:
     def __init__(self, torch, dist, shape: dict, tp: int, group_rank: int, batch: int, context: int,
-                 dtype, device, n_layers: int, group=None, comm: bool = True, seed: int = 0):
+                 dtype, device, n_layers: int, group=None, comm: bool = True, seed: int = 0, on_layer=None):
+        """``on_layer()`` is called after each layer's weights are made (a heartbeat: a full
+        model's build is long)."""
         self.torch, self.dist, self.group, self.comm = torch, dist, group, comm
         self.tp, self.grank, self.batch, self.device, self.dtype = tp, group_rank, batch, device, dtype
         self.cuda = device.type == "cuda"
@@ -76,11 +79,13 @@ class DecodeEngine:
         h, hq, hkv, d = dims["hidden"], dims["q_heads_r"], dims["kv_heads_r"], dims["head_dim"]
         self.hq, self.hkv, self.d = hq, hkv, d
         self.group_size = max(1, hq // hkv)
-        g = torch.Generator(device="cpu").manual_seed(seed + 1000 * group_rank)
+        # Weights are drawn where they live: on a GPU its own generator fills them in place (the
+        # CPU generator took ~140 s for Qwen2.5-32B at TP=1, single-threaded).
+        g = torch.Generator(device=device).manual_seed(seed + 1000 * group_rank)
 
         def w(*size, scale=None):
             s = scale if scale is not None else 1.0 / math.sqrt(size[0])
-            return (torch.randn(*size, generator=g) * s).to(dtype=dtype, device=device)
+            return torch.randn(*size, generator=g, dtype=dtype, device=device).mul_(s)
 
         self.vocab_r = dims["vocab_r"]
         self.vocab_start = group_rank * self.vocab_r
@@ -101,6 +106,8 @@ class DecodeEngine:
                 "v": w(batch, hkv, ctx, d, scale=1.0),
                 "ctx": ctx,
             })
+            if on_layer is not None:
+                on_layer()
         self.ln_f = torch.ones(h, dtype=dtype, device=device)
         self.lm_head = w(h, self.vocab_r)
         self.ids = torch.zeros(batch, dtype=torch.int64, device=device)
@@ -241,16 +248,12 @@ class CpuStamps:
 
 
 class CudaStamps:
-    """CUDA-event stamps: the same interface, device time."""
+    """CUDA-event stamps: the same interface, device time. ``external=True`` (graph mode): events
+    recorded inside a captured CUDA graph stay timeable after replay; a plain record would become
+    an internal graph dependency (``microbench.timing``; commprof refuses graph mode without it)."""
 
-    def __init__(self, torch, nseg: int):
-        # external=True: recorded inside a captured CUDA graph, the events stay visible (and
-        # timeable) outside it; a plain record would become an internal graph dependency.
-        try:
-            torch.cuda.Event(enable_timing=True, external=True)
-            E = lambda: torch.cuda.Event(enable_timing=True, external=True)  # noqa: E731
-        except TypeError:                               # torch without external events
-            E = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    def __init__(self, torch, nseg: int, external: bool = False):
+        E = lambda: timing_event(torch, external)  # noqa: E731
         self.start = [E() for _ in range(nseg)]
         self.end = [E() for _ in range(nseg)]
         self.e0, self.e1 = E(), E()

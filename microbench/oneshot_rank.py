@@ -45,6 +45,32 @@ def _hook() -> dict | None:
     return opts
 
 
+class _StreamHandle:
+    """A raw ``cudaStream_t`` that speaks the CUDA stream protocol (for a torch too old to)."""
+
+    def __init__(self, ptr: int):
+        self.ptr = int(ptr)
+
+    def __cuda_stream__(self):
+        return (0, self.ptr)
+
+
+def cupy_stream(cupy, torch_stream, device_index: int):
+    """torch's CUDA stream as a cupy stream, so our kernel is ordered with torch's work on it.
+
+    cupy >= 14 takes foreign streams through the CUDA stream protocol
+    (``cupy.cuda.Stream.from_external``) and deprecates ``cupy.cuda.ExternalStream``; older cupy
+    has only the latter. ``from_external`` does not record the stream's device, so launch on it
+    inside ``cupy.cuda.Device(device_index)`` (``OneShotAllReduce.launch`` does).
+    """
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is None:
+        return cupy.cuda.ExternalStream(torch_stream.cuda_stream, device_index)
+    if not hasattr(torch_stream, "__cuda_stream__"):      # torch before the protocol
+        torch_stream = _StreamHandle(torch_stream.cuda_stream)
+    return from_external(torch_stream)
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
@@ -296,7 +322,7 @@ class CustomAllReduce:
             return self._emulated(g, inp, data_group)
         import cupy
 
-        stream = cupy.cuda.ExternalStream(self.torch.cuda.current_stream(self.device).cuda_stream, self.device.index)
+        stream = cupy_stream(cupy, self.torch.cuda.current_stream(self.device), self.device.index)
         ptr, nbytes, dtype, op = inp.data_ptr(), inp.numel() * inp.element_size(), self.cfg.dtype, g.op
 
         def call():

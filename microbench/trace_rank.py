@@ -19,7 +19,7 @@ def run_tokens(torch, eng: DecodeEngine, tokens: int, warmup: int, mode: str, tr
     offsets_us[t][seg], durations_us[t][seg]); offsets/durations are None when untraced."""
     cuda = eng.cuda
     nseg = len(eng.segments)
-    stamps = CudaStamps(torch, nseg) if cuda else CpuStamps(nseg)
+    stamps = CudaStamps(torch, nseg, external=mode == "graph") if cuda else CpuStamps(nseg)
     mark = stamps.mark if traced else no_mark
     if mark_hook is not None:
         mark = mark_hook(mark)
@@ -64,6 +64,13 @@ def _delay_hook(fault, rank: int, eng: DecodeEngine):
     return hook
 
 
+def _release(torch, device):
+    """Hand a dropped engine's memory back before the next one is built."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None):
     """Body of one trace rank. Raises on failure (the launcher reports it)."""
     from commprof import trace as core
@@ -75,18 +82,29 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
         groups = {}
         for tp in sorted(set(cfg.tps)):
             groups[tp] = dist.group.WORLD if tp == world else dist.new_group(list(range(tp)))
+        # Layers to run: the guard decided before the ranks started; under torchrun every rank
+        # decided alone, so the smallest decision is the one all take.
+        agreed = torch.tensor([cfg.layers], dtype=torch.int64)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MIN, group=env.world_ctrl)
+        cfg.layers = int(agreed.item())
         writer = core.open_trace(cfg, env.infos) if rank == 0 else None
         runs = core.plan_runs(cfg)
         if slots is not None and rank == 0:
             slots.cells_total.value = len(runs)
+        eng, built_for = None, None
         for run in runs:
             tp, batch, mode = run
             label = f"trace tp={tp} batch={batch} {mode}"
             rec = None
             if rank < tp:
-                hb.stage(f"{label}: build")
-                eng = DecodeEngine(torch, dist, cfg.model, tp, rank, batch, cfg.context, dtype, env.device,
-                                   cfg.layers, group=groups[tp], comm=True, seed=cfg.seed)
+                if built_for != (tp, batch):
+                    # One engine per (tp, batch), reused across modes.
+                    eng = None
+                    _release(torch, env.device)
+                    hb.stage(f"{label}: build")
+                    eng = DecodeEngine(torch, dist, cfg.model, tp, rank, batch, cfg.context, dtype, env.device,
+                                       cfg.layers, group=groups[tp], comm=True, seed=cfg.seed, on_layer=hb.tick)
+                    built_for = (tp, batch)
                 hook = None
                 f = env.fault
                 if f is not None and f.kind == "sleep" and int(f.opts.get("rank", -1)) == rank:
@@ -95,15 +113,13 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
                 lat, offs, durs = run_tokens(torch, eng, cfg.tokens, cfg.warmup, mode, mark_hook=hook,
                                              on_token=hb.tick)
                 rec = {"rank": rank, "lat": lat, "offs": offs, "durs": durs, "segments": eng.segments}
-                del eng
-                gc.collect()
-                if env.device.type == "cuda":
-                    torch.cuda.empty_cache()
             hb.stage(f"{label}: collecting")
             gathered = [None] * world if rank == 0 else None
             dist.gather_object(rec, gathered, dst=0, group=env.world_ctrl)
             if rank == 0:
                 writer.add_run(tp, batch, mode, [r for r in gathered if r is not None])
                 hb.row_written(1)
+        eng = None
+        _release(torch, env.device)
         if rank == 0:
             writer.close()

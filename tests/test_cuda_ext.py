@@ -100,7 +100,8 @@ def test_errors_name_what_is_missing(monkeypatch):
     monkeypatch.setattr(loader, "find_nvcc", lambda: None)
     with pytest.raises(loader.CudaUnavailable) as e:
         loader.build("sm_90")
-    assert str(e.value) == "nvcc not found: install the CUDA toolkit or cupy (pip install commprof[gpu])"
+    assert str(e.value) == (f"nvcc not found: install the CUDA toolkit or cupy "
+                            f"({loader.gpu_install_hint(loader.torch_cuda_version())})")
     with pytest.raises(loader.CudaUnavailable, match="nvcc not found"):
         loader.compile_only("sm_90", "/nonexistent")
     with pytest.raises(loader.CudaUnavailable, match="unknown CUDA backend 'hip'"):
@@ -413,6 +414,7 @@ class _SimCupy:
     def __init__(self, devices=2, sms=132, no_p2p=()):
         import ctypes
         import types
+        import warnings
 
         import numpy as np
 
@@ -422,9 +424,16 @@ class _SimCupy:
         self.float16, self.float32 = np.float16, np.float32
         self.params = _kernel_params()
         self.queues, self.launches, self.keep, self.peer_enabled, self.streams = {}, [], {}, set(), {}
+        self.stream_calls = []      # how foreign (torch) streams were wrapped: from_external or ExternalStream
         self.clock, self.dev_stack, self.stream_stack = 0, [0], []
 
         class Arr(np.ndarray):
+            # The GPU an array lives on, as cupy tracks it (a view or slice keeps its base's).
+            def __array_finalize__(self_, obj):
+                self_.sim_device = getattr(obj, "sim_device", None)
+                if self_.sim_device is None:
+                    self_.sim_device = sim.dev_stack[-1]
+
             @property
             def data(self_):
                 addr = self_.ctypes.data
@@ -454,6 +463,16 @@ class _SimCupy:
             @property
             def key(self_):
                 return (self_.device, self_.ptr)
+
+            @classmethod
+            def from_external(cls, obj):
+                # cupy >= 14 (cupy/cuda/stream.pyx): a foreign stream through the CUDA stream
+                # protocol; cupy does not learn the stream's device (device_id -1).
+                version, ptr = obj.__cuda_stream__()
+                if version != 0 or not isinstance(ptr, int):
+                    raise TypeError("__cuda_stream__() must return (0, int)")
+                sim.stream_calls.append(("from_external", ptr))
+                return sim.streams[ptr]
 
             def __enter__(self_):
                 sim.stream_stack.append(self_)
@@ -505,15 +524,26 @@ class _SimCupy:
             deviceCanAccessPeer=lambda a, b: int((a, b) not in sim.no_p2p),
             deviceEnablePeerAccess=lambda peer: sim.peer_enabled.add((sim.dev_stack[-1], peer)),
             malloc=self._malloc, free=lambda p: sim.keep.pop(p), memset=lambda p, v, n: ctypes.memset(p, v, n),
-            memcpyDeviceToDevice=3, memcpyDeviceToHost=2,
+            memcpyDeviceToDevice=3, memcpyDeviceToHost=2, memcpyHostToDevice=1,
             memcpyAsync=lambda d, s_, n, kind, sp: sim._enqueue(sim._stream_by_ptr(sp), sim._memmove(d, s_, n)),
             memcpyPeerAsync=lambda d, dd, s_, sd, n, sp: sim._enqueue(sim._stream_by_ptr(sp), sim._memmove(d, s_, n)),
             memcpy=lambda d, s_, n, kind: (sim.flush(), ctypes.memmove(d, s_, n)),
             ipcGetMemHandle=lambda p: p.to_bytes(64, "little"),
             ipcOpenMemHandle=lambda h: int.from_bytes(h, "little"), ipcCloseMemHandle=lambda p: None)
+        def external_stream(ptr, device_id=-1):
+            if hasattr(Stream, "from_external"):     # cupy 14 deprecates ExternalStream
+                warnings.warn("ExternalStream is deprecated. Use Stream.from_external() instead",
+                              DeprecationWarning, stacklevel=2)
+            sim.stream_calls.append(("ExternalStream", ptr, device_id))
+            return sim.streams[ptr]
+
+        def alloc_pinned_memory(n):
+            buf = np.zeros(max(1, n), np.uint8)
+            return types.SimpleNamespace(ptr=buf.ctypes.data, buf=buf)
+
         self.cuda = types.SimpleNamespace(
             Device=Device, Stream=Stream, Event=Event, runtime=rt,
-            ExternalStream=lambda ptr, device_id=-1: sim.streams[ptr],
+            ExternalStream=external_stream, alloc_pinned_memory=alloc_pinned_memory,
             get_current_stream=self._current_stream,
             get_elapsed_time=lambda a, b: (b.t - a.t) * 1e-3)
 
@@ -545,8 +575,17 @@ class _SimCupy:
         return self.np.zeros_like(x).view(self.Arr)
 
     def array_equal(self, a, b):
+        # As strict as cupy's elementwise ops: a numpy array is a TypeError ("Unsupported type"),
+        # an array on another GPU without peer access a ValueError; the answer is a 0-dim device array.
+        cur = self.dev_stack[-1]
+        for x in (a, b):
+            if not isinstance(x, self.Arr):
+                raise TypeError(f"Unsupported type {type(x)}")
+            if x.sim_device != cur and (cur, x.sim_device) in self.no_p2p:
+                raise ValueError(f"The device where the array resides ({x.sim_device}) is different from the "
+                                 f"current device ({cur}). Peer access is unavailable between these devices.")
         self.flush()
-        return self.np.array_equal(a, b)
+        return self.np.asarray(self.np.array_equal(a, b)).view(self.Arr)
 
     def _malloc(self, n):
         buf = self.np.zeros(n + 256, self.np.uint8)
@@ -612,6 +651,7 @@ class _SimCupy:
                 assert type(a) is types_[kind], (name, kind, type(a))
                 vals.append(int(a))
         self.launches.append((name, self.dev_stack[-1], grid, block))
+        assert self._current_stream().device == self.dev_stack[-1], (name, "launched on another GPU's stream")
         model = {"commprof_p2p_copy": self._copy, "commprof_pingpong": self._pingpong}.get(name, self._oneshot)
         self._enqueue(self._current_stream(), model(name, grid[0], *vals))
 
@@ -826,6 +866,17 @@ def test_sim_probe_pairs(sim, monkeypatch):
 
 # ---- sweep --impl custom: the per-rank set-up (microbench/oneshot_rank.py) on the simulated GPU ----
 
+class TorchStream:
+    """What torch 2.13's ``torch.cuda.current_stream()`` offers cupy: the raw handle and the CUDA
+    stream protocol."""
+
+    def __init__(self, ptr: int):
+        self.cuda_stream = ptr
+
+    def __cuda_stream__(self):
+        return (0, self.cuda_stream)
+
+
 class _Coop:
     """A process group for ranks run as threads over the simulated GPU: one rank at a time touches
     the simulator (a shared run lock, like a GIL), switching only inside collectives."""
@@ -934,12 +985,14 @@ def test_sim_sweep_custom_setup_probes_through_ipc_and_runs(sim, world):
             x = sim.asarray(oneshot.encode(host[r], "bf16"))
             stream = sim.cuda.Stream(non_blocking=True)
         c.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
-            current_stream=lambda device, s=stream: types.SimpleNamespace(cuda_stream=s.ptr),
+            current_stream=lambda device, s=stream: TorchStream(s.ptr),
             synchronize=lambda device: sim.flush()))
         tensor = types.SimpleNamespace(data_ptr=lambda x=x: x.data.ptr, numel=lambda: n, element_size=lambda: 2)
         c.bind(cell, tensor, None)()
         outs.append(x)
     sim.flush()
+    # cupy 14's way in (the CUDA stream protocol), not its deprecated ExternalStream
+    assert [call[0] for call in sim.stream_calls] == ["from_external"] * world
     expected = oneshot.reference_sum(host, "bf16")
     assert [verify(o, expected, "bf16", atol=0.0, rtol=0.0) for o in outs] == [0] * world
     for c in ranks:
@@ -1010,14 +1063,16 @@ def test_import_without_torch_cupy_numpy():
         "True",
         "driver reports no P2P access from GPU 0 to GPU 1",
         str((8 << 20) + 2 * 8 * 128 + 128),
-        "3 cupy not installed: pip install commprof[gpu] (cupy) to run the CUDA kernels",
+        "3 cupy not installed, and the CUDA kernels need it: pip install 'commprof[gpu-cuda12]' (cupy-cuda12x) "
+        "or 'commprof[gpu-cuda13]' (cupy-cuda13x), the one matching your CUDA major",
     ]
 
 
 # ---- (d) on a GPU: build, load, run, verify ----------------------------------------------------------
 
 def _load(tmp_path_factory, backend=None):
-    pytest.importorskip("cupy", reason="the GPU tests of cuda_ext need cupy (pip install commprof[gpu])")
+    hint = loader.gpu_install_hint(loader.torch_cuda_version())
+    pytest.importorskip("cupy", reason=f"the GPU tests of cuda_ext need cupy ({hint})")
     with pytest.MonkeyPatch.context() as mp:   # build into a temporary cache, not the user's
         mp.setenv("COMMPROF_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
         return loader.load(backend=backend)

@@ -20,9 +20,12 @@ def test_nccl_tp1_eager_and_graph(cli, tmp_path):
     assert {r["mode"] for r in rows} == {"eager", "graph"}
     assert len(rows) == 2 * 2 * 2
     for r in rows:
-        assert r["backend"] == "nccl" and r["clock"] == "cuda_event"
-        assert r["wrong"] == "0"
+        assert r["backend"] == "nccl" and r["clock"] == "cuda_event_spin"
+        assert r["wrong"] == "0" and r["comm"] == "none (1 rank)"
         assert float(r["latency_us_p50"]) > 0 and float(r["enqueue_us_p50"]) > 0
+        # device time of the op alone sits below what the host sees of one call
+        assert float(r["latency_us_p50"]) < float(r["host_us_p50"])
+        assert float(r["spin_us"]) > 0 and int(r["spin_short"]) < 50
     with open(os.path.join(out, "meta.json")) as f:
         meta = json.load(f)
     assert meta["gpus"] and "none" not in meta["gpus"][0]
@@ -51,7 +54,7 @@ def test_p2p_same_gpu_probes(cli, tmp_path):
 
 def _custom_sweep(cli, out, tp: int, sizes: str, modes: str):
     """sweep --impl nccl,custom --verify on NCCL: (result, rows)."""
-    pytest.importorskip("cupy", reason="--impl custom needs cupy (pip install commprof[gpu])")
+    pytest.importorskip("cupy", reason="--impl custom needs cupy (pip install 'commprof[gpu-cuda13]' or [gpu-cuda12])")
     res = cli("sweep", "--backend", "nccl", "--tp", str(tp), "--ops", "all_reduce", "--sizes", sizes,
               "--modes", modes, "--impl", "nccl,custom", "--verify", "--iters", "50", "--warmup", "5",
               "--out", out, "--no-charts")
