@@ -60,8 +60,11 @@ def print_table(df, meta: dict, console=None) -> None:
                       ("p99 us", "right"), ("busbw GB/s", "right"), ("wrong", "right")):
         t.add_column(col, justify=just)
     has_enq = "enqueue_us_p50" in df.columns and df["enqueue_us_p50"].notna().any()
+    has_host = "host_us_p50" in df.columns and df["host_us_p50"].notna().any()
     if has_enq:
         t.add_column("enqueue p50 us", justify="right")
+    if has_host:
+        t.add_column("host p50 us", justify="right")
     order = ["op", "tp", "mode", "size_bytes", "group"] + (["impl"] if "impl" in df.columns else [])
     for r in df.sort_values(order).itertuples():
         wrong = int(r.wrong)
@@ -72,8 +75,15 @@ def print_table(df, meta: dict, console=None) -> None:
                  _fmt(r.busbw_gbps, 3), f"[bold red]{wrong} WRONG[/]" if wrong else "0"]
         if has_enq:
             cells.append(_fmt(r.enqueue_us_p50))
+        if has_host:
+            cells.append(_fmt(r.host_us_p50))
         t.add_row(*cells)
     console.print(t)
+    if "comm" in df.columns and (df["comm"].astype(str) == "none (1 rank)").any():
+        console.print("TP=1 rows: one rank, no communication (a self-test of the path, never judged by check)")
+    if "clock" in df.columns and (df["clock"].astype(str) == "cuda_event_spin").any():
+        console.print("p50/p95/p99: the op's GPU time (CUDA events, op enqueued behind a spin kernel); "
+                      "enqueue: host dispatch; host: one call on an idle GPU, issue to seen complete")
 
 
 def _provenance(meta: dict) -> str:
