@@ -11,7 +11,7 @@ import copy
 import json
 import os
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from .errors import CommprofError, UsageError
 from .render import stdout_console
@@ -100,57 +100,35 @@ class Evidence:
     p2p: object = None            # pandas DataFrame (p2p.csv from commprof p2p)
     moe_dir: str | None = None    # a commprof moe results dir
     dirs: tuple = ()
-
-
-def _read_table(path: str, what: str, required) -> object:
-    """A CSV of ours as a DataFrame; unreadable or missing a column is one line naming the file."""
-    import pandas as pd
-
-    try:
-        df = pd.read_csv(path)
-    except Exception as e:  # noqa: BLE001 - pandas raises many kinds
-        raise UsageError(f"'{path}': not a readable {what} ({type(e).__name__})") from None
-    for c in required:
-        if c not in df.columns:
-            raise UsageError(f"'{path}': missing column {c} (corrupt or partial results dir)")
-    return df
+    metas: list = field(default_factory=list)   # each dir's provenance (results.load)
 
 
 def gather(dirs: list[str]) -> Evidence:
-    """Read what each results dir holds; a corrupt file is an error naming it."""
+    """Read what each results dir holds (``results.load``); a corrupt file is an error naming it."""
     from . import results
-    from .jsonfile import read_json_object
 
     ev = Evidence(dirs=tuple(dirs))
     for d in dirs:
-        if not os.path.isdir(d):
-            raise UsageError(f"results dir '{d}' does not exist")
+        r = results.load(d)
+        ev.metas.append(r.meta)
         found = False
-        if os.path.exists(os.path.join(d, "topo.json")):
-            ev.topo = read_json_object(os.path.join(d, "topo.json"), f"'{os.path.join(d, 'topo.json')}'")
-            found = True
-        if os.path.exists(os.path.join(d, "hostbw.json")):
-            ev.hostbw = read_json_object(os.path.join(d, "hostbw.json"), f"'{os.path.join(d, 'hostbw.json')}'")
-            found = True
-        if os.path.exists(os.path.join(d, results.SWEEP_CSV)):
-            ev.sweep = results.load_frame(d)
-            custom = results.load_frame(d, impl="custom")
+        if "topo" in r.docs:
+            ev.topo, found = r.docs["topo"], True
+        if "hostbw" in r.docs:
+            ev.hostbw, found = r.docs["hostbw"], True
+        if "sweep" in r.tables:
+            df = r.tables["sweep"]
+            ev.sweep = df[df["impl"] != "custom"].reset_index(drop=True)
+            custom = df[df["impl"] == "custom"].reset_index(drop=True)
             ev.sweep_custom = custom if not custom.empty else None
-            ev.sweep_meta = results.read_meta(d)
+            ev.sweep_meta = r.meta
             found = True
-        if os.path.exists(os.path.join(d, "trace_summary.csv")):
-            ev.trace = _read_table(os.path.join(d, "trace_summary.csv"), "trace summary",
-                                   ("tp", "batch", "comm_share_pct", "ms_per_token"))
-            ev.trace_meta = results.read_meta(d)
-            found = True
-        if os.path.exists(os.path.join(d, "p2p.csv")):
-            ev.p2p = _read_table(os.path.join(d, "p2p.csv"), "p2p table",
-                                 ("src_device", "dst_device", "probe", "gbps", "oneway_us"))
-            found = True
-        if os.path.exists(os.path.join(d, "moe_steps.csv")):
-            _read_table(os.path.join(d, "moe_steps.csv"), "moe table", ("ep", "tokens", "skew", "imbalance"))
-            ev.moe_dir = d
-            found = True
+        if "trace_summary" in r.tables:
+            ev.trace, ev.trace_meta, found = r.tables["trace_summary"], r.meta, True
+        if "p2p" in r.tables:
+            ev.p2p, found = r.tables["p2p"], True
+        if "moe_steps" in r.tables:
+            ev.moe_dir, found = d, True
         if not found:
             raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv, trace_summary.csv, p2p.csv "
                              "or moe_steps.csv")
@@ -461,6 +439,13 @@ def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list
     jp = os.path.join(out_dir, "check.json")
     with open(jp, "w") as f:
         json.dump(data, f, indent=2)
+    from . import results
+
+    results.stamp(out_dir, results.provenance(
+        "check", "checklist", "pre-purchase checklist over results dirs (commprof check)", status="complete",
+        hosts=sorted({h for d in ev.metas for h in d.get("hosts", [])}) or None,
+        gpus=sorted({g for d in ev.metas for g in d.get("gpus", [])}) or None,
+        evidence_dirs=data["evidence_dirs"], verdict=data["verdict"]))
     mp = os.path.join(out_dir, "check.md")
     with open(mp, "w") as f:
         f.write(markdown(items, data))

@@ -18,7 +18,6 @@ import json
 import math
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import asdict, dataclass
 
@@ -26,7 +25,6 @@ from . import results
 from .collectives import COLLECTIVES, DTYPE_BYTES
 from .errors import UsageError
 from .profiles import PROFILES, get_profile, list_profiles
-from .runinfo import now_iso
 
 __all__ = ["Fit", "fit_sweep", "fit_results_dir", "profile_latency_us", "profile_param", "profile_checks",
            "write_profile_sweep", "resolve_comm_source", "list_profiles", "get_profile",
@@ -239,19 +237,15 @@ def write_profile_sweep(profile_name: str, out_dir: str, tps=(2, 4, 8), sizes=DE
     with open(os.path.join(out_dir, results.SWEEP_CSV), "w", encoding="utf-8", newline="") as f:
         f.write(buf.getvalue())
     used = sorted({(r["op"], r["tp"], r["mode"]) for r in rows})
-    meta = {
-        "kind": "modelled",
-        "what": f"reference profile '{p['name']}' written as a sweep (alpha-beta model, nothing measured)",
+    meta = results.provenance(
+        "reference", "modelled", f"reference profile '{p['name']}' written as a sweep (alpha-beta model, nothing measured)",
+        status="complete", hosts=[f"reference:{p['name']}"], gpus=[p["title"]])
+    meta.update({
         "profile": p["name"],
         "title": p["title"],
         "link": p["link"],
         "model": p["model"],
-        "status": "complete",
-        "start_time": now_iso(),
-        "command": list(sys.argv),
         "backend": "model",
-        "hosts": [f"reference:{p['name']}"],
-        "gpus": [p["title"]],
         "params": [q for q in p["params"] if (q["op"], q["tp"], q["mode"]) in used],
         "sources": p["sources"],
         "notes": p.get("notes", []) + [
@@ -269,7 +263,7 @@ def write_profile_sweep(profile_name: str, out_dir: str, tps=(2, 4, 8), sizes=DE
                     "algbw_gbps": "size_bytes / modelled latency, GB = 1e9 bytes",
                     "busbw_gbps": "algbw x nccl-tests bus factor (commprof.collectives)",
                     "clock": "model: no clock was read"},
-    }
+    })
     results.write_meta(out_dir, meta)
     return out_dir
 

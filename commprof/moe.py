@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import socket
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -369,26 +368,21 @@ def build_config(*, model: str | None, ep: str, tokens: str, skew: str, iters: i
 # ---------------------------------------------------------------- writing (rank 0)
 
 def start_meta(cfg: MoeConfig, infos: list) -> None:
-    from .runinfo import machine, now_iso, versions
-
-    os.makedirs(cfg.out_dir, exist_ok=True)
     m = cfg.model
-    results.write_meta(cfg.out_dir, {
-        "kind": "measured", "what": "MoE expert-parallel dispatch/combine all-to-all (commprof moe)",
-        "status": "running", "start_time": now_iso(), "command": cfg.argv,
-        "host": socket.gethostname(), "hosts": sorted({i["host"] for i in infos}),
-        "backend": cfg.backend, "backend_reason": cfg.backend_reason, "launch": cfg.launch,
-        "world_size": len(infos), "machine": machine(), "ranks": infos, "versions": versions(),
-        "model": {k: m[k] for k in ("name", "hidden", "experts", "top_k", "dense_layers") if k in m},
-        "dtype": DTYPE, "seed": cfg.seed, "config": cfg.to_dict(),
-        "columns": {
+    results.start(cfg.out_dir, results.provenance(
+        "moe", "measured", "MoE expert-parallel dispatch/combine all-to-all (commprof moe)", command=cfg.argv,
+        **results.rank_fields(infos),
+        backend=cfg.backend, backend_reason=cfg.backend_reason, launch=cfg.launch,
+        model={k: m[k] for k in ("name", "hidden", "experts", "top_k", "dense_layers") if k in m},
+        dtype=DTYPE, seed=cfg.seed, config=cfg.to_dict(),
+        columns={
             "latency_us_*": "one dispatch + combine step (two all_to_all_single); each iteration's sample "
                             "is the max across the EP group's ranks",
             "imbalance": "max / mean tokens received per rank (dispatch)",
             "slowdown": "latency_us_p50 / the uniform-routing latency_us_p50 at the same ep, tokens, placement",
             "bytes_*": f"hidden x {DTYPE_BYTES} bytes ({DTYPE}) per (token, chosen expert), dispatch direction",
             "wrong": "ranks whose received bytes or contents differ from what the routing sent them"},
-    })
+    ))
 
 
 def _fmt(v):
@@ -402,13 +396,7 @@ def write_tables(out_dir: str, steps: list[dict], ranks: list[dict]) -> None:
         b = base.get((r["ep"], r["tokens"], r["placement"]))
         r["slowdown"] = r["latency_us_p50"] / b if b else ""
     for name, cols, rows in ((STEPS_CSV, STEP_COLUMNS, steps), (RANKS_CSV, RANK_COLUMNS, ranks)):
-        tmp = os.path.join(out_dir, name + ".tmp")
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: _fmt(v) for k, v in r.items()})
-        os.replace(tmp, os.path.join(out_dir, name))
+        results.write_table(os.path.join(out_dir, name), cols, rows)
 
 
 # ---------------------------------------------------------------- reading and views

@@ -7,11 +7,9 @@ orders the probes, writes the results dir and prints the matrices. Needs CUDA GP
 """
 from __future__ import annotations
 
-import csv
 import os
 
 from . import results
-from .runinfo import machine, now_iso, versions
 
 P2P_CSV = "p2p.csv"
 COLUMNS = ["src_device", "dst_device", "probe", "kind", "p2p", "size_bytes", "gbps", "gbps_best",
@@ -65,22 +63,21 @@ def run_p2p(out: str | None = None, size_bytes: int = 64 << 20, rounds: int = 10
     out = out or results.default_out_dir().rstrip("/") + "-p2p"
     results.check_out_dir(out, resume=False)
     os.makedirs(out, exist_ok=True)
-    meta = {"kind": "measured", "what": "raw GPU-to-GPU link probes (commprof p2p)", "start_time": now_iso(),
-            "machine": machine(), "versions": versions(), "gpus": n, "size_bytes": size_bytes,
-            "pingpong_rounds": rounds, "kernels": kernels.backend,
-            "columns": {"gbps": "bytes copied / p50 time, GB = 1e9 B", "p2p": "on: peer pointers or "
-                        "copy-engine peer copies; off: staged through pinned host memory"}}
+    names = [cupy.cuda.runtime.getDeviceProperties(i)["name"] for i in range(n)]
+    names = [x.decode() if isinstance(x, bytes) else str(x) for x in names]
+    meta = results.provenance(
+        "p2p", "measured", "raw GPU-to-GPU link probes (commprof p2p)", gpus=names, gpu_count=n,
+        size_bytes=size_bytes, pingpong_rounds=rounds, kernels=kernels.backend,
+        columns={"gbps": "bytes copied / p50 time, GB = 1e9 B", "p2p": "on: peer pointers or "
+                 "copy-engine peer copies; off: staged through pinned host memory"})
     results.write_meta(out, meta)
     rows = []
-    with open(os.path.join(out, P2P_CSV), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        w.writeheader()
-
+    table = results.TableAppender(os.path.join(out, P2P_CSV), COLUMNS)
+    try:
         def emit(r, p2p, src, dst):
             r = {**r, "p2p": p2p, "src_device": src, "dst_device": dst}
             rows.append(r)
-            w.writerow(r)
-            f.flush()
+            table.write([r])
 
         for i in range(n):
             for j in range(n):
@@ -94,6 +91,8 @@ def run_p2p(out: str | None = None, size_bytes: int = 64 << 20, rounds: int = 10
                 emit(copy_engine_bandwidth(i, j, size_bytes), "on", i, j)
                 emit(pingpong_latency(i, j, rounds, kernels=kernels), "on", i, j)
                 emit(host_staged_bandwidth(i, j, size_bytes), "off", i, j)
+    finally:
+        table.close()
     results.finish_meta(out, "complete")
     render_p2p(rows, n)
     print(f"wrote {os.path.join(out, P2P_CSV)}")

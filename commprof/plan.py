@@ -14,7 +14,6 @@ Only the standard library is imported here (rich is imported inside :func:`rende
 """
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -525,6 +524,7 @@ def render_plan(plan: Plan, console=None) -> None:
 def write_plan(plan: Plan, out_dir: str) -> list[str]:
     """Write ``plan.json`` and ``plan.csv`` (one row per collective) into ``out_dir``; refuses a
     directory that already holds files. Returns the two paths."""
+    from . import results
     from .results import check_out_dir
 
     # check_out_dir's own message offers --resume, which a plan has no use for: say it here first.
@@ -539,13 +539,16 @@ def write_plan(plan: Plan, out_dir: str) -> list[str]:
     with open(json_path, "w", encoding="utf-8") as f:
         json.dump(plan.to_dict(), f, indent=2)
         f.write("\n")
-    with open(csv_path, "w", encoding="utf-8", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=CSV_COLUMNS, lineterminator="\n")
-        wr.writeheader()
-        for s in plan.sites:
-            row = s.to_dict()
-            row["layer"] = "" if s.layer is None else s.layer
-            wr.writerow(row)
+    rows = []
+    for s in plan.sites:
+        row = s.to_dict()
+        row["layer"] = "" if s.layer is None else s.layer
+        rows.append(row)
+    results.write_table(csv_path, CSV_COLUMNS, rows)
+    results.write_meta(out_dir, results.provenance(
+        "plan", "modelled", "collectives and memory of one decode step, modelled from the model's shapes "
+        "(commprof plan)", status="complete", hosts=["modelled: no box"], model=plan.model.name,
+        source=plan.model.source, tp=plan.tp, batch=plan.batch, context=plan.context, dtype=plan.dtype))
     return [json_path, csv_path]
 
 

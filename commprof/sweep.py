@@ -102,8 +102,13 @@ def oneshot_test_hook() -> bool:
 
 def run(cfg: SweepConfig) -> SweepOutcome | None:
     """Run the sweep; returns what was written on the process that holds the results."""
-    if not launch.run_ranks(cfg, "microbench.collective_bench:run_rank"):
-        return None
+    from .topo import save_topology
+
+    try:
+        if not launch.run_ranks(cfg, "microbench.collective_bench:run_rank"):
+            return None
+    finally:
+        save_topology(cfg.out_dir)          # beside the rows whenever NVML answers, also after a failure
     rows = results.read_rows(cfg.out_dir)
     refused = results.read_meta(cfg.out_dir).get("custom_refused") or []
     return SweepOutcome(cfg.out_dir, len(rows), sum(1 for r in rows if r.get("status") == "WRONG"), refused)

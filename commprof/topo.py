@@ -434,6 +434,17 @@ def try_collect_topology(nvml=None) -> dict | None:
         return None
 
 
+def save_topology(path: str) -> bool:
+    """Write ``topo.json`` into a results dir whenever NVML answers (no GPU: nothing, silently)."""
+    if not os.path.isdir(path) or os.path.exists(os.path.join(path, "topo.json")):
+        return False
+    topo = try_collect_topology()
+    if topo is None:
+        return False
+    write_topology(topo, os.path.join(path, "topo.json"))
+    return True
+
+
 def write_topology(topo: dict, path: str) -> str:
     """Write ``topo`` as JSON to ``path`` (its folder is created); returns the path."""
     parent = os.path.dirname(os.path.abspath(path))
@@ -532,6 +543,12 @@ def run_topo(as_json: bool, out: str | None, *, nvml=None, console=None) -> int:
     if out:
         try:
             path = write_topology(topo, os.path.join(out, TOPO_JSON))
+            from . import results
+
+            results.stamp(out, results.provenance(
+                "topo", "measured", "NVML topology, P2P and link state (commprof topo)", status="complete",
+                hosts=[topo.get("host") or socket.gethostname()],
+                gpus=[g.get("name", "?") for g in topo.get("gpus", [])]))
         except OSError as e:
             raise UsageError(f"--out '{out}': cannot write {TOPO_JSON} ({e.strerror or e})") from None
     emit(topo, as_json, lambda c: render_topology(topo, c), [path] if path else [], console, 160)

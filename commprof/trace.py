@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from . import results
 from .collectives import DTYPE_BYTES
 from .errors import UsageError
-from .runinfo import machine, nccl_env, now_iso, versions
+from .runinfo import machine, now_iso
 
 TOKENS_CSV = "trace_tokens.csv"
 LAYERS_CSV = "trace_layers.csv"
@@ -315,36 +315,15 @@ def summarize(tokens: list[dict], batch: int, collectives_per_step: int) -> dict
 
 # --- results dir -----------------------------------------------------------------------------------
 
-class _Csv:
-    def __init__(self, path: str, columns: list[str]):
-        import csv
-
-        self.columns = columns
-        new = not os.path.exists(path)
-        self.f = open(path, "a", encoding="utf-8", newline="")
-        self.w = csv.DictWriter(self.f, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-        if new:
-            self.w.writeheader()
-
-    def write(self, rows):
-        for r in rows:
-            self.w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-        self.f.flush()
-        os.fsync(self.f.fileno())
-
-    def close(self):
-        self.f.close()
-
-
 class TraceWriter:
     """Rank 0's handle on a trace results dir: rows appended one run at a time."""
 
     def __init__(self, cfg: TraceConfig, meta: dict, kind: str = "measured"):
         self.cfg, self.meta, self.kind = cfg, meta, kind
         p = cfg.out_dir
-        self.tokens = _Csv(os.path.join(p, TOKENS_CSV), TOKEN_COLUMNS)
-        self.layers = _Csv(os.path.join(p, LAYERS_CSV), LAYER_COLUMNS)
-        self.summary = _Csv(os.path.join(p, SUMMARY_CSV), SUMMARY_COLUMNS)
+        self.tokens = results.TableAppender(os.path.join(p, TOKENS_CSV), TOKEN_COLUMNS)
+        self.layers = results.TableAppender(os.path.join(p, LAYERS_CSV), LAYER_COLUMNS)
+        self.summary = results.TableAppender(os.path.join(p, SUMMARY_CSV), SUMMARY_COLUMNS)
 
     def add_run(self, tp: int, batch: int, mode: str, recs: list[dict]):
         att = attribute(recs, self.cfg.layers_model, tp)
@@ -369,34 +348,29 @@ def open_trace(cfg: TraceConfig, rank_infos: list[dict], kind: str = "measured",
     """Create the results dir and its ``meta.json`` (provenance), return the writer."""
     results.check_out_dir(cfg.out_dir, resume=False)
     os.makedirs(cfg.out_dir, exist_ok=True)
-    gpus = sorted({i["gpu"] for i in rank_infos if i.get("gpu") not in (None, "n/a")})
-    meta = {
-        "kind": kind,
-        "what": "per-token decode latency split into compute / transfer / wait / gaps (commprof trace)"
-                if kind == "measured" else
-                "predicted per-token decode latency: compute measured here + collective latency from another box",
-        "status": "running", "start_time": now_iso(), "command": cfg.argv,
-        "runs": [{"start_time": now_iso(), "command": cfg.argv, "status": "running"}],
-        "backend": cfg.backend, "backend_reason": cfg.backend_reason, "launch": cfg.launch,
-        "world_size": len(rank_infos), "hosts": sorted({i["host"] for i in rank_infos}), "machine": machine(),
-        "gpus": gpus or ["none (CPU ranks)"], "ranks": rank_infos, "versions": versions(), "nccl_env": nccl_env(),
-        "model": cfg.model, "scaled": cfg.scaled,
-        "scaling": (f"{cfg.layers} of {cfg.layers_model} layers ran; per-layer parts scaled by "
-                    f"{cfg.layers_model}/{cfg.layers}" if cfg.scaled else "all layers ran"),
-        "engine_approximations": ["random weights", "MLA attention runs as grouped-query attention",
-                                  "an MoE MLP runs as a dense MLP as wide as the active experts",
-                                  "Gemma extra norms and soft-capping left out"],
-        "memory": cfg.memory, "config": cfg.to_dict(),
-        "columns": {"transfer_us": "per collective, the minimum duration over the group's ranks",
-                    "wait_us": "own duration of the collective minus the transfer (arrival skew)",
-                    "gaps_us": "time in the token covered by no segment (host/launch overhead)",
-                    "residual_us": "latency - (compute + transfer + wait + gaps)",
-                    "straggler_count": "collectives of that layer for which this rank arrived last"},
-    }
+    what = ("per-token decode latency split into compute / transfer / wait / gaps (commprof trace)"
+            if kind == "measured" else
+            "predicted per-token decode latency: compute measured here + collective latency from another box")
+    meta = results.provenance(
+        "trace", kind, what, command=cfg.argv,
+        runs=[{"start_time": now_iso(), "command": cfg.argv, "status": "running"}],
+        backend=cfg.backend, backend_reason=cfg.backend_reason, launch=cfg.launch,
+        **results.rank_fields(rank_infos),
+        model=cfg.model, scaled=cfg.scaled,
+        scaling=(f"{cfg.layers} of {cfg.layers_model} layers ran; per-layer parts scaled by "
+                 f"{cfg.layers_model}/{cfg.layers}" if cfg.scaled else "all layers ran"),
+        engine_approximations=["random weights", "MLA attention runs as grouped-query attention",
+                               "an MoE MLP runs as a dense MLP as wide as the active experts",
+                               "Gemma extra norms and soft-capping left out"],
+        memory=cfg.memory, config=cfg.to_dict(),
+        columns={"transfer_us": "per collective, the minimum duration over the group's ranks",
+                 "wait_us": "own duration of the collective minus the transfer (arrival skew)",
+                 "gaps_us": "time in the token covered by no segment (host/launch overhead)",
+                 "residual_us": "latency - (compute + transfer + wait + gaps)",
+                 "straggler_count": "collectives of that layer for which this rank arrived last"},
+    )
     meta.update(extra or {})
     results.write_meta(cfg.out_dir, meta)
-    if kind == "measured":
-        results.save_topology(cfg.out_dir)
     return TraceWriter(cfg, meta, kind)
 
 
@@ -446,8 +420,12 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
 def run(cfg: TraceConfig) -> bool:
     """Run the live trace; True on the process that holds the results."""
     from . import launch
+    from .topo import save_topology
 
-    return launch.run_ranks(cfg, "microbench.trace_rank:run_trace_rank")
+    try:
+        return launch.run_ranks(cfg, "microbench.trace_rank:run_trace_rank")
+    finally:
+        save_topology(cfg.out_dir)          # beside the rows whenever NVML answers, also after a failure
 
 
 # --- prediction ------------------------------------------------------------------------------------

@@ -521,6 +521,7 @@ class _SimCupy:
 
         rt = types.SimpleNamespace(
             getDeviceCount=lambda: devices, CUDARuntimeError=CUDARuntimeError,
+            getDeviceProperties=lambda i: {"name": f"simulated GPU {i}".encode()},
             deviceCanAccessPeer=lambda a, b: int((a, b) not in sim.no_p2p),
             deviceEnablePeerAccess=lambda peer: sim.peer_enabled.add((sim.dev_stack[-1], peer)),
             malloc=self._malloc, free=lambda p: sim.keep.pop(p), memset=lambda p, v, n: ctypes.memset(p, v, n),

@@ -5,7 +5,6 @@ import csv
 import json
 import os
 import sys
-from types import SimpleNamespace
 
 import pytest
 from fake_nvml import FakeNVML

@@ -28,7 +28,7 @@ def test_resumed_table_keeps_its_older_header(tmp_path):
     w = results.SweepWriter(str(tmp_path), cfg, {}, set())
     w.write_rows([{"op": "all_gather", "tp": 2, "group": 0, "size_bytes": 8192, "mode": "eager",
                    "latency_us_p50": 20.0, "latency_us_rankavg_mean": 15.0}])
-    w._f.close()
+    w._table.close()
     rows = results.read_rows(str(tmp_path))
     assert [r["op"] for r in rows] == ["all_reduce", "all_gather"] and rows[1]["latency_us_p50"] == "20"
     assert list(rows[1]) == old

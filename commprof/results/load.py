@@ -1,0 +1,107 @@
+"""One reader for every verb's results dir: :func:`load` returns typed tables and provenance."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ..errors import UsageError
+from ..jsonfile import read_json_object
+from .meta import META_JSON, normalize, read_meta
+from .table import read_table_rows
+
+#: Every table a verb writes: file name -> (key in Results.tables, required columns).
+TABLES = {
+    "sweep.csv": ("sweep", ("op", "tp", "size_bytes", "mode", "latency_us_p50")),
+    "trace_summary.csv": ("trace_summary", ("tp", "batch", "comm_share_pct", "ms_per_token")),
+    "trace_tokens.csv": ("trace_tokens", ("tp", "batch", "token", "rank", "latency_us")),
+    "trace_layers.csv": ("trace_layers", ("tp", "batch", "layer", "rank")),
+    "moe_steps.csv": ("moe_steps", ("ep", "tokens", "skew", "imbalance")),
+    "moe_ranks.csv": ("moe_ranks", ("ep", "tokens", "skew", "rank")),
+    "p2p.csv": ("p2p", ("src_device", "dst_device", "probe", "gbps", "oneway_us")),
+    "plan.csv": ("plan", ()),
+}
+#: JSON documents a dir can hold beside its tables: file name -> key in Results.docs.
+DOCS = {"topo.json": "topo", "hostbw.json": "hostbw", "plan.json": "plan", "check.json": "check"}
+
+#: The verb of a dir written before ``meta.json`` named it, from the files it holds (first match).
+_VERB_BY_FILE = (("sweep.csv", None), ("trace_summary.csv", "trace"), ("moe_steps.csv", "moe"),
+                 ("p2p.csv", "p2p"), ("plan.json", "plan"), ("check.json", "check"),
+                 ("report.html", "report"), ("topo.json", "topo"))
+_TEXT_COLUMNS = {"op", "mode", "clock", "backend", "impl", "dtype", "ranks", "site", "status", "hosts",
+                 "fallback", "comm", "kind", "skew", "placement", "probe", "p2p", "hot_ranks", "hot_experts",
+                 "batch", "verified", "name", "site_kind"}
+
+
+@dataclass
+class Results:
+    """What one results dir holds. ``tables`` are pandas DataFrames (numbers as numbers);
+    ``docs`` the JSON documents (``topo``, ``hostbw``, ``plan``, ``check``); ``meta`` the
+    provenance with every base key (:data:`commprof.results.meta.BASE_KEYS`)."""
+    path: str
+    verb: str
+    meta: dict
+    tables: dict = field(default_factory=dict)
+    docs: dict = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.meta.get("kind", "")
+
+    def __getitem__(self, name: str):
+        if name in self.tables:
+            return self.tables[name]
+        if name in self.docs:
+            return self.docs[name]
+        raise KeyError(f"{self.path}: no '{name}' (it holds {', '.join([*self.tables, *self.docs]) or 'nothing'})")
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tables or name in self.docs
+
+
+def _verb_of(path: str, meta: dict, names: set) -> str:
+    if meta.get("verb"):
+        return str(meta["verb"])
+    for fname, verb in _VERB_BY_FILE:
+        if fname in names:
+            if verb is None:            # a sweep table: measured, imported or a reference profile
+                kind = meta.get("kind")
+                return {"imported": "import", "modelled": "reference"}.get(kind, "sweep")
+            return verb
+    raise UsageError(f"results dir '{path}': holds no commprof results (no {', '.join(f for f, _ in _VERB_BY_FILE)})")
+
+
+def frame(rows: list[dict], header: list[str]):
+    """Rows of strings as a DataFrame: numeric columns as numbers (empty -> NaN)."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=header)
+    for c in df.columns:
+        if c in _TEXT_COLUMNS:
+            continue
+        conv = pd.to_numeric(df[c], errors="coerce")
+        if conv.notna().sum() == (df[c].astype(str).str.strip() != "").sum():
+            df[c] = conv
+    return df
+
+
+def load(path: str) -> Results:
+    """Read any verb's results dir (old ones too). A corrupt file is one error naming it."""
+    if not os.path.isdir(path):
+        raise UsageError(f"results dir '{path}' does not exist")
+    names = set(os.listdir(path))
+    raw = read_meta(path) if META_JSON in names else {}
+    verb = _verb_of(path, raw, names)
+    res = Results(path=path, verb=verb, meta=normalize(raw, verb))
+    for fname, (key, required) in TABLES.items():
+        if fname in names:
+            if fname == "sweep.csv":
+                from .sweep import load_frame
+
+                res.tables[key] = load_frame(path, impl="all")
+            else:
+                header, rows = read_table_rows(os.path.join(path, fname), required)
+                res.tables[key] = frame(rows, header)
+    for fname, key in DOCS.items():
+        if fname in names:
+            res.docs[key] = read_json_object(os.path.join(path, fname), f"'{os.path.join(path, fname)}'")
+    return res

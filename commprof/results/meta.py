@@ -1,0 +1,163 @@
+"""Provenance: one ``meta.json`` writer for every verb's results dir.
+
+Every dir's ``meta.json`` has the same base keys (:data:`BASE_KEYS`): which verb wrote it and what
+kind of figures it holds (measured, imported, modelled, predicted, checklist), the schema version,
+status and times, the command, hosts, GPUs, machine, versions and ``NCCL_*`` variables. A verb adds
+its own keys beside them. ``machine`` and ``versions`` always describe the machine that wrote the
+dir: for imported and modelled dirs that is not the box the figures describe (``hosts`` and
+``gpus`` are). Dirs written before the schema (no ``verb``) are read through
+:func:`normalize`, which fills the base keys from what the dir holds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from datetime import datetime
+
+from ..errors import UsageError
+from ..jsonfile import read_json_object
+from ..runinfo import machine, nccl_env, now_iso, versions
+
+META_JSON = "meta.json"
+SCHEMA_VERSION = 2
+
+#: The verbs that write results dirs, and the kinds of figures a dir can hold.
+VERBS = ("sweep", "trace", "moe", "p2p", "topo", "plan", "import", "reference", "check", "report")
+KINDS = ("measured", "imported", "modelled", "predicted", "checklist")
+
+BASE_KEYS = ("schema_version", "verb", "kind", "what", "status", "start_time", "end_time", "command",
+             "hosts", "gpus", "machine", "versions", "nccl_env")
+
+
+def provenance(verb: str, kind: str, what: str, *, command=None, hosts=None, gpus=None,
+               status: str = "running", **extra) -> dict:
+    """The ``meta.json`` of a new results dir: the base keys, then ``extra`` (the verb's own).
+
+    ``hosts`` defaults to this host; ``gpus`` is a list of GPU names (empty when none)."""
+    if verb not in VERBS:
+        raise ValueError(f"verb {verb!r}: use one of {VERBS}")
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r}: use one of {KINDS}")
+    start = now_iso()
+    meta = {
+        "schema_version": SCHEMA_VERSION, "verb": verb, "kind": kind, "what": what, "status": status,
+        "start_time": start, "end_time": None if status == "running" else start,
+        "command": [str(a) for a in (command if command is not None else sys.argv)],
+        "hosts": sorted(set(hosts)) if hosts else [socket.gethostname()],
+        "gpus": [str(g) for g in gpus] if gpus else [],
+        "machine": machine(), "versions": versions(), "nccl_env": nccl_env(),
+    }
+    meta.update(extra)
+    return meta
+
+
+def rank_fields(rank_infos: list[dict]) -> dict:
+    """hosts, GPU names, world size and ranks from the ranks' own reports (``runinfo.rank_info``)."""
+    gpus = sorted({i["gpu"] for i in rank_infos if i.get("gpu") not in (None, "n/a")})
+    return {"hosts": sorted({i["host"] for i in rank_infos}), "gpus": gpus or ["none (CPU ranks)"],
+            "world_size": len(rank_infos), "ranks": rank_infos}
+
+
+def default_out_dir(root: str = "results", suffix: str = "") -> str:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join(root, f"{stamp}-{socket.gethostname()}{suffix}")
+
+
+def check_out_dir(path: str, resume: bool) -> None:
+    """Refuse a directory that holds other content unless resuming a commprof results dir."""
+    if not os.path.exists(path):
+        if resume:
+            raise UsageError(f"--resume: output dir '{path}' does not exist")
+        return
+    if not os.path.isdir(path):
+        raise UsageError(f"output dir '{path}' is a file, not a directory")
+    entries = sorted(os.listdir(path))
+    if not entries:
+        return
+    if not resume:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise UsageError(f"output dir '{path}' already holds files ({shown}); "
+                         "choose another --out, or pass --resume to continue that sweep")
+    if META_JSON not in entries:
+        raise UsageError(f"--resume: '{path}' is not a commprof results dir (no {META_JSON})")
+
+
+def read_meta(path: str) -> dict:
+    mp = os.path.join(path, META_JSON)
+    if not os.path.exists(mp):
+        raise UsageError(f"results dir '{path}': no {META_JSON} (not a commprof results dir)")
+    return read_json_object(mp, f"results dir '{path}': {META_JSON}")
+
+
+def write_meta(path: str, meta: dict) -> None:
+    """Atomic: a temporary file renamed into place, so a reader never sees half a file."""
+    tmp = os.path.join(path, META_JSON + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=2, sort_keys=False, default=str)
+            f.write("\n")
+        os.replace(tmp, os.path.join(path, META_JSON))
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def start(path: str, meta: dict) -> dict:
+    """Create ``path`` and write ``meta`` into it; returns ``meta``."""
+    os.makedirs(path, exist_ok=True)
+    write_meta(path, meta)
+    return meta
+
+
+def stamp(path: str, meta: dict) -> bool:
+    """Write ``meta`` into an output dir unless it already holds a ``meta.json`` (``check`` or
+    ``report`` may write beside another verb's results: that provenance stays)."""
+    if os.path.exists(os.path.join(path, META_JSON)):
+        return False
+    os.makedirs(path, exist_ok=True)
+    write_meta(path, meta)
+    return True
+
+
+def finish_meta(path: str, status: str, error: str | None = None):
+    """Mark the latest run in ``meta.json`` as complete or failed (keeps every row)."""
+    try:
+        meta = read_meta(path)
+    except UsageError:
+        return
+    meta["status"] = status
+    meta["end_time"] = now_iso()
+    if error:
+        meta["error"] = error
+    elif "error" in meta:
+        del meta["error"]
+    if meta.get("runs"):
+        meta["runs"][-1].update(end_time=meta["end_time"], status=status, **({"error": error} if error else {}))
+    write_meta(path, meta)
+
+
+def normalize(meta: dict, verb: str) -> dict:
+    """A copy of ``meta`` with every base key, for dirs written before the schema (or by hand):
+    ``verb`` as the dir's files say, ``gpus`` always a list, missing keys empty."""
+    m = dict(meta)
+    m.setdefault("schema_version", 1)
+    m.setdefault("verb", verb)
+    m.setdefault("kind", {"check": "checklist"}.get(verb, "measured"))
+    m.setdefault("what", "")
+    m.setdefault("status", "unknown")
+    m.setdefault("start_time", None)
+    m.setdefault("end_time", None)
+    m.setdefault("command", [])
+    hosts = m.get("hosts") or ([m["host"]] if m.get("host") else [])
+    m["hosts"] = [str(h) for h in hosts] if isinstance(hosts, list) else [str(hosts)]
+    gpus = m.get("gpus")
+    if isinstance(gpus, int) and not isinstance(gpus, bool):       # p2p before the schema: a count
+        m.setdefault("gpu_count", gpus)
+        gpus = []
+    m["gpus"] = [str(g) for g in gpus] if isinstance(gpus, list) else ([] if gpus is None else [str(gpus)])
+    for k in ("machine", "versions", "nccl_env"):
+        if not isinstance(m.get(k), dict):
+            m[k] = {}
+    return m

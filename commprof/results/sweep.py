@@ -1,0 +1,180 @@
+"""The results directory: ``sweep.csv`` (one row per op x tp x group x size x mode), ``meta.json``
+and charts. Capture writes it; every view (``show``, charts, later ``report``) reads it.
+
+Rows are appended and flushed to disk one cell at a time, so a sweep that is killed keeps every
+finished row; ``--resume`` skips the cells already there.
+"""
+from __future__ import annotations
+
+import csv
+import os
+
+from ..errors import UsageError
+from ..sweepconfig import CUSTOM, SweepConfig, row_key
+from ..runinfo import machine, nccl_env, now_iso, versions
+from .meta import check_out_dir, finish_meta, provenance, rank_fields, read_meta, write_meta
+from .table import TableAppender, read_table_rows
+
+SWEEP_CSV = "sweep.csv"
+
+COLUMNS = [
+    "op", "tp", "group", "ranks", "mode", "clock", "backend", "impl", "dtype", "size_bytes", "count",
+    "batch", "site", "iters", "warmup", "concurrent", "comm",
+    "latency_us_p50", "latency_us_p95", "latency_us_p99", "latency_us_min", "latency_us_max",
+    "latency_us_mean", "latency_us_rankavg_p50", "latency_us_rankavg_mean", "skew_us_p50", "skew_us_p99",
+    "enqueue_us_p50", "enqueue_us_p99", "host_us_p50", "host_us_p99", "spin_us", "spin_short",
+    "algbw_gbps", "busbw_gbps",
+    "wrong", "status", "hosts", "fallback",
+]
+
+#: What each column of ``sweep.csv`` means, written into every sweep's ``meta.json``.
+COLUMN_DOCS = {
+    "latency_us_*": "per-op latency in microseconds; each iteration's sample is the max "
+                    "across the group's ranks; percentiles by linear interpolation. NCCL "
+                    "(clock cuda_event_spin): the op's GPU time alone, CUDA events with the op "
+                    "enqueued behind a spin kernel (graph mode: events inside the graph); "
+                    "gloo (clock perf_counter): host time around the call",
+    "skew_us_*": "per iteration max - min over the group's ranks of their own latency: the "
+                 "arrival skew the slowest rank's sample holds",
+    "host_us_*": "GPU only: host time from issuing one call on an idle GPU until it is seen "
+                 "complete (what an eager engine waiting on each op pays); max over ranks",
+    "spin_us": "GPU only: the spin kernel's length at the end of the cell",
+    "spin_short": "GPU only: timed samples (summed over ranks) whose spin ended before the op "
+                  "was enqueued (the sample may hold host time); the spin doubles after each",
+    "comm": "collective, or 'none (1 rank)' at TP=1, where no communication happens",
+    "latency_us_rankavg_*": "per iteration the average over the group's ranks instead of "
+                            "the max (nccl-tests -a 1): the time one rank spends in the op",
+    "enqueue_us_*": "GPU only: CPU time of the call that enqueues the op (eager dispatch, or "
+                    "graph replay); max over ranks",
+    "size_bytes": "nccl-tests size: max(send, recv) bytes of one rank "
+                  "(all_gather: gathered output; reduce_scatter: scattered input)",
+    "algbw_gbps": "size_bytes / latency_us_p50, GB = 1e9 bytes",
+    "busbw_gbps": "algbw x nccl-tests bus factor (all_reduce 2(n-1)/n; all_gather, "
+                  "reduce_scatter, all_to_all (n-1)/n; broadcast 1); latency-bound below ~1 MB",
+    "wrong": "elements differing from the exact expected result in the untimed check "
+             "(custom rows with --verify: also on every timed call, against torch's all_reduce)",
+    "impl": "which implementation ran: the backend's own collective (nccl, gloo) or custom "
+            "(commprof's one-shot all-reduce over IPC buffers, cuda_ext/; its time includes "
+            "copying the input into the shared buffer)",
+    "fallback": "why the custom kernel refused this cell, which was then measured with the "
+                "backend's collective (empty otherwise)",
+}
+
+#: ``load_frame`` selections: the backend's own collectives (every view's default), commprof's
+#: one-shot kernel, or every row.
+FRAME_IMPLS = ("baseline", "custom", "all")
+
+
+def read_rows(path: str) -> list[dict]:
+    """Rows of ``sweep.csv`` as dicts of strings. A truncated last line (a killed writer) is
+    dropped; any other malformed line is an error naming the file and line."""
+    cp = os.path.join(path, SWEEP_CSV)
+    if not os.path.exists(cp):
+        return []
+    return read_table_rows(cp, required=("op", "tp", "size_bytes", "mode", "latency_us_p50"))[1]
+
+
+def load_frame(path: str, impl: str = "baseline"):
+    """``sweep.csv`` as a typed pandas DataFrame (numbers as numbers).
+
+    ``impl`` picks rows: ``"baseline"`` (default) the backend's own collectives, which is what the
+    cost model, check, gap and trace --predict read; ``"custom"`` the one-shot kernel's rows;
+    ``"all"`` every row. Tables written before the ``impl`` column count as baseline.
+    """
+    import pandas as pd
+
+    if impl not in FRAME_IMPLS:
+        raise ValueError(f"impl {impl!r}: use one of {FRAME_IMPLS}")
+    if not os.path.isdir(path):
+        raise UsageError(f"results dir '{path}' does not exist")
+    rows = read_rows(path)
+    df = pd.DataFrame(rows, columns=rows[0].keys() if rows else COLUMNS)
+    for c in ("impl", "fallback", "comm"):
+        if c not in df.columns:
+            df[c] = ""
+    df["impl"] = df["impl"].fillna("").astype(str)
+    df["fallback"] = df["fallback"].fillna("").astype(str)
+    if impl == "baseline":
+        df = df[df["impl"] != CUSTOM].reset_index(drop=True)
+    elif impl == "custom":
+        df = df[df["impl"] == CUSTOM].reset_index(drop=True)
+    for c in df.columns:
+        if c.startswith(("latency_us", "enqueue_us", "host_us", "skew_us", "spin_", "algbw", "busbw")):
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+        elif c in ("tp", "group", "size_bytes", "count", "iters", "warmup", "wrong", "concurrent"):
+            try:
+                df[c] = pd.to_numeric(df[c], errors="raise").astype("int64")
+            except (ValueError, TypeError):
+                raise UsageError(f"'{os.path.join(path, SWEEP_CSV)}': column {c} holds a non-number") from None
+    return df
+
+
+class SweepWriter:
+    """Rank 0's handle on the results dir of a running sweep."""
+
+    def __init__(self, path: str, cfg: SweepConfig, meta: dict, done_keys: set):
+        self.path = path
+        self.cfg = cfg
+        self.meta = meta
+        self.done_keys = done_keys
+        self._table = TableAppender(os.path.join(path, SWEEP_CSV), COLUMNS)
+        self.columns = self._table.columns
+
+    def write_rows(self, rows: list[dict]):
+        self._table.write(rows)
+
+    def note_refused(self, refused: list[dict]):
+        """Record the custom cells the one-shot kernel refused (and why) in ``meta.json``."""
+        if not refused:
+            return
+        try:
+            meta = read_meta(self.path)
+        except UsageError:
+            return
+        have = {(r.get("tp"), r.get("size_bytes")) for r in meta.get("custom_refused", [])}
+        meta.setdefault("custom_refused", []).extend(
+            r for r in refused if (r.get("tp"), r.get("size_bytes")) not in have)
+        write_meta(self.path, meta)
+
+    def close(self, status: str = "complete", error: str | None = None):
+        self._table.close()
+        finish_meta(self.path, status, error)
+
+
+def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
+    """Create or resume the results dir; write ``meta.json`` with the run's provenance."""
+    path = cfg.out_dir
+    check_out_dir(path, cfg.resume)
+    os.makedirs(path, exist_ok=True)
+    run = {"start_time": now_iso(), "command": cfg.argv, "status": "running"}
+    done = set()
+    if cfg.resume:
+        meta = read_meta(path)
+        old = meta.get("config", {})
+        for k in ("backend", "dtype"):
+            if old.get(k) != getattr(cfg, k):
+                raise UsageError(f"--resume: '{path}' was measured with {k}={old.get(k)}, this run asks "
+                                 f"{k}={getattr(cfg, k)}; use a new --out")
+        if CUSTOM in cfg.impls and os.path.exists(os.path.join(path, SWEEP_CSV)):
+            with open(os.path.join(path, SWEEP_CSV), encoding="utf-8", newline="") as f:
+                header = next(csv.reader([f.readline()]), [])
+            if header and "impl" not in header:
+                raise UsageError(f"--resume: '{path}/{SWEEP_CSV}' predates the impl column, so custom rows "
+                                 "could not be told apart; use a new --out for --impl custom")
+        for r in read_rows(path):
+            if str(r.get("group", "0")) == "0":
+                done.add(row_key(r))
+        meta.setdefault("runs", []).append(run)
+        meta["status"] = "running"
+    else:
+        meta = provenance("sweep", "measured", "collective latency sweep (commprof sweep)", command=cfg.argv,
+                          runs=[run])
+        meta["start_time"] = run["start_time"]
+    meta.setdefault("schema_version", 1)
+    meta.setdefault("verb", "sweep")
+    meta.update(rank_fields(rank_infos))
+    meta.update(backend=cfg.backend, backend_reason=cfg.backend_reason, launch=cfg.launch,
+                machine=machine(), versions=versions(), nccl_env=nccl_env(), config=cfg.to_dict(),
+                columns=COLUMN_DOCS)
+    write_meta(path, meta)
+    return SweepWriter(path, cfg, meta, done)
