@@ -66,3 +66,29 @@ class NoGpuError(CommprofError):
     """NVML cannot be used here: no bindings, no driver, or zero devices."""
 
     exit_code = EXIT_NO_GPU
+
+
+def shown(value, limit: int = 60) -> str:
+    """A user's value as it goes into a one-line message: ``repr`` (so a newline or a control byte
+    cannot break the line), cut to about ``limit`` characters with the full length named."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1:,} digits"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):      # holds an integer over Python's 4,300-digit limit, or nests deep
+        return f"a {type(value).__name__} too large to print"
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text):,} characters)"
+    return text
+
+
+def warn(message: str) -> None:
+    """A legal but odd input: one line on stderr, the run goes on."""
+    import sys
+
+    print(f"commprof: warning: {message}", file=sys.stderr)
+
+
+class BadValue(UsageError, ValueError):
+    """A value that breaks its rule (a size, a count). Also a ValueError, so a caller that catches
+    ValueError to put its flag's name in front keeps working."""

@@ -26,8 +26,7 @@ from datetime import datetime
 
 from . import results
 from .collectives import COLLECTIVES
-from .errors import UsageError
-from .runinfo import now_iso
+from .errors import UsageError, shown, warn
 
 # nccl-tests binary (without _perf / _mpi) -> commprof op
 NCCL_TESTS_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -119,6 +118,66 @@ def _num(tok: str) -> float:
     return float(tok)
 
 
+# Bounds on figures read from nccl-tests output. Byte sizes, element counts and #wrong: up to
+# 2^53 (a float still holds every whole number below it; no buffer comes near). Threads, GPUs,
+# iterations, ranks, pids and devices: up to a C int, the type nccl-tests prints them from.
+MAX_SIZE = 1 << 53
+MAX_HEADER_INT = (1 << 31) - 1
+_FIGURE_RULE = "must be a finite number >= 0, or nan (not measured)"
+
+
+class _Bad(ValueError):
+    """A figure of the right shape that breaks its rule; the message names the field and the rule."""
+
+
+def _whole(tok: str, field: str, hi: int) -> int:
+    """An integer token (already matched as ``-?\\d+``) in 0..hi, else _Bad naming ``field``."""
+    digits = tok.lstrip("-").lstrip("0")
+    if tok.startswith("-") and digits:
+        raise _Bad(f"{field} = {shown(tok, 20)}: must be a whole number >= 0")
+    if len(digits) > len(str(hi)) or int(tok) > hi:
+        raise _Bad(f"{field} = {shown(tok, 20)}: must be at most {hi:,}")
+    return int(tok)
+
+
+def _line_int(tok: str, label: str, lineno: int, field: str) -> int:
+    """A header or rank-line integer; UsageError naming file, line and field when out of range."""
+    try:
+        return _whole(tok, field, MAX_HEADER_INT)
+    except _Bad as e:
+        raise UsageError(f"'{label}' line {lineno}: {e}") from None
+
+
+def _wrong_count(v: float, field: str, tok) -> int:
+    """#wrong / nwrong: a whole count of wrong elements."""
+    if not math.isfinite(v) or v < 0 or v > MAX_SIZE:
+        raise _Bad(f"{field} = {shown(tok, 20)}: must be a count of wrong elements, a whole number >= 0")
+    return round(v)
+
+
+_STATS = ("min", "max", "p50", "p95", "p99", "avg")
+
+
+def _check_entry(entry: dict, size: int, names: dict) -> None:
+    """The rules of one measurement (``names`` maps each key to the field named in errors).
+
+    time, algbw, busbw and the per-iteration statistics: finite and >= 0, or nan (nccl-tests'
+    "not measured"). A measurement that is kept (time > 0 and size > 0) has real bandwidths; a
+    per-iteration statistic of nan or 0 counts as not reported (the average time stands in).
+    """
+    for key in ("time", "algbw", "busbw", *_STATS):
+        v = entry.get(key)
+        if v is not None and not math.isnan(v) and (math.isinf(v) or v < 0):
+            raise _Bad(f"{names[key]} = {v:g}: {_FIGURE_RULE}")
+    if entry["time"] > 0 and size > 0:              # nan > 0 is False: a nan time is left out later
+        for key in ("algbw", "busbw"):
+            if math.isnan(entry[key]):
+                raise _Bad(f"{names[key]} = nan though the time is {entry['time']:g}: {_FIGURE_RULE}")
+    for key in _STATS:
+        if key in entry and not entry[key] > 0:
+            del entry[key]
+
+
 # --- text ------------------------------------------------------------------------------------------
 
 def _header_fields(tokens: list[str]) -> tuple[list[str], bool] | None:
@@ -138,7 +197,7 @@ def _parse_data_line(sec: Section, tokens: list[str]):
     """A data line -> row dict; ValueError when it does not have the expected shape."""
     if len(tokens) < 7 or not _INT_RE.match(tokens[0]) or not _INT_RE.match(tokens[1]):
         raise ValueError("shape")
-    size, count = int(tokens[0]), int(tokens[1])
+    size, count = _whole(tokens[0], "size", MAX_SIZE), _whole(tokens[1], "count", MAX_SIZE)
     dtype = tokens[2]
     if _NUM_RE.match(dtype) or dtype == "N/A":
         raise ValueError("type")
@@ -173,7 +232,8 @@ def _parse_data_line(sec: Section, tokens: list[str]):
     row = {"size": size, "count": count, "type": dtype, "redop": redop, "root": root}
     for place, block in blocks.items():
         rec = dict(zip(per, block))
-        t = rec.get("time", rec.get("cputime"))
+        tname = "time" if "time" in rec else "cputime"
+        t = rec.get(tname)
         wrong_tok = rec.get("#wrong", rec.get("error", "N/A"))
         entry = {"time": _num(t), "algbw": _num(rec["algbw"]), "busbw": _num(rec["busbw"])}
         if wrong_tok == "N/A":
@@ -182,10 +242,13 @@ def _parse_data_line(sec: Section, tokens: list[str]):
             entry["wrong"], entry["wrong_note"] = 0, f"nccl-tests error {wrong_tok} (a deviation, not a count)"
             _num(wrong_tok)
         else:
-            entry["wrong"], entry["wrong_note"] = int(round(_num(wrong_tok))), ""
+            entry["wrong"] = _wrong_count(_num(wrong_tok), f"{place} #wrong", wrong_tok)
+            entry["wrong_note"] = ""
         for key, name in (("i_min", "min"), ("i_max", "max"), ("i_p99", "p99")):
             if key in rec:
                 entry[name] = _num(rec[key])
+        _check_entry(entry, size, {"time": f"{place} {tname}", "algbw": f"{place} algbw", "busbw": f"{place} busbw",
+                                   "min": f"{place} i_min", "max": f"{place} i_max", "p99": f"{place} i_p99"})
         row[place] = entry
     return row
 
@@ -227,19 +290,21 @@ def parse_text(path: str, text: str) -> list[Section]:
                 for key, attr in (("nThread", "nthreads"), ("nGpus", "ngpus")):
                     mm = re.search(rf"\b{key}\s+(\d+)", body)
                     if mm:
-                        setattr(sec, attr, int(mm.group(1)))
+                        setattr(sec, attr, _line_int(mm.group(1), label, lineno, key))
                 for pat, attr in ((r"\bgraph:\s*(\d+)", "graph"), (r"(?<!warmup )\biters:\s*(\d+)", "iters"),
                                   (r"warmup iters:\s*(\d+)", "warmup"), (r"agg iters:\s*(\d+)", "agg_iters")):
                     mm = re.search(pat, body)
                     if mm:
-                        setattr(sec, attr, int(mm.group(1)))
+                        setattr(sec, attr, _line_int(mm.group(1), label, lineno, attr))
                 continue
             if sec is None:
                 sec = _new_section(sections, path, lineno)
             mr = _RANK_RE.match(body)
             if mr:
-                sec.ranks.append({"rank": int(mr.group(1)), "group": int(mr.group(2) or 0),
-                                  "pid": int(mr.group(3)), "host": mr.group(4), "device": int(mr.group(5)),
+                sec.ranks.append({"rank": _line_int(mr.group(1), label, lineno, "Rank"),
+                                  "group": _line_int(mr.group(2) or "0", label, lineno, "Group"),
+                                  "pid": _line_int(mr.group(3), label, lineno, "Pid"), "host": mr.group(4),
+                                  "device": _line_int(mr.group(5), label, lineno, "device"),
                                   "bus_id": mr.group(6), "gpu": mr.group(7).strip()})
                 continue
             hf = _header_fields(toks)
@@ -250,9 +315,9 @@ def parse_text(path: str, text: str) -> list[Section]:
             if body.startswith("Blocking Enabled"):
                 sec.blocking = body
             elif body.startswith("Out of bounds values"):
-                sec.out_of_bounds = body.split(":", 1)[1].strip()
+                sec.out_of_bounds = body.partition(":")[2].strip()
             elif body.startswith("Avg bus bandwidth"):
-                sec.avg_busbw = body.split(":", 1)[1].strip()
+                sec.avg_busbw = body.partition(":")[2].strip()
             elif body.startswith("Collective test concluded"):
                 sec = None
             else:
@@ -268,6 +333,8 @@ def parse_text(path: str, text: str) -> list[Section]:
                 sec = _new_section(sections, path, lineno)
             try:
                 row = _parse_data_line(sec, toks)
+            except _Bad as e:
+                raise UsageError(f"'{label}' line {lineno}: {e}") from None
             except (ValueError, KeyError, TypeError):
                 raise UsageError(f"'{label}' line {lineno}: {EXPECTED}") from None
             row["line"] = lineno
@@ -290,83 +357,161 @@ def parse_text(path: str, text: str) -> list[Section]:
 
 # --- JSON (-J, nccl-tests 2.17+) -------------------------------------------------------------------
 
-def _jnum(v):
-    """A JSON number; nccl-tests writes NaN as the string "nan"."""
+def _jnum(v, field: str) -> float:
+    """A JSON time or bandwidth: a number; nccl-tests writes NaN as the string "nan"."""
+    if isinstance(v, str) and v.strip().lower() == "nan":
+        return float("nan")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _Bad(f"{field} = {shown(v)}: must be a number")
+    try:
+        return float(v)
+    except OverflowError:                           # an integer too large for a float
+        raise _Bad(f"{field} = {shown(v)}: {_FIGURE_RULE}") from None
+
+
+def _jwhole(v, field: str, lo: int = 0, hi: int = MAX_SIZE) -> int:
+    """A JSON whole number (``1024`` or ``1024.0``) in lo..hi."""
+    if isinstance(v, float) and v.is_integer():     # never true of inf or nan
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise _Bad(f"{field} = {shown(v)}: must be a whole number from {lo} to {hi:,}")
+    return v
+
+
+def _jstr(v, field: str) -> str:
+    """A JSON string; absent or null is ""."""
     if v is None:
-        return None
-    return float("nan") if v == "nan" else float(v)
+        return ""
+    if not isinstance(v, str):
+        raise _Bad(f"{field} = {shown(v)}: must be a string")
+    return v
 
 
-def _jget(d: dict, *names):
-    for n in names:
-        if n in d:
-            return d[n]
-    return None
+def _jfirst(d: dict, *names):
+    """The first of ``names`` that ``d`` holds (its value may be null), or None."""
+    return next((n for n in names if n in d), None)
 
 
 def parse_json(path: str, text: str) -> list[Section]:
-    """One ``-J`` JSON document (schema of nccl-tests src/util.cu, JSON_FILE_VERSION 1-3)."""
+    """One ``-J`` JSON document (schema of nccl-tests src/util.cu, JSON_FILE_VERSION 1-3).
+
+    Every field commprof reads is checked against the schema's type and range; a breach is a
+    UsageError of one line naming the file and the field (e.g. ``results[3].out_of_place.time``).
+    """
     label = os.path.basename(path)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise UsageError(f"'{label}' line {e.lineno}: not valid JSON ({e.msg}); nccl-tests writes -J "
                          "output only when the run finishes") from None
+    except ValueError:                              # json's int() of a number over 4,300 digits
+        raise UsageError(f"'{label}': not nccl-tests -J output (a number has more than 4,300 digits)") from None
+    except RecursionError:
+        raise UsageError(f"'{label}': not nccl-tests -J output (arrays or objects nested too deep)") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise UsageError(f"'{label}' line 1: not nccl-tests -J output (expected a JSON object with a "
                          "'results' list of {size, count, type, out_of_place: {time, alg_bw, bus_bw, nwrong}})")
-    cfg = doc.get("config") or {}
-    args = doc.get("args") or []
-    sec = Section(path=path, start_line=1, fmt="json")
-    sec.op_name = _op_from_name(str(args[0])) if args else ""
-    if not sec.op_name:
-        sec.op_name = _op_from_filename(path)
-    sec.extra["json_version"] = doc.get("version")
-    sec.version = str(doc.get("nccl_tests_version", "")) if doc.get("nccl_tests_version") else ""
-    sec.nccl_library = str(doc.get("nccl_version", "") or "")
-    sec.nthreads, sec.ngpus = cfg.get("nthreads"), cfg.get("ngpus")
-    sec.graph = int(cfg.get("graph") or 0)
-    sec.iters = int(cfg.get("iterations") or 0)
-    sec.warmup = int(cfg.get("warmup_iters") or 0)
-    sec.agg_iters = int(cfg.get("aggregated_iterations") or 1)
-    for d in cfg.get("devices") or []:
-        sec.ranks.append({"rank": d.get("rank"), "group": d.get("group", 0), "pid": d.get("pid"),
-                          "host": d.get("hostname"), "device": d.get("device"), "bus_id": d.get("device_hex"),
-                          "gpu": (d.get("device_info") or "").strip()})
-    for idx, r in enumerate(doc["results"]):
-        try:
-            row = {"size": int(r["size"]), "count": int(r["count"]), "type": str(r["type"]),
-                   "redop": str(r.get("redop", "")).strip(), "root": int(str(r.get("root", "-1")).strip() or -1),
-                   "line": idx}
-            for key, place in (("out_of_place", "out-of-place"), ("in_place", "in-place")):
-                e = r.get(key)
-                if not isinstance(e, dict):
-                    continue
-                t = _jget(e, "time", "cpu_time", "time_us")
-                if "cpu_time" in e:
-                    sec.cputime = True
-                wrong = _jget(e, "nwrong", "wrong", "#wrong")
-                entry = {"time": _jnum(t), "algbw": _jnum(_jget(e, "alg_bw", "algbw")),
-                         "busbw": _jnum(_jget(e, "bus_bw", "busbw")),
-                         "wrong": 0 if wrong is None else int(round(float(wrong))),
-                         "wrong_note": "not checked (null)" if wrong is None else ""}
-                if entry["time"] is None:
-                    raise ValueError("time")
-                pi = r.get(f"{key}_per_iter")
-                if isinstance(pi, dict):
-                    for k2, name in (("min_us", "min"), ("max_us", "max"), ("p50_us", "p50"),
-                                     ("p95_us", "p95"), ("p99_us", "p99"), ("avg_us", "avg")):
-                        if pi.get(k2) is not None:
-                            entry[name] = _jnum(pi[k2])
-                row[place] = entry
-        except (KeyError, TypeError, ValueError):
-            raise UsageError(f"'{label}' results[{idx}]: not an nccl-tests result (expected size, count, "
-                             "type and out_of_place/in_place with time, alg_bw, bus_bw)") from None
-        if "out-of-place" in row or "in-place" in row:
-            sec.rows.append(row)
+    try:
+        sec = _json_section(path, doc)
+    except _Bad as e:
+        raise UsageError(f"'{label}': field {e}") from None
     if not sec.rows:
         raise UsageError(f"'{label}': nccl-tests -J output with no results")
     return [sec]
+
+
+def _json_section(path: str, doc: dict) -> Section:
+    """The run in one -J document; _Bad naming the field on a value of the wrong type or range."""
+    cfg = {} if doc.get("config") is None else doc["config"]
+    if not isinstance(cfg, dict):
+        raise _Bad(f"config = {shown(cfg)}: must be an object {{nthreads, ngpus, devices, ...}}")
+    args = [] if doc.get("args") is None else doc["args"]
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise _Bad(f"args = {shown(args)}: must be a list of strings (the command line)")
+    sec = Section(path=path, start_line=1, fmt="json")
+    sec.op_name = _op_from_name(args[0]) if args else ""
+    if not sec.op_name:
+        sec.op_name = _op_from_filename(path)
+    version = doc.get("version")
+    sec.extra["json_version"] = None if version is None else _jwhole(version, "version", 0, 1000)
+    sec.version = _jstr(doc.get("nccl_tests_version"), "nccl_tests_version")
+    nv = doc.get("nccl_version")
+    sec.nccl_library = nv if isinstance(nv, str) else "" if nv is None else str(_jwhole(nv, "nccl_version"))
+
+    def opt(d: dict, key: str, field: str, default, lo: int = 0):
+        return default if d.get(key) is None else _jwhole(d[key], field, lo, MAX_HEADER_INT)
+
+    sec.nthreads = opt(cfg, "nthreads", "config.nthreads", None, 1)
+    sec.ngpus = opt(cfg, "ngpus", "config.ngpus", None, 1)
+    sec.graph = opt(cfg, "graph", "config.graph", 0)
+    sec.iters = opt(cfg, "iterations", "config.iterations", 0)
+    sec.warmup = opt(cfg, "warmup_iters", "config.warmup_iters", 0)
+    sec.agg_iters = opt(cfg, "aggregated_iterations", "config.aggregated_iterations", 1) or 1
+    devices = [] if cfg.get("devices") is None else cfg["devices"]
+    if not isinstance(devices, list):
+        raise _Bad(f"config.devices = {shown(devices)}: must be a list of objects, one per process")
+    for i, d in enumerate(devices):
+        f = f"config.devices[{i}]"
+        if not isinstance(d, dict):
+            raise _Bad(f"{f} = {shown(d)}: must be an object {{rank, hostname, device, device_info, ...}}")
+        sec.ranks.append({"rank": opt(d, "rank", f + ".rank", None), "group": opt(d, "group", f + ".group", 0),
+                          "pid": opt(d, "pid", f + ".pid", None), "host": _jstr(d.get("hostname"), f + ".hostname"),
+                          "device": opt(d, "device", f + ".device", None),
+                          "bus_id": _jstr(d.get("device_hex"), f + ".device_hex"),
+                          "gpu": _jstr(d.get("device_info"), f + ".device_info").strip()})
+    for idx, r in enumerate(doc["results"]):
+        f = f"results[{idx}]"
+        if not isinstance(r, dict):
+            raise _Bad(f"{f} = {shown(r)}: must be an object {{size, count, type, out_of_place, in_place}}")
+        for key in ("size", "count", "type"):
+            if key not in r:
+                raise _Bad(f"{f}.{key} is missing: a result has size, count, type and out_of_place/in_place")
+        size = _jwhole(r["size"], f + ".size")
+        dtype = _jstr(r["type"], f + ".type").strip()
+        if not dtype:
+            raise _Bad(f"{f}.type = {shown(r['type'])}: must name the data type, e.g. \"float\"")
+        root = r.get("root", "-1")
+        root_text = str(root).strip() if isinstance(root, (str, int)) and not isinstance(root, bool) else None
+        if root_text is not None and not root_text:
+            root_text = "-1"
+        if root_text is None or not re.fullmatch(r"-?\d{1,10}", root_text):
+            raise _Bad(f"{f}.root = {shown(root)}: must be a rank number (or -1)")
+        row = {"size": size, "count": _jwhole(r["count"], f + ".count"), "type": dtype,
+               "redop": _jstr(r.get("redop"), f + ".redop").strip(), "root": int(root_text), "line": idx}
+        for key, place in (("out_of_place", "out-of-place"), ("in_place", "in-place")):
+            e = r.get(key)
+            if e is None:
+                continue
+            fe = f"{f}.{key}"
+            if not isinstance(e, dict):
+                raise _Bad(f"{fe} = {shown(e)}: must be an object {{time, alg_bw, bus_bw, nwrong}}")
+            tkey, akey, bkey = (_jfirst(e, "time", "cpu_time", "time_us"), _jfirst(e, "alg_bw", "algbw"),
+                                _jfirst(e, "bus_bw", "busbw"))
+            for k, shown_name in ((tkey, "time"), (akey, "alg_bw"), (bkey, "bus_bw")):
+                if k is None:
+                    raise _Bad(f"{fe}.{shown_name} is missing: a measurement has time, alg_bw and bus_bw")
+            if tkey == "cpu_time":
+                sec.cputime = True
+            wkey = _jfirst(e, "nwrong", "wrong", "#wrong")
+            wrong = None if wkey is None else e[wkey]
+            entry = {"time": _jnum(e[tkey], f"{fe}.{tkey}"), "algbw": _jnum(e[akey], f"{fe}.{akey}"),
+                     "busbw": _jnum(e[bkey], f"{fe}.{bkey}"),
+                     "wrong": 0 if wrong is None else _wrong_count(_jnum(wrong, f"{fe}.{wkey}"), f"{fe}.{wkey}", wrong),
+                     "wrong_note": "not checked (null)" if wrong is None else ""}
+            names = {"time": f"{fe}.{tkey}", "algbw": f"{fe}.{akey}", "busbw": f"{fe}.{bkey}"}
+            pi = r.get(f"{key}_per_iter")
+            if pi is not None and not isinstance(pi, dict):
+                raise _Bad(f"{f}.{key}_per_iter = {shown(pi)}: must be an object {{min_us, max_us, p50_us, ...}}")
+            for k2, name in (("min_us", "min"), ("max_us", "max"), ("p50_us", "p50"),
+                             ("p95_us", "p95"), ("p99_us", "p99"), ("avg_us", "avg")):
+                names[name] = f"{f}.{key}_per_iter.{k2}"
+                if pi and pi.get(k2) is not None:
+                    entry[name] = _jnum(pi[k2], names[name])
+            _check_entry(entry, size, names)
+            row[place] = entry
+        if "out-of-place" in row or "in-place" in row:
+            sec.rows.append(row)
+    return sec
 
 
 # --- sections -> rows ------------------------------------------------------------------------------
@@ -489,18 +634,44 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def _decode(label: str, data: bytes) -> str:
+    """A log's bytes as text: UTF-8 (a BOM is dropped) or UTF-16 with a BOM (PowerShell's ``>``).
+
+    A file with NUL bytes that is not UTF-16 is binary: UsageError. Other bytes that are not UTF-8
+    (a Latin-1 host name in an NCCL line) read as U+FFFD, with a warning naming the first.
+    """
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError as e:
+            raise UsageError(f"'{label}': starts as UTF-16 text but byte {e.start} is not UTF-16; pass "
+                             "nccl-tests' output as it was written") from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = f"byte {e.start} (0x{data[e.start]:02x})"
+        if b"\x00" in data:
+            raise UsageError(f"'{label}': not a text file ({bad} is not UTF-8 and it holds NUL bytes); pass "
+                             "nccl-tests' text output or its -J JSON file") from None
+        warn(f"'{label}': {bad} and any others that are not UTF-8 are read as U+FFFD")
+        return data.decode("utf-8", errors="replace")
+
+
 def read_nccl_tests(path: str) -> list[Section]:
     """Parse one nccl-tests output file (text or ``-J`` JSON) into its runs."""
     label = os.path.basename(path)
     if os.path.isdir(path):
         raise UsageError(f"'{path}' is a directory; pass the nccl-tests output files")
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            data = f.read()
     except FileNotFoundError:
         raise UsageError(f"'{path}': file not found") from None
     except OSError as e:
         raise UsageError(f"'{path}': cannot read ({e.strerror})") from None
+    text = _decode(label, data)
     if not text.strip():
         raise UsageError(f"'{label}' line 1: {EXPECTED} (the file is empty)")
     if text.lstrip().startswith("{"):
@@ -543,15 +714,13 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
     gpus = sorted({r["gpu"] for r in all_ranks if r.get("gpu")})
     versions = sorted({i["nccl_tests_version"] for i in infos if i["nccl_tests_version"]})
     nccl = sorted({i["nccl_version"] for i in infos if i["nccl_version"]})
-    meta = {
-        "kind": "imported",
-        "what": "nccl-tests output imported as a sweep (commprof import nccl-tests)",
-        "status": "complete",
-        "start_time": now_iso(),
-        "command": list(command) if command is not None else list(sys.argv),
+    meta = results.provenance(
+        "import", "imported", "nccl-tests output imported as a sweep (commprof import nccl-tests)",
+        status="complete", command=list(command) if command is not None else list(sys.argv),
+        hosts=hosts,
+        gpus=gpus or ["unknown (no rank lines in the input)"])
+    meta.update({
         "backend": "nccl",
-        "hosts": hosts,
-        "gpus": gpus or ["unknown (no rank lines in the input)"],
         "nccl_tests_version": versions[0] if len(versions) == 1 else (versions or None),
         "nccl_version": nccl[0] if len(nccl) == 1 else (nccl or None),
         "source_files": files,
@@ -572,7 +741,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
             "clock": "nccl-tests: its own timer (host steady clock around the iterations, or CUDA events "
                      "with -I)",
         },
-    }
+    })
     results.write_meta(out_dir, meta)
     return out_dir
 

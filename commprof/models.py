@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
-from .errors import UsageError
+from .errors import UsageError, shown, warn
 from .jsonfile import read_json_object
 
 
@@ -103,6 +103,22 @@ def _first(cfg: dict, *keys, default=None):
     return default
 
 
+def _present(cfg: dict, *keys) -> str:
+    """The first of ``keys`` the config gives (for messages), else the first of ``keys``."""
+    return next((k for k in keys if cfg.get(k) is not None), keys[0])
+
+
+# Upper bounds on config.json figures: each is far above every published model (largest today:
+# 126 layers, hidden 16384, 262k vocabulary, 256 experts), and keeps every figure derived from
+# them (layer lists, weight and KV bytes) finite and small enough to compute at once.
+MAX_LAYERS = 4096
+MAX_WIDTH = 1 << 20                 # hidden_size: 1,048,576
+MAX_FFN = 1 << 24                   # intermediate sizes: 16,777,216
+MAX_VOCAB = 1 << 24                 # vocab_size: 16,777,216
+MAX_HEADS = 1 << 16                 # heads, head dims, MLA ranks, experts: 65,536
+MAX_TOKENS = (1 << 31) - 1          # sliding_window, sliding_window_pattern: a C int
+
+
 def load_config(path: str) -> ModelShape:
     """Read a Hugging Face ``config.json`` (offline) into a :class:`ModelShape`.
 
@@ -112,75 +128,116 @@ def load_config(path: str) -> ModelShape:
     global; Gemma 2 alternates, pattern 2), ``max_window_layers`` (Qwen2: layers from that index on
     slide, only with ``use_sliding_window``), else every layer slides when a window is given.
     A missing ``tie_word_embeddings`` means tied: transformers leaves the key out when it equals
-    its default, True.
+    its default, True. Routed experts without ``moe_intermediate_size`` (Mixtral) use
+    ``intermediate_size`` as each expert's size.
+
+    Every figure must be a JSON integer (not a string, float, bool, list, NaN or inf) in its
+    range (see ``MAX_*``); a bad one is a UsageError of one line naming the field and the rule.
+    Legal but odd figures (hidden not a multiple of the heads, no MLP size) print a warning.
     """
-    cfg = read_json_object(path, f"model config '{path}'")
+    label = f"model config {shown(path, 200)}"
+    cfg = read_json_object(path, label)
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**cfg, **cfg["text_config"]}
 
-    def need(*keys):
+    def whole(keys, lo: int, hi: int, default=None, rule: str = ""):
+        """The first of ``keys`` given, an int in lo..hi; ``default`` when none is given."""
         v = _first(cfg, *keys)
         if v is None:
-            raise UsageError(f"model config '{path}': missing field '{keys[0]}'")
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise UsageError(f"model config '{path}': field '{keys[0]}' must be a positive integer, got {v!r}")
+            if default is None:
+                raise UsageError(f"{label}: missing field '{keys[0]}'")
+            return default
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+            what = (f"a positive integer (at most {hi:,})" if lo == 1 else
+                    f"a whole number from {lo} to {hi:,}")
+            raise UsageError(f"{label}: field '{_present(cfg, *keys)}' must be {rule or what}, got {shown(v)}")
         return v
 
-    def opt(*keys, default=0):
-        v = _first(cfg, *keys, default=default)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise UsageError(f"model config '{path}': field '{keys[0]}' must be a whole number >= 0, got {v!r}")
-        return v
+    hidden = whole(("hidden_size", "d_model", "n_embd"), 1, MAX_WIDTH)
+    vocab = whole(("vocab_size",), 1, MAX_VOCAB)
+    layers = whole(("num_hidden_layers", "n_layer", "num_layers"), 1, MAX_LAYERS)
+    q_heads = whole(("num_attention_heads", "n_head"), 1, MAX_HEADS)
+    kv_heads = whole(("num_key_value_heads",), 1, MAX_HEADS, default=q_heads)
+    experts = whole(("num_experts", "n_routed_experts", "num_local_experts"), 0, MAX_HEADS, default=0)
+    ffn = whole(("intermediate_size", "ffn_dim"), 0, MAX_FFN, default=0)
+    name = _first(cfg, "_name_or_path", default=None)
+    if not isinstance(name, str) or not name.strip() or not name.isprintable() or len(name) > 200:
+        name = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
 
-    hidden = need("hidden_size", "d_model", "n_embd")
-    vocab = need("vocab_size")
-    layers = need("num_hidden_layers", "n_layer", "num_layers")
-    q_heads = need("num_attention_heads", "n_head")
-    kv_heads = _first(cfg, "num_key_value_heads", default=q_heads)
-    experts = _first(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0
-    name = _first(cfg, "_name_or_path", default=None) or os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+    mla = {k: whole((k,), 0, MAX_HEADS, default=0) for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+                                                             "qk_nope_head_dim", "v_head_dim")}
+    if _first(cfg, "head_dim") is not None:
+        head_dim = whole(("head_dim",), 1, MAX_HEADS)
+    elif mla["kv_lora_rank"] and mla["v_head_dim"]:
+        head_dim = mla["v_head_dim"]
+    else:
+        head_dim = hidden // q_heads
+        if head_dim < 1:
+            raise UsageError(f"{label}: no field 'head_dim', and hidden_size {hidden} / num_attention_heads "
+                             f"{q_heads} rounds to 0; give head_dim or fewer heads")
+        if hidden % q_heads:
+            warn(f"{label}: no field 'head_dim', and hidden_size {hidden} is not a multiple of "
+                 f"num_attention_heads {q_heads}; using head_dim {head_dim} (rounded down)")
 
-    mla = {k: opt(k) for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                               "v_head_dim")}
-    default_head_dim = mla["v_head_dim"] if mla["kv_lora_rank"] and mla["v_head_dim"] else hidden // q_heads
-    head_dim = _first(cfg, "head_dim", default=default_head_dim)
+    window = 0 if cfg.get("use_sliding_window") is False else whole(("sliding_window",), 0, MAX_TOKENS, default=0)
+    global_layers = _global_layers(cfg, layers, window, label) if window else ()
 
-    window = 0 if cfg.get("use_sliding_window") is False else opt("sliding_window")
-    global_layers = _global_layers(cfg, layers, window, path) if window else ()
-
-    shared_ffn = opt("shared_expert_intermediate_size")
-    shared = opt("n_shared_experts", default=1 if shared_ffn else 0)
+    shared_ffn = whole(("shared_expert_intermediate_size",), 0, MAX_FFN, default=0)
+    shared = whole(("n_shared_experts",), 0, MAX_HEADS, default=1 if shared_ffn else 0)
+    dense_layers = whole(("first_k_dense_replace",), 0, MAX_LAYERS, default=0)
     tie = cfg.get("tie_word_embeddings", True)
     if not isinstance(tie, bool):
-        raise UsageError(f"model config '{path}': field 'tie_word_embeddings' must be true or false, got {tie!r}")
+        raise UsageError(f"{label}: field 'tie_word_embeddings' must be true or false, got {shown(tie)}")
+
+    # Rules between fields, once each field is sound on its own.
+    if q_heads % kv_heads:
+        raise UsageError(f"{label}: field 'num_key_value_heads' ({kv_heads}) must divide 'num_attention_heads' "
+                         f"({q_heads}): each key/value head serves a whole group of query heads")
+    top_k = expert_ffn = 0
+    if experts:
+        if _first(cfg, "num_experts_per_tok") is None:
+            raise UsageError(f"{label}: missing field 'num_experts_per_tok' (routed experts per token), "
+                             f"needed with {_present(cfg, 'num_experts', 'n_routed_experts', 'num_local_experts')}")
+        top_k = whole(("num_experts_per_tok",), 1, experts,
+                      rule=f"a whole number from 1 to the {experts} routed experts")
+        expert_ffn = whole(("moe_intermediate_size",), 1, MAX_FFN, default=ffn)
+        if expert_ffn < 1:
+            raise UsageError(f"{label}: missing field 'moe_intermediate_size' (or 'intermediate_size'), "
+                             "the size of one routed expert")
+        if dense_layers > layers:
+            warn(f"{label}: field 'first_k_dense_replace' ({dense_layers}) is more than the {layers} layers; "
+                 "every layer is dense")
+    elif ffn == 0:
+        warn(f"{label}: no field 'intermediate_size' in a model without experts; its MLP weights count as 0")
     return ModelShape(
-        name=str(name), layers=layers, hidden=hidden, q_heads=q_heads, kv_heads=int(kv_heads),
-        head_dim=int(head_dim), ffn=int(_first(cfg, "intermediate_size", "ffn_dim", default=0) or 0),
-        vocab=vocab, experts=int(experts), top_k=int(_first(cfg, "num_experts_per_tok", default=0) or 0),
-        expert_ffn=int(_first(cfg, "moe_intermediate_size", default=0) or 0),
+        name=name, layers=layers, hidden=hidden, q_heads=q_heads, kv_heads=kv_heads,
+        head_dim=head_dim, ffn=ffn, vocab=vocab, experts=experts, top_k=top_k, expert_ffn=expert_ffn,
         source=f"config.json at {os.path.abspath(path)}",
         sliding_window=window, global_layers=global_layers,
-        dense_layers=min(opt("first_k_dense_replace"), layers) if experts else 0,
+        dense_layers=min(dense_layers, layers) if experts else 0,
         shared_experts=shared, shared_expert_ffn=shared_ffn, tie_word_embeddings=tie, **mla,
     )
 
 
-def _global_layers(cfg: dict, layers: int, window: int, path: str) -> tuple:
+def _global_layers(cfg: dict, layers: int, window: int, label: str) -> tuple:
     """Indices of the full-attention layers of a model whose config gives a sliding window."""
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
-            raise UsageError(f"model config '{path}': field 'layer_types' must list one attention type "
-                             f"per layer ({layers}), got {types!r:.80}")
+            raise UsageError(f"{label}: field 'layer_types' must list one attention type per layer ({layers}), "
+                             f"got {shown(types)}")
         return tuple(i for i, t in enumerate(types) if t != "sliding_attention")
     pattern = _first(cfg, "sliding_window_pattern", default=2 if cfg.get("model_type") == "gemma2" else None)
     if pattern is not None:
-        if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 1:
-            raise UsageError(f"model config '{path}': field 'sliding_window_pattern' must be a positive "
-                             f"integer, got {pattern!r}")
+        if not isinstance(pattern, int) or isinstance(pattern, bool) or not 1 <= pattern <= MAX_TOKENS:
+            raise UsageError(f"{label}: field 'sliding_window_pattern' must be a positive integer (at most "
+                             f"{MAX_TOKENS:,}), got {shown(pattern)}")
         return _every_nth_global(layers, pattern)
-    if cfg.get("use_sliding_window") and isinstance(cfg.get("max_window_layers"), int):
-        return tuple(range(min(cfg["max_window_layers"], layers)))
+    if cfg.get("use_sliding_window") and cfg.get("max_window_layers") is not None:
+        mwl = cfg["max_window_layers"]
+        if not isinstance(mwl, int) or isinstance(mwl, bool) or mwl < 0:
+            raise UsageError(f"{label}: field 'max_window_layers' must be a whole number >= 0, got {shown(mwl)}")
+        return tuple(range(min(mwl, layers)))
     return ()
 
 

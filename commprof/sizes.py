@@ -3,9 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import UsageError
+from .errors import UsageError, shown, warn
 from .models import ModelShape
-from .units import parse_bytes
+from .units import human_bytes, limit_text, parse_bytes
+
+# The largest payload a sweep measures: its send and receive buffers (2 x 64 GiB) still fit in
+# one 141 GB GPU, and a larger size is a typo far more often than a plan.
+MAX_MESSAGE_BYTES = 64 << 30
 
 
 @dataclass(frozen=True)
@@ -30,44 +34,63 @@ DECODE_SITE = {
 
 def decode_sizes(ops, model: ModelShape, batches, dtype_bytes: int) -> list[SizePoint]:
     """Payloads of one decode step: all-reduce = batch x hidden x dtype bytes; all-gather =
-    logits, batch x vocab x dtype bytes in total."""
+    logits, batch x vocab x dtype bytes in total. UsageError when one is over 64 GiB."""
     points = []
     for op in ops:
         dim_name, site = DECODE_SITE[op]
         dim = model.hidden if dim_name == "hidden" else model.vocab
         for b in batches:
-            points.append(SizePoint(op, b * dim * dtype_bytes, b, site))
+            size = b * dim * dtype_bytes
+            if size > MAX_MESSAGE_BYTES:
+                raise UsageError(f"--sizes decode: {op} at batch {b} is {b} x {dim_name} {dim} x {dtype_bytes} "
+                                 f"bytes = {human_bytes(size)}, over the {limit_text(MAX_MESSAGE_BYTES)} "
+                                 "limit per message; use a smaller --batch")
+            points.append(SizePoint(op, size, b, site))
     return points
 
 
 def parse_sizes(spec: str, ops, model: ModelShape | None, batches, dtype_bytes: int) -> list[SizePoint]:
-    """``decode`` | ``pow2:MIN-MAX`` | ``SIZE,SIZE,...`` (binary suffixes: 4K = 4096 bytes)."""
+    """``decode`` | ``pow2:MIN-MAX`` | ``SIZE,SIZE,...`` (binary suffixes: 4K = 4096 bytes).
+
+    Every size is a whole number of bytes from 1 to 64 GiB (:data:`MAX_MESSAGE_BYTES`); an empty
+    list element (``4K,,8K``) is refused; a size given twice is measured once, with a warning.
+    """
     text = spec.strip()
+    what = f"--sizes {shown(spec, 30)}"
+    usage = "use decode, pow2:4K-64M or a list like 4K,64K,1M"
     if text.lower() == "decode":
         if model is None:
             raise UsageError("--sizes decode needs a model (--model)")
         return decode_sizes(ops, model, batches, dtype_bytes)
     if text.lower().startswith("pow2:"):
-        rng = text[5:]
-        lo_hi = rng.split("-")
+        lo_hi = text[5:].split("-")
         try:
             if len(lo_hi) != 2:
                 raise ValueError("expected MIN-MAX")
-            lo, hi = parse_bytes(lo_hi[0]), parse_bytes(lo_hi[1])
+            lo, hi = (parse_bytes(v, MAX_MESSAGE_BYTES) for v in lo_hi)
         except ValueError as e:
-            raise UsageError(f"--sizes '{spec}': {e}; expected pow2:MIN-MAX, e.g. pow2:4K-64M") from None
+            raise UsageError(f"{what}: {e}; expected pow2:MIN-MAX, e.g. pow2:4K-64M") from None
         if lo > hi:
-            raise UsageError(f"--sizes '{spec}': MIN is larger than MAX")
+            raise UsageError(f"{what}: MIN is larger than MAX")
         sizes, s = [], lo
         while s <= hi:
             sizes.append(s)
             s *= 2
         return [SizePoint(op, s) for op in ops for s in sizes]
-    parts = [p for p in text.split(",") if p.strip()]
-    if not parts:
-        raise UsageError(f"--sizes '{spec}': empty; use decode, pow2:4K-64M or a list like 4K,64K,1M")
-    try:
-        sizes = [parse_bytes(p) for p in parts]
-    except ValueError as e:
-        raise UsageError(f"--sizes '{spec}': {e}; use decode, pow2:4K-64M or a list like 4K,64K,1M") from None
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        raise UsageError(f"{what}: empty; {usage}")
+    sizes, seen = [], set()
+    for i, p in enumerate(parts, start=1):
+        if not p:
+            raise UsageError(f"{what}: element {i} is empty (two commas in a row, or a comma at an end); {usage}")
+        try:
+            size = parse_bytes(p, MAX_MESSAGE_BYTES)
+        except ValueError as e:
+            raise UsageError(f"{what}: {e}; {usage}") from None
+        if size in seen:
+            warn(f"{what}: {human_bytes(size)} is given twice; it is measured once")
+            continue
+        seen.add(size)
+        sizes.append(size)
     return [SizePoint(op, s) for op in ops for s in sizes]

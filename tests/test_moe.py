@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from commprof import moe
+from commprof import routing as moe
 from commprof.errors import UsageError
 
 
@@ -30,9 +30,9 @@ def test_larger_zipf_exponent_never_lowers_imbalance():
     # A fixed seed and enough tokens that sampling noise (~0.2% here) is below the steps between
     # exponents. Not a theorem: with top-k drawn without replacement a very steep Zipf can spread
     # the remaining picks again (seed 5 dips from s=1.5 to s=2.0).
+    routings = [moe.route(16384, 128, 8, f"zipf:{s}", seed=1) for s in (0.0, 0.5, 1.0, 1.5, 2.0)]  # same for every ep
     for ep in (2, 4, 8):
-        imb = [moe.imbalance(moe.rank_loads(moe.route(16384, 128, 8, f"zipf:{s}", seed=1), moe.contiguous(128, ep)))
-               for s in (0.0, 0.5, 1.0, 1.5, 2.0)]
+        imb = [moe.imbalance(moe.rank_loads(r, moe.contiguous(128, ep))) for r in routings]
         assert imb == sorted(imb), (ep, imb)
 
 
@@ -106,10 +106,10 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
-def test_cli_run_writes_tables_and_charts_and_bytes_match(cli, tmp_path):
+def test_cli_run_writes_tables_and_charts_and_bytes_match(cli_inproc, tmp_path):
     out = tmp_path / "run"
-    res = cli("moe", "--ep", "2,4", "--tokens", "1,16", "--skew", "uniform,zipf:1.2,hot:2",
-              "--iters", "3", "--warmup", "1", "--backend", "gloo", "--seed", "5", "--out", str(out))
+    res = cli_inproc("moe", "--ep", "2,4", "--tokens", "1,16", "--skew", "uniform,zipf:1.2,hot:2",
+                     "--iters", "3", "--warmup", "1", "--backend", "gloo", "--seed", "5", "--out", str(out))
     assert res.returncode == 0, res.stderr
     for f in ("meta.json", "moe_steps.csv", "moe_ranks.csv", "moe_rank_load.png", "moe_latency_vs_skew.png"):
         assert (out / f).exists(), f
@@ -137,7 +137,7 @@ def test_cli_run_writes_tables_and_charts_and_bytes_match(cli, tmp_path):
 
 def _config(tmp_path, **over):
     cfg = {"hidden_size": 256, "vocab_size": 1000, "num_hidden_layers": 2, "num_attention_heads": 4,
-           "num_experts": 8, "num_experts_per_tok": 2}
+           "intermediate_size": 512, "moe_intermediate_size": 128, "num_experts": 8, "num_experts_per_tok": 2}
     cfg.update(over)
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
@@ -145,7 +145,7 @@ def _config(tmp_path, **over):
 
 
 @pytest.mark.parametrize("case", ["skew", "topk", "ep", "loadfile", "dense"])
-def test_bad_inputs_give_one_line_and_exit_2(cli, tmp_path, case):
+def test_bad_inputs_give_one_line_and_exit_2(cli_inproc, tmp_path, case):
     args = ["moe", "--ep", "2", "--tokens", "4", "--backend", "gloo", "--out", str(tmp_path / "o")]
     if case == "skew":
         args += ["--skew", "pareto:2"]
@@ -159,7 +159,7 @@ def test_bad_inputs_give_one_line_and_exit_2(cli, tmp_path, case):
         args += ["--skew", f"file:{bad}"]
     else:
         args += ["--model", _config(tmp_path, num_experts=0)]
-    res = cli(*args)
+    res = cli_inproc(*args)
     assert res.returncode == 2, res.stderr
     err = [l for l in res.stderr.splitlines() if l.strip()]
     assert len(err) == 1 and err[0].startswith("commprof: error:"), res.stderr

@@ -1,0 +1,481 @@
+"""Inputs for fuzzing commprof's parsers, and the property every outcome must have.
+
+Each target pairs a generator ``gen(rnd) -> input`` (``rnd`` is a ``random.Random``) with a check
+``check(input, tmp_dir) -> "accepted" | "rejected"``. The check runs the parser and asserts the
+property: the parser either raises commprof's own error (a ``CommprofError`` of one line) or
+returns a result with no NaN, infinite or negative figure. Any other exception propagates: that
+is a crash. Generators mutate real inputs (the nccl-tests logs under tests/data and
+shared/data, the -J fixture, the built-in models written out as config.json) and build
+synthetic ones from the grammar of each format.
+
+tests/test_fuzz_parsers.py lets hypothesis drive ``rnd`` (a few hundred examples, shrinking on
+failure); scripts/fuzz.py feeds each target 10,000 seeded inputs and writes results/bench/fuzz.md.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import glob
+import json
+import math
+import os
+import random
+
+from commprof.errors import CommprofError
+from commprof.importers import _section_rows, read_nccl_tests
+from commprof.models import BUILTIN, ModelShape, get_model
+from commprof.sizes import MAX_MESSAGE_BYTES, decode_sizes, parse_sizes
+from commprof.units import MAX_BYTES, MAX_LIST_INT, parse_bytes, parse_int_list
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(REPO, "tests", "data")
+SHARED_LOGS = os.path.join(REPO, "..", "shared", "data", "nccl-tests")
+
+# Placeholders put into JSON before it is written: json.dumps cannot write an integer over
+# Python's 4,300-digit limit, and a deep nest is easier to splice in as text.
+HUGE = "__COMMPROF_FUZZ_HUGE_INT__"
+DEEP = "__COMMPROF_FUZZ_DEEP__"
+
+
+# --- real inputs ------------------------------------------------------------------------------------
+
+def real_log_paths() -> list[str]:
+    """Every real nccl-tests text log: tests/data's, and shared/data's when it is there."""
+    return (sorted(glob.glob(os.path.join(DATA, "nccl-tests", "*.log")))
+            + sorted(glob.glob(os.path.join(SHARED_LOGS, "*.txt"))))
+
+
+@functools.cache
+def real_logs() -> tuple[tuple[str, str], ...]:
+    """(file name, text) of every real nccl-tests text log (:func:`real_log_paths`)."""
+    out = []
+    for p in real_log_paths():
+        with open(p, encoding="utf-8") as f:
+            out.append((os.path.basename(p), f.read()))
+    return tuple(out)
+
+
+def real_json() -> dict:
+    """The -J fixture (a fresh copy each call)."""
+    return copy.deepcopy(_real_json())
+
+
+@functools.cache
+def _real_json() -> dict:
+    with open(os.path.join(DATA, "nccl-tests", "all_reduce_perf_8xA100_v3.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def hf_config(m: ModelShape) -> dict:
+    """A built-in model written as the Hugging Face config.json it came from."""
+    d = {"_name_or_path": m.name, "hidden_size": m.hidden, "num_hidden_layers": m.layers,
+         "num_attention_heads": m.q_heads, "num_key_value_heads": m.kv_heads, "head_dim": m.head_dim,
+         "intermediate_size": m.ffn, "vocab_size": m.vocab, "tie_word_embeddings": m.tie_word_embeddings}
+    if m.experts:
+        d.update(num_experts=m.experts, num_experts_per_tok=m.top_k, moe_intermediate_size=m.expert_ffn,
+                 first_k_dense_replace=m.dense_layers, n_shared_experts=m.shared_experts)
+    if m.sliding_window:
+        d["sliding_window"] = m.sliding_window
+        d["layer_types"] = ["full_attention" if i in m.global_layers else "sliding_attention"
+                            for i in range(m.layers)]
+    if m.kv_lora_rank:
+        d.update(q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank, qk_rope_head_dim=m.qk_rope_head_dim,
+                 qk_nope_head_dim=m.qk_nope_head_dim, v_head_dim=m.v_head_dim)
+    return d
+
+
+@functools.cache
+def real_configs() -> tuple[dict, ...]:
+    """Every built-in model as a config.json, the toy config, and Gemma 3's multimodal layout
+    (shared: copy before changing one)."""
+    cfgs = [hf_config(m) for m in BUILTIN.values()]
+    with open(os.path.join(DATA, "toy-dense-config.json"), encoding="utf-8") as f:
+        cfgs.append(json.load(f))
+    gemma = hf_config(get_model("Gemma-3-27B"))
+    del gemma["layer_types"]
+    cfgs.append({"model_type": "gemma3", "text_config": {**gemma, "sliding_window_pattern": 6}})
+    return tuple(cfgs)
+
+
+# --- building blocks --------------------------------------------------------------------------------
+
+TOKENS = ["0", "-0", "1", "-1", "-5", "1.5", "-2.50", "nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e308",
+          "1e309", "-1e309", "9" * 25, "9" * 400, "2147483648", "9007199254740993", "N/A", "0x10", "",
+          "1_000", "\u0663", "\u00bd", "float", "sum", "none", "2026-03-01", "10:11:12", "#", ",", "\t"]
+JSON_VALUES = [0, -1, 1, 1.5, -0.0, 64.0, float("nan"), float("inf"), -float("inf"), 1e30, 10 ** 30, 2 ** 31,
+               2 ** 53 + 1, True, False, None, "", "four", "nan", "1024", "  -1", "sixtyfour", "\n", [], [1],
+               [None], {}, {"a": 1}, HUGE, DEEP]
+SUFFIXES = ["", "", "K", "M", "G", "B", "KB", "KiB", "MiB", "GiB", "GB", "k", "gib", "T", "TiB", "Q", "KK", "e5",
+            " K", "B ", "\u212a"]
+JUNK_CHARS = "0123456789.,:-+eE_KMGBikmg pow2PODECdecode\t\n\x00\u0663\u00b2\uff11\u2028"
+
+
+def _choice(rnd: random.Random, seq):
+    return seq[rnd.randrange(len(seq))]
+
+
+def _digits(rnd: random.Random) -> str:
+    n = _choice(rnd, [1, 1, 1, 2, 3, 4, 6, 10, 16, 20, 60, 400])
+    return str(rnd.randint(1, 9)) + "".join(str(rnd.randint(0, 9)) for _ in range(n - 1))
+
+
+def _junk(rnd: random.Random, n: int | None = None) -> str:
+    return "".join(_choice(rnd, JUNK_CHARS) for _ in range(n if n is not None else rnd.randint(0, 12)))
+
+
+def _mutate_text(rnd: random.Random, text: str) -> str:
+    """One character-level edit: insert, delete or replace a character."""
+    if not text:
+        return _junk(rnd)
+    i = rnd.randrange(len(text) + 1)
+    op = rnd.randrange(3)
+    if op == 0:
+        return text[:i] + _choice(rnd, JUNK_CHARS) + text[i:]
+    if op == 1:
+        return text[:i] + text[i + 1:]
+    return text[:i] + _choice(rnd, JUNK_CHARS) + text[i + 1:]
+
+
+def _mutate_bytes(rnd: random.Random, data: bytes) -> bytes:
+    """A byte-level edit: a byte that is not UTF-8, a NUL, a cut, or a BOM."""
+    op = rnd.randrange(5)
+    i = rnd.randrange(len(data) + 1)
+    if op == 0:
+        return data[:i] + bytes([rnd.choice([0xff, 0xfe, 0xc3, 0x80, 0xe9, 0xed])]) + data[i:]
+    if op == 1:
+        return data[:i] + b"\x00" + data[i:]
+    if op == 2:
+        return data[:i]
+    if op == 3:
+        return _choice(rnd, [b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff"]) + data
+    return bytes(rnd.randrange(256) for _ in range(rnd.randint(0, 64)))
+
+
+def _dumps(value) -> str:
+    text = json.dumps(value)
+    return text.replace(json.dumps(HUGE), "9" * 4400).replace(json.dumps(DEEP), "[" * 3000 + "]" * 3000)
+
+
+# --- sizes and integer lists ----------------------------------------------------------------------
+
+def gen_size_token(rnd: random.Random) -> str:
+    """One byte size as typed for --gpu-mem or p2p --size: digits, a fraction, a suffix, spaces."""
+    kind = rnd.randrange(10)
+    if kind == 0:
+        return _junk(rnd)
+    if kind == 1:
+        return _mutate_text(rnd, gen_size_token(rnd))
+    text = _digits(rnd)
+    if rnd.random() < 0.25:
+        text += "." + _digits(rnd)[:rnd.randint(1, 4)]
+    if rnd.random() < 0.1:
+        text = _choice(rnd, ["-", "+", " ", "0", "00"]) + text
+    return text + _choice(rnd, SUFFIXES) + (" " if rnd.random() < 0.1 else "")
+
+
+def _size_or_good(rnd: random.Random) -> str:
+    """A size token for a list or a range: most of them valid, so whole lists get accepted too."""
+    if rnd.random() < 0.3:
+        return gen_size_token(rnd)
+    return f"{rnd.randint(1, 4096)}{_choice(rnd, ['', 'K', 'M', 'KiB', 'MB', 'G'])}"
+
+
+def gen_int_list(rnd: random.Random) -> str:
+    """A value of --tp, --batch, --ep or --tokens: integers and commas, some of them wrong."""
+    if rnd.random() < 0.1:
+        return _junk(rnd)
+    parts = []
+    for _ in range(rnd.randint(1, 5)):
+        r = rnd.random()
+        parts.append(_choice(rnd, TOKENS) if r < 0.15 else "" if r < 0.2 else _digits(rnd) if r < 0.35
+                     else str(_choice(rnd, [1, 2, 4, 8, 16, 32, 128])))
+    text = ",".join(parts)
+    return _mutate_text(rnd, text) if rnd.random() < 0.15 else text
+
+
+def gen_size_spec(rnd: random.Random) -> tuple[str, list[str], str, str]:
+    """(--sizes, ops, model name, --batch): decode, pow2:MIN-MAX or a list."""
+    ops = rnd.sample(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"], rnd.randint(1, 3))
+    model = _choice(rnd, sorted(BUILTIN))
+    batch = gen_int_list(rnd) if rnd.random() < 0.3 else _choice(rnd, ["1,8,32,128", "1", "4096", "100000000"])
+    kind = rnd.randrange(6)
+    if kind == 0:
+        spec = _choice(rnd, ["decode", "DECODE", " decode ", "decode,", "decod"])
+    elif kind == 1:
+        spec = (_choice(rnd, ["pow2:", "pow2:", "POW2:", "pow2: ", "pow2"]) + _size_or_good(rnd)
+                + _choice(rnd, ["-", "-", "-", "--", "-pow2:", "", ","]) + _size_or_good(rnd))
+    elif kind == 2:
+        spec = _junk(rnd, rnd.randint(0, 30))
+    else:
+        spec = _choice(rnd, [",", ",", ", ", ",,"]).join(_size_or_good(rnd) for _ in range(rnd.randint(1, 5)))
+        if rnd.random() < 0.15:
+            spec = _choice(rnd, [",", ""]) + spec + _choice(rnd, [",", " ,", ""])
+    return spec, ops, model, batch
+
+
+def _rejected(e: CommprofError) -> str:
+    msg = str(e)
+    assert msg.strip() and "\n" not in msg and "\r" not in msg, f"not one line: {msg!r}"
+    return "rejected"
+
+
+def check_size_token(text: str, tmp: str | None = None) -> str:
+    try:
+        n = parse_bytes(text)
+    except CommprofError as e:
+        assert isinstance(e, ValueError)            # callers catch ValueError to name their flag
+        return _rejected(e)
+    assert type(n) is int and 1 <= n <= MAX_BYTES, n
+    return "accepted"
+
+
+def check_int_list(text: str, tmp: str | None = None) -> str:
+    try:
+        values = parse_int_list(text, "--tp")
+    except CommprofError as e:
+        return _rejected(e)
+    assert values and all(type(v) is int and 1 <= v <= MAX_LIST_INT for v in values), values
+    return "accepted"
+
+
+def check_size_spec(case, tmp: str | None = None) -> str:
+    spec, ops, model, batch = case
+    try:
+        batches = parse_int_list(batch, "--batch")
+        points = parse_sizes(spec, ops, get_model(model), batches, 2)
+    except CommprofError as e:
+        return _rejected(e)
+    assert points, spec
+    for p in points:
+        assert p.op in ops and type(p.size_bytes) is int and 1 <= p.size_bytes <= MAX_MESSAGE_BYTES, p
+    return "accepted"
+
+
+# --- config.json --------------------------------------------------------------------------------
+
+CONFIG_FIELDS = ["hidden_size", "d_model", "vocab_size", "num_hidden_layers", "n_layer", "num_attention_heads",
+                 "num_key_value_heads", "head_dim", "intermediate_size", "ffn_dim", "num_experts",
+                 "n_routed_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+                 "shared_expert_intermediate_size", "n_shared_experts", "first_k_dense_replace", "q_lora_rank",
+                 "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window",
+                 "sliding_window_pattern", "use_sliding_window", "max_window_layers", "layer_types",
+                 "tie_word_embeddings", "model_type", "_name_or_path", "text_config"]
+
+
+def _config_value(rnd: random.Random, key: str, cfg: dict):
+    r = rnd.random()
+    if r < 0.45:
+        return _choice(rnd, JSON_VALUES)
+    if r < 0.6 and isinstance(cfg.get(key), int) and not isinstance(cfg.get(key), bool):
+        return cfg[key] + _choice(rnd, [-cfg[key], -cfg[key] - 1, 1, -1, cfg[key], cfg[key] * 1000])
+    if key == "layer_types":
+        return [_choice(rnd, ["sliding_attention", "full_attention", 1, None])
+                for _ in range(_choice(rnd, [0, 1, cfg.get("num_hidden_layers", 4) if isinstance(
+                    cfg.get("num_hidden_layers"), int) and cfg.get("num_hidden_layers", 4) < 5000 else 4]))]
+    if key == "text_config":
+        return {k: v for k, v in cfg.items() if k != "text_config"}
+    return rnd.randint(-3, 5) if r < 0.8 else _choice(rnd, [2 ** 31 - 1, 2 ** 31, 4096, 4097, 1 << 20, 1 << 24])
+
+
+def mutate_config(rnd: random.Random, cfg: dict) -> dict:
+    """Replace, delete or add fields of one config (inside ``text_config`` when it has one)."""
+    cfg = copy.deepcopy(cfg)
+    target = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) and rnd.random() < 0.7 else cfg
+    for _ in range(rnd.randint(1, 3)):
+        key = _choice(rnd, CONFIG_FIELDS + list(target))
+        if rnd.random() < 0.2:
+            target.pop(key, None)
+        else:
+            target[key] = _config_value(rnd, key, target)
+    return cfg
+
+
+def gen_config(rnd: random.Random) -> bytes:
+    """A config.json's bytes: a real config with fields broken, or a broken file."""
+    cfg = _choice(rnd, real_configs())
+    if rnd.random() < 0.9:
+        cfg = mutate_config(rnd, cfg)
+    r = rnd.random()
+    if r < 0.04:
+        cfg = _choice(rnd, [[cfg], "config", 3, None, True])
+    text = _dumps(cfg).encode("utf-8")
+    if r > 0.9:
+        text = _mutate_bytes(rnd, text)
+    elif r > 0.85:
+        text = _mutate_text(rnd, text.decode("utf-8")).encode("utf-8", "surrogatepass")
+    return text
+
+
+def check_config(data: bytes, tmp: str) -> str:
+    path = os.path.join(tmp, "config.json")
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        m = get_model(path)
+    except CommprofError as e:
+        return _rejected(e)
+    ints = {k: v for k, v in m.to_dict().items() if k not in ("name", "source", "extra", "global_layers",
+                                                               "tie_word_embeddings")}
+    for k, v in ints.items():
+        assert type(v) is int and v >= 0, (k, v)
+    for k in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "vocab"):
+        assert ints[k] >= 1, (k, ints[k])
+    assert m.layers <= 4096 and m.hidden <= 1 << 20 and m.vocab <= 1 << 24 and m.q_heads % m.kv_heads == 0
+    assert (m.top_k == 0) if m.experts == 0 else (1 <= m.top_k <= m.experts and m.expert_ffn >= 1)
+    assert all(type(i) is int and 0 <= i < m.layers for i in m.global_layers) and m.dense_layers <= m.layers
+    assert isinstance(m.name, str) and m.name.isprintable() and type(m.tie_word_embeddings) is bool
+    for p in decode_sizes(["all_reduce", "all_gather"], m, [1, 128], 2):       # the sizes it gives a sweep
+        assert 1 <= p.size_bytes <= MAX_MESSAGE_BYTES
+    return "accepted"
+
+
+# --- nccl-tests text ------------------------------------------------------------------------------
+
+LOG_NAMES = ["all_reduce_perf.log", "all_gather_perf.log", "alltoall.txt", "broadcast.log", "rs.log", "x.txt"]
+LOG_LINES = [
+    "# Out of bounds values", "# Avg bus bandwidth", "# Collective test starting: sendrecv_perf",
+    "# Collective test starting: all_gather_perf", "# Collective test concluded: all_reduce_perf",
+    "# nThread 0 nGpus 0 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 validation: 1",
+    "# nThread 1 nGpus " + "9" * 30 + " graph: 1 iters: " + "9" * 5000,
+    "#  Rank " + "9" * 30 + " Group 0 Pid 1 on h device 0 [0x00] X",
+    "#  Rank  0 Group  0 Pid   2001 on      boxA device  0 [0000:18:00] NVIDIA H100 80GB HBM3",
+    "#  Rank  1 Group  1 Pid   2002 on      boxB device  1 [0000:2a:00] NVIDIA H100 80GB HBM3",
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+    "#  size count type time",
+    "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99",
+    "# nccl-tests version 2.17.9 nccl-headers=22903 nccl-library=" + "9" * 50,
+    "        1024           256     float     sum      -1     5.81    0.18    0.18      0     5.79    0.18    0.18      0",
+    "     1048576        262144     float     sum      -1    20.00   52.43   52.43    inf    20.00   52.43   52.43      0",
+    "        4096          1024     float     sum    12.35    0.33    0.33  0e+00    12.11    0.34    0.34  nan",
+    "     " + "9" * 5000 + "   1   float   sum   -1   1.0   1.0   1.0   0   1.0   1.0   1.0   0",
+    "h:1:1 [0] NCCL INFO Launch mode Parallel", "[1,0]<stdout>:", " 0: ", "random text that is not a log",
+]
+
+
+def gen_log_text(rnd: random.Random) -> tuple[str, bytes]:
+    """(file name, bytes): a real log with lines and tokens changed, or bytes that are no log at all."""
+    name, text = _choice(rnd, real_logs())
+    if rnd.random() < 0.5:
+        name = _choice(rnd, LOG_NAMES)
+    lines = text.splitlines()
+    for _ in range(rnd.randint(1, 4)):
+        op = rnd.randrange(8)
+        i = rnd.randrange(len(lines) + 1) if lines else 0
+        if op <= 2 and lines:                                   # one token of a line
+            i = min(i, len(lines) - 1)
+            toks = lines[i].split()
+            if toks:
+                toks[rnd.randrange(len(toks))] = _choice(rnd, TOKENS) if op < 2 else _digits(rnd)
+                lines[i] = " ".join(toks)
+        elif op == 3 and lines:
+            del lines[min(i, len(lines) - 1)]
+        elif op == 4 and lines:
+            lines.insert(i, lines[min(i, len(lines) - 1)])
+        elif op == 5:
+            lines.insert(i, _choice(rnd, LOG_LINES))
+        elif op == 6 and lines:
+            j = min(i, len(lines) - 1)
+            lines[j] = _mutate_text(rnd, lines[j])
+        else:
+            lines = lines[:i]
+    text = "\n".join(lines) + ("\n" if rnd.random() < 0.8 else "")
+    r = rnd.random()
+    if r < 0.05:
+        data = text.encode("utf-16")
+    else:
+        data = text.encode("utf-8", "surrogatepass")
+        if r > 0.9:
+            data = _mutate_bytes(rnd, data)
+    return name, data
+
+
+def _check_rows(secs) -> None:
+    for sec in secs:
+        rows, info = _section_rows(sec, in_place=True)
+        json.dumps(info, allow_nan=False)                       # meta.json: no NaN or inf
+        for row in rows:
+            assert row["size_bytes"] >= 1 and row["tp"] >= 1 and row["latency_us_p50"] > 0, row
+            for k, v in row.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    assert math.isfinite(v) and v >= 0, (k, v)
+
+
+def check_log(case, tmp: str) -> str:
+    name, data = case
+    path = os.path.join(tmp, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        _check_rows(read_nccl_tests(path))
+    except CommprofError as e:
+        return _rejected(e)
+    return "accepted"
+
+
+# --- nccl-tests -J JSON -----------------------------------------------------------------------------
+
+def _paths(value, prefix=()):
+    """Every (path, value) inside a JSON value, the root included."""
+    yield prefix, value
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, prefix + (i,))
+
+
+def mutate_json(rnd: random.Random, doc):
+    """Replace, delete or retype values anywhere in a JSON document (a copy)."""
+    doc = copy.deepcopy(doc)
+    for _ in range(rnd.randint(1, 3)):
+        paths = [p for p, _ in _paths(doc) if p]
+        if not paths:
+            break
+        path = _choice(rnd, paths)
+        parent = doc
+        for k in path[:-1]:
+            parent = parent[k]
+        key = path[-1]
+        op = rnd.random()
+        if op < 0.6:
+            parent[key] = _choice(rnd, JSON_VALUES)
+        elif op < 0.75 and isinstance(parent, dict):
+            del parent[key]
+        elif op < 0.85 and isinstance(parent[key], (int, float)) and not isinstance(parent[key], bool):
+            parent[key] = -parent[key] if parent[key] else -1
+        elif op < 0.92 and isinstance(parent, list):
+            parent.append(copy.deepcopy(parent[key]))
+        else:
+            parent[key] = [parent[key]] if rnd.random() < 0.5 else str(parent[key])
+    return doc
+
+
+def gen_log_json(rnd: random.Random) -> tuple[str, bytes]:
+    """(file name, bytes): the -J fixture with values broken anywhere, or its text broken."""
+    doc = real_json()
+    if rnd.random() < 0.2:                              # the key variants nccl-tests versions write
+        for r in doc["results"]:
+            r["out_of_place"]["cpu_time"] = r["out_of_place"].pop("time")
+            r["in_place"]["nwrong"] = None
+    if rnd.random() < 0.95:
+        doc = mutate_json(rnd, doc)
+    name = _choice(rnd, ["all_reduce_perf.json", "ar.json", "all_gather.json"])
+    data = _dumps(doc).encode("utf-8")
+    if rnd.random() < 0.08:
+        data = _mutate_bytes(rnd, data) if rnd.random() < 0.5 else _mutate_text(rnd, data.decode()).encode(
+            "utf-8", "surrogatepass")
+    return name, data
+
+
+# --- the targets ------------------------------------------------------------------------------------
+
+TARGETS = {
+    # name: (what it parses, generator, check)
+    "units.parse_bytes": ("--gpu-mem, p2p --size: one byte size", gen_size_token, check_size_token),
+    "units.parse_int_list": ("--tp, --batch, --ep, --tokens", gen_int_list, check_int_list),
+    "sizes.parse_sizes": ("sweep --sizes: decode, pow2:MIN-MAX, lists", gen_size_spec, check_size_spec),
+    "models.load_config": ("a Hugging Face config.json", gen_config, check_config),
+    "importers text": ("nccl-tests text output", gen_log_text, check_log),
+    "importers -J JSON": ("nccl-tests -J JSON output", gen_log_json, check_log),
+}

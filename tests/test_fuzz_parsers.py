@@ -1,0 +1,187 @@
+"""Property-based tests (hypothesis) of every parser commprof owns: byte sizes and integer lists
+(``units``), ``sweep --sizes`` (``sizes``), Hugging Face config.json (``models``), nccl-tests text
+and ``-J`` JSON output (``importers``).
+
+The property, for every input: the parser raises commprof's own error (a ``CommprofError`` whose
+message is one line) or returns a result with no NaN, infinite or negative figure. Any other
+exception is a crash and fails the test. Inputs are mutated real ones (the logs under tests/data
+and shared/data, the built-in models as config.json) and hypothesis' own text, bytes and JSON.
+
+Bounded for CI: 200 examples per test, derandomized (the same inputs on every run), no deadline.
+``scripts/fuzz.py`` runs the same generators with 10,000 inputs per parser.
+"""
+import json
+import os
+import shutil
+import tempfile
+
+import pytest
+
+pytest.importorskip("hypothesis")
+import fuzz_inputs as F  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from commprof.importers import read_nccl_tests  # noqa: E402
+from commprof.sizes import MAX_MESSAGE_BYTES, parse_sizes  # noqa: E402
+from commprof.units import MAX_LIST_INT, parse_int_list  # noqa: E402
+
+CI = settings(max_examples=200, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+RANDOMS = st.randoms(use_true_random=False)
+# Any JSON value, nested a little: what a config.json or -J field could hold instead of its number.
+JSON_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+    | st.sampled_from([v for v in F.JSON_VALUES if v not in (F.HUGE, F.DEEP)]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6)
+
+
+@pytest.fixture(scope="module")
+def tmp():
+    d = tempfile.mkdtemp(prefix="commprof-fuzz-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+# --- sizes and integer lists ----------------------------------------------------------------------
+
+@CI
+@given(RANDOMS)
+def test_parse_bytes_generated(rnd):
+    F.check_size_token(F.gen_size_token(rnd))
+
+
+@CI
+@given(st.text(max_size=40))
+def test_parse_bytes_any_text(text):
+    F.check_size_token(text)
+
+
+@CI
+@given(st.integers(min_value=-10, max_value=10 ** 40), st.sampled_from(["", "K", "M", "G", "KiB", "GB"]))
+def test_parse_bytes_is_exact_or_refused(n, suffix):
+    from commprof.units import parse_bytes
+
+    mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "KiB": 1 << 10, "GB": 1 << 30}[suffix]
+    if F.check_size_token(f"{n}{suffix}") == "accepted":
+        assert parse_bytes(f"{n}{suffix}") == n * mult
+
+
+@CI
+@given(RANDOMS)
+def test_int_list_generated(rnd):
+    F.check_int_list(F.gen_int_list(rnd))
+
+
+@CI
+@given(st.text(alphabet=st.sampled_from("0123456789,- +._e\n\u0663"), max_size=30))
+def test_int_list_any_text(text):
+    F.check_int_list(text)
+
+
+@CI
+@given(st.lists(st.integers(min_value=1, max_value=MAX_LIST_INT), min_size=1, max_size=6))
+def test_int_list_round_trip(values):
+    assert parse_int_list(",".join(map(str, values)), "--tp") == values
+
+
+@CI
+@given(RANDOMS)
+def test_sizes_generated(rnd):
+    F.check_size_spec(F.gen_size_spec(rnd))
+
+
+@CI
+@given(st.lists(st.integers(min_value=1, max_value=MAX_MESSAGE_BYTES), min_size=1, max_size=5))
+def test_size_lists_round_trip(sizes):
+    points = parse_sizes(",".join(map(str, sizes)), ["all_reduce"], None, [1], 2)
+    assert [p.size_bytes for p in points] == list(dict.fromkeys(sizes))      # a repeat is measured once
+
+
+# --- config.json ------------------------------------------------------------------------------------
+
+@CI
+@given(rnd=RANDOMS)
+def test_config_mutated(rnd, tmp):
+    F.check_config(F.gen_config(rnd), tmp)
+
+
+@CI
+@given(base=st.sampled_from(range(len(F.real_configs()))),
+       fields=st.dictionaries(st.sampled_from(F.CONFIG_FIELDS), JSON_VALUE, min_size=1, max_size=3))
+def test_config_any_field_values(base, fields, tmp):
+    cfg = dict(F.real_configs()[base])
+    target = dict(cfg["text_config"]) if "text_config" in cfg else cfg
+    target.update(fields)
+    if "text_config" in cfg and "text_config" not in fields:
+        cfg["text_config"] = target
+    F.check_config(json.dumps(target if target is cfg else cfg).encode(), tmp)
+
+
+@CI
+@given(data=st.binary(max_size=200))
+def test_config_any_bytes(data, tmp):
+    F.check_config(data, tmp)
+
+
+# --- nccl-tests text and -J JSON --------------------------------------------------------------------
+
+@CI
+@given(rnd=RANDOMS)
+def test_log_text_mutated(rnd, tmp):
+    F.check_log(F.gen_log_text(rnd), tmp)
+
+
+@CI
+@given(lines=st.lists(st.sampled_from(F.LOG_LINES) | st.text(max_size=60), min_size=1, max_size=8),
+       name=st.sampled_from(F.LOG_NAMES))
+def test_log_text_any_lines(lines, name, tmp):
+    F.check_log((name, "\n".join(lines).encode("utf-8", "surrogatepass")), tmp)
+
+
+@CI
+@given(data=st.binary(max_size=300))
+def test_log_any_bytes(data, tmp):
+    F.check_log(("all_reduce_perf.log", data), tmp)
+
+
+@CI
+@given(rnd=RANDOMS)
+def test_log_json_mutated(rnd, tmp):
+    F.check_log(F.gen_log_json(rnd), tmp)
+
+
+@CI
+@given(data=st.data())
+def test_log_json_any_value_anywhere(data, tmp):
+    doc = F.real_json()
+    paths = [p for p, _ in F._paths(doc) if p]
+    path = data.draw(st.sampled_from(paths))
+    parent = doc
+    for k in path[:-1]:
+        parent = parent[k]
+    parent[path[-1]] = data.draw(JSON_VALUE)
+    F.check_log(("all_reduce_perf.json", json.dumps(doc).encode()), tmp)
+
+
+# --- the real inputs themselves are accepted ------------------------------------------------------
+
+def test_real_inputs_are_accepted(tmp):
+    """The unmutated inputs every generator starts from parse cleanly (the checks are not so strict
+    that they refuse real output); the shared logs count when shared/data is there."""
+    for name, text in F.real_logs():
+        if "malformed" not in name:
+            assert F.check_log((name, text.encode()), tmp) == "accepted", name
+    assert F.check_log(("all_reduce_perf.json", json.dumps(F.real_json()).encode()), tmp) == "accepted"
+    for cfg in F.real_configs():
+        assert F.check_config(json.dumps(cfg).encode(), tmp) == "accepted", cfg
+
+
+def test_shared_real_logs_are_imported():
+    if not os.path.isdir(F.SHARED_LOGS):
+        pytest.skip("shared/data/nccl-tests is not next to this checkout")
+    names = sorted(n for n in os.listdir(F.SHARED_LOGS) if n.endswith(".txt"))
+    assert names
+    for n in names:
+        assert read_nccl_tests(os.path.join(F.SHARED_LOGS, n))[0].rows, n
