@@ -1,6 +1,21 @@
 """commprof: how GPU-to-GPU communication eats each token of LLM inference.
 
 Importing commprof needs no GPU, driver, torch or cupy: heavy imports happen inside the
-functions that need them.
+functions that need them. The library (:mod:`commprof.api`) is reachable from the package:
+``commprof.load``, ``commprof.plan``, ``commprof.fit``, ``commprof.compare``,
+``commprof.checklist``, ``commprof.reference``; each returns pandas DataFrames.
 """
-__version__ = "0.1.0"
+from ._version import __version__
+
+_API = ("Results", "load", "plan", "fit", "compare", "checklist", "reference")
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str):
+    # Loaded on first use, so `import commprof` stays light (no pandas) and the package itself
+    # imports none of its layers.
+    if name in _API:
+        import importlib
+
+        return getattr(importlib.import_module("commprof.api"), name)
+    raise AttributeError(f"module 'commprof' has no attribute {name!r}")

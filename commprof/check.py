@@ -11,10 +11,11 @@ import copy
 import json
 import os
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
+from .items import Item, verdict
 from .errors import CommprofError, UsageError
-from .render import stdout_console
+from .views.check import markdown, render
 
 EXIT_CHECK_FAILED = 8
 DEFAULT_THRESHOLDS = os.path.join(os.path.dirname(__file__), "data", "thresholds.toml")
@@ -26,20 +27,6 @@ LINK_CEILING_SOURCE = "shared/FACTS.md link ceilings (PCIe x16 per direction; NV
 
 class CheckFailed(CommprofError):
     exit_code = EXIT_CHECK_FAILED
-
-
-@dataclass
-class Item:
-    id: str
-    item: str
-    status: str               # PASS / WARN / FAIL / SKIP
-    value: str
-    threshold: str
-    source: str
-    hint: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 # --- thresholds ------------------------------------------------------------------------------------
@@ -387,7 +374,7 @@ def item_kv(ev, th, model: str | None) -> Item:
         return Item("KV", name, "SKIP", "GPU memory or model unknown", f">= {t['min_sequences']} sequences",
                     t["source"], "give --model and a topo.json from the box")
     from .models import get_model
-    from .plan import build_plan
+    from .planner import build_plan
 
     try:
         plan = build_plan(get_model(model), t["tp"], 1, t["context"], gpu_mem_bytes=mem, mem_util=t["mem_util"])
@@ -450,40 +437,6 @@ def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list
     with open(mp, "w") as f:
         f.write(markdown(items, data))
     return [jp, mp]
-
-
-def verdict(items: list[Item]) -> str:
-    """FAIL > WARN > PASS; SKIP when nothing could be judged at all."""
-    s = {i.status for i in items}
-    return "FAIL" if "FAIL" in s else "WARN" if "WARN" in s else "PASS" if "PASS" in s else "SKIP"
-
-
-def counts(items: list[Item]) -> str:
-    return ", ".join(f"{k} {sum(i.status == k for i in items)}" for k in ("PASS", "WARN", "FAIL", "SKIP"))
-
-
-def markdown(items: list[Item], data: dict) -> str:
-    lines = [f"# commprof check: {data['verdict']} ({counts(items)})", "",
-             f"Thresholds version {data['thresholds_version']}; evidence: {', '.join(data['evidence_dirs'])}; "
-             f"{data['created']}.", "",
-             "| # | item | status | value | threshold | source | hint |", "|---|---|---|---|---|---|---|"]
-    for i in items:
-        cells = [i.id, i.item, i.status, i.value, i.threshold, i.source, i.hint]
-        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def render(items: list[Item], console=None) -> None:
-    from rich.table import Table
-
-    console = console or stdout_console(200)
-    colors = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
-    t = Table(title=f"commprof check: {verdict(items)} ({counts(items)})", title_justify="left", show_lines=False)
-    for col in ("#", "item", "status", "value", "threshold", "source", "hint"):
-        t.add_column(col, overflow="fold")
-    for i in items:
-        t.add_row(i.id, i.item, f"[{colors[i.status]}]{i.status}[/]", i.value, i.threshold, i.source, i.hint)
-    console.print(t)
 
 
 # --- measuring what the checklist needs -------------------------------------------------------------

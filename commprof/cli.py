@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .errors import EXIT_WRONG, CommprofError
+from .errors import CommprofError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="commprof: GPU interconnect and collective-communication profiler for LLM inference.")
@@ -49,44 +49,11 @@ def sweep(
 ):
     """Collective latency at decode sizes across TP degrees (NCCL on GPUs, gloo on CPU)."""
     from . import sweep as core
-    from .launch import torchrun_env
 
-    try:
-        cfg = core.build_config(tp=tp, ops=ops, sizes=sizes, model=model, batch=batch, dtype=dtype,
-                                backend=backend, modes=modes, iters=iters, warmup=warmup,
-                                concurrent=concurrent, timeout_s=timeout, out=out, resume=resume,
-                                argv=["commprof"] + sys.argv[1:], impl=impl, verify=verify)
-        trun = torchrun_env()
-        lead = trun is None or trun["rank"] == 0
-        if lead:
-            typer.echo(f"commprof: backend {cfg.backend} ({cfg.backend_reason}); {cfg.world_size} ranks "
-                       f"({cfg.launch}); {core.cells_count(cfg)} cells; results -> {cfg.out_dir}", err=True)
-        outcome = core.run(cfg)
-        if not lead or outcome is None:
-            return
-        _render(cfg.out_dir, charts=not no_charts)
-        for line in core.refusal_lines(outcome.refused or []):
-            typer.echo(f"commprof: {line}", err=True)
-        if outcome.wrong_rows:
-            typer.echo(f"commprof: error: {outcome.wrong_rows} row(s) failed the correctness check "
-                       f"(column wrong); see {cfg.out_dir}/sweep.csv", err=True)
-            raise typer.Exit(EXIT_WRONG)
-    except CommprofError as e:
-        _fail(e)
-
-
-def _render(out_dir: str, charts: bool = True):
-    from . import render, results
-
-    meta = results.read_meta(out_dir)
-    df = results.load_frame(out_dir, impl="all")
-    if df.empty:
-        typer.echo(f"commprof: {out_dir} holds no rows yet", err=True)
-        return
-    render.print_table(df, meta)
-    if charts:
-        for p in render.charts(df, meta, out_dir):
-            typer.echo(f"chart: {p}", err=True)
+    _exit_with(lambda: core.run_sweep(core.build_config(
+        tp=tp, ops=ops, sizes=sizes, model=model, batch=batch, dtype=dtype, backend=backend, modes=modes,
+        iters=iters, warmup=warmup, concurrent=concurrent, timeout_s=timeout, out=out, resume=resume,
+        argv=["commprof"] + sys.argv[1:], impl=impl, verify=verify), charts=not no_charts))
 
 
 @app.command()
@@ -110,48 +77,19 @@ def trace(
     """Per-token, per-layer compute vs communication of a synthetic TP decode engine."""
     from . import trace as core
     from .errors import UsageError
-    from .launch import torchrun_env
 
-    try:
+    def run() -> int:
         if predict and not comm_from:
             raise UsageError("--predict needs --comm-from DIR (a sweep results dir of the box to predict)")
         if comm_from and not predict:
             raise UsageError("--comm-from is only used with --predict")
-        if comm_from:
-            from . import results
-            from .costmodel import resolve_comm_source
-            comm_from = resolve_comm_source(comm_from)   # reference:<profile> -> a modelled sweep dir
-            results.load_frame(comm_from)            # a bad dir fails now, before anything runs
-            results.read_meta(comm_from)
+        source = core.comm_source(comm_from) if comm_from else None
         cfg = core.build_config(model=model, tp=tp, batch=batch, context=context, tokens=tokens, warmup=warmup,
                                 layers=layers, dtype=dtype, backend=backend, modes=modes, timeout_s=timeout,
                                 out=out, argv=["commprof"] + sys.argv[1:], predict=predict)
-        trun = torchrun_env()
-        lead = predict or trun is None or trun["rank"] == 0
-        if lead:
-            scaled = f"; {cfg.layers} of {cfg.layers_model} layers, scaled" if cfg.scaled else ""
-            typer.echo(f"commprof: trace {cfg.model['name']}: backend {cfg.backend} ({cfg.backend_reason}); "
-                       f"{'predicting from ' + comm_from if predict else str(cfg.world_size) + ' ranks'}{scaled}; "
-                       f"results -> {cfg.out_dir}", err=True)
-        if predict:
-            core.run_predict(cfg, comm_from)
-        elif not core.run(cfg):
-            return
-        _render_trace(cfg.out_dir, charts=not no_charts)
-    except CommprofError as e:
-        _fail(e)
+        return core.run_trace(cfg, source, charts=not no_charts)
 
-
-def _render_trace(out_dir: str, charts: bool = True):
-    from . import render, results
-    from . import trace as core
-
-    meta = results.read_meta(out_dir)
-    for line in core.summary_lines(out_dir):
-        typer.echo(line)
-    if charts:
-        for p in render.trace_charts(out_dir, meta):
-            typer.echo(f"chart: {p}", err=True)
+    _exit_with(run)
 
 
 @app.command()
@@ -169,7 +107,7 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ):
     """Collectives and memory of one decode step, from the model's shapes alone (nothing runs)."""
-    from .plan import run_plan
+    from .planner import run_plan
 
     _exit_with(run_plan, model, tp, batch, context, gpu_mem=gpu_mem, mem_util=mem_util, dtype=dtype, sp=sp,
                moe=moe, out=out, as_json=as_json)
@@ -281,17 +219,13 @@ def moe(
 
 @app.command()
 def show(
-    results_dir: str = typer.Argument(..., help="A results dir written by commprof sweep."),
+    results_dir: str = typer.Argument(..., help="A results dir written by any commprof verb (sweep, trace, moe, p2p, topo, plan, check, import...)."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Only print the table."),
 ):
-    """Re-render a results dir's table and charts without measuring again."""
-    try:
-        if os.path.exists(os.path.join(results_dir, "trace_summary.csv")):
-            _render_trace(results_dir, charts=not no_charts)
-        else:
-            _render(results_dir, charts=not no_charts)
-    except CommprofError as e:
-        _fail(e)
+    """Show any verb's results dir again (tables, summary lines) and redraw its charts, measuring nothing."""
+    from .views.show import run_show
+
+    _exit_with(run_show, results_dir, charts=not no_charts)
 
 
 def _is(exc: BaseException, name: str) -> bool:

@@ -320,3 +320,9 @@ def resolve_comm_source(spec: str) -> str:
         if os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def wire_latency_us(w: dict, tp: int, size_bytes: int) -> float:
+    """Bound for a one-shot all-reduce on a wire probed by ``commprof p2p`` (``w``: one-way flag
+    latency in us, SM read GB/s): a flag hop plus reading the tp-1 peers' buffers."""
+    return w["oneway_us"] + (tp - 1) * size_bytes / (w["read_gbps"] * 1e3)

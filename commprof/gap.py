@@ -10,8 +10,9 @@ This box's values are measured (or imported); the reference's are modelled from 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .errors import UsageError
-from .render import stdout_console
 
 DECODE_MAX_BYTES = 2 << 20
 LARGE_MIN_BYTES = 64 << 20
@@ -49,12 +50,38 @@ def _ref_latency(prof, op, tp, size, mode):
         return None, m
 
 
-def compute_gap(dirs: list[str], reference: str | None = None) -> dict:
-    """The gap as a table (headers, rows), text lines and a provenance line."""
-    from .check import gather
-    from .costmodel import get_profile
+@dataclass
+class Gap:
+    """This box against a reference profile, and what else the dirs say about its all-reduce.
 
-    ev = gather(dirs)
+    Numbers only: ``table`` (op, tp, mode, size_bytes, metric, this_box, reference, ratio, unit,
+    reference_mode; metric ``latency`` in us at decode sizes, ``busbw`` in GB/s at large sizes),
+    ``per_token`` (with a trace: tp, batch, mode, kind, scaled, comm_share_pct, ms_per_token and the
+    same token on the reference), ``fits`` (alpha-beta per op/tp/mode, :class:`costmodel.Fit`),
+    ``custom`` (one-shot vs backend, per tp and size), ``wire`` (p2p probe medians) and
+    ``wire_rows`` (all-reduce p50 against the wire bound)."""
+    reference: str
+    reference_title: str
+    box_kind: str
+    this_box: str
+    table: object
+    per_token: object
+    fits: list
+    custom: object
+    backend: str
+    wire: dict | None
+    wire_rows: object
+
+
+def compute_gap(dirs: list[str], reference: str | None = None, ev=None) -> Gap:
+    """The gap of the box the dirs describe against ``reference`` (default: the other kind)."""
+    import pandas as pd
+
+    from .check import gather
+    from .collectives import COLLECTIVES
+    from .costmodel import fit_sweep, get_profile, list_profiles
+
+    ev = ev if ev is not None else gather(dirs)
     if ev.sweep is None:
         raise UsageError("gap needs a sweep (or imported nccl-tests) results dir among the dirs")
     kind = box_kind(ev)
@@ -62,7 +89,6 @@ def compute_gap(dirs: list[str], reference: str | None = None) -> dict:
     try:
         prof = get_profile(ref)
     except (KeyError, UsageError):
-        from .costmodel import list_profiles
         raise UsageError(f"--reference '{ref}': unknown; use one of "
                          f"{', '.join(p['name'] for p in list_profiles())}") from None
     meta = ev.sweep_meta or {}
@@ -75,40 +101,43 @@ def compute_gap(dirs: list[str], reference: str | None = None) -> dict:
             ref_us, ref_mode = _ref_latency(ref, op, int(tp), size, mode)
             if ref_us is None:
                 continue
+            common = {"op": op, "tp": int(tp), "mode": mode, "size_bytes": size, "reference_mode": ref_mode}
             if size <= DECODE_MAX_BYTES:
-                rows.append((op, int(tp), mode, size, "latency", f"{r.latency_us_p50:.1f} us",
-                             f"{ref_us:.1f} us ({ref_mode})", f"{r.latency_us_p50 / ref_us:.2f}x"))
+                rows.append({**common, "metric": "latency", "unit": "us", "this_box": float(r.latency_us_p50),
+                             "reference": ref_us, "ratio": float(r.latency_us_p50) / ref_us})
             if size >= LARGE_MIN_BYTES:
-                from .collectives import COLLECTIVES
                 _, ref_bus = COLLECTIVES[op].bandwidth_gbps(size, ref_us, int(tp))
-                rows.append((op, int(tp), mode, size, "busbw", f"{r.busbw_gbps:.1f} GB/s",
-                             f"{ref_bus:.1f} GB/s", f"{r.busbw_gbps / ref_bus:.2f}x"))
+                rows.append({**common, "metric": "busbw", "unit": "GB/s", "this_box": float(r.busbw_gbps),
+                             "reference": ref_bus, "ratio": float(r.busbw_gbps) / ref_bus})
     if not rows:
         raise UsageError(f"gap: the reference '{ref}' covers none of the sweep's ops/TP degrees "
                          "(it has all_reduce and all_gather at TP 2/4/8)")
-    lines = _per_token(ev, ref, prof)
-    prov = (f"this box: {this}; reference: {ref} = {prof['title']} (modelled from published figures, "
-            f"sources in commprof/profiles.py); ratio = this box / reference")
-    if kind == "cpu":
-        prov += "; this box ran on CPU ranks (gloo): the ratios show the pipeline, not a GPU box"
-    return {"headers": ("op", "tp", "mode", "size_bytes", "metric", "this box", f"{ref} (modelled)", "ratio"),
-            "rows": rows, "lines": lines, "provenance": prov, "reference": ref, "box_kind": kind}
+    custom, backend = _custom_table(ev)
+    w = wire(ev)
+    return Gap(reference=ref, reference_title=prof["title"], box_kind=kind, this_box=this,
+               table=pd.DataFrame(rows), per_token=_per_token(ev, ref), fits=fit_sweep(ev.sweep),
+               custom=custom, backend=backend, wire=w, wire_rows=_wire_rows(ev, w))
 
 
-def _per_token(ev, ref: str, prof: dict) -> list[str]:
+def _per_token(ev, ref: str):
     """With a trace: this box's share and ms/token, and the same token on the reference."""
+    import pandas as pd
+
+    cols = ["tp", "batch", "mode", "kind", "scaled", "comm_share_pct", "ms_per_token", "ref_comm_share_pct",
+            "ref_ms_per_token"]
     if ev.trace is None:
-        return []
+        return pd.DataFrame(columns=cols)
     from .models import ModelShape, get_model
-    from .plan import decode_collectives
+    from .planner import decode_collectives
 
     model = (ev.trace_meta or {}).get("model") or {}
     try:
         shape = ModelShape(**{k: v for k, v in model.items() if k in ModelShape.__dataclass_fields__}) \
             if model else get_model("Qwen2.5-32B")
     except TypeError:
-        return []
+        return pd.DataFrame(columns=cols)
     tkind = (ev.trace_meta or {}).get("kind", "measured")
+    dtype = (ev.trace_meta or {}).get("config", {}).get("dtype", "bf16")
     out = []
     for r in ev.trace.itertuples():
         tp, batch, mode = int(r.tp), int(r.batch), str(getattr(r, "mode", "eager"))
@@ -117,7 +146,7 @@ def _per_token(ev, ref: str, prof: dict) -> list[str]:
         ms = float(r.ms_per_token)
         comm_ms = ms * float(r.comm_share_pct) / 100.0
         ref_comm_us = 0.0
-        for site in decode_collectives(shape, tp, batch, dtype=(ev.trace_meta or {}).get("config", {}).get("dtype", "bf16")):
+        for site in decode_collectives(shape, tp, batch, dtype=dtype):
             us, _ = _ref_latency(ref, site.op, tp, site.size_bytes, mode)
             if us is None:
                 ref_comm_us = None
@@ -126,40 +155,11 @@ def _per_token(ev, ref: str, prof: dict) -> list[str]:
         if ref_comm_us is None:
             continue
         ref_ms = ms - comm_ms + ref_comm_us / 1e3
-        scaled = ", scaled" if int(getattr(r, "scaled", 0) or 0) else ""
-        out.append(f"this box ({tkind}{scaled}): TP={tp} batch={batch} communication share {r.comm_share_pct:.1f}%, "
-                   f"{ms:.2f} ms/token; on {ref} (modelled, compute and gaps kept): "
-                   f"{100 * ref_comm_us / 1e3 / ref_ms:.1f}%, {ref_ms:.2f} ms/token")
-    return out
-
-
-def render_gap(g: dict, console=None) -> None:
-    from rich.table import Table
-
-    from .units import human_bytes
-
-    console = console or stdout_console(160)
-    t = Table(title=f"commprof gap vs {g['reference']}", title_justify="left")
-    for h in g["headers"]:
-        t.add_column(h)
-    for r in g["rows"]:
-        t.add_row(*(human_bytes(c) if i == 3 else str(c) for i, c in enumerate(r)))
-    console.print(t)
-    console.print(g["provenance"], style="dim")
-    for line in g["lines"]:
-        console.print(line)
-
-
-def fits_lines(df) -> list[str]:
-    """alpha-beta fits of this box's sweep, with their error (for gap and report)."""
-    from .costmodel import fit_sweep
-
-    out = []
-    for f in fit_sweep(df):
-        beta = "inf" if f.beta_gbps in (None, float("inf")) else f"{f.beta_gbps:.2f} GB/s"
-        out.append(f"fit {f.op} tp={f.tp} {f.mode}: latency = {f.alpha_us:.1f} us + bytes / {beta} "
-                   f"(mean error {f.mean_rel_err_pct:.1f}%, max {f.max_rel_err_pct:.1f}%, {f.n_sizes} sizes)")
-    return out
+        out.append({"tp": tp, "batch": batch, "mode": mode, "kind": tkind,
+                    "scaled": bool(int(getattr(r, "scaled", 0) or 0)), "comm_share_pct": float(r.comm_share_pct),
+                    "ms_per_token": ms, "ref_comm_share_pct": 100 * ref_comm_us / 1e3 / ref_ms,
+                    "ref_ms_per_token": ref_ms})
+    return pd.DataFrame(out, columns=cols)
 
 
 def wire(ev) -> dict | None:
@@ -182,32 +182,27 @@ def wire(ev) -> dict | None:
     return {"oneway_us": float(np.median(lat)), "read_gbps": float(np.median(bw)), "scope": scope}
 
 
-def wire_latency_us(w: dict, tp: int, size_bytes: int) -> float:
-    """Bound for a one-shot all-reduce on this wire: a flag hop plus reading the tp-1 peers' buffers."""
-    return w["oneway_us"] + (tp - 1) * size_bytes / (w["read_gbps"] * 1e3)
+def _wire_rows(ev, w):
+    """The smallest all-reduce per (impl, tp, mode) against the wire bound."""
+    import pandas as pd
 
+    from .costmodel import wire_latency_us
 
-def wire_lines(ev) -> list[str]:
-    w = wire(ev)
+    cols = ["impl", "tp", "mode", "size_bytes", "latency_us_p50", "bound_us"]
     if w is None or ev.sweep is None:
-        return []
-    out = [f"wire (measured by commprof p2p over {w['scope']}): one-way latency {w['oneway_us']:.2f} us, "
-           f"SM read {w['read_gbps']:.1f} GB/s"]
-    df = ev.sweep[(ev.sweep["op"] == "all_reduce") & (ev.sweep["group"] == 0)]
-    for (tp, mode), g in df.groupby(["tp", "mode"]):
-        r = g.sort_values("size_bytes").iloc[0]
-        bound = wire_latency_us(w, int(tp), int(r.size_bytes))
-        out.append(f"NCCL all_reduce TP={tp} {mode} at {int(r.size_bytes)} B: p50 {r.latency_us_p50:.1f} us = "
-                   f"{r.latency_us_p50 / bound:.1f}x the wire bound {bound:.1f} us (one hop + reading {int(tp) - 1} "
-                   "peers' buffers)")
+        return pd.DataFrame(columns=cols)
+    out = []
+    frames = [("nccl", ev.sweep[(ev.sweep["op"] == "all_reduce") & (ev.sweep["group"] == 0)])]
     cu = _custom_frame(ev)
     if cu is not None:
-        for tp, g in cu.groupby("tp"):
+        frames.append(("custom", cu))
+    for impl, df in frames:
+        for (tp, mode), g in df.groupby(["tp", "mode"]):
             r = g.sort_values("size_bytes").iloc[0]
-            bound = wire_latency_us(w, int(tp), int(r.size_bytes))
-            out.append(f"custom one-shot all_reduce TP={tp} at {int(r.size_bytes)} B: p50 {r.latency_us_p50:.1f} us = "
-                       f"{r.latency_us_p50 / bound:.1f}x the wire bound {bound:.1f} us")
-    return out
+            out.append({"impl": impl, "tp": int(tp), "mode": mode, "size_bytes": int(r.size_bytes),
+                        "latency_us_p50": float(r.latency_us_p50),
+                        "bound_us": wire_latency_us(w, int(tp), int(r.size_bytes))})
+    return pd.DataFrame(out, columns=cols)
 
 
 def _custom_frame(ev):
@@ -218,36 +213,30 @@ def _custom_frame(ev):
     return None if cu.empty else cu
 
 
-def custom_lines(ev) -> list[str]:
-    """commprof's one-shot all-reduce (``sweep --impl custom``) against the backend's eager all_reduce,
-    measured side by side in the same sweep: the ratio at the smallest size and its median."""
-    import numpy as np
+def _custom_table(ev):
+    """commprof's one-shot all-reduce (``sweep --impl custom``) beside the backend's eager
+    all_reduce of the same sizes, measured side by side in the same sweep."""
+    import pandas as pd
 
+    cols = ["tp", "size_bytes", "custom_us", "base_us", "base_over_custom"]
     cu = _custom_frame(ev)
     if cu is None or ev.sweep is None:
-        return []
+        return pd.DataFrame(columns=cols), "backend"
     base = ev.sweep[(ev.sweep["op"] == "all_reduce") & (ev.sweep["group"] == 0) & (ev.sweep["mode"] == "eager")]
     name = str(base["backend"].iloc[0]) if not base.empty else "backend"
     out = []
     for tp, g in cu.groupby("tp"):
         b = base[base["tp"] == tp].set_index("size_bytes")["latency_us_p50"]
         c = g.set_index("size_bytes")["latency_us_p50"]
-        common = sorted(set(b.index) & set(c.index))
-        if not common:
-            continue
-        ratios = [float(b[s] / c[s]) for s in common if c[s] > 0]
-        s0 = common[0]
-        out.append(f"custom one-shot vs {name} all_reduce TP={tp} (eager, same sweep): at {s0} B p50 "
-                   f"{c[s0]:.1f} us vs {b[s0]:.1f} us ({name}/custom = {b[s0] / c[s0]:.2f}x); median "
-                   f"{np.median(ratios):.2f}x over {len(common)} size(s) up to {common[-1]} B")
-    return out
+        for s in sorted(set(b.index) & set(c.index)):
+            if c[s] > 0:
+                out.append({"tp": int(tp), "size_bytes": int(s), "custom_us": float(c[s]), "base_us": float(b[s]),
+                            "base_over_custom": float(b[s] / c[s])})
+    return pd.DataFrame(out, columns=cols), name
 
 
 def run_gap(dirs: list[str], reference: str | None = None) -> int:
-    from .check import gather
+    from .views.gap import render_gap
 
-    g = compute_gap(dirs, reference)
-    ev = gather(dirs)
-    g["lines"] = fits_lines(ev.sweep) + custom_lines(ev) + wire_lines(ev) + g["lines"]
-    render_gap(g)
+    render_gap(compute_gap(dirs, reference))
     return 0

@@ -18,6 +18,7 @@ import time
 from . import results
 from .errors import DeviceError, RankDied, RankFailed, RankHung, UsageError, where
 from .runinfo import supports_graph_events
+from .targets import resolve_target
 
 STARTUP_GRACE_S = 60.0
 GLOO_MAX_LOCAL_RANKS = 64
@@ -125,13 +126,6 @@ def run_ranks(cfg, target: str) -> bool:
     return True
 
 
-def resolve_target(target: str):
-    import importlib
-
-    mod, _, name = target.partition(":")
-    return getattr(importlib.import_module(mod), name)
-
-
 def _run_as_torchrun_rank(cfg, target: str, trun: dict) -> None:
     try:
         resolve_target(target)(cfg, trun["rank"], trun["world"], trun["local_rank"])
@@ -181,7 +175,7 @@ def _run_local(cfg, target: str) -> None:
 
 def _watch(cfg, procs, slots, errq):
     """Poll the ranks until all exit. Returns None on success or the error to raise."""
-    from .render import progress_bar
+    from .views.console import progress_bar
 
     host = socket.gethostname()
     bar = None

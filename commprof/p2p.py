@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from . import results
+from .views.p2p import render_p2p
 
 P2P_CSV = "p2p.csv"
 COLUMNS = ["src_device", "dst_device", "probe", "kind", "p2p", "size_bytes", "gbps", "gbps_best",
@@ -99,29 +100,3 @@ def run_p2p(out: str | None = None, size_bytes: int = 64 << 20, rounds: int = 10
     return 0
 
 
-def render_p2p(rows: list[dict], n: int, console=None) -> None:
-    from rich.table import Table
-
-    from .render import stdout_console
-
-    console = console or stdout_console(160)
-    views = (("SM read GB/s (row reads column)", "sm_copy", "read", "gbps"),
-             ("SM write GB/s (row writes column)", "sm_copy", "write", "gbps"),
-             ("copy engine GB/s", "copy_engine", None, "gbps"),
-             ("ping-pong one-way latency us", "pingpong", None, "oneway_us"),
-             ("P2P off: host-staged GB/s", "host_staged", None, "gbps"))
-    for title, probe, kind, col in views:
-        t = Table(title=title, title_justify="left")
-        t.add_column("")
-        for j in range(n):
-            t.add_column(f"GPU{j}", justify="right")
-        cell = {}
-        for r in rows:
-            if r["probe"] != probe or (kind and r.get("kind") not in (kind, "same-gpu")):
-                continue
-            a, b = (r["dst_device"], r["src_device"]) if kind == "read" else (r["src_device"], r["dst_device"])
-            v = r.get(col)
-            cell[(a, b)] = f"{v:.2f}" if isinstance(v, float) else "-"
-        for i in range(n):
-            t.add_row(f"GPU{i}", *(cell.get((i, j), "-") for j in range(n)))
-        console.print(t)

@@ -22,8 +22,9 @@ from dataclasses import asdict, dataclass
 from .collectives import COLLECTIVES, DTYPE_BYTES
 from .errors import EXIT_OK, UsageError
 from .models import ModelShape, get_model, is_moe_layer, is_sliding
-from .units import human_bytes, parse_bytes
-from .render import emit, stdout_console
+from .units import parse_bytes
+from .views.console import emit
+from .views.plan import render_plan
 
 MOE_MODES = ("tp", "ep")
 PLAN_JSON = "plan.json"
@@ -31,14 +32,6 @@ PLAN_CSV = "plan.csv"
 CSV_COLUMNS = ["site", "kind", "layer", "op", "size_bytes", "send_bytes_per_rank"]
 
 # How each kind of site reads in a table.
-KIND_LABEL = {
-    "embedding": "embedding",
-    "attn_out": "attention-out",
-    "mlp_out": "MLP-out",
-    "moe_dispatch": "MoE dispatch",
-    "moe_combine": "MoE combine",
-    "logits": "logits",
-}
 
 
 @dataclass(frozen=True)
@@ -420,105 +413,6 @@ def build_plan(model: ModelShape, tp: int, batch: int, context: int, gpu_mem_byt
 
 # --------------------------------------------------------------------------------------------
 # views and files
-
-
-def _ranges(layers: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2, 5'."""
-    out, start, prev = [], None, None
-    for i in layers:
-        if start is None:
-            start = prev = i
-        elif i == prev + 1:
-            prev = i
-        else:
-            out.append(f"{start}-{prev}" if prev != start else f"{start}")
-            start = prev = i
-    if start is not None:
-        out.append(f"{start}-{prev}" if prev != start else f"{start}")
-    return ", ".join(out)
-
-
-def group_sites(sites) -> list[dict]:
-    """Sites with the same kind, op and sizes merged, in order of first appearance:
-    ``{"label", "kind", "op", "size_bytes", "send_bytes_per_rank", "count", "layers"}``."""
-    groups: dict[tuple, dict] = {}
-    for s in sites:
-        key = (s.kind, s.op, s.size_bytes, s.send_bytes_per_rank)
-        g = groups.setdefault(key, {"kind": s.kind, "op": s.op, "size_bytes": s.size_bytes,
-                                    "send_bytes_per_rank": s.send_bytes_per_rank, "count": 0, "layers": []})
-        g["count"] += 1
-        if s.layer is not None:
-            g["layers"].append(s.layer)
-    for g in groups.values():
-        label = KIND_LABEL.get(g["kind"], g["kind"])
-        if g["layers"]:
-            word = "layer" if len(g["layers"]) == 1 else "layers"
-            label = f"{word} {_ranges(g['layers'])} {label}"
-        g["label"] = label
-    return list(groups.values())
-
-
-def render_plan(plan: Plan, console=None) -> None:
-    """Print the plan: header, collectives grouped by kind with layer ranges, totals, memory."""
-    from rich.table import Table
-
-    console = console or stdout_console(150)
-    m = plan.model
-    mode = ", sequence parallel" if plan.sp else ""
-    if m.experts:
-        mode += f", MoE {'expert' if plan.moe == 'ep' else 'tensor'} parallel"
-    console.print(f"[bold]commprof plan[/bold]: {m.name}, tp {plan.tp}, batch {plan.batch}, "
-                  f"context {plan.context}, {plan.dtype}{mode}")
-    console.print(f"modelled from {m.source or 'the model shape given'}; nothing was run")
-
-    c = plan.counts
-    if not plan.sites:
-        console.print("tp 1: one GPU holds the whole model, so a decode step runs no collectives.")
-    else:
-        t = Table(title="collectives of one decode step", title_justify="left")
-        for col, just in (("site", "left"), ("op", "left"), ("size", "right"), ("send/rank", "right"),
-                          ("count", "right"), ("bytes/step", "right")):
-            t.add_column(col, justify=just)
-        for g in group_sites(plan.sites):
-            t.add_row(g["label"], g["op"], human_bytes(g["size_bytes"]), human_bytes(g["send_bytes_per_rank"]),
-                      f"x{g['count']}", human_bytes(g["size_bytes"] * g["count"]))
-        console.print(t)
-        per_token = c["collectives_per_token"]
-        per_token_text = f"{per_token:g}" if per_token == int(per_token) else f"{per_token:.2f}"
-        ops = ", ".join(f"{n} {op}" for op, n in c["by_op"].items())
-        console.print(f"per step: {c['collectives_per_step']} collectives ({ops}); "
-                      f"per generated token: {per_token_text}; "
-                      f"bytes per step: {human_bytes(c['size_bytes_per_step'])} "
-                      f"(one rank sends {human_bytes(c['send_bytes_per_rank_per_step'])})")
-
-    w = plan.weights
-    parts = [("embedding", "embedding"), ("lm_head", "lm_head"), ("attention", "attention"),
-             ("dense_mlp", "MLP"), ("moe_experts", "experts"), ("moe_shared_experts", "shared experts"),
-             ("moe_router", "router")]
-    detail = ", ".join(f"{label} {human_bytes(w[k])}" for k, label in parts if w[k])
-    console.print(f"weights/rank: {human_bytes(w['total'])} ({detail})")
-    note = ""
-    if m.sliding_window:
-        sliding = sum(1 for i in range(m.layers) if is_sliding(m, i))
-        note = f" ({sliding} sliding-window layers keep at most {m.sliding_window} tokens)"
-    elif m.is_mla:
-        note = " (MLA latent, on every rank)"
-    console.print(f"KV/token/rank: {human_bytes(plan.kv_bytes_per_token_per_rank)}{note}; "
-                  f"KV/sequence/rank at {plan.context} tokens: {human_bytes(plan.kv_bytes_per_sequence_per_rank)}")
-    if plan.gpu_mem_bytes is None:
-        console.print("pass --gpu-mem (e.g. 80G) to count the sequences that fit")
-    elif not plan.weights_fit:
-        console.print(f"[red]does not fit[/red]: weights/rank {human_bytes(w['total'])} exceed "
-                      f"{human_bytes(plan.usable_bytes)} usable ({plan.mem_util:g} of "
-                      f"{human_bytes(plan.gpu_mem_bytes)}); use a larger --tp "
-                      "(quantised weights are not modelled)")
-    else:
-        line = (f"fits {plan.max_sequences} sequences of {plan.context} tokens on a GPU of "
-                f"{human_bytes(plan.gpu_mem_bytes)} at {plan.mem_util:g} "
-                f"(KV budget {human_bytes(plan.kv_budget_bytes)}; activations and workspace ignored)")
-        if plan.max_sequences < plan.batch:
-            line += f"; [red]batch {plan.batch} does not fit[/red]"
-        console.print(line)
 
 
 def write_plan(plan: Plan, out_dir: str) -> list[str]:

@@ -7,7 +7,7 @@ import socket
 import sys
 from datetime import datetime, timezone
 
-from . import __version__
+from ._version import __version__
 
 
 def now_iso() -> str:

@@ -130,3 +130,31 @@ def refusal_lines(refused: list[dict]) -> list[str]:
 
 def cells_count(cfg: SweepConfig) -> int:
     return len(plan_cells(cfg))
+
+
+def run_sweep(cfg: SweepConfig, charts: bool = True) -> int:
+    """``commprof sweep``: run the ranks, then on the process that holds the results show the
+    table and charts, say which custom cells were refused, and return the exit code (1 when a
+    correctness check found wrong elements)."""
+    import sys
+
+    from .errors import EXIT_WRONG
+    from .launch import torchrun_env
+    from .views.show import show
+
+    trun = torchrun_env()
+    lead = trun is None or trun["rank"] == 0
+    if lead:
+        print(f"commprof: backend {cfg.backend} ({cfg.backend_reason}); {cfg.world_size} ranks ({cfg.launch}); "
+              f"{cells_count(cfg)} cells; results -> {cfg.out_dir}", file=sys.stderr)
+    outcome = run(cfg)
+    if not lead or outcome is None:
+        return 0
+    show(results.load(cfg.out_dir), charts=charts)
+    for line in refusal_lines(outcome.refused or []):
+        print(f"commprof: {line}", file=sys.stderr)
+    if outcome.wrong_rows:
+        print(f"commprof: error: {outcome.wrong_rows} row(s) failed the correctness check (column wrong); "
+              f"see {cfg.out_dir}/sweep.csv", file=sys.stderr)
+        return EXIT_WRONG
+    return 0

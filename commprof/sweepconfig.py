@@ -4,12 +4,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .collectives import COLLECTIVES, DTYPE_BYTES
+from .runconfig import RunConfig
 from .sizes import SizePoint
 from .units import human_bytes
 
 
 @dataclass
-class SweepConfig:
+class SweepConfig(RunConfig):
     ops: list[str]
     tps: list[int]
     points: list[SizePoint]
@@ -17,19 +18,11 @@ class SweepConfig:
     modes: list[str] = field(default_factory=lambda: ["eager"])
     iters: int = 50
     warmup: int = 5
-    backend: str = "gloo"
-    backend_reason: str = ""
     concurrent: bool = False
-    timeout_s: float = 120.0
-    out_dir: str = ""
     resume: bool = False
     sizes_spec: str = "decode"
     model: dict | None = None
     batches: list[int] = field(default_factory=list)
-    argv: list[str] = field(default_factory=list)
-    world_size: int = 0
-    launch: str = "local"            # "local" (commprof starts the ranks) or "torchrun"
-    progress: bool = False
     impls: list[str] = field(default_factory=list)   # [] = the backend's own collectives only
     verify: bool = False           # --verify: check every custom call against torch's all_reduce
 

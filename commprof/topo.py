@@ -30,10 +30,11 @@ import os
 import socket
 from collections import Counter
 
-from . import __version__
+from ._version import __version__
 from .errors import EXIT_OK, NoGpuError, UsageError, where
 from .runinfo import now_iso
-from .render import emit, stdout_console
+from .views.console import emit
+from .views.topo import render_topology
 
 NA = "n/a"
 TOPO_JSON = "topo.json"
@@ -45,9 +46,6 @@ P2P_STATUS = {0: "OK", 1: "chipset not supported", 2: "GPU not supported", 3: "t
               4: "disabled by driver", 5: "not supported", 6: "unknown"}
 # The codes `nvidia-smi topo -p2p` prints for the same statuses ("disabled by driver" is its "DR",
 # disabled by a driver registry key).
-P2P_CODE = {"OK": "OK", "chipset not supported": "CNS", "GPU not supported": "GNS",
-            "topology not supported": "TNS", "disabled by driver": "DR", "not supported": "NS",
-            "unknown": "U", NA: NA, "X": "X"}
 # nvmlDeviceGetTopologyCommonAncestor levels -> nvidia-smi topo -m legend. INTERNAL (0) means both
 # GPUs sit on one board (a dual-GPU card): at most the board's own bridge, so PIX.
 TOPO_LEVEL = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -64,11 +62,6 @@ NVLINK_ERROR_FIELDS = {"crc_flit": 38, "crc_data": 45, "replay": 52, "recovery":
 VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 NUMA_MASK_WORDS = 4               # 64-bit words of NUMA-node mask asked for: 256 nodes
 
-TOPO_LEGEND = ("X = self; NV# = a bonded set of # NVLinks; PIX = at most one PCIe bridge; "
-               "PXB = several PCIe bridges, no host bridge; PHB = a PCIe host bridge (the CPU); "
-               "NODE = between host bridges of one NUMA node; SYS = across NUMA nodes (QPI/UPI, Infinity Fabric)")
-P2P_LEGEND = ("OK; CNS = chipset not supported; GNS = GPU not supported; TNS = topology not supported; "
-              "DR = disabled by driver (regkey); NS = not supported; U = unknown; n/a = NVML gave no answer")
 
 _GPU_KEYS = ("name", "pci_bus_id", "memory_total_bytes", "bar1_total_bytes", "pcie_link_gen_current",
              "pcie_link_width_current", "pcie_link_gen_max", "pcie_link_width_max", "pcie_link_gen_gpu_max",
@@ -455,84 +448,6 @@ def write_topology(topo: dict, path: str) -> str:
         f.write("\n")
     os.replace(tmp, path)
     return path
-
-
-def _bytes_text(v) -> str:
-    if v is NA:
-        return NA
-    from .units import human_bytes
-
-    return human_bytes(int(v))
-
-
-def _link_text(gen, width) -> str:
-    return NA if NA in (gen, width) else f"Gen{gen} x{width}"
-
-
-def render_topology(topo: dict, console=None) -> None:
-    """Print the per-GPU table, the ``nvidia-smi topo -m`` matrix, the P2P read and write
-    matrices and the interconnect class."""
-    from rich.table import Table
-    from rich.text import Text
-
-    def cell(v, style=""):
-        # Text, not a str: a bus id such as 00000000:AB:00.0 must not become an emoji (":ab:")
-        return Text(str(v), style=style)
-
-    console = console or stdout_console(160)
-    console.print(Text.assemble(("commprof topo", "bold"),
-                                f": {topo.get('host', '?')}, driver {topo.get('driver_version', '?')}, "
-                                f"{topo.get('source', '?')}, {topo.get('collected_at', '?')}"))
-    gpus = topo.get("gpus", [])
-    t = Table(title="GPUs", title_justify="left")
-    for col, just in (("GPU", "right"), ("name", "left"), ("memory", "right"), ("bus id", "left"),
-                      ("PCIe now", "left"), ("PCIe max", "left"), ("GPU max", "left"), ("at max", "left"),
-                      ("NUMA", "right"), ("CPU affinity", "left"), ("BAR1", "right"), ("NVLinks", "right"),
-                      ("NVLink ver", "left"), ("PCIe replays", "right"), ("NVLink errors", "right")):
-        t.add_column(col, justify=just)
-    for g in gpus:
-        at_max = g["pcie_at_max"]
-        t.add_row(cell(g["index"]), cell(g["name"]), cell(_bytes_text(g["memory_total_bytes"])), cell(g["pci_bus_id"]),
-                  cell(_link_text(g["pcie_link_gen_current"], g["pcie_link_width_current"])),
-                  cell(_link_text(g["pcie_link_gen_max"], g["pcie_link_width_max"])),
-                  cell(NA if g["pcie_link_gen_gpu_max"] is NA else f"Gen{g['pcie_link_gen_gpu_max']}"),
-                  cell("yes") if at_max is True else cell("no", "bold red") if at_max is False else cell(NA),
-                  cell(g["numa_node"]), cell(g["cpu_affinity"]), cell(_bytes_text(g["bar1_total_bytes"])),
-                  cell(g["nvlink_active_links"]), cell(g["nvlink_version"]), cell(g["pcie_replay_count"]),
-                  cell(g["nvlink_error_count"]))
-    console.print(t)
-    console.print(Text("PCIe 'at max' compares the max link generation with the GPU's own max; the current "
-                       "link drops at idle and is not judged."))
-
-    matrix = topo.get("matrix", [])
-    m = Table(title="topology (nvidia-smi topo -m)", title_justify="left")
-    m.add_column("")
-    for i in range(len(matrix)):
-        m.add_column(f"GPU{i}", justify="center")
-    m.add_column("CPU Affinity")
-    m.add_column("NUMA Affinity", justify="right")
-    for i, row in enumerate(matrix):
-        g = gpus[i] if i < len(gpus) else {}
-        m.add_row(f"GPU{i}", *(cell(c) for c in row), cell(g.get("cpu_affinity", NA)), cell(g.get("numa_node", NA)))
-    console.print(m)
-    console.print(Text(f"legend: {TOPO_LEGEND}"))
-
-    p2p = topo.get("p2p", {})
-    for op in ("read", "write"):
-        if op not in p2p:
-            continue
-        p = Table(title=f"P2P {op} (row -> column)", title_justify="left")
-        p.add_column("")
-        for i in range(len(p2p[op])):
-            p.add_column(f"GPU{i}", justify="center")
-        for i, row in enumerate(p2p[op]):
-            p.add_row(f"GPU{i}", *(cell(P2P_CODE.get(s, s)) for s in row))
-        console.print(p)
-    console.print(Text(f"legend: {P2P_LEGEND}"))
-    console.print(Text.assemble(("interconnect class", "bold"), f": {topo.get('interconnect_class', NA)}; "
-                                f"GPUs on {topo.get('numa_nodes', NA)} NUMA node(s)"))
-    for note in topo.get("notes", []):
-        console.print(Text(f"note: {note}"))
 
 
 def run_topo(as_json: bool, out: str | None, *, nvml=None, console=None) -> int:

@@ -1,88 +1,32 @@
 """``commprof trace``: each token's latency split into compute and communication, layer by layer.
 
 A synthetic TP decode engine (``microbench.decode_engine``) runs at the model's real shapes with
-random weights; every segment is stamped on every rank. Attribution, per token and rank:
-
-* compute: the engine's compute segments;
-* transfer: for each collective, the *minimum* duration over the group's ranks (the rank that
-  arrived last waits least; its duration is the collective itself);
-* wait: the rank's own duration of that collective minus the transfer (arrival skew);
-* gaps: time inside the token covered by no segment (host and launch overhead);
-* residual: token latency minus the four (should be ~0; reported, not hidden).
-
-The last-arriving rank of a collective is its straggler. With ``--layers N`` below the model's
-layer count, the per-layer parts are scaled to the full depth and every row says so.
+random weights; every segment is stamped on every rank; rank 0 attributes each run
+(:mod:`commprof.attribution`) and appends it to the results dir (:mod:`commprof.results.trace`).
+This module validates the flags, guards memory, starts the ranks, and predicts another box
+(``--predict``: compute measured here + that box's collective latency).
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
 
 from . import results
+from .attribution import attribute_run
+from .results.trace import open_trace
+from .traceconfig import TraceConfig, plan_runs
 from .collectives import DTYPE_BYTES
 from .errors import UsageError
-from .runinfo import machine, now_iso
+from .runinfo import machine
 
-TOKENS_CSV = "trace_tokens.csv"
-LAYERS_CSV = "trace_layers.csv"
-SUMMARY_CSV = "trace_summary.csv"
-TRACE_META = "meta.json"
-TOKEN_COLUMNS = ["kind", "scaled", "layers_run", "layers_model", "tp", "batch", "mode", "token", "rank",
-                 "latency_us", "compute_us", "transfer_us", "wait_us", "gaps_us", "residual_us",
-                 "comm_share_pct", "latency_us_measured"]
-LAYER_COLUMNS = ["kind", "tp", "batch", "mode", "layer", "rank", "compute_us", "transfer_us", "wait_us",
-                 "comm_share_pct", "straggler_count", "collectives"]
-SUMMARY_COLUMNS = ["kind", "scaled", "tp", "batch", "mode", "ms_per_token", "tokens_per_s",
-                   "collectives_per_step", "collectives_per_token", "comm_share_pct", "transfer_share_pct",
-                   "wait_share_pct", "compute_ms", "transfer_ms", "wait_ms", "gaps_ms", "max_residual_pct",
-                   "tokens", "layers_run", "layers_model"]
-
-
-@dataclass
-class TraceConfig:
-    model: dict
-    tps: list[int]
-    batches: list[int]
-    context: int
-    tokens: int
-    warmup: int
-    layers: int                 # layers actually run
-    dtype: str = "bf16"
-    modes: list[str] = field(default_factory=lambda: ["eager"])
-    backend: str = "gloo"
-    backend_reason: str = ""
-    timeout_s: float = 120.0
-    out_dir: str = ""
-    progress: bool = False
-    argv: list[str] = field(default_factory=list)
-    world_size: int = 0
-    launch: str = "local"
-    seed: int = 0
-    memory: dict = field(default_factory=dict)
-
-    @property
-    def layers_model(self) -> int:
-        return int(self.model["layers"])
-
-    @property
-    def scaled(self) -> bool:
-        return self.layers < self.layers_model
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def plan_runs(cfg: TraceConfig) -> list[tuple[int, int, str]]:
-    return [(tp, b, m) for tp in cfg.tps for b in cfg.batches for m in cfg.modes]
 
 
 # --- shapes, memory -------------------------------------------------------------------------------
 
 def check_shapes(model: dict, tps) -> None:
-    """TP must split the heads as the plan does (``commprof.plan.check_tp``): one rule, one place."""
+    """TP must split the heads as the plan does (``commprof.planner.check_tp``): one rule, one place."""
     from .models import ModelShape
-    from .plan import check_tp
+    from .planner import check_tp
 
     shape = ModelShape(**{k: v for k, v in model.items() if k in ModelShape.__dataclass_fields__})
     for tp in tps:
@@ -218,160 +162,8 @@ def memory_guard(model: dict, tps, batches, context: int, layers: int | None, dt
 
 # --- attribution -----------------------------------------------------------------------------------
 
-def attribute(recs: list[dict], layers_model: int, tp: int | None = None) -> dict:
-    """Per token and rank: compute/transfer/wait/gaps/residual (us), scaled to the model's depth
-    when fewer layers ran; per layer and rank: means over tokens and straggler counts.
-
-    At tp=1 no collective runs: the (empty) collective segments count as gaps."""
-    import numpy as np
-
-    recs = sorted(recs, key=lambda r: r["rank"])
-    segs = recs[0]["segments"]
-    no_comm = (tp or len(recs)) == 1
-    comm = np.array([s.is_comm and not no_comm for s in segs])
-    layer_of = np.array([s.layer for s in segs])
-    in_layer = layer_of >= 0
-    n_layers_run = int(layer_of.max()) + 1 if in_layer.any() else 0
-    scale = layers_model / n_layers_run if n_layers_run else 1.0
-    lat = np.stack([r["lat"] for r in recs])              # (R, T)
-    offs = np.stack([r["offs"] for r in recs])            # (R, T, S)
-    durs = np.stack([r["durs"] for r in recs])            # (R, T, S)
-    R, T, S = durs.shape
-    transfer = np.where(comm, np.broadcast_to(durs.min(axis=0), durs.shape), 0.0)   # (R, T, S), same for all r
-    wait = np.where(comm, durs - transfer, 0.0)
-    compute = np.where(comm, 0.0, durs)
-    straggler = durs.argmin(axis=0)                                            # (T, S) rank index
-    ends = offs + durs
-    gaps_between = np.concatenate([offs[:, :, :1], offs[:, :, 1:] - ends[:, :, :-1]], axis=2)
-    trailing = lat - ends[:, :, -1]
-
-    def split(a):
-        """(non-layer sum, layer sum) over segments, per rank and token."""
-        return (a * ~in_layer).sum(-1), (a * in_layer).sum(-1)
-
-    out = {}
-    parts = {}
-    for name, arr in (("compute_us", compute), ("transfer_us", transfer), ("wait_us", wait),
-                      ("gaps_us", gaps_between)):
-        outer, inner = split(arr)
-        if name == "gaps_us":
-            outer = outer + trailing
-        parts[name] = outer + inner * scale
-    latency = lat + (scale - 1.0) * sum(split(a)[1] for a in (compute, transfer, wait, gaps_between))
-    residual = latency - sum(parts.values())
-    comm_us = parts["transfer_us"] + parts["wait_us"]
-    out["tokens"] = [{
-        "rank": recs[r]["rank"], "token": t, "latency_us": float(latency[r, t]),
-        "latency_us_measured": float(lat[r, t]),
-        **{k: float(v[r, t]) for k, v in parts.items()}, "residual_us": float(residual[r, t]),
-        "comm_share_pct": float(100.0 * comm_us[r, t] / latency[r, t]) if latency[r, t] > 0 else 0.0,
-    } for r in range(R) for t in range(T)]
-    layers = []
-    for i in range(n_layers_run):
-        sel = layer_of == i
-        ncoll = int((sel & comm).sum())
-        for r in range(R):
-            c = float(compute[r][:, sel].sum(-1).mean())
-            tr = float(transfer[r][:, sel].sum(-1).mean())
-            w = float(wait[r][:, sel].sum(-1).mean())
-            strag = int((straggler[:, sel & comm] == r).sum())
-            layers.append({"layer": i, "rank": recs[r]["rank"], "compute_us": c, "transfer_us": tr, "wait_us": w,
-                           "comm_share_pct": 100.0 * (tr + w) / (c + tr + w) if c + tr + w > 0 else 0.0,
-                           "straggler_count": strag, "collectives": ncoll * T})
-    out["layers"] = layers
-    n_comm_run = int(comm.sum())
-    n_layer_comm = int((comm & in_layer).sum())
-    out["collectives_per_step"] = int(round(n_comm_run - n_layer_comm + n_layer_comm * scale))
-    out["scaled"] = scale != 1.0
-    out["layers_run"] = n_layers_run
-    return out
-
-
-def summarize(tokens: list[dict], batch: int, collectives_per_step: int) -> dict:
-    """One line per run. ms/token: median over tokens of the slowest rank's latency. Shares: of
-    all token time on all ranks, the part in each component (so communication = transfer + wait)."""
-    import numpy as np
-
-    by_t = {}
-    for row in tokens:
-        by_t.setdefault(row["token"], []).append(row)
-    lat = np.array([max(r["latency_us"] for r in rs) for rs in by_t.values()])
-    mean = lambda k: np.array([np.mean([r[k] for r in rs]) for rs in by_t.values()])  # noqa: E731
-    total = float(sum(r["latency_us"] for r in tokens))
-    share = lambda k: 100.0 * float(sum(r[k] for r in tokens)) / total if total > 0 else 0.0  # noqa: E731
-    ms = float(np.median(lat)) / 1e3
-    resid = max(abs(r["residual_us"]) / r["latency_us"] for r in tokens if r["latency_us"] > 0)
-    return {
-        "ms_per_token": ms, "tokens_per_s": batch * 1e3 / ms if ms > 0 else float("nan"),
-        "collectives_per_step": collectives_per_step, "collectives_per_token": collectives_per_step / batch,
-        "comm_share_pct": share("transfer_us") + share("wait_us"),
-        "transfer_share_pct": share("transfer_us"), "wait_share_pct": share("wait_us"),
-        "compute_ms": float(np.median(mean("compute_us"))) / 1e3,
-        "transfer_ms": float(np.median(mean("transfer_us"))) / 1e3,
-        "wait_ms": float(np.median(mean("wait_us"))) / 1e3, "gaps_ms": float(np.median(mean("gaps_us"))) / 1e3,
-        "max_residual_pct": 100.0 * resid, "tokens": len(by_t),
-    }
-
 
 # --- results dir -----------------------------------------------------------------------------------
-
-class TraceWriter:
-    """Rank 0's handle on a trace results dir: rows appended one run at a time."""
-
-    def __init__(self, cfg: TraceConfig, meta: dict, kind: str = "measured"):
-        self.cfg, self.meta, self.kind = cfg, meta, kind
-        p = cfg.out_dir
-        self.tokens = results.TableAppender(os.path.join(p, TOKENS_CSV), TOKEN_COLUMNS)
-        self.layers = results.TableAppender(os.path.join(p, LAYERS_CSV), LAYER_COLUMNS)
-        self.summary = results.TableAppender(os.path.join(p, SUMMARY_CSV), SUMMARY_COLUMNS)
-
-    def add_run(self, tp: int, batch: int, mode: str, recs: list[dict]):
-        att = attribute(recs, self.cfg.layers_model, tp)
-        self.add_attributed(tp, batch, mode, att)
-
-    def add_attributed(self, tp, batch, mode, att):
-        common = {"kind": self.kind, "tp": tp, "batch": batch, "mode": mode}
-        self.tokens.write([{**common, "scaled": int(att["scaled"]), "layers_run": att["layers_run"],
-                            "layers_model": self.cfg.layers_model, **r} for r in att["tokens"]])
-        self.layers.write([{**common, **r} for r in att["layers"]])
-        s = summarize(att["tokens"], batch, att["collectives_per_step"])
-        self.summary.write([{**common, "scaled": int(att["scaled"]), "layers_run": att["layers_run"],
-                             "layers_model": self.cfg.layers_model, **s}])
-
-    def close(self, status: str = "complete"):
-        for c in (self.tokens, self.layers, self.summary):
-            c.close()
-        results.finish_meta(self.cfg.out_dir, status)
-
-
-def open_trace(cfg: TraceConfig, rank_infos: list[dict], kind: str = "measured", extra: dict | None = None):
-    """Create the results dir and its ``meta.json`` (provenance), return the writer."""
-    results.check_out_dir(cfg.out_dir, resume=False)
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    what = ("per-token decode latency split into compute / transfer / wait / gaps (commprof trace)"
-            if kind == "measured" else
-            "predicted per-token decode latency: compute measured here + collective latency from another box")
-    meta = results.provenance(
-        "trace", kind, what, command=cfg.argv,
-        runs=[{"start_time": now_iso(), "command": cfg.argv, "status": "running"}],
-        backend=cfg.backend, backend_reason=cfg.backend_reason, launch=cfg.launch,
-        **results.rank_fields(rank_infos),
-        model=cfg.model, scaled=cfg.scaled,
-        scaling=(f"{cfg.layers} of {cfg.layers_model} layers ran; per-layer parts scaled by "
-                 f"{cfg.layers_model}/{cfg.layers}" if cfg.scaled else "all layers ran"),
-        engine_approximations=["random weights", "MLA attention runs as grouped-query attention",
-                               "an MoE MLP runs as a dense MLP as wide as the active experts",
-                               "Gemma extra norms and soft-capping left out"],
-        memory=cfg.memory, config=cfg.to_dict(),
-        columns={"transfer_us": "per collective, the minimum duration over the group's ranks",
-                 "wait_us": "own duration of the collective minus the transfer (arrival skew)",
-                 "gaps_us": "time in the token covered by no segment (host/launch overhead)",
-                 "residual_us": "latency - (compute + transfer + wait + gaps)",
-                 "straggler_count": "collectives of that layer for which this rank arrived last"},
-    )
-    meta.update(extra or {})
-    results.write_meta(cfg.out_dir, meta)
-    return TraceWriter(cfg, meta, kind)
 
 
 # --- configuration and running ---------------------------------------------------------------------
@@ -542,7 +334,7 @@ def run_predict(cfg: TraceConfig, comm_from: str) -> None:
         comm_us = {k: (table.latency_us(COMM_OP[k], tp, mode, v) if tp > 1 else 0.0) for k, v in sizes.items()}
         rec = predicted_record({"rank": 0, "lat": lat, "offs": offs, "durs": durs, "segments": eng.segments},
                                comm_us)
-        writer.add_run(tp, batch, mode, [rec])
+        writer.add_attributed(tp, batch, mode, attribute_run([rec], cfg.layers_model, tp, batch))
     eng = None
     meta = results.read_meta(cfg.out_dir)
     meta["comm_lookups"] = table.lookups
@@ -552,15 +344,36 @@ def run_predict(cfg: TraceConfig, comm_from: str) -> None:
 
 # --- views -----------------------------------------------------------------------------------------
 
-def summary_lines(out_dir: str) -> list[str]:
-    import pandas as pd
 
-    df = pd.read_csv(os.path.join(out_dir, SUMMARY_CSV))
-    lines = []
-    for r in df.itertuples():
-        label = r.kind + (f", scaled from {r.layers_run} of {r.layers_model} layers" if r.scaled else "")
-        lines.append(f"TP={r.tp} batch={r.batch} {r.mode}: {r.ms_per_token:.3f} ms/token, "
-                     f"{r.tokens_per_s:.1f} tokens/s, {r.collectives_per_step} collectives/step "
-                     f"({r.collectives_per_token:g}/token), communication {r.comm_share_pct:.1f}% "
-                     f"(transfer {r.transfer_share_pct:.1f}%, wait {r.wait_share_pct:.1f}%) [{label}]")
-    return lines
+def run_trace(cfg: TraceConfig, comm_from: str | None = None, charts: bool = True) -> int:
+    """``commprof trace``: the live run (or, with ``comm_from``, the prediction of that box),
+    then the summary lines and charts on the process that holds the results. Exit code."""
+    import sys
+
+    from .launch import torchrun_env
+    from .views.show import show
+
+    trun = torchrun_env()
+    lead = comm_from is not None or trun is None or trun["rank"] == 0
+    if lead:
+        scaled = f"; {cfg.layers} of {cfg.layers_model} layers, scaled" if cfg.scaled else ""
+        print(f"commprof: trace {cfg.model['name']}: backend {cfg.backend} ({cfg.backend_reason}); "
+              f"{'predicting from ' + comm_from if comm_from else str(cfg.world_size) + ' ranks'}{scaled}; "
+              f"results -> {cfg.out_dir}", file=sys.stderr)
+    if comm_from is not None:
+        run_predict(cfg, comm_from)
+    elif not run(cfg):
+        return 0
+    show(results.load(cfg.out_dir), charts=charts)
+    return 0
+
+
+def comm_source(spec: str) -> str:
+    """``--comm-from``: a results dir, or ``reference:<profile>`` written as a modelled sweep dir;
+    a bad one fails here, before anything runs."""
+    from .costmodel import resolve_comm_source
+
+    path = resolve_comm_source(spec)
+    results.load_frame(path)
+    results.read_meta(path)
+    return path

@@ -27,7 +27,7 @@ import numpy as np
 from commprof.collectives import COLLECTIVES, check_input
 from commprof.stats import summarize_us
 from commprof.sweepconfig import CUSTOM, Cell, SweepConfig, plan_cells
-from microbench.heartbeat import Heartbeat
+from microbench.heartbeat import Heartbeat, TextProgress
 from microbench.rank import rank_session
 from microbench.timing import DeviceTimer
 
@@ -330,8 +330,7 @@ def _walk(*, cells, sets, rank, world, cfg, runner, custom, torch, dist, hb, wor
     impls = cfg.impl_list()
     progress = None
     if rank == 0 and slots is None and cfg.progress:
-        from commprof.render import progress_bar
-        progress = progress_bar(len(cells))
+        progress = TextProgress(len(cells))
     try:
         for cell in cells:
             gs = sets[cell.tp]

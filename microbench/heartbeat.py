@@ -104,3 +104,20 @@ def start_self_watchdog(hb: Heartbeat, timeout_s: float, host: str):
     t = threading.Thread(target=watch, name="commprof-watchdog", daemon=True)
     t.start()
     return t
+
+
+class TextProgress:
+    """Rank 0's progress under torchrun (no parent process draws a bar): one stderr line per
+    finished cell. Plain text, so rank-side code needs no view."""
+
+    def __init__(self, total: int, what: str = "cells"):
+        self.total, self.done, self.what = total, 0, what
+
+    def advance(self):
+        import sys
+
+        self.done += 1
+        print(f"commprof: {self.done}/{self.total} {self.what}", file=sys.stderr, flush=True)
+
+    def close(self):
+        return None

@@ -85,7 +85,7 @@ def worker_main(cfg, target: str, rank: int, world: int, port: int, slots, errq)
     """Entry of a rank started by commprof itself (spawned). Errors go to the parent as one line."""
     import torch.distributed as dist
 
-    from commprof.launch import resolve_target
+    from commprof.targets import resolve_target
 
     if os.environ.get("COMMPROF_DEBUG") != "1":
         import warnings

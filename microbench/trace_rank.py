@@ -73,7 +73,9 @@ def _release(torch, device):
 
 def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None):
     """Body of one trace rank. Raises on failure (the launcher reports it)."""
-    from commprof import trace as core
+    from commprof.attribution import attribute_run
+    from commprof.results.trace import open_trace
+    from commprof.traceconfig import plan_runs
 
     with rank_session(cfg, rank, world, local_rank, store, slots) as env:
         torch, dist, hb = env.torch, env.dist, env.hb
@@ -87,8 +89,8 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
         agreed = torch.tensor([cfg.layers], dtype=torch.int64)
         dist.all_reduce(agreed, op=dist.ReduceOp.MIN, group=env.world_ctrl)
         cfg.layers = int(agreed.item())
-        writer = core.open_trace(cfg, env.infos) if rank == 0 else None
-        runs = core.plan_runs(cfg)
+        writer = open_trace(cfg, env.infos) if rank == 0 else None
+        runs = plan_runs(cfg)
         if slots is not None and rank == 0:
             slots.cells_total.value = len(runs)
         eng, built_for = None, None
@@ -117,7 +119,8 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
             gathered = [None] * world if rank == 0 else None
             dist.gather_object(rec, gathered, dst=0, group=env.world_ctrl)
             if rank == 0:
-                writer.add_run(tp, batch, mode, [r for r in gathered if r is not None])
+                writer.add_attributed(tp, batch, mode, attribute_run([r for r in gathered if r is not None],
+                                                                     cfg.layers_model, tp, batch))
                 hb.row_written(1)
         eng = None
         _release(torch, env.device)

@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 
@@ -25,11 +26,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# Variables a test run must not inherit: a fault spec from the shell, or torchrun's rank variables
+# (which would make commprof act as one rank of someone else's job).
+_CLEARED_ENV = ("COMMPROF_TEST_FAULT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT")
+
+
 def run_cli(args, cwd, env=None, timeout=300):
     """Run commprof as a user would: a separate process, its own stdout/stderr and exit code."""
     e = dict(os.environ)
-    e.pop("COMMPROF_TEST_FAULT", None)
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    for k in _CLEARED_ENV:
         e.pop(k, None)
     e["PYTHONPATH"] = REPO + os.pathsep + e.get("PYTHONPATH", "")
     e.update(env or {})
@@ -37,10 +43,63 @@ def run_cli(args, cwd, env=None, timeout=300):
                           text=True, timeout=timeout)
 
 
+@dataclass
+class CliResult:
+    """What a finished ``commprof`` call left: the same fields as ``subprocess.CompletedProcess``."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_inproc(args, cwd, env=None) -> CliResult:
+    """Run ``commprof ARGS`` inside this process: the console entry ``commprof.cli.main`` (so a bad
+    flag is mapped to one line and exit 2 exactly as for a user), with stdout/stderr captured by
+    typer's ``CliRunner`` isolation, ``cwd`` as the working directory and ``env`` on top of a
+    cleaned environment. Ranks a command launches are still real processes; only the CLI process
+    itself is saved (a Python + torch start-up per call)."""
+    from typer.testing import CliRunner
+
+    from commprof.cli import main
+
+    overrides = {k: None for k in _CLEARED_ENV}
+    overrides["PYTHONPATH"] = REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
+    overrides.update(env or {})
+    old_argv, old_cwd = sys.argv, os.getcwd()
+    # trace --predict sets torch's thread count as one gloo rank runs; give this process its own back
+    torch_threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
+    with CliRunner().isolation(env=overrides) as (out, err, _):
+        sys.argv = ["commprof", *map(str, args)]
+        os.chdir(cwd)
+        try:
+            main()
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        finally:
+            sys.argv = old_argv
+            os.chdir(old_cwd)
+            if torch_threads is not None:
+                sys.modules["torch"].set_num_threads(torch_threads)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return CliResult(code, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace"))
+
+
 @pytest.fixture
 def cli(tmp_path):
+    """``cli(*args)``: commprof in a subprocess, as a user runs it (kept for the runs where a real
+    process matters: killed or hung ranks, torchrun, the end-to-end run, signals)."""
     def _run(*args, env=None, timeout=300):
         return run_cli(list(args), cwd=tmp_path, env=env, timeout=timeout)
+    return _run
+
+
+@pytest.fixture
+def cli_inproc(tmp_path):
+    """``cli_inproc(*args)``: commprof in this process (``run_inproc``); same result fields as ``cli``."""
+    def _run(*args, env=None):
+        return run_inproc(list(args), cwd=tmp_path, env=env)
     return _run
 
 
@@ -65,3 +124,30 @@ def one_line_error(res):
     assert len(errors) == 1, res.stderr
     assert "Traceback" not in res.stderr
     return errors[0]
+
+
+TOY_MODEL = os.path.join(REPO, "tests", "data", "toy-dense-config.json")     # 8 layers, 16/4 heads
+
+
+@pytest.fixture(scope="session")
+def gloo_sweep(tmp_path_factory):
+    """A small sweep results dir this session measured itself (gloo, TP=2, toy model decode sizes
+    at batch 1 and 8, charts rendered). Tests only read it: copy it before changing anything."""
+    work = tmp_path_factory.mktemp("gloo-sweep")
+    out = str(work / "sweep")
+    res = run_inproc(["sweep", "--tp", "2", "--model", TOY_MODEL, "--batch", "1,8", "--iters", "3", "--warmup", "1",
+                      "--timeout", "60", "--out", out], cwd=work)
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def gloo_trace(tmp_path_factory):
+    """A small trace results dir this session measured itself (gloo, TP=2, batch 1, 2 of the toy
+    model's 8 layers run and scaled, charts rendered). Tests only read it."""
+    work = tmp_path_factory.mktemp("gloo-trace")
+    out = str(work / "trace")
+    res = run_inproc(["trace", "--model", TOY_MODEL, "--tp", "2", "--batch", "1", "--context", "64", "--tokens", "4",
+                      "--warmup", "1", "--layers", "2", "--timeout", "60", "--out", out], cwd=work)
+    assert res.returncode == 0, res.stderr
+    return out

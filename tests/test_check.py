@@ -2,6 +2,7 @@
 import csv
 import json
 import os
+import subprocess
 
 import pytest
 from fake_nvml import FakeNVML
@@ -78,43 +79,68 @@ def test_l40s_box_and_thresholds_override(tmp_path):
     assert s["C10"] == "PASS" and s["C11"] == "PASS"
 
 
-def test_check_cli_exit_code_and_files(cli, tmp_path):
+def test_check_cli_exit_code_and_files(cli_inproc, tmp_path):
     d = box(tmp_path, RTX5090, 95.0, 20.0, 45.0)
-    res = cli("check", d)
+    res = cli_inproc("check", d)
     assert res.returncode == EXIT_CHECK_FAILED, res.stderr
     data = json.load(open(os.path.join(d, "check.json")))
     assert data["verdict"] == "FAIL" and data["thresholds_version"] == 1
     assert "FAIL" in open(os.path.join(d, "check.md")).read()
     ok = box(tmp_path, H100, 12.0, 380.0, 10.0, name="ok")
-    assert cli("check", ok).returncode == 0
+    assert cli_inproc("check", ok).returncode == 0
 
 
 @pytest.mark.parametrize("bad,needle", [
     ("topo.json", "not valid JSON"),
     ("trace_summary.csv", "missing column"),
 ])
-def test_check_on_corrupt_files(cli, tmp_path, bad, needle):
+def test_check_on_corrupt_files(cli_inproc, tmp_path, bad, needle):
     d = box(tmp_path, L40S, 50.0, 25.0, 20.0)
     open(os.path.join(d, bad), "w").write("{oops\n")
-    res = cli("check", d)
+    res = cli_inproc("check", d)
     assert res.returncode == 2
     line = [l for l in res.stderr.splitlines() if l.startswith("commprof: error:")]
     assert len(line) == 1 and needle in line[0] and bad in line[0]
 
 
-def test_check_bad_thresholds_file_names_key(cli, tmp_path):
+def test_check_bad_thresholds_file_names_key(cli_inproc, tmp_path):
     d = box(tmp_path, L40S, 50.0, 25.0, 20.0)
     f = tmp_path / "t.toml"
     f.write_text("[busbw]\npass_fractoin = 0.5\n")
-    res = cli("check", d, "--thresholds", str(f))
+    res = cli_inproc("check", d, "--thresholds", str(f))
     assert res.returncode == 2 and "busbw.pass_fractoin" in res.stderr and str(f) in res.stderr
 
 
-def test_check_without_dirs_measures_what_it_needs(cli, tmp_path):
+def test_check_without_dirs_measures_what_it_needs(cli_inproc, tmp_path, monkeypatch):
+    """check with no dirs runs commprof sweep and trace as subprocesses and judges what they wrote.
+    The commands it issues are recorded and checked; each then runs for real at TP=2 with few
+    iterations (the verdicts below do not depend on the TP degrees or the iteration counts)."""
     toy = os.path.join(os.path.dirname(__file__), "data", "toy-dense-config.json")
     out = tmp_path / "measured"
-    res = cli("check", "--model", toy, "--out", str(out), timeout=600)
+    issued = []
+    real_run = subprocess.run
+
+    def cheaper(cmd, *args, **kwargs):
+        if list(cmd[1:3]) == ["-m", "commprof"]:
+            issued.append(list(cmd[3:]))
+            cmd = list(cmd)
+            cmd[cmd.index("--tp") + 1] = "2"
+            if cmd[3] == "sweep":
+                cmd += ["--batch", "1", "--iters", "3", "--warmup", "1"]
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", cheaper)
+    res = cli_inproc("check", "--model", toy, "--out", str(out))
     assert res.returncode == 0, res.stderr
+    assert [c[0] for c in issued] == ["sweep", "trace"]
+    sweep_cmd, trace_cmd = issued
+    sweep_tps = sweep_cmd[sweep_cmd.index("--tp") + 1].split(",")
+    assert sweep_tps and set(sweep_tps) <= {"2", "4", "8"}
+    assert trace_cmd[trace_cmd.index("--tp") + 1] == max(sweep_tps, key=int)     # the trace at the largest TP
+    for c in issued:
+        assert c[c.index("--model") + 1] == toy and "--no-charts" in c
+    assert sweep_cmd[sweep_cmd.index("--out") + 1] == str(out / "sweep")
+    assert trace_cmd[trace_cmd.index("--out") + 1] == str(out / "trace")
     assert (out / "sweep" / "sweep.csv").exists() and (out / "trace" / "trace_summary.csv").exists()
     data = json.load(open(out / "check.json"))
     by = {i["id"]: i for i in data["items"]}

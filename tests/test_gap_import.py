@@ -1,4 +1,4 @@
-"""commprof gap and import through the CLI; reference profiles as --comm-from sources."""
+"""commprof gap and import through the CLI (in-process); reference profiles as --comm-from sources."""
 import json
 import os
 
@@ -10,10 +10,10 @@ NCCL_LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_8x
 TOY = os.path.join(REPO, "tests", "data", "toy-dense-config.json")
 
 
-def test_gap_pcie_box_vs_nvlink_reference(cli, tmp_path):
+def test_gap_pcie_box_vs_nvlink_reference(cli_inproc, tmp_path):
     box = write_profile_sweep("pcie5-nop2p", str(tmp_path / "box"), tps=(2, 8),
                               sizes=(16384, 1 << 20, 256 << 20))
-    res = cli("gap", box, "--reference", "nvlink4")
+    res = cli_inproc("gap", box, "--reference", "nvlink4")
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "reference: nvlink4" in out and "modelled" in out
@@ -23,47 +23,43 @@ def test_gap_pcie_box_vs_nvlink_reference(cli, tmp_path):
     assert "fit all_reduce tp=8" in out
 
 
-def test_gap_with_trace_gives_per_token_impact(cli, tmp_path):
+def test_gap_with_trace_gives_per_token_impact(cli_inproc, gloo_trace, tmp_path):
     box = write_profile_sweep("pcie5-nop2p", str(tmp_path / "box"), tps=(2,))
-    tr = str(tmp_path / "tr")
-    res = cli("trace", "--model", TOY, "--tp", "2", "--batch", "1", "--context", "64", "--tokens", "4",
-              "--no-charts", "--out", tr)
-    assert res.returncode == 0, res.stderr
-    res = cli("gap", box, tr, "--reference", "nvlink4")
+    res = cli_inproc("gap", box, gloo_trace, "--reference", "nvlink4")
     assert res.returncode == 0, res.stderr
     assert "communication share" in res.stdout and "on nvlink4 (modelled" in res.stdout
 
 
-def test_gap_bad_reference_and_no_sweep(cli, tmp_path):
+def test_gap_bad_reference_and_no_sweep(cli_inproc, tmp_path):
     box = write_profile_sweep("nvlink4", str(tmp_path / "box"), tps=(8,))
-    res = cli("gap", box, "--reference", "nvlink9")
+    res = cli_inproc("gap", box, "--reference", "nvlink9")
     assert res.returncode == 2 and "unknown" in res.stderr and "nvlink4" in res.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
-    res = cli("gap", str(empty))
+    res = cli_inproc("gap", str(empty))
     assert res.returncode == 2 and "holds no" in res.stderr
 
 
-def test_import_nccl_tests_then_check_and_predict(cli, tmp_path):
+def test_import_nccl_tests_then_check_and_predict(cli_inproc, tmp_path):
     out = str(tmp_path / "imp")
-    res = cli("import", "nccl-tests", NCCL_LOG, "--out", out)
+    res = cli_inproc("import", "nccl-tests", NCCL_LOG, "--out", out)
     assert res.returncode == 0, res.stderr
     meta = json.load(open(os.path.join(out, "meta.json")))
     assert meta["kind"] == "imported" and meta["source_files"]
-    res = cli("show", out, "--no-charts")
+    res = cli_inproc("show", out, "--no-charts")
     assert res.returncode == 0 and "imported on" in res.stdout
-    res = cli("import", "nccl-tests", os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_malformed.log"),
-              "--out", str(tmp_path / "bad"))
+    malformed = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_malformed.log")
+    res = cli_inproc("import", "nccl-tests", malformed, "--out", str(tmp_path / "bad"))
     assert res.returncode == 2 and "line 12" in res.stderr
-    res = cli("import", "osu", NCCL_LOG, "--out", str(tmp_path / "osu"))
+    res = cli_inproc("import", "osu", NCCL_LOG, "--out", str(tmp_path / "osu"))
     assert res.returncode == 2
 
 
-def test_predict_from_reference_profile(cli, tmp_path):
+def test_predict_from_reference_profile(cli_inproc, tmp_path):
     out = str(tmp_path / "pred")
-    res = cli("trace", "--predict", "--comm-from", "reference:nvlink4", "--model", TOY, "--tp", "2,8",
-              "--batch", "1", "--context", "64", "--tokens", "4", "--no-charts", "--out", out,
-              env={"COMMPROF_CACHE_DIR": str(tmp_path / "cache")})
+    res = cli_inproc("trace", "--predict", "--comm-from", "reference:nvlink4", "--model", TOY, "--tp", "2,8",
+                     "--batch", "1", "--context", "64", "--tokens", "4", "--no-charts", "--out", out,
+                     env={"COMMPROF_CACHE_DIR": str(tmp_path / "cache")})
     # toy has 4 KV heads: tp 8 replicates them; 16 query heads split 8 ways
     assert res.returncode == 0, res.stderr
     meta = json.load(open(os.path.join(out, "meta.json")))
@@ -85,19 +81,19 @@ def _p2p_dir(tmp_path):
     return str(d)
 
 
-def test_wire_line_in_gap_and_report(cli, tmp_path):
+def test_wire_line_in_gap_and_report(cli_inproc, tmp_path):
     box = write_profile_sweep("pcie5-p2p", str(tmp_path / "box"), tps=(2,), sizes=(16384, 1 << 20))
     p2p = _p2p_dir(tmp_path)
-    res = cli("gap", box, p2p, "--reference", "nvlink4")
+    res = cli_inproc("gap", box, p2p, "--reference", "nvlink4")
     assert res.returncode == 0, res.stderr
     assert "wire (measured by commprof p2p over GPU pairs): one-way latency 0.50 us, SM read 50.0 GB/s" in res.stdout
     # 16 KiB at TP=2: one hop + reading one peer's 16 KiB at 50 GB/s = 0.5 + 0.33 us
     assert "the wire bound 0.8 us" in res.stdout
     out = tmp_path / "rep"
-    res = cli("report", box, p2p, "--out", str(out))
+    res = cli_inproc("report", box, p2p, "--out", str(out))
     assert res.returncode == 0, res.stderr
     html = (out / "report.html").read_text()
     assert "NCCL vs the wire" in html and (out / "wire_vs_nccl.png").stat().st_size > 5000
     (tmp_path / "p2p" / "p2p.csv").write_text("a,b\n1,2\n")
-    res = cli("gap", box, p2p)
+    res = cli_inproc("gap", box, p2p)
     assert res.returncode == 2 and "p2p.csv" in res.stderr and "missing column" in res.stderr

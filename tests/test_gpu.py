@@ -32,11 +32,11 @@ def test_nccl_tp1_eager_and_graph(cli, tmp_path):
     assert meta["versions"]["nccl"] != "n/a"
 
 
-def test_nccl_refuses_more_ranks_than_gpus(cli, tmp_path):
+def test_nccl_refuses_more_ranks_than_gpus(cli_inproc, tmp_path):
     import torch
 
     n = torch.cuda.device_count()
-    res = cli("sweep", "--backend", "nccl", "--tp", str(n + 1), "--out", str(tmp_path / "x"))
+    res = cli_inproc("sweep", "--backend", "nccl", "--tp", str(n + 1), "--out", str(tmp_path / "x"))
     assert res.returncode == 3
     assert "one GPU per rank" in res.stderr
 

@@ -1,14 +1,17 @@
-"""commprof report: the HTML page as a reader sees it, in a real headless Chromium."""
+"""commprof report: the HTML page as a reader sees it, in a real headless Chromium.
+
+The pages are built from results dirs this session measures itself (``gloo_sweep`` and
+``gloo_trace`` in conftest.py), so nothing here depends on the committed examples' host or
+row counts (that every committed results dir still loads: test_results_layer.py).
+"""
 import os
 import shutil
 import subprocess
 
 import pytest
 
-from conftest import REPO
+from conftest import results_meta
 
-SWEEP = os.path.join(REPO, "results", "sweep-default-vm")
-TRACE = os.path.join(REPO, "results", "trace-qwen2.5-32b-vm")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -23,37 +26,51 @@ def dump_dom(path: str) -> str:
     return res.stdout
 
 
-def test_report_files(cli, tmp_path):
-    res = cli("report", SWEEP, TRACE, "--out", str(tmp_path))
+@pytest.fixture(scope="module")
+def sweep_trace_report(gloo_sweep, gloo_trace, tmp_path_factory):
+    """report over the session's sweep and trace, built once for the tests that read it."""
+    from conftest import run_inproc
+
+    out = tmp_path_factory.mktemp("report")
+    res = run_inproc(["report", gloo_sweep, gloo_trace, "--out", str(out)], cwd=out)
     assert res.returncode == 0, res.stderr
-    html = (tmp_path / "report.html").read_text()
-    md = (tmp_path / "report.md").read_text()
-    assert "<title>commprof report: vm</title>" in html
+    return out
+
+
+def _host(results_dir):
+    hosts = results_meta(results_dir)["hosts"]
+    assert len(hosts) == 1
+    return hosts[0]
+
+
+def test_report_files(sweep_trace_report, gloo_sweep):
+    html = (sweep_trace_report / "report.html").read_text()
+    md = (sweep_trace_report / "report.md").read_text()
+    host = _host(gloo_sweep)
+    assert f"<title>commprof report: {host}</title>" in html
     assert html.count("data:image/png;base64,") == 5          # 2 sweep + 3 trace charts, embedded
     assert "src=\"http" not in html and "src='http" not in html  # self-contained
     for text in ("## Checklist", "## Collective latency (sweep)", "## Per-token breakdown (trace)"):
         assert text in md
-    assert "measured on vm" in md and "scaled" in md
+    assert f"measured on {host}" in md and "scaled" in md
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium not installed (.ci/run installs it)")
-def test_report_in_headless_chromium(cli, tmp_path):
-    res = cli("report", SWEEP, TRACE, "--out", str(tmp_path))
-    assert res.returncode == 0, res.stderr
-    dom = dump_dom(str(tmp_path / "report.html"))
-    assert "<title>commprof report: vm</title>" in dom
+def test_report_in_headless_chromium(sweep_trace_report, gloo_sweep):
+    dom = dump_dom(str(sweep_trace_report / "report.html"))
+    assert f"<title>commprof report: {_host(gloo_sweep)}</title>" in dom
     assert 'data-charts-loaded="5/5"' in dom                  # every chart decoded
     for verdict in ("SKIP",):
         assert f'class="{verdict}"' in dom
     assert "Checklist:" in dom and "C10" in dom and "all-reduce latency at decode sizes" in dom
 
 
-def test_report_has_a_moe_section(cli, tmp_path):
+def test_report_has_a_moe_section(cli_inproc, gloo_sweep, tmp_path):
     moe_dir = tmp_path / "moe"
-    res = cli("moe", "--ep", "2", "--tokens", "8", "--skew", "uniform,hot:2", "--iters", "2", "--warmup", "1",
-              "--out", str(moe_dir))
+    res = cli_inproc("moe", "--ep", "2", "--tokens", "8", "--skew", "uniform,hot:2", "--iters", "2", "--warmup", "1",
+                     "--out", str(moe_dir))
     assert res.returncode == 0, res.stderr
-    res = cli("report", SWEEP, str(moe_dir), "--out", str(tmp_path / "rep"))
+    res = cli_inproc("report", gloo_sweep, str(moe_dir), "--out", str(tmp_path / "rep"))
     assert res.returncode == 0, res.stderr
     html = (tmp_path / "rep" / "report.html").read_text()
     md = (tmp_path / "rep" / "report.md").read_text()

@@ -1,4 +1,8 @@
-"""End-to-end sweeps through the CLI in a subprocess: real gloo ranks on CPU."""
+"""End-to-end sweeps through the CLI: real gloo ranks on CPU.
+
+The user's run, killed and hung ranks and torchrun go through ``cli`` (commprof in a subprocess, as
+a user starts it); flag checks and runs where the CLI's own process does not matter go through
+``cli_inproc`` (ranks are still real processes), which saves a Python + torch start-up per call."""
 import json
 import os
 import subprocess
@@ -6,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, one_line_error
+from conftest import REPO, one_line_error, run_inproc
 from conftest import results_meta as meta
 from conftest import sweep_rows as rows
 
@@ -53,16 +57,16 @@ def test_end_to_end_tp2_tp4(cli, tmp_path):
     # show re-renders table and charts from the directory alone
     for png in ("latency_vs_size.png", "busbw_vs_size.png"):
         os.remove(os.path.join(out, png))
-    res2 = cli("show", out)
+    res2 = run_inproc(["show", out], cwd=tmp_path)
     assert res2.returncode == 0, res2.stderr
     assert "all_gather" in res2.stdout
     assert os.path.exists(os.path.join(out, "latency_vs_size.png"))
 
 
-def test_decode_sizes_and_concurrent_groups(cli, tmp_path):
+def test_decode_sizes_and_concurrent_groups(cli_inproc, tmp_path):
     out = str(tmp_path / "conc")
-    res = cli("sweep", "--tp", "2,4", "--ops", "all_reduce", "--model", "Qwen3-30B-A3B", "--batch", "1,4",
-              "--iters", "5", "--warmup", "1", "--concurrent", "--out", out, "--no-charts")
+    res = cli_inproc("sweep", "--tp", "2,4", "--ops", "all_reduce", "--model", "Qwen3-30B-A3B", "--batch", "1,4",
+                     "--iters", "5", "--warmup", "1", "--concurrent", "--out", out, "--no-charts")
     assert res.returncode == 0, res.stderr
     got = rows(out)
     tp2 = [r for r in got if r["tp"] == "2"]
@@ -72,20 +76,22 @@ def test_decode_sizes_and_concurrent_groups(cli, tmp_path):
     assert all(r["concurrent"] == "1" and r["wrong"] == "0" for r in got)
 
 
-@pytest.mark.parametrize("op", ["reduce_scatter", "all_to_all", "broadcast"])
-def test_other_ops_are_correct(cli, tmp_path, op):
-    out = str(tmp_path / op)
-    res = cli("sweep", "--tp", "2", "--ops", op, "--sizes", "1K,3000", "--dtype", "fp32",
-              "--iters", "3", "--warmup", "1", "--out", out, "--no-charts")
+def test_other_ops_are_correct(cli_inproc, tmp_path):
+    # one launch for the three ops: each row has its own correctness check
+    ops = ("reduce_scatter", "all_to_all", "broadcast")
+    out = str(tmp_path / "ops")
+    res = cli_inproc("sweep", "--tp", "2", "--ops", ",".join(ops), "--sizes", "1K,3000", "--dtype", "fp32",
+                     "--iters", "3", "--warmup", "1", "--out", out, "--no-charts")
     assert res.returncode == 0, res.stderr
     got = rows(out)
-    assert len(got) == 2 and all(r["wrong"] == "0" and r["dtype"] == "fp32" for r in got)
+    assert sorted((r["op"], r["size_bytes"]) for r in got) == sorted((op, sz) for op in ops for sz in ("1024", "3000"))
+    assert all(r["wrong"] == "0" and r["status"] == "ok" and r["dtype"] == "fp32" for r in got)
 
 
-def test_corrupted_reduction_is_caught(cli, tmp_path):
+def test_corrupted_reduction_is_caught(cli_inproc, tmp_path):
     out = str(tmp_path / "bad")
-    res = cli("sweep", "--tp", "2", *SMALL, "--out", out, "--no-charts",
-              env={"COMMPROF_TEST_FAULT": "corrupt:rank=1,op=all_reduce"})
+    res = cli_inproc("sweep", "--tp", "2", *SMALL, "--out", out, "--no-charts",
+                     env={"COMMPROF_TEST_FAULT": "corrupt:rank=1,op=all_reduce"})
     assert res.returncode == 1
     assert "failed the correctness check" in one_line_error(res)
     got = rows(out)
@@ -98,24 +104,25 @@ def test_corrupted_reduction_is_caught(cli, tmp_path):
 
 
 def test_killed_rank_keeps_rows_and_resume_finishes(cli, tmp_path):
+    # A real process: rank 1 SIGKILLs itself at its first all_gather (cells run all_reduce first).
     out = str(tmp_path / "die")
-    res = cli("sweep", "--tp", "2,4", *SMALL, "--out", out, "--no-charts",
-              env={"COMMPROF_TEST_FAULT": "die:rank=3,op=all_reduce,tp=4"})
+    res = cli("sweep", "--tp", "2", *SMALL, "--out", out, "--no-charts",
+              env={"COMMPROF_TEST_FAULT": "die:rank=1,op=all_gather,tp=2"})
     assert res.returncode == 4, res.stderr
     line = one_line_error(res)
-    assert "rank=3" in line and "SIGKILL" in line and "all_reduce tp=4" in line
+    assert "rank=1" in line and "SIGKILL" in line and "all_gather tp=2" in line
     before = rows(out)
-    # every tp=2 cell finished before the tp=4 all_reduce that died
-    assert len(before) == 4 and {r["tp"] for r in before} == {"2"}
+    # every all_reduce cell finished before the all_gather that died
+    assert len(before) == 2 and {r["op"] for r in before} == {"all_reduce"}
     assert meta(out)["status"] == "failed"
 
-    res = cli("sweep", "--tp", "2,4", *SMALL, "--out", out, "--no-charts", "--resume")
+    res = run_inproc(["sweep", "--tp", "2", *SMALL, "--out", out, "--no-charts", "--resume"], cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     after = rows(out)
-    assert len(after) == 8
-    assert after[:4] == before                     # finished rows were not redone
+    assert len(after) == 4
+    assert after[:2] == before                     # finished rows were not redone
     keys = [(r["op"], r["tp"], r["size_bytes"], r["mode"]) for r in after]
-    assert len(set(keys)) == 8
+    assert len(set(keys)) == 4
     m = meta(out)
     assert m["status"] == "complete" and len(m["runs"]) == 2
 
@@ -145,8 +152,8 @@ def test_hung_rank_is_named_and_stopped(cli, tmp_path):
     (["--batch", "0"], 2, "--batch"),
     (["--iters", "0"], 2, "--iters"),
 ])
-def test_bad_input_one_line(cli, tmp_path, args, code, needle):
-    res = cli("sweep", "--tp", "2", *args, "--out", str(tmp_path / "x"))
+def test_bad_input_one_line(cli_inproc, tmp_path, args, code, needle):
+    res = cli_inproc("sweep", "--tp", "2", *args, "--out", str(tmp_path / "x"))
     assert res.returncode == code, res.stderr
     assert needle in one_line_error(res)
     assert not os.path.exists(tmp_path / "x")
@@ -157,42 +164,50 @@ def test_bad_input_one_line(cli, tmp_path, args, code, needle):
     (["sweep", "--bogus"], "--bogus"),
     (["frobnicate"], "frobnicate"),
 ])
-def test_flag_errors_are_one_line(cli, args, needle):
-    res = cli(*args)
+def test_flag_errors_are_one_line(cli_inproc, args, needle):
+    res = cli_inproc(*args)
     assert res.returncode == 2
     assert needle in one_line_error(res)
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-def test_bad_config_file(cli, tmp_path):
+def test_flag_error_from_a_real_process_is_one_line(cli):
+    # python -m commprof -> main -> exit status, with click's own usage text mapped to one line
+    res = cli("sweep", "--bogus")
+    assert res.returncode == 2
+    assert "--bogus" in one_line_error(res) and "commprof sweep --help" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and res.stdout == ""
+
+
+def test_bad_config_file(cli_inproc, tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"hidden_size": 4096, "num_hidden_layers": 2}))
-    res = cli("sweep", "--tp", "2", "--model", str(cfg), "--out", str(tmp_path / "x"))
+    res = cli_inproc("sweep", "--tp", "2", "--model", str(cfg), "--out", str(tmp_path / "x"))
     assert res.returncode == 2
     assert "missing field 'vocab_size'" in one_line_error(res) and str(cfg) in res.stderr
 
 
-def test_output_dir_with_other_content_is_refused(cli, tmp_path):
+def test_output_dir_with_other_content_is_refused(cli_inproc, tmp_path):
     out = tmp_path / "busy"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    res = cli("sweep", "--tp", "2", *SMALL, "--out", str(out))
+    res = cli_inproc("sweep", "--tp", "2", *SMALL, "--out", str(out))
     assert res.returncode == 2
     assert "already holds files (notes.txt)" in one_line_error(res)
     assert os.listdir(out) == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
-    res = cli("sweep", "--tp", "2", *SMALL, "--out", str(out), "--resume")
+    res = cli_inproc("sweep", "--tp", "2", *SMALL, "--out", str(out), "--resume")
     assert res.returncode == 2 and "not a commprof results dir" in one_line_error(res)
 
 
-def test_show_on_corrupt_dir(cli, tmp_path):
+def test_show_on_corrupt_dir(cli_inproc, tmp_path):
     d = tmp_path / "corrupt"
     d.mkdir()
     (d / "meta.json").write_text("{oops")
-    res = cli("show", str(d))
+    res = cli_inproc("show", str(d))
     assert res.returncode == 2 and "meta.json: not valid JSON" in one_line_error(res)
     (d / "meta.json").write_text("{}")
     (d / "sweep.csv").write_text("op,tp,size_bytes,mode,latency_us_p50\nall_reduce,2\n")
-    res = cli("show", str(d))
+    res = cli_inproc("show", str(d))
     assert res.returncode == 2 and "line 2" in one_line_error(res)
 
 

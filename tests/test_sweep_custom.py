@@ -4,7 +4,7 @@ The kernel needs GPUs; here the sweep's whole custom path (setup agreement acros
 rule, per-size refusal and fallback, --verify on every call, rows, resume, the views) runs with
 gloo across real processes, with ``COMMPROF_TEST_ONESHOT`` standing a CPU emulation in for the
 kernel (see ``microbench/oneshot_rank.py``). The kernel itself is compiled in test_cuda_ext.py
-and run in test_gpu.py.
+and run in test_gpu.py. The CLI runs in-process (``cli_inproc``); the ranks are real processes.
 """
 import csv
 import os
@@ -112,12 +112,12 @@ def test_load_frame_keeps_custom_rows_out_of_the_baseline(tmp_path):
 
 # --- end to end: real gloo ranks, the kernel emulated --------------------------------------------
 
-def test_side_by_side_with_refusals_verify_resume_and_views(cli, tmp_path):
+def test_side_by_side_with_refusals_verify_resume_and_views(cli_inproc, tmp_path):
     out = str(tmp_path / "run")
     env = {"COMMPROF_TEST_ONESHOT": "emulate:p2p_fail=4"}
     args = ["sweep", "--tp", "2,4", "--ops", "all_reduce", "--sizes", "16,24,4K", "--impl", "gloo,custom",
             "--verify", *FAST, "--out", out]
-    res = cli(*args, env=env)
+    res = cli_inproc(*args, env=env)
     assert res.returncode == 0, res.stderr
     got = rows(out)
     by = {(r["tp"], r["size_bytes"], r["impl"]) for r in got}
@@ -139,25 +139,25 @@ def test_side_by_side_with_refusals_verify_resume_and_views(cli, tmp_path):
     assert "custom" in res.stdout      # the table names the implementation
 
     # Resume: nothing left to measure (refused cells are re-decided, not re-measured).
-    res = cli(*args, "--resume", env=env)
+    res = cli_inproc(*args, "--resume", env=env)
     assert res.returncode == 0, res.stderr
     assert len(rows(out)) == len(got)
 
     # Views: the baseline stays the backend's; gap and report put custom beside it.
-    res = cli("gap", out)
+    res = cli_inproc("gap", out)
     assert res.returncode == 0, res.stderr
     assert "custom one-shot vs gloo all_reduce TP=2 (eager, same sweep)" in res.stdout
     rep = str(tmp_path / "rep")
-    res = cli("report", out, "--out", rep)
+    res = cli_inproc("report", out, "--out", rep)
     assert res.returncode == 0, res.stderr
     md = open(os.path.join(rep, "report.md")).read()
     assert "custom one-shot vs gloo all_reduce TP=2" in md and os.path.exists(os.path.join(rep, "wire_vs_nccl.png"))
 
 
-def test_custom_only_falls_back_per_size_and_verify_catches_every_wrong_call(cli, tmp_path):
+def test_custom_only_falls_back_per_size_and_verify_catches_every_wrong_call(cli_inproc, tmp_path):
     out = str(tmp_path / "run")
-    res = cli("sweep", "--tp", "2", "--ops", "all_reduce", "--sizes", "24,4K", "--impl", "custom", "--verify",
-              *FAST, "--out", out, env={"COMMPROF_TEST_ONESHOT": "emulate:corrupt_rank=1"})
+    res = cli_inproc("sweep", "--tp", "2", "--ops", "all_reduce", "--sizes", "24,4K", "--impl", "custom", "--verify",
+                     *FAST, "--out", out, env={"COMMPROF_TEST_ONESHOT": "emulate:corrupt_rank=1"})
     # Rank 1's emulated results are off by one element on every call: 3 timed calls + the check.
     assert res.returncode == 1, res.stderr
     assert "failed the correctness check" in one_line_error(res)
@@ -170,10 +170,10 @@ def test_custom_only_falls_back_per_size_and_verify_catches_every_wrong_call(cli
     assert "(custom refused)" in res.stdout
 
 
-def test_impl_custom_without_a_gpu_is_one_line(cli, tmp_path):
-    res = cli("sweep", "--tp", "2", "--impl", "nccl,custom", "--out", str(tmp_path / "x"))
+def test_impl_custom_without_a_gpu_is_one_line(cli_inproc, tmp_path):
+    res = cli_inproc("sweep", "--tp", "2", "--impl", "nccl,custom", "--out", str(tmp_path / "x"))
     assert res.returncode == 3
     assert "--impl nccl: this run uses the gloo backend" in one_line_error(res)
     assert not os.path.exists(tmp_path / "x")
-    res = cli("sweep", "--tp", "2", "--verify", "--out", str(tmp_path / "x"))
+    res = cli_inproc("sweep", "--tp", "2", "--verify", "--out", str(tmp_path / "x"))
     assert res.returncode == 2 and "add --impl custom" in one_line_error(res)

@@ -11,6 +11,7 @@ import pytest
 from fake_nvml import FakeNVML
 
 from commprof import topo as T
+from commprof.views.topo import render_topology
 from commprof.errors import EXIT_NO_GPU, NoGpuError
 
 H100 = "h100-sxm-8x-nvswitch.json"
@@ -328,7 +329,7 @@ def test_run_topo_tables(capsys):
 
 def test_render_shows_p2p_codes_and_notes():
     con, buf = console()
-    T.render_topology(T.collect_topology(FakeNVML(RTX5090)), con)
+    render_topology(T.collect_topology(FakeNVML(RTX5090)), con)
     text = buf.getvalue()
     assert "GNS" in text and "SYS" in text and "NODE" in text
     assert "P2P read" in text and "P2P write" in text

@@ -35,7 +35,8 @@ def provenance(verb: str, kind: str, what: str, *, command=None, hosts=None, gpu
                status: str = "running", **extra) -> dict:
     """The ``meta.json`` of a new results dir: the base keys, then ``extra`` (the verb's own).
 
-    ``hosts`` defaults to this host; ``gpus`` is a list of GPU names (empty when none)."""
+    ``hosts`` defaults to this host (pass ``[]`` when the hosts are unknown); ``gpus`` is a list
+    of GPU names (empty when none)."""
     if verb not in VERBS:
         raise ValueError(f"verb {verb!r}: use one of {VERBS}")
     if kind not in KINDS:
@@ -45,7 +46,7 @@ def provenance(verb: str, kind: str, what: str, *, command=None, hosts=None, gpu
         "schema_version": SCHEMA_VERSION, "verb": verb, "kind": kind, "what": what, "status": status,
         "start_time": start, "end_time": None if status == "running" else start,
         "command": [str(a) for a in (command if command is not None else sys.argv)],
-        "hosts": sorted(set(hosts)) if hosts else [socket.gethostname()],
+        "hosts": sorted(set(hosts)) if hosts is not None else [socket.gethostname()],
         "gpus": [str(g) for g in gpus] if gpus else [],
         "machine": machine(), "versions": versions(), "nccl_env": nccl_env(),
     }

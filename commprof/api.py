@@ -1,0 +1,96 @@
+"""commprof as a library: the verbs' numbers as pandas DataFrames, for notebooks and scripts.
+
+>>> import commprof
+>>> steps = commprof.plan("Qwen2.5-32B", tp=8)            # one row per collective of a decode step
+>>> len(steps), steps.attrs["counts"]["collectives_per_step"]
+(130, 130)
+>>> r = commprof.load("results/sweep-default-vm")          # any verb's results dir
+>>> sweep = r["sweep"]                                     # typed DataFrame, provenance in r.meta
+>>> fits = commprof.fit(sweep)                             # alpha-beta per op, tp, mode
+>>> gap = commprof.compare(["results/sweep-default-vm"], reference="nvlink4")
+
+Nothing here prints or draws; every function returns numbers (DataFrames carry their
+provenance in ``.attrs``).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from .results import Results, load
+
+__all__ = ["Results", "load", "plan", "fit", "compare", "checklist", "reference"]
+
+
+def plan(model: str, tp: int, batch: int = 1, context: int = 4096, gpu_mem_bytes: int | None = None,
+         dtype: str = "bf16", sp: bool = False, moe: str = "tp"):
+    """The collectives of one decode step (``commprof plan``): one row per collective (site, kind,
+    op, layer, size in the sweep's meaning, bytes one rank sends). ``.attrs`` holds the per-step and
+    per-token counts, the memory per rank and the model's source: modelled, nothing runs."""
+    import pandas as pd
+
+    from .models import get_model
+    from .planner import build_plan
+
+    p = build_plan(get_model(model), tp, batch, context, gpu_mem_bytes=gpu_mem_bytes, dtype=dtype, sp=sp, moe=moe)
+    df = pd.DataFrame([s.to_dict() for s in p.sites])
+    doc = p.to_dict()
+    df.attrs.update(kind="modelled", model=p.model.name, source=p.model.source, tp=tp, batch=batch,
+                    counts=doc["counts"], memory=doc["memory"])
+    return df
+
+
+def fit(sweep):
+    """alpha-beta fits (latency = alpha + bytes / beta) per op, tp and mode of a sweep: a results
+    dir, a :class:`Results` or its ``sweep`` DataFrame. Columns as :class:`costmodel.Fit`."""
+    import pandas as pd
+
+    from .costmodel import fit_sweep
+
+    if isinstance(sweep, str):
+        sweep = load(sweep)
+    if isinstance(sweep, Results):
+        sweep = sweep["sweep"]
+        sweep = sweep[sweep["impl"] != "custom"]
+    return pd.DataFrame([asdict(f) for f in fit_sweep(sweep)])
+
+
+def compare(dirs, reference: str | None = None):
+    """This box (its results dirs) against a reference profile (``commprof gap``): one row per
+    op, tp, mode, size and metric with this box's value, the reference's (modelled) and the ratio.
+    ``.attrs``: the reference, the box's kind and, with a trace among the dirs, the per-token
+    impact as records."""
+    from .gap import compute_gap
+
+    g = compute_gap([dirs] if isinstance(dirs, str) else list(dirs), reference)
+    df = g.table.copy()
+    df.attrs.update(reference=g.reference, reference_title=g.reference_title, box_kind=g.box_kind,
+                    this_box=g.this_box, per_token=g.per_token.to_dict("records"), wire=g.wire)
+    return df
+
+
+def checklist(dirs, thresholds: str | None = None, model: str | None = None):
+    """The pre-purchase checklist (``commprof check``) over results dirs: one row per item with
+    its status, value, threshold, source and hint; ``.attrs["verdict"]``."""
+    import pandas as pd
+
+    from .check import gather, load_thresholds, run_items
+    from .items import verdict
+
+    items = run_items(gather([dirs] if isinstance(dirs, str) else list(dirs)), load_thresholds(thresholds), model)
+    df = pd.DataFrame([i.to_dict() for i in items])
+    df.attrs["verdict"] = verdict(items)
+    return df
+
+
+def reference(name: str, op: str, tp: int, sizes, mode: str = "eager"):
+    """A reference profile's modelled latency (us) for ``sizes`` (bytes), with its sources in
+    ``.attrs`` (``commprof/profiles.py``: every parameter published or derived)."""
+    import pandas as pd
+
+    from .costmodel import get_profile, profile_latency_us
+
+    p = get_profile(name.removeprefix("reference:"))
+    df = pd.DataFrame({"size_bytes": [int(s) for s in sizes]})
+    df["latency_us"] = [profile_latency_us(p, op, tp, s, mode) for s in df["size_bytes"]]
+    df.attrs.update(kind="modelled", profile=p["name"], title=p["title"], sources=p["sources"])
+    return df

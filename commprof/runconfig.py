@@ -1,0 +1,18 @@
+"""What every verb that starts ranks (sweep, trace, moe) shares in its config: the backend and
+why, the watchdog's timeout, the results dir, progress, the command line, the world size and how
+the ranks were launched. Model layer: the standard library only."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    backend: str = "gloo"
+    backend_reason: str = ""
+    timeout_s: float = 120.0
+    out_dir: str = ""
+    progress: bool = False
+    argv: list[str] = field(default_factory=list)
+    world_size: int = 0
+    launch: str = "local"            # "local" (commprof starts the ranks) or "torchrun"

@@ -1,0 +1,76 @@
+"""The terminal: a rich console on stdout, one way to emit a result (JSON or tables), number
+formatting and the progress bar."""
+from __future__ import annotations
+
+import sys
+
+
+def stdout_console(width: int = 160):
+    """A rich console on stdout: the terminal's width, or ``width`` columns when piped (so tables
+    in logs and tests are not squeezed to 80)."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else width)
+
+
+def emit(data: dict, as_json: bool, draw, paths: list[str], console=None, width: int = 160) -> None:
+    """A command's result: JSON on stdout (notes on stderr) or ``draw(console)`` tables, then the
+    files written."""
+    import json
+
+    if as_json:
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        if paths:
+            print(f"wrote {', '.join(paths)}", file=sys.stderr)
+        return
+    draw(console)
+    if paths:
+        (console or stdout_console(width)).print(f"wrote {', '.join(paths)}")
+
+
+def _fmt(v, digits=1):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "-"
+    if f != f:
+        return "-"
+    return f"{f:,.{digits}f}"
+
+
+class _Progress:
+    def __init__(self, total: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._p = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           transient=True, disable=not sys.stderr.isatty())
+        self._task = self._p.add_task("sweep", total=total)
+        self._p.start()
+
+    def advance(self, n: int = 1):
+        self._p.advance(self._task, n)
+
+    def update(self, completed: int):
+        self._p.update(self._task, completed=completed)
+
+    def close(self):
+        self._p.stop()
+
+
+def progress_bar(total: int) -> _Progress:
+    """A rich progress bar on stderr, shown only on a terminal."""
+    return _Progress(total)
+
+
+def frame_table(df, title: str, console=None, width: int = 160) -> None:
+    """Any DataFrame as a rich table: numbers right-aligned, floats with 3 significant digits."""
+    from rich.table import Table
+
+    console = console or stdout_console(width)
+    t = Table(title=title, title_justify="left")
+    for c in df.columns:
+        t.add_column(str(c), justify="right" if df[c].dtype.kind in "iuf" else "left")
+    for row in df.itertuples(index=False):
+        t.add_row(*("" if v != v else f"{v:.3g}" if isinstance(v, float) else str(v) for v in row))
+    console.print(t)

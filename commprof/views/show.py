@@ -1,0 +1,87 @@
+"""``commprof show``: any verb's results dir, rendered again from the dir alone."""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..items import Item
+from .console import frame_table, stdout_console
+
+
+def show(res, charts: bool = True, echo=print, note=lambda line: print(line, file=sys.stderr)) -> None:
+    """Print what ``res`` (:class:`commprof.results.Results`) holds and redraw its charts into its
+    dir. ``echo`` takes result lines, ``note`` the lines about files."""
+    verb, meta, t = res.verb, res.meta, res.tables
+    shown = False
+    if "sweep" in t:
+        from .sweep import charts as sweep_charts
+        from .sweep import print_table
+
+        shown = True
+        if t["sweep"].empty:
+            note(f"commprof: {res.path} holds no rows yet")
+        else:
+            print_table(t["sweep"], meta)
+            if charts:
+                for p in sweep_charts(t["sweep"], meta, res.path):
+                    note(f"chart: {p}")
+    if "trace_summary" in t:
+        from .trace import summary_lines, trace_charts
+
+        shown = True
+        for line in summary_lines(t["trace_summary"]):
+            echo(line)
+        if charts and "trace_tokens" in t and "trace_layers" in t:
+            for p in trace_charts(t["trace_tokens"], t["trace_layers"], t["trace_summary"], meta, res.path):
+                note(f"chart: {p}")
+    if "moe_steps" in t:
+        from .moe import charts as moe_charts
+        from .moe import summary_lines
+
+        shown = True
+        for line in summary_lines(t["moe_steps"]):
+            echo(line)
+        if charts and "moe_ranks" in t:
+            for p in moe_charts(t["moe_steps"], t["moe_ranks"], meta, res.path):
+                note(f"chart: {p}")
+    if "p2p" in t:
+        from .p2p import render_p2p
+
+        shown = True
+        rows = t["p2p"].to_dict("records")
+        n = int(max([r["src_device"] for r in rows] + [r["dst_device"] for r in rows], default=-1)) + 1
+        render_p2p(rows, n)
+    if "check" in res.docs:
+        from .check import render
+
+        shown = True
+        render([Item(**{k: str(v) for k, v in i.items() if k in Item.__dataclass_fields__})
+                for i in res.docs["check"].get("items", [])])
+    if "plan" in t:
+        shown = True
+        doc = res.docs.get("plan", {})
+        title = (f"commprof plan: {doc.get('model', '?')} TP={doc.get('tp', '?')} batch={doc.get('batch', '?')} "
+                 f"context={doc.get('context', '?')} ({doc.get('kind', 'modelled')})")
+        frame_table(t["plan"], title)
+        for k, v in (doc.get("counts") or {}).items():
+            echo(f"{k}: {v}")
+    if "topo" in res.docs and (verb == "topo" or not shown):
+        from .topo import render_topology
+
+        shown = True
+        render_topology(res.docs["topo"])
+    if verb == "report":
+        shown = True
+        for name in ("report.html", "report.md"):
+            if os.path.exists(os.path.join(res.path, name)):
+                echo(f"report: {os.path.join(res.path, name)}")
+    if not shown:
+        stdout_console().print(f"{res.path}: a {verb} results dir with nothing to show")
+
+
+def run_show(path: str, charts: bool = True) -> int:
+    """``commprof show DIR``: load any verb's results dir and show it; the exit code."""
+    from ..results import load
+
+    show(load(path), charts=charts)
+    return 0

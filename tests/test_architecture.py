@@ -1,0 +1,29 @@
+"""The layers hold (import-linter contracts in .importlinter) and no module imports itself back."""
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_import_linter_contracts_are_kept():
+    lint = os.path.join(os.path.dirname(sys.executable), "lint-imports")
+    res = subprocess.run([lint, "--config", os.path.join(REPO, ".importlinter"), "--no-cache"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "0 broken" in res.stdout
+
+
+def test_no_import_cycles():
+    import grimp
+
+    graph = grimp.build_graph("commprof", "microbench", "cuda_ext", cache_dir=None)
+    cycles = []
+    for a in sorted(graph.modules):
+        for b in sorted(graph.find_modules_directly_imported_by(a)):
+            # a package's __init__ importing its own submodules is how packages work, not a cycle
+            if b.startswith(a + ".") or a.startswith(b + "."):
+                continue
+            if graph.chain_exists(importer=b, imported=a):
+                cycles.append(" -> ".join(graph.find_shortest_chain(importer=b, imported=a) + (b,)))
+    assert not cycles, "import cycles:\n" + "\n".join(cycles[:20])
