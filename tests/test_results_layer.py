@@ -79,13 +79,13 @@ def test_read_table_rows_names_the_file_on_bad_bytes(tmp_path):
         results.read_table_rows(str(p))
 
 
-def test_load_reads_what_each_verb_writes(tmp_path, cli):
+def test_load_reads_what_each_verb_writes(tmp_path, cli_inproc):
     from commprof.costmodel import resolve_comm_source
 
     plan = str(tmp_path / "plan")
-    assert cli("plan", "--model", "Qwen2.5-32B", "--tp", "8", "--out", plan).returncode == 0
+    assert cli_inproc("plan", "--model", "Qwen2.5-32B", "--tp", "8", "--out", plan).returncode == 0
     imp = str(tmp_path / "imp")
-    res = cli("import", "nccl-tests", NCCL_LOG, "--out", imp)
+    res = cli_inproc("import", "nccl-tests", NCCL_LOG, "--out", imp)
     assert res.returncode == 0, res.stderr
     os.environ["COMMPROF_CACHE_DIR"] = str(tmp_path / "cache")
     try:
