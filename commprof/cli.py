@@ -45,6 +45,8 @@ def sweep(
     resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --out, skipping finished rows."),
     impl: Optional[str] = typer.Option(None, "--impl", help="nccl,custom: time commprof's one-shot all-reduce (cuda_ext/) beside NCCL's, eager, all_reduce only."),
     verify: bool = typer.Option(False, "--verify", help="With --impl custom: check every timed custom call against torch's all_reduce."),
+    timing: str = typer.Option("per-call", "--timing", help="per-call (one barrier-aligned call per sample, what a decode step pays) or back-to-back (nccl-tests' method: a loop of --loop calls timed as one, averaged)."),
+    loop: int = typer.Option(20, "--loop", help="With --timing back-to-back: calls per timed loop (nccl-tests -n)."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
 ):
     """Collective latency at decode sizes across TP degrees (NCCL on GPUs, gloo on CPU)."""
@@ -53,7 +55,8 @@ def sweep(
     _exit_with(lambda: core.run_sweep(core.build_config(
         tp=tp, ops=ops, sizes=sizes, model=model, batch=batch, dtype=dtype, backend=backend, modes=modes,
         iters=iters, warmup=warmup, concurrent=concurrent, timeout_s=timeout, out=out, resume=resume,
-        argv=["commprof"] + sys.argv[1:], impl=impl, verify=verify), charts=not no_charts))
+        argv=["commprof"] + sys.argv[1:], impl=impl, verify=verify, timing=timing, loop=loop),
+        charts=not no_charts))
 
 
 @app.command()

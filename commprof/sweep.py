@@ -9,7 +9,7 @@ from .collectives import COLLECTIVES, DEFAULT_OPS, DTYPE_BYTES
 from .errors import DeviceError, UsageError
 from .models import DEFAULT_MODEL, ModelShape, get_model
 from .sizes import parse_sizes
-from .sweepconfig import CUSTOM, CUSTOM_OPS, IMPLS, SweepConfig, plan_cells
+from .sweepconfig import BACK_TO_BACK, CUSTOM, CUSTOM_OPS, IMPLS, PER_CALL, TIMINGS, SweepConfig, plan_cells
 from .units import parse_int_list
 
 
@@ -25,8 +25,13 @@ class SweepOutcome:
 def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, batch: str, dtype: str,
                  backend: str, modes: str | None, iters: int | None, warmup: int | None,
                  concurrent: bool, timeout_s: float, out: str | None, resume: bool, argv: list[str],
-                 progress: bool = True, impl: str | None = None, verify: bool = False) -> SweepConfig:
+                 progress: bool = True, impl: str | None = None, verify: bool = False,
+                 timing: str = PER_CALL, loop: int = 20) -> SweepConfig:
     """Validate every flag and derive the sweep's configuration (nothing is started)."""
+    if timing not in TIMINGS:
+        raise UsageError(f"--timing '{timing}': use {' or '.join(TIMINGS)}")
+    if isinstance(loop, bool) or not isinstance(loop, int) or not 1 <= loop <= 100_000:
+        raise UsageError(f"--loop {loop!r}: calls per timed loop, a whole number from 1 to 100000")
     tps = parse_int_list(tp, "--tp")
     op_list = [o.strip() for o in (ops or ",".join(DEFAULT_OPS)).split(",") if o.strip()]
     for o in op_list:
@@ -46,6 +51,9 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
     impls = parse_impls(impl, name, reason, op_list, mode_list)
     if verify and CUSTOM not in impls:
         raise UsageError("--verify checks the custom all-reduce on every call; add --impl custom")
+    if verify and timing == BACK_TO_BACK:
+        raise UsageError("--verify checks every timed call on known inputs, which a back-to-back loop "
+                         "does not reload; use --timing per-call with --verify")
 
     out_dir = out or results.default_out_dir()
     if not trun or trun["rank"] == 0:
@@ -58,7 +66,7 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
         out_dir=out_dir, resume=resume, sizes_spec=sizes, model=shape.to_dict() if shape else None,
         batches=batches if sizes.strip().lower() == "decode" else [], argv=argv, world_size=world,
         launch="torchrun" if trun else "local", progress=progress,
-        impls=impls if impls != [name] else [], verify=verify,
+        impls=impls if impls != [name] else [], verify=verify, timing=timing, loop=loop,
     )
 
 

@@ -8,6 +8,12 @@ from .runconfig import RunConfig
 from .sizes import SizePoint
 from .units import human_bytes
 
+#: --timing: one barrier-aligned call per sample (what a decode step pays: it issues one
+#: collective at a time between kernels), or nccl-tests' method: a loop of back-to-back calls
+#: timed as one and averaged (what vendor logs show).
+PER_CALL, BACK_TO_BACK = "per-call", "back-to-back"
+TIMINGS = (PER_CALL, BACK_TO_BACK)
+
 
 @dataclass
 class SweepConfig(RunConfig):
@@ -25,6 +31,8 @@ class SweepConfig(RunConfig):
     batches: list[int] = field(default_factory=list)
     impls: list[str] = field(default_factory=list)   # [] = the backend's own collectives only
     verify: bool = False           # --verify: check every custom call against torch's all_reduce
+    timing: str = PER_CALL         # per-call (one barrier-aligned call per sample) or back-to-back
+    loop: int = 20                 # back-to-back: calls timed as one loop per sample (nccl-tests -n)
 
     @property
     def baseline_impl(self) -> str:

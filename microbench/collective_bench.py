@@ -26,7 +26,7 @@ import numpy as np
 
 from commprof.collectives import COLLECTIVES, check_input
 from commprof.stats import summarize_us
-from commprof.sweepconfig import CUSTOM, Cell, SweepConfig, plan_cells
+from commprof.sweepconfig import BACK_TO_BACK, CUSTOM, Cell, SweepConfig, plan_cells
 from microbench.heartbeat import Heartbeat, TextProgress
 from microbench.rank import rank_session
 from microbench.timing import DeviceTimer
@@ -132,7 +132,9 @@ class CellRunner:
         lat = np.empty(iters, dtype=np.float64)
         barrier = dist.barrier
         hb.stage(f"{cell.label}: timing")
-        if not self.cuda:
+        if self.cfg.timing == BACK_TO_BACK:
+            samples, call = self._measure_loop(cell, op, align_group, fault_iter)
+        elif not self.cuda:
             call = op
             perf = time.perf_counter
             for i in range(iters):
@@ -159,6 +161,54 @@ class CellRunner:
             self.custom.check_status(cell)
         samples.wrong = wrong + verify_wrong
         return samples
+
+    def _measure_loop(self, cell: Cell, op, align_group, fault_iter: int):
+        """nccl-tests' method (``--timing back-to-back``): per sample, after one barrier, ``loop``
+        calls back to back with no barrier between them, one host clock around the whole loop
+        (and, on a GPU, the stream's completion), divided by ``loop``. Graph mode captures the
+        ``loop`` calls in one graph and times its replay (nccl-tests -G). The average hides
+        per-call launch gaps and includes pipelining between calls."""
+        torch, dist, hb = self.torch, self.dist, self.hb
+        n, iters, perf = self.cfg.loop, self.cfg.iters, time.perf_counter
+        call = op
+        if self.cuda:
+            if cell.mode == "graph":
+                hb.stage(f"{cell.label}: graph capture")
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    for _ in range(n):
+                        op()
+                torch.cuda.synchronize(self.device)
+                loop = graph.replay
+                call = op                       # the correctness check runs one call, not the loop
+            else:
+                def loop():
+                    for _ in range(n):
+                        op()
+            sync = torch.cuda.current_stream(self.device).synchronize
+        else:
+            def loop():
+                for _ in range(n):
+                    op()
+            sync = None
+        lat = np.empty(iters, dtype=np.float64)
+        enq = np.empty(iters, dtype=np.float64) if self.cuda else None
+        for i in range(iters):
+            dist.barrier(group=align_group)
+            if i == fault_iter:
+                self.fault.trigger()
+            hb.enter()
+            t0 = perf()
+            loop()
+            t1 = perf()
+            if sync is not None:
+                sync()
+            t2 = perf()
+            hb.leave()
+            lat[i] = (t2 - t0) * 1e6 / n
+            if enq is not None:
+                enq[i] = (t1 - t0) * 1e6 / n
+        return Samples(lat, enq), call
 
     def _measure_cuda(self, cell: Cell, op, align_group, fault_iter: int, verify):
         """Device-side samples (``microbench.timing``): per iteration one spin-covered sample of
@@ -236,11 +286,13 @@ def _row(cell: Cell, cfg: SweepConfig, group_index: int, ranks, agg: dict, hosts
     gpu = cfg.backend == "nccl"
     row = {
         "op": cell.op, "tp": cell.tp, "group": group_index, "ranks": f"{ranks[0]}-{ranks[-1]}",
-        "mode": cell.mode, "clock": "cuda_event_spin" if gpu else "perf_counter",
+        "mode": cell.mode, "clock": ("perf_counter_loop" if cfg.timing == BACK_TO_BACK else "cuda_event_spin")
+        if gpu else "perf_counter",
         "backend": cfg.backend, "impl": impl or cfg.baseline_impl, "dtype": cfg.dtype, "size_bytes": cell.size_bytes,
         "count": cell.in_numel, "batch": cell.batch if cell.batch is not None else "",
         "site": cell.site, "iters": cfg.iters, "warmup": cfg.warmup, "concurrent": int(cfg.concurrent),
-        "comm": NO_COMM if cell.tp == 1 else "collective",
+        "comm": NO_COMM if cell.tp == 1 else "collective", "timing": cfg.timing,
+        "loop": cfg.loop if cfg.timing == BACK_TO_BACK else 1,
     }
     row.update(stats)
     rank_avg = agg["latency_us_rankavg"]
@@ -252,8 +304,9 @@ def _row(cell: Cell, cfg: SweepConfig, group_index: int, ranks, agg: dict, hosts
         v = agg.get(name)
         row[f"{name}_p50"] = float(np.percentile(v, 50)) if v is not None else ""
         row[f"{name}_p99"] = float(np.percentile(v, 99)) if v is not None else ""
-    row["spin_us"] = agg["spin_us"] if gpu else ""
-    row["spin_short"] = agg["spin_short"] if gpu else ""
+    spun = gpu and cfg.timing != BACK_TO_BACK
+    row["spin_us"] = agg["spin_us"] if spun else ""
+    row["spin_short"] = agg["spin_short"] if spun else ""
     wrong = agg["wrong"]
     row.update(algbw_gbps=algbw, busbw_gbps=busbw, wrong=wrong, status="ok" if wrong == 0 else "WRONG",
                hosts=";".join(sorted(set(hosts))), fallback=fallback)
@@ -265,9 +318,9 @@ def _aggregate(torch, dist, s: Samples, group, n: int) -> dict:
     average rank's (nccl-tests -a 1), and the skew (max - min: how much of the slowest rank's
     time was waiting for the last to arrive). Enqueue and host times: the slowest rank's."""
     lat = s.latency_us
-    gpu = s.enqueue_us is not None
-    rows = [lat] + ([s.enqueue_us, s.host_us] if gpu else [])
-    mx = torch.from_numpy(np.stack(rows))
+    # every rank of the group has the same set of columns (same backend, same timing)
+    present = [k for k in ("enqueue_us", "host_us") if getattr(s, k) is not None]
+    mx = torch.from_numpy(np.stack([lat] + [getattr(s, k) for k in present]))
     dist.all_reduce(mx, op=dist.ReduceOp.MAX, group=group)
     mn = torch.from_numpy(lat.copy())
     dist.all_reduce(mn, op=dist.ReduceOp.MIN, group=group)
@@ -278,8 +331,10 @@ def _aggregate(torch, dist, s: Samples, group, n: int) -> dict:
     spin = torch.tensor([s.spin_us or 0.0], dtype=torch.float64)
     dist.all_reduce(spin, op=dist.ReduceOp.MAX, group=group)
     mx = mx.numpy()
-    return {"latency_us": mx[0], "latency_us_rankavg": avg.numpy() / n, "skew_us": mx[0] - mn.numpy(),
-            "enqueue_us": mx[1] if gpu else None, "host_us": mx[2] if gpu else None,
+    out = {"latency_us": mx[0], "latency_us_rankavg": avg.numpy() / n, "skew_us": mx[0] - mn.numpy(),
+           "enqueue_us": None, "host_us": None}
+    out.update({k: mx[1 + i] for i, k in enumerate(present)})
+    return {**out,
             "wrong": int(counts[0].item()), "spin_short": int(counts[1].item()), "spin_us": float(spin.item())}
 
 

@@ -80,3 +80,23 @@ def test_graph_mode_needs_external_events(monkeypatch):
     with pytest.raises(UsageError, match=r"torch >= 2\.8.*--modes eager"):
         parse_modes("eager,graph", "nccl")
     assert parse_modes("eager", "nccl") == ["eager"]
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_back_to_back_averages_a_loop_like_nccl_tests(mode):
+    """A loop of calls timed as one: eager pays the host dispatch of every call (the GPU waits on
+    the host), a captured graph of the loop does not (nccl-tests -G)."""
+    from microbench.collective_bench import CellRunner
+
+    gpu = FakeGpu()
+    cfg = SimpleNamespace(dtype="bf16", warmup=2, iters=5, verify=False, timing="back-to-back", loop=8)
+    runner = CellRunner(FakeTorch(gpu), NoDist, cfg, 0, SimpleNamespace(type="cuda", index=0), Heartbeat(0), None)
+    cell = SimpleNamespace(label=f"all_reduce 4KiB {mode}", mode=mode)
+    s, call = runner._measure_loop(cell, gpu.op(DISPATCH_US, DEVICE_US), None, -1)
+    per_call = float(np.median(s.latency_us))
+    if mode == "eager":
+        assert per_call >= DISPATCH_US                 # launch-bound: dispatch dominates each call
+    else:
+        assert DEVICE_US - 0.5 <= per_call <= DEVICE_US + 15
+    assert s.host_us is None and s.spin_us is None     # no spin, no per-call host samples
+    assert gpu.sleeps == []                            # no spin kernel: nothing hides the launches

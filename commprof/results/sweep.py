@@ -19,7 +19,7 @@ SWEEP_CSV = "sweep.csv"
 
 COLUMNS = [
     "op", "tp", "group", "ranks", "mode", "clock", "backend", "impl", "dtype", "size_bytes", "count",
-    "batch", "site", "iters", "warmup", "concurrent", "comm",
+    "batch", "site", "iters", "warmup", "concurrent", "comm", "timing", "loop",
     "latency_us_p50", "latency_us_p95", "latency_us_p99", "latency_us_min", "latency_us_max",
     "latency_us_mean", "latency_us_rankavg_p50", "latency_us_rankavg_mean", "skew_us_p50", "skew_us_p99",
     "enqueue_us_p50", "enqueue_us_p99", "host_us_p50", "host_us_p99", "spin_us", "spin_short",
@@ -42,6 +42,11 @@ COLUMN_DOCS = {
     "spin_short": "GPU only: timed samples (summed over ranks) whose spin ended before the op "
                   "was enqueued (the sample may hold host time); the spin doubles after each",
     "comm": "collective, or 'none (1 rank)' at TP=1, where no communication happens",
+    "timing": "per-call: one barrier-aligned call per sample (what a decode step pays); back-to-back: "
+              "nccl-tests' method, a loop of `loop` calls timed as one on the host clock (and the GPU "
+              "stream's completion) and averaged per call (what vendor logs show); rows without the "
+              "column are per-call",
+    "loop": "calls per timed sample (1 per-call; --loop back-to-back)",
     "latency_us_rankavg_*": "per iteration the average over the group's ranks instead of "
                             "the max (nccl-tests -a 1): the time one rank spends in the op",
     "enqueue_us_*": "GPU only: CPU time of the call that enqueues the op (eager dispatch, or "
@@ -92,6 +97,9 @@ def load_frame(path: str, impl: str = "baseline"):
     for c in ("impl", "fallback", "comm"):
         if c not in df.columns:
             df[c] = ""
+    if "timing" not in df.columns:          # tables written before --timing: per-call samples
+        df["timing"] = "per-call"
+    df["timing"] = df["timing"].replace("", "per-call").fillna("per-call")
     df["impl"] = df["impl"].fillna("").astype(str)
     df["fallback"] = df["fallback"].fillna("").astype(str)
     if impl == "baseline":
@@ -100,6 +108,8 @@ def load_frame(path: str, impl: str = "baseline"):
         df = df[df["impl"] == CUSTOM].reset_index(drop=True)
     for c in df.columns:
         if c.startswith(("latency_us", "enqueue_us", "host_us", "skew_us", "spin_", "algbw", "busbw")):
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+        elif c == "loop":
             df[c] = pd.to_numeric(df[c], errors="coerce")
         elif c in ("tp", "group", "size_bytes", "count", "iters", "warmup", "wrong", "concurrent"):
             try:
@@ -151,8 +161,8 @@ def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
     if cfg.resume:
         meta = read_meta(path)
         old = meta.get("config", {})
-        for k in ("backend", "dtype"):
-            if old.get(k) != getattr(cfg, k):
+        for k in ("backend", "dtype", "timing"):
+            if old.get(k, "per-call" if k == "timing" else None) != getattr(cfg, k):
                 raise UsageError(f"--resume: '{path}' was measured with {k}={old.get(k)}, this run asks "
                                  f"{k}={getattr(cfg, k)}; use a new --out")
         if CUSTOM in cfg.impls and os.path.exists(os.path.join(path, SWEEP_CSV)):

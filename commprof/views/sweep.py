@@ -54,6 +54,11 @@ def print_table(df, meta: dict, console=None) -> None:
     if "clock" in df.columns and (df["clock"].astype(str) == "cuda_event_spin").any():
         console.print("p50/p95/p99: the op's GPU time (CUDA events, op enqueued behind a spin kernel); "
                       "enqueue: host dispatch; host: one call on an idle GPU, issue to seen complete")
+    if "timing" in df.columns and (df["timing"].astype(str) == "back-to-back").any():
+        loops = sorted({int(v) for v in df["loop"].dropna()}) if "loop" in df.columns else []
+        console.print(f"back-to-back: each sample is a loop of {', '.join(map(str, loops)) or 'N'} calls with no "
+                      "barrier between them, timed as one and averaged (nccl-tests' method); p50/p95/p99 are "
+                      "over loops, not calls")
 
 
 def charts(df, meta: dict, out_dir: str) -> list[str]:
