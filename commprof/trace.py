@@ -239,9 +239,16 @@ class CommTable:
     def __init__(self, path: str):
         self.path = path
         self.meta = results.read_meta(path)
-        self.df = results.load_frame(path)
-        if self.df.empty:
+        df = results.load(path)["sweep"] if os.path.exists(os.path.join(path, results.SWEEP_CSV)) else None
+        if df is None or df.empty:
             raise UsageError(f"--comm-from '{path}': holds no sweep rows")
+        # One timing method: per-call rows are what a decode step pays (one collective at a time);
+        # a dir with only back-to-back averages (nccl-tests' method, e.g. imported logs) is used as
+        # it is, and every lookup says so.
+        timings = set(df["timing"])
+        self.timing = "per-call" if "per-call" in timings else sorted(timings)[0]
+        df = df[df["impl"] != "custom"]
+        self.df = df[df["timing"] == self.timing]
         self.stat = next(c for c in PREDICT_STATS if c in self.df.columns and self.df[c].notna().all())
         self.lookups: list[dict] = []
 
@@ -271,7 +278,7 @@ class CommTable:
             slope = (y[i[1]] - y[i[0]]) / (x[i[1]] - x[i[0]])
             val, how = float(np.exp(y[i[0]] + slope * (lx - x[i[0]]))), "extrapolated"
         self.lookups.append({"op": op, "tp": tp, "mode": mode, "size_bytes": size_bytes,
-                             self.stat: val, "how": how})
+                             self.stat: val, "how": how, "timing": self.timing})
         return val
 
 
@@ -315,7 +322,10 @@ def run_predict(cfg: TraceConfig, comm_from: str) -> None:
               "communication": {"results_dir": os.path.abspath(comm_from), "kind": src.get("kind"),
                                 "hosts": src.get("hosts"), "backend": src.get("backend"),
                                 "gpus": src.get("gpus"), "start_time": src.get("start_time"),
-                                "statistic": f"{table.stat}, log-log interpolation in size"}}
+                                "statistic": f"{table.stat}, log-log interpolation in size",
+                                "timing": table.timing + (" (an average over back-to-back calls, not one call as "
+                                                          "a decode step issues it)" if table.timing != "per-call"
+                                                          else "")}}
     writer = open_trace(cfg, [rank_info(0, 0, device)], kind="predicted", extra={"inputs": inputs})
     e = DTYPE_BYTES[cfg.dtype]
     eng, built_for = None, None
