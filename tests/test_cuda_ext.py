@@ -407,12 +407,27 @@ class _SimCupy:
     """A stand-in for cupy: "device memory" is host memory at real addresses, streams are queues run
     in order by a cooperative scheduler at every host synchronisation, and each kernel is a Python
     model of its .cu source (flags, barriers and spins included; a spin longer than SPIN_LIMIT steps
-    counts as the kernel's timeout). Launch arguments are checked against the .cu parameter lists."""
+    counts as the kernel's timeout). Launch arguments are checked against the .cu parameter lists.
+
+    The one-shot model takes its dtype conversions from ``cuda_ext.oneshot`` (``decode``/``encode``,
+    which claim to match the kernel's); the tests judge its outputs against ``oneshot_reference``,
+    which shares none of that code. What the tests can observe, besides memory:
+
+    * ``events``: the one-shot model's protocol steps in scheduler time, ``("arrive", clock, rank,
+      phase, epoch)`` when a rank's flags are written, ``("pass", ...)`` when its barrier lets it
+      through, ``("read", clock, rank, epoch, q, bytes)`` for each read of rank q's input buffer,
+      ``("write", clock, rank, epoch)`` when the output is stored;
+    * ``copies``: each ``commprof_p2p_copy`` as ``(seq, launching GPU, src, dst, nbytes, src bytes)``,
+      the source read when the copy runs;
+    * ``gets``: each device-to-host read of an array, ``(seq, its GPU, address, bytes)``; ``seq``
+      orders copies and gets on one timeline;
+    * ``slow``: rank -> extra scheduler steps after each input read (a slow reader, to widen races)."""
 
     SPIN_LIMIT = 3000
 
     def __init__(self, devices=2, sms=132, no_p2p=()):
         import ctypes
+        import itertools
         import types
         import warnings
 
@@ -425,6 +440,9 @@ class _SimCupy:
         self.params = _kernel_params()
         self.queues, self.launches, self.keep, self.peer_enabled, self.streams = {}, [], {}, set(), {}
         self.stream_calls = []      # how foreign (torch) streams were wrapped: from_external or ExternalStream
+        self.events, self.copies, self.gets, self.slow = [], [], [], {}
+        self.seq = itertools.count()
+        self.allocs = {}            # raw allocation -> (its GPU, bytes)
         self.clock, self.dev_stack, self.stream_stack = 0, [0], []
 
         class Arr(np.ndarray):
@@ -444,6 +462,7 @@ class _SimCupy:
 
             def get(self_):
                 sim.flush()
+                sim.gets.append((next(sim.seq), self_.sim_device, self_.ctypes.data, self_.tobytes()))
                 return np.array(self_)
 
         self.Arr = Arr
@@ -592,7 +611,15 @@ class _SimCupy:
         buf = self.np.zeros(n + 256, self.np.uint8)
         addr = buf.ctypes.data + (-buf.ctypes.data) % 256
         self.keep[addr] = buf
+        self.allocs[addr] = (self.dev_stack[-1], n)
         return addr
+
+    def owner(self, addr):
+        """``(GPU, base)`` of the raw allocation (``runtime.malloc``) that holds ``addr``, else None."""
+        for base, (dev, n) in self.allocs.items():
+            if base <= addr < base + n and base in self.keep:
+                return dev, base
+        return None
 
     # streams and the scheduler ------------------------------------------------------------------------
     def _current_stream(self):
@@ -654,7 +681,15 @@ class _SimCupy:
         self.launches.append((name, self.dev_stack[-1], grid, block))
         assert self._current_stream().device == self.dev_stack[-1], (name, "launched on another GPU's stream")
         model = {"commprof_p2p_copy": self._copy, "commprof_pingpong": self._pingpong}.get(name, self._oneshot)
-        self._enqueue(self._current_stream(), model(name, grid[0], *vals))
+        run = model(name, grid[0], *vals)
+        if name == "commprof_p2p_copy":
+            run = self._logged_copy(self.dev_stack[-1], vals, run)
+        self._enqueue(self._current_stream(), run)
+
+    def _logged_copy(self, device, vals, run):
+        src, dst, nbytes = vals
+        self.copies.append((next(self.seq), device, src, dst, nbytes, self.ct.string_at(src, nbytes)))
+        yield from run
 
     def _copy(self, name, blocks, src, dst, nbytes):
         self.ct.memmove(dst, src, nbytes)
@@ -707,6 +742,7 @@ class _SimCupy:
             for b in range(blocks):
                 for t in range(world):
                     self.u32(flags[t] + 4 * ((phase * 8 + rank) * row_words + b), epoch)
+            self.events.append(("arrive", self.clock, rank, phase, epoch))
             spins = 0
             while not all(((self.u32(flags[rank] + 4 * ((phase * 8 + t) * row_words + b)) - epoch) & 0xFFFFFFFF)
                           < 0x80000000 for t in range(world) for b in range(blocks)):
@@ -715,18 +751,23 @@ class _SimCupy:
                     self.u32(status, self.u32(status) | (1 << phase))
                     return
                 yield
+            self.events.append(("pass", self.clock, rank, phase, epoch))
 
         yield from barrier(0)
         dt = name.rsplit("_", 1)[1]
-        acc = None
-        for q in range(world):
-            raw = np.frombuffer(self.ct.string_at(self.u64(in_ptrs + 8 * q), 16 * n16), np.uint8)
+        acc = np.zeros(16 * n16 // {"bf16": 2, "fp16": 2, "fp32": 4}[dt], np.float32)   # acc[8] = {0.f, ...}
+        for q in range(world):                                       # rank order, one fp32 rounding per add
+            data = self.ct.string_at(self.u64(in_ptrs + 8 * q), 16 * n16)
+            self.events.append(("read", self.clock, rank, epoch, q, data))
+            raw = np.frombuffer(data, np.uint8)
             vals = oneshot.decode(raw.view(np.float16 if dt == "fp16" else np.uint16 if dt == "bf16" else np.float32),
                                   dt).astype(np.float32)
-            acc = vals if acc is None else (acc + vals).astype(np.float32)
-            yield
+            acc = (acc + vals).astype(np.float32)
+            for _ in range(1 + self.slow.get(rank, 0)):
+                yield
         res = np.ascontiguousarray(oneshot.encode(acc, dt))
         self.ct.memmove(out, res.ctypes.data, 16 * n16)
+        self.events.append(("write", self.clock, rank, epoch))
         yield from barrier(1)
 
 
@@ -749,18 +790,221 @@ def test_sim_kernel_signatures_are_parsed():
            for d in ("bf16", "fp16", "fp32")}}
 
 
+# The simulated kernel converts dtypes with cuda_ext.oneshot's decode/encode; every expectation below
+# comes from tests/oneshot_reference.py instead (numpy and the .cu source only), so a bug in those
+# helpers, or in oneshot.reference_sum / verify, cannot pass by being on both sides of the comparison.
+# The verify(..., reference_sum(...)) assertions are kept as well: they check the helpers agree.
+
+def _sim_allreduce(inputs, dtype, calls=3):
+    """The one-shot all-reduce of `inputs` (storage arrays, one per rank) through the module's host code
+    (emulate_on_one_gpu: regions, launches, barriers) on the simulated GPU; each rank's output."""
+    from cuda_ext.loader import require_gpu
+
+    cupy = require_gpu()
+    return oneshot.emulate_on_one_gpu([cupy.asarray(x) for x in inputs], dtype, calls=calls)
+
+
+def _check_sim_allreduce(inputs, dtype, calls=3):
+    """Run :func:`_sim_allreduce` and judge it against the independent expectation only."""
+    import oneshot_reference as ref
+
+    outs = _sim_allreduce(inputs, dtype, calls)
+    ref.assert_allreduce_outputs(outs, inputs, dtype, what=f"{dtype}, {len(inputs)} ranks: ")
+    return outs
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("world", [1, 2, 3, 8])
 def test_sim_oneshot_emulation_verifies(sim, dtype, world):
+    import oneshot_reference as ref
+
     for nbytes in (16, 10240):
         n = nbytes // oneshot.DTYPES[dtype]
         host = [oneshot.rank_pattern(r, n) for r in range(world)]
-        outs = oneshot.emulate_on_one_gpu([sim.asarray(oneshot.encode(x, dtype)) for x in host], dtype, calls=3)
+        inputs = [ref.to_storage(x, dtype) for x in host]     # small integers: exact in every dtype
+        outs = _check_sim_allreduce(inputs, dtype, calls=3)    # independent: bit for bit
         expected = oneshot.reference_sum(host, dtype)
         assert [verify(o, expected, dtype, atol=0.0, rtol=0.0) for o in outs] == [0] * world
     launches = [entry for entry in sim.launches if entry[0].startswith("commprof_oneshot")]
     assert len(launches) == 2 * 3 * world and {entry[3] for entry in launches} == {(512,)}
     assert not sim.keep                       # every region freed
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+def test_sim_oneshot_rounds_in_rank_order_like_the_kernel(sim, dtype, world):
+    """Inputs where the rounding mode, the rank order and signed zeros all show in the output
+    (``oneshot_reference.rounding_inputs``), judged bit for bit against numpy's fp32 rank-order sum."""
+    import numpy as np
+
+    import oneshot_reference as ref
+
+    n = 10240 // oneshot.DTYPES[dtype]
+    inputs = ref.rounding_inputs(world, n, dtype)
+    outs = _check_sim_allreduce(inputs, dtype, calls=2)
+    # the data does what it is for: a tie rounded to even, an order-dependent sum, a signed zero
+    got = ref.storage_values(np.frombuffer(ref.host_bytes(outs[0]), np.uint8), dtype)
+    assert not np.signbit(got[3::4]).any() and not got[3::4].any()   # -0 everywhere, and a - a, sum to +0
+    if world >= 4:                                      # summed in reverse, the small terms round the other way
+        vals = [ref.storage_values(x, dtype) for x in inputs]
+        backwards = np.zeros(n, np.float32)
+        for v in vals[::-1]:
+            backwards = np.add(backwards, v, dtype=np.float32)
+        assert not np.array_equal(ref.to_storage(backwards, dtype).view(np.uint8),
+                                  ref.expected_allreduce(inputs, dtype).view(np.uint8))
+
+
+#: Subtle bugs in the helpers the simulated kernel takes from cuda_ext.oneshot (its dtype conversions),
+#: each as (what, which helper, the buggy replacement given the real one, the dtypes it affects).
+def _bf16_truncate(real):
+    def encode(x, dtype):
+        import numpy as np
+
+        if oneshot.dtype_name(dtype) != "bf16":
+            return real(x, dtype)
+        u = np.ascontiguousarray(np.asarray(x, np.float32)).view(np.uint32)
+        return (u >> 16).astype(np.uint16)             # rounds toward zero instead of to nearest even
+    return encode
+
+
+def _bf16_ties_away(real):
+    def encode(x, dtype):
+        import numpy as np
+
+        if oneshot.dtype_name(dtype) != "bf16":
+            return real(x, dtype)
+        u = np.ascontiguousarray(np.asarray(x, np.float32)).view(np.uint32).astype(np.uint64)
+        return ((u + 0x8000) >> 16).astype(np.uint16)  # ties away from zero instead of to even
+    return encode
+
+
+def _fp16_toward_zero(real):
+    def encode(x, dtype):
+        import numpy as np
+
+        if oneshot.dtype_name(dtype) != "fp16":
+            return real(x, dtype)
+        x = np.asarray(x, np.float32)
+        h = x.astype(np.float16)
+        over = np.abs(h.astype(np.float32)) > np.abs(x)
+        return np.where(over, np.nextafter(h, np.float16(0)), h).astype(np.float16)
+    return encode
+
+
+def _bf16_decode_half_ulp(real):
+    def decode(x, dtype):
+        import numpy as np
+
+        a = np.asarray(x)
+        if oneshot.dtype_name(dtype) == "bf16" and a.dtype == np.uint16:
+            return ((a.astype(np.uint32) << 16) | 0x8000).view(np.float32).astype(np.float64).ravel()
+        return real(x, dtype)                          # reads bf16 half a bf16 ulp too large
+    return decode
+
+
+def _lanes_swapped(real):
+    def decode(x, dtype):
+        a = real(x, dtype)
+        return a.reshape(-1, 2)[:, ::-1].ravel().copy()   # the two halves of each 32-bit word swapped
+    return decode
+
+
+def _decode_via_fp16(real):
+    def decode(x, dtype):
+        import numpy as np
+
+        return real(x, dtype).astype(np.float16).astype(np.float64)   # a narrowing round trip
+    return decode
+
+
+SHARED_HELPER_BUGS = [
+    ("bf16 encode truncates", "encode", _bf16_truncate, ("bf16",)),
+    ("bf16 encode rounds ties away from zero", "encode", _bf16_ties_away, ("bf16",)),
+    ("fp16 encode rounds toward zero", "encode", _fp16_toward_zero, ("fp16",)),
+    ("bf16 decode half an ulp high", "decode", _bf16_decode_half_ulp, ("bf16",)),
+    ("decode swaps the lanes of a word", "decode", _lanes_swapped, ("bf16", "fp16", "fp32")),
+    ("decode narrows fp32 to fp16", "decode", _decode_via_fp16, ("fp32",)),
+]
+
+
+@pytest.mark.parametrize("what,helper,bug,dtypes", SHARED_HELPER_BUGS, ids=[b[0] for b in SHARED_HELPER_BUGS])
+def test_sim_independent_check_catches_a_bug_in_the_shared_helpers(sim, monkeypatch, what, helper, bug, dtypes):
+    """A deliberate bug in the conversions the simulated kernel takes from cuda_ext.oneshot makes the
+    simulated all-reduce check fail: its expectation does not go through them."""
+    import oneshot_reference as ref
+
+    for dtype in dtypes:
+        inputs = ref.rounding_inputs(4, 512, dtype, seed=7)
+        _check_sim_allreduce(inputs, dtype, calls=1)            # fine with the real helpers
+        with monkeypatch.context() as mp:
+            mp.setattr(oneshot, helper, bug(getattr(oneshot, helper)))
+            with pytest.raises(AssertionError, match="differ from the independent fp32 rank-order sum"):
+                _check_sim_allreduce(inputs, dtype, calls=1)
+    assert not sim.keep
+
+
+def test_sim_independent_check_uses_no_module_helper(sim, monkeypatch):
+    """The expectation never calls cuda_ext.oneshot's conversions or checks: with all of them broken
+    after the run, a correct run still passes; and oneshot_reference imports nothing of commprof."""
+    import ast
+
+    import oneshot_reference as ref
+
+    inputs = ref.rounding_inputs(3, 256, "bf16", seed=3)
+    outs = _sim_allreduce(inputs, "bf16", calls=1)
+
+    def broken(*a, **k):
+        raise RuntimeError("the independent check called a cuda_ext.oneshot helper")
+    for name in ("encode", "decode", "to_bf16_bits", "from_bf16_bits", "reference_sum", "verify", "rank_pattern",
+                 "dtype_name"):
+        monkeypatch.setattr(oneshot, name, broken)
+    ref.assert_allreduce_outputs(outs, inputs, "bf16")
+    tree = ast.parse(open(ref.__file__).read())
+    imported = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported == {"__future__", "numpy"}
+
+
+def test_independent_reference_against_torch_and_by_hand():
+    """oneshot_reference itself: bf16 rounding equals torch's, fp16 is numpy's, a few sums by hand;
+    and cuda_ext.oneshot's encode/reference_sum agree with it bit for bit."""
+    np = pytest.importorskip("numpy")
+    import oneshot_reference as ref
+
+    # by hand: ties go to the even neighbour, more than half goes up, a NaN stays a quiet NaN
+    x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -(1 + 2 ** -8), 3.4028235e38, -0.0],
+                 np.float32)
+    assert ref.bf16_bits(x).tolist() == [0x3F80, 0x3F82, 0x3F81, 0xBF80, 0x7F80, 0x8000]
+    assert ref.bf16_bits(np.array([np.nan], np.float32))[0] & 0x7FC0 == 0x7FC0
+    assert ref.bf16_values(np.array([0x3F80, 0xC040], np.uint16)).tolist() == [1.0, -3.0]
+    # rank order: element 0 is ((0 + 1) + 2^-24) + 2^-24, each add a tie that rounds back to 1; element 2
+    # holds the same values in another order and the small terms add up first
+    ranks = [ref.to_storage(np.array(v, np.float32), "fp32") for v in
+             ([1.0, 1.0, 2.0 ** -24], [2.0 ** -24, 2.0 ** -24, 2.0 ** -24], [2.0 ** -24, 2.0 ** -23, 1.0])]
+    assert ref.expected_allreduce(ranks, "fp32").tolist() == [1.0, 1.0 + 2 ** -23, 1.0 + 2 ** -23]
+    assert np.signbit(ref.expected_allreduce([np.array([-0.0], np.float32)], "fp32")).tolist() == [False]
+    # against torch, when installed
+    rng = np.random.default_rng(5)
+    y = np.concatenate([rng.standard_normal(20000).astype(np.float32) * 100,
+                        rng.standard_normal(2000).astype(np.float32) * 1e-30, x])
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        theirs = torch.from_numpy(y).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+        assert np.array_equal(ref.bf16_bits(y), theirs)
+        assert np.array_equal(ref.to_storage(y, "fp16"), torch.from_numpy(y).to(torch.float16).numpy())
+    # the module's helpers agree with the independent ones (each compared on its own, not through the other)
+    for dtype in ("bf16", "fp16", "fp32"):
+        with np.errstate(over="ignore"):
+            mine = np.asarray(oneshot.encode(y, dtype))
+        assert np.array_equal(mine.view(np.uint8), ref.to_storage(y, dtype).view(np.uint8)), dtype
+        for world in (1, 3, 8):
+            inputs = ref.rounding_inputs(world, 256, dtype)
+            host = [ref.storage_values(v, dtype) for v in inputs]
+            want = ref.storage_values(ref.expected_allreduce(inputs, dtype), dtype).astype(np.float64)
+            assert np.array_equal(oneshot.reference_sum(host, dtype), want), (dtype, world)
 
 
 def test_sim_oneshot_epochs_and_flag_slots(sim):
@@ -787,8 +1031,78 @@ def test_sim_oneshot_epochs_and_flag_slots(sim):
                 assert sim.u32(regions[q].ptr + lay.flag_offset(phase, w, 0)) == 5
         assert sim.u32(regions[q].ptr + lay.flag_offset(0, 2, 0)) == 0
         assert sim.u32(regions[q].ptr + lay.flag_offset(0, 0, 1)) == 0
+    _assert_flag_area(sim, regions, lay, world=2, blocks=1, epoch=5)
     ranks[0].epoch = 0xFFFFFFFF              # the epoch wraps to 1, never 0
     assert ranks[0].next_epoch() == 1
+    for r in regions:
+        r.close()
+
+
+def _assert_flag_area(sim, regions, lay, world, blocks, epoch):
+    """Per the .cu: after calls up to `epoch`, each rank's whole flag area holds exactly the slots
+    (phase, writer, block) of the `world` writers and `blocks` blocks, each at `epoch`, and nothing
+    else; its status word is 0. Slot (phase, writer, block) is u32 word (phase * 8 + writer) *
+    row_words + block from the area's start (the kernel's flag_ptrs[q], region + flags_offset)."""
+    import numpy as np
+
+    import oneshot_reference as ref
+
+    words = 2 * 8 * lay.row_words
+    want = {(p, w, b): epoch for p in range(2) for w in range(world) for b in range(blocks)}
+    for q, region in enumerate(regions):
+        area = np.frombuffer(sim.ct.string_at(region.ptr + lay.flags_offset, 4 * words), np.uint32)
+        assert ref.flag_words(area, lay.row_words) == want, f"rank {q}'s flag area"
+        assert sim.u32(region.ptr + lay.status_offset) == 0, f"rank {q}'s status word"
+
+
+def test_sim_oneshot_reads_each_call_after_its_entry_barrier(sim):
+    """The protocol's observable effects, with a late rank and a slow reader: every call's output is the
+    independent sum of *that* call's inputs; each read of a peer's buffer comes after every rank arrived
+    at that call's entry barrier and sees the peer's input for that call (not the one before or after:
+    the exit barrier keeps a rank from reusing its buffer while a peer reads it); every flag slot ends
+    at the last epoch."""
+    import numpy as np
+
+    import oneshot_reference as ref
+
+    world, calls, dtype, nbytes = 3, 4, "bf16", 40960
+    lay = RegionLayout(max_bytes=nbytes, max_blocks=4)
+    blocks = min(lay.max_blocks, -(-(nbytes // 16) // 512))      # one block per 512 vectors, capped: 4
+    kernels = loader.load()
+    regions = [oneshot.Region(lay, 0) for _ in range(world)]
+    ranks = [oneshot.OneShotAllReduce(kernels, regions[q], q, world, [r.ptr for r in regions]) for q in range(world)]
+    n = nbytes // 2
+    inputs = [ref.rounding_inputs(world, n, dtype, seed=100 + c) for c in range(calls)]   # different every call
+    xs = [[sim.asarray(x) for x in call] for call in inputs]
+    outs = [[sim.zeros(n, np.uint16) for _ in range(world)] for _ in range(calls)]
+    streams = [sim.cuda.Stream(non_blocking=True) for _ in range(world)]
+
+    def late(steps):
+        for _ in range(steps):
+            yield
+    sim._enqueue(streams[2], late(40))       # rank 2 starts late ...
+    sim.slow[1] = 25                         # ... and rank 1 reads slowly
+    for c in range(calls):
+        for q in range(world):
+            ranks[q].launch(xs[c][q].data.ptr, outs[c][q].data.ptr, nbytes, dtype, streams[q])
+    sim.flush()
+    assert [r.status() for r in ranks] == [0] * world
+    for c in range(calls):
+        ref.assert_allreduce_outputs(outs[c], inputs[c], dtype, what=f"call {c + 1}: ")
+    assert {e[2] for e in sim.launches if e[0].startswith("commprof_oneshot")} == {(blocks,)}
+    ev = sim.events
+    when = {(kind, rank, phase, epoch): clock for kind, clock, rank, phase, epoch in
+            (e for e in ev if e[0] in ("arrive", "pass"))}
+    reads = [e for e in ev if e[0] == "read"]
+    assert sorted((r, e, q) for _, _, r, e, q, _ in reads) == \
+        [(r, e, q) for r in range(world) for e in range(1, calls + 1) for q in range(world)]
+    for _, clock, r, e, q, data in reads:
+        assert all(when[("arrive", t, 0, e)] <= clock for t in range(world)), (r, e, q)
+        assert data == inputs[e - 1][q].tobytes(), f"rank {r}, call {e}: rank {q}'s buffer held another call's input"
+        assert all(clock < when[("pass", t, 1, e)] for t in range(world)), (r, e, q)   # nobody left before
+    # the scenario did wait: rank 0 arrived at the first entry barrier long before rank 2 let it through
+    assert when[("pass", 0, 0, 1)] - when[("arrive", 0, 0, 1)] >= 30
+    _assert_flag_area(sim, regions, lay, world, blocks, calls)
     for r in regions:
         r.close()
 
@@ -838,11 +1152,52 @@ def test_sim_pingpong_timeout_is_reported(sim, monkeypatch):
         probes.pingpong_latency(0, 0, rounds=10)
 
 
+def _p2p_traffic(sim, since=(0, 0)):
+    """What each probe copy moved, from the simulator's logs (copies and device-to-host reads since
+    `since`, a (len(copies), len(gets)) mark): {("write", a, b): (writer's bytes, what the owner b
+    then read of that buffer through its own GPU)} for copies GPU a wrote into a buffer of another GPU b,
+    and {("read", a, k): (bytes at the source, what a then read of its local copy)} for a's k-th read."""
+    copies, gets = sim.copies[since[0]:], sim.gets[since[1]:]
+    seen, k = {}, {}
+    for seq, dev, src, dst, n, data in copies:
+        after = next(((d, got) for s_, d, addr, got in gets if s_ > seq and addr == dst), None)
+        assert after is not None, f"nobody read back the copy GPU {dev} made into {dst:#x}"
+        owner, got = after
+        if owner != dev:
+            assert ("write", dev, owner) not in seen
+            seen[("write", dev, owner)] = (data, got[:n])
+        else:
+            k[dev] = k.get(dev, -1) + 1
+            seen[("read", dev, k[dev])] = (data, got[:n])
+    return seen
+
+
+def _assert_probe_patterns(traffic):
+    """The probe's patterns can tell one pair from another: no word pattern is constant, none repeats."""
+    import numpy as np
+
+    patterns = [np.frombuffer(sent, np.uint32) for sent, _ in traffic.values()]
+    assert all(len(np.unique(p)) > 1 for p in patterns)
+    assert len({p.tobytes() for p in patterns}) == len(patterns)
+
+
 def test_sim_probe_pairs(sim, monkeypatch):
     probes = oneshot.probe_pairs([0, 1], nbytes=4096)
     assert oneshot.p2p_matrix(probes) == [[True, True], [True, True]]
     assert check_eligible(4096, 2, "bf16", probes)[0]
     assert {(0, 1), (1, 0)} <= sim.peer_enabled
+    # independently of probe_pairs' own comparison: the pattern GPU a wrote is what the owner GPU b
+    # read back through its own memory, and each verdict says so
+    traffic = _p2p_traffic(sim)
+    assert sorted(key for key in traffic if key[0] == "write") == [("write", 0, 1), ("write", 1, 0)]
+    assert sorted(key for key in traffic if key[0] == "read") == [("read", 0, 0), ("read", 1, 0)]
+    _assert_probe_patterns(traffic)
+    for (kind, a, b), (sent, seen) in traffic.items():
+        assert sent == seen and len(sent) == 4096, (kind, a, b)
+        if kind == "write":
+            assert probes[a][b].write_ok is True
+        else:
+            assert probes[a][1 - a].read_ok is True
     sim.no_p2p.add((1, 0))
     probes = oneshot.probe_pairs([0, 1], nbytes=4096)
     ok, why = check_eligible(4096, 2, "bf16", probes)
@@ -858,9 +1213,14 @@ def test_sim_probe_pairs(sim, monkeypatch):
         if count[0] == 3:
             sim.ct.memset(dst + 64, 0, 16)
     monkeypatch.setattr(sim, "_copy", lossy)
+    mark = (len(sim.copies), len(sim.gets))
     probes = oneshot.probe_pairs([0, 1], nbytes=4096)
     assert count[0] == 4
     assert probes[0][1].ok and (probes[1][0].write_ok, probes[1][0].read_ok) == (False, True)
+    traffic = _p2p_traffic(sim, mark)       # the owner saw 16 bytes of zeros where the writer's pattern was
+    sent, seen = traffic[("write", 1, 0)]
+    assert sent != seen and sent[:64] == seen[:64] and seen[64:80] == bytes(16) and sent[80:] == seen[80:]
+    assert traffic[("write", 0, 1)][0] == traffic[("write", 0, 1)][1]
     assert check_eligible(4096, 2, "bf16", probes)[1] == \
         "P2P write GPU 1 -> GPU 0 read back wrong data (the driver claims P2P works)"
 
@@ -919,6 +1279,42 @@ class _CoopDist:
         return group.n
 
 
+def _ipc_probe_writes(sim, since=0):
+    """The set-up's P2P probe writes, from the simulator's copy log: {(writer GPU, owner GPU): (seq, byte
+    offset in the owner's region, the writer's bytes)} for each copy into another GPU's region."""
+    writes = {}
+    for seq, dev, src, dst, n, data in sim.copies[since:]:
+        where = sim.owner(dst)
+        if where is not None and where[0] != dev:
+            assert (dev, where[0]) not in writes, "two probe writes for one pair"
+            writes[(dev, where[0])] = (seq, dst - where[1], data)
+    return writes
+
+
+def _owner_saw(sim, owner, seq, offset, data):
+    """Did GPU `owner` read `data` back at `offset` of a copy of its region, after copy `seq`?"""
+    return any(s_ > seq and d == owner and got[offset:offset + len(data)] == data for s_, d, _, got in sim.gets)
+
+
+def _assert_ipc_probe_traffic(sim, world):
+    """Independently of the set-up's own comparisons: every rank wrote one pattern into every peer's
+    region (its own slot, no two alike), read one back from each, and each owner read the writer's
+    pattern back through its own GPU."""
+    import numpy as np
+
+    writes = _ipc_probe_writes(sim)
+    assert sorted(writes) == [(i, j) for i in range(world) for j in range(world) if i != j]
+    assert len({off for (i, j), (_, off, _) in writes.items() if j == 0}) == world - 1   # own slots
+    patterns = [data for _, _, data in writes.values()]
+    assert len(set(patterns)) == len(patterns) and all(len(np.unique(np.frombuffer(p, np.uint32))) > 1
+                                                       for p in patterns)
+    for (i, j), (seq, off, data) in writes.items():
+        assert _owner_saw(sim, j, seq, off, data), f"GPU {j} never saw GPU {i}'s pattern"
+    reads = [(dev, sim.owner(src)) for _, dev, src, dst, n, data in sim.copies
+             if sim.owner(src) is not None and sim.owner(src)[0] != dev]
+    assert sorted((dev, where[0]) for dev, where in reads) == sorted(writes)
+
+
 def _sim_custom_setup(world, tp, cells_sizes=(4096,)):
     """Run CustomAllReduce.setup on `world` threaded ranks (one simulated GPU each); returns them."""
     import threading
@@ -971,19 +1367,23 @@ def test_sim_sweep_custom_setup_probes_through_ipc_and_runs(sim, world):
     # Every rank wrote its pattern into every peer's buffer through the mapping, and read it back.
     copies = [e for e in sim.launches if e[0] == "commprof_p2p_copy"]
     assert len(copies) == 2 * world * (world - 1)
+    _assert_ipc_probe_traffic(sim, world)
     # The probe's patterns were cleared, then the timed call (bind: in place, on torch's current
     # stream wrapped for cupy) runs the real kernel on the mapped buffers.
     import types
 
+    import oneshot_reference as ref
+
     n = 4096 // 2
     host = [oneshot.rank_pattern(r, n) for r in range(world)]
+    inputs = [ref.to_storage(x, "bf16") for x in host]
     cell = next(c for c in custom if c.size_bytes == 4096)
     outs = []
     for r, c in enumerate(ranks):
         g = c.groups[world]
         assert g.op is not None and len(g.peer_bases) == world
         with sim.cuda.Device(r):
-            x = sim.asarray(oneshot.encode(host[r], "bf16"))
+            x = sim.asarray(inputs[r].copy())     # in place: the input buffer becomes the output
             stream = sim.cuda.Stream(non_blocking=True)
         c.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
             current_stream=lambda device, s=stream: TorchStream(s.ptr),
@@ -994,6 +1394,7 @@ def test_sim_sweep_custom_setup_probes_through_ipc_and_runs(sim, world):
     sim.flush()
     # cupy 14's way in (the CUDA stream protocol), not its deprecated ExternalStream
     assert [call[0] for call in sim.stream_calls] == ["from_external"] * world
+    ref.assert_allreduce_outputs(outs, inputs, "bf16")      # independent: bit for bit
     expected = oneshot.reference_sum(host, "bf16")
     assert [verify(o, expected, "bf16", atol=0.0, rtol=0.0) for o in outs] == [0] * world
     for c in ranks:
@@ -1027,9 +1428,15 @@ def test_sim_sweep_custom_setup_refuses_on_every_rank(sim, monkeypatch):
                 sim.ct.memset(dst + 64, 0, 16)
         return run()
     monkeypatch.setattr(sim, "_copy", lossy)
+    mark = len(sim.copies)
     ranks, cells = _sim_custom_setup(2, 2)
     why = "group 0 (ranks 0-1): P2P write GPU 1 -> GPU 0 read back wrong data (the driver claims P2P works)"
     assert [r.refusal(cell) for r in ranks] == [why, why]
+    writes = _ipc_probe_writes(sim, mark)    # independently: the owner saw GPU 0's pattern, not GPU 1's
+    assert sorted(writes) == [(0, 1), (1, 0)]
+    assert _owner_saw(sim, 1, *writes[(0, 1)]) and not _owner_saw(sim, 0, *writes[(1, 0)])
+    seq, off, data = writes[(1, 0)]
+    assert _owner_saw(sim, 0, seq, off, data[:64] + bytes(16) + data[80:])
     assert all(r.groups[2].op is None for r in ranks)
     # A size the kernel does not take is refused per cell, with the group itself fine.
     monkeypatch.setattr(sim, "_copy", real)
@@ -1142,12 +1549,16 @@ def test_gpu_probe_pairs(kernels):
 def test_gpu_oneshot_allreduce_verifies(kernels, dtype, world):
     import cupy
 
+    import oneshot_reference as ref
+
     # 16 bytes (one vector), a decode-size message, and 4 MiB (more vectors than threads: the grid loops)
     for nbytes in (16, 10240, 4 << 20):
         n = nbytes // oneshot.DTYPES[dtype]
         host = [oneshot.rank_pattern(r, n) for r in range(world)]
-        inputs = [cupy.asarray(oneshot.encode(x, dtype)) for x in host]
+        stored = [ref.to_storage(x, dtype) for x in host]
+        inputs = [cupy.asarray(x) for x in stored]
         outs = oneshot.emulate_on_one_gpu(inputs, dtype, kernels=kernels, calls=3)
+        ref.assert_allreduce_outputs(outs, stored, dtype, what=f"{nbytes} bytes: ")   # independent, bit for bit
         expected = oneshot.reference_sum(host, dtype)
         for rank, out in enumerate(outs):
             assert verify(out, expected, dtype) == 0, (dtype, world, nbytes, rank)
@@ -1186,8 +1597,12 @@ def test_gpu_nvrtc_path_runs_too(tmp_path_factory):
     k = _load(tmp_path_factory, backend="nvrtc")
     assert k.backend == "nvrtc"
     assert probes.pingpong_latency(0, 0, rounds=100, kernels=k)["roundtrip_us"] > 0
+    import oneshot_reference as ref
+
     host = [oneshot.rank_pattern(r, 4096) for r in range(2)]
-    outs = oneshot.emulate_on_one_gpu([cupy.asarray(oneshot.encode(x, "bf16")) for x in host], "bf16", kernels=k)
+    stored = [ref.to_storage(x, "bf16") for x in host]
+    outs = oneshot.emulate_on_one_gpu([cupy.asarray(x) for x in stored], "bf16", kernels=k)
+    ref.assert_allreduce_outputs(outs, stored, "bf16")
     assert all(verify(o, oneshot.reference_sum(host, "bf16"), "bf16") == 0 for o in outs)
 
 
