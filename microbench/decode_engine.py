@@ -68,11 +68,21 @@ def sliding_layers(shape: dict, n_layers: int) -> list[bool]:
 
 class DecodeEngine:
     def __init__(self, torch, dist, shape: dict, tp: int, group_rank: int, batch: int, context: int,
-                 dtype, device, n_layers: int, group=None, comm: bool = True, seed: int = 0, on_layer=None):
+                 dtype, device, n_layers: int, group=None, comm: bool = True, seed: int = 0, on_layer=None,
+                 chunk: int = 0):
         """``on_layer()`` is called after each layer's weights are made (a heartbeat: a full
-        model's build is long)."""
+        model's build is long).
+
+        ``chunk`` > 0 adds a prefill chunk to every step: ``chunk`` new tokens of one more sequence,
+        attending over that sequence's cache of ``context`` tokens (its prompt so far), as a
+        chunked-prefill engine runs them. ``batch`` decode tokens ride in the same step (a mixed
+        step); ``batch=0`` with a chunk is a pure prefill step. Each all-reduce then carries
+        (batch + chunk) x hidden elements, and the logits are taken for the decode tokens and the
+        chunk's last token (the one that becomes the first output token)."""
         self.torch, self.dist, self.group, self.comm = torch, dist, group, comm
         self.tp, self.grank, self.batch, self.device, self.dtype = tp, group_rank, batch, device, dtype
+        self.chunk = int(chunk)
+        self.rows_out = batch + (1 if self.chunk else 0)        # tokens whose logits a step computes
         self.cuda = device.type == "cuda"
         dims = engine_dims(shape, tp)
         self.dims = dims
@@ -105,14 +115,18 @@ class DecodeEngine:
                 "k": w(batch, hkv, ctx, d, scale=1.0),
                 "v": w(batch, hkv, ctx, d, scale=1.0),
                 "ctx": ctx,
+                # the prefill sequence's own cache (chunked prefill): one sequence, `ctx` tokens
+                "kp": w(1, hkv, ctx, d, scale=1.0) if self.chunk else None,
+                "vp": w(1, hkv, ctx, d, scale=1.0) if self.chunk else None,
             })
             if on_layer is not None:
                 on_layer()
         self.ln_f = torch.ones(h, dtype=dtype, device=device)
         self.lm_head = w(h, self.vocab_r)
-        self.ids = torch.zeros(batch, dtype=torch.int64, device=device)
-        self.gathered = torch.empty(tp * batch, self.vocab_r, dtype=dtype, device=device)
+        self.ids = torch.zeros(batch + self.chunk, dtype=torch.int64, device=device)
+        self.gathered = torch.empty(tp * self.rows_out, self.vocab_r, dtype=dtype, device=device)
         self.pos = 0
+        self.pos_p = 0                                           # tokens of the prefill sequence so far
         self.segments = self._segments(n_layers)
 
     @staticmethod
@@ -149,13 +163,32 @@ class DecodeEngine:
         t, b, hq, hkv, d = self.torch, self.batch, self.hq, self.hkv, self.d
         y = self._rms(x, L["ln1"]) @ L["qkv"]
         q, k, v = y.split([hq * d, hkv * d, hkv * d], dim=-1)
-        slot = self.pos % L["ctx"]
-        L["k"][:, :, slot] = k.view(b, hkv, d)
-        L["v"][:, :, slot] = v.view(b, hkv, d)
-        qg = q.view(b, hkv, self.group_size, d)
-        scores = (qg @ L["k"].transpose(-1, -2)).float() / math.sqrt(d)      # (b, hkv, g, ctx)
-        attn = t.softmax(scores, dim=-1).to(x.dtype) @ L["v"]                   # (b, hkv, g, d)
-        return attn.reshape(b, hq * d) @ L["o"]
+        outs = []
+        if b:
+            slot = self.pos % L["ctx"]
+            L["k"][:, :, slot] = k[:b].view(b, hkv, d)
+            L["v"][:, :, slot] = v[:b].view(b, hkv, d)
+            qg = q[:b].view(b, hkv, self.group_size, d)
+            scores = (qg @ L["k"].transpose(-1, -2)).float() / math.sqrt(d)      # (b, hkv, g, ctx)
+            attn = t.softmax(scores, dim=-1).to(x.dtype) @ L["v"]                   # (b, hkv, g, d)
+            outs.append(attn.reshape(b, hq * d))
+        if self.chunk:
+            outs.append(self._prefill_attention(L, q[b:], k[b:], v[b:]))
+        a = outs[0] if len(outs) == 1 else t.cat(outs)
+        return a @ L["o"]
+
+    def _prefill_attention(self, L, q, k, v):
+        """The chunk's queries over its sequence's cache (the chunk's own keys written first).
+        Like decode, every query scores the whole cache (no causal mask: the same work)."""
+        t, c, hq, hkv, d, g = self.torch, self.chunk, self.hq, self.hkv, self.d, self.group_size
+        cap = L["ctx"]
+        slots = (self.pos_p + t.arange(c, device=q.device)) % cap
+        L["kp"][0, :, slots] = k.view(c, hkv, d).transpose(0, 1)
+        L["vp"][0, :, slots] = v.view(c, hkv, d).transpose(0, 1)
+        qg = q.view(c, hkv, g, d).permute(1, 0, 2, 3).reshape(1, hkv, c * g, d)
+        scores = (qg @ L["kp"].transpose(-1, -2)).float() / math.sqrt(d)         # (1, hkv, c*g, cap)
+        attn = t.softmax(scores, dim=-1).to(q.dtype) @ L["vp"]                     # (1, hkv, c*g, d)
+        return attn.reshape(hkv, c, g, d).permute(1, 0, 2, 3).reshape(c, hq * d)
 
     def _mlp(self, L, x):
         t = self.torch
@@ -164,19 +197,26 @@ class DecodeEngine:
         return (t.nn.functional.silu(gate) * up) @ L["down"]
 
     def _logits(self, x):
+        if self.chunk:                  # decode tokens and the chunk's last token only
+            x = self.torch.cat([x[:self.batch], x[-1:]]) if self.batch else x[-1:]
         return self._rms(x, self.ln_f) @ self.lm_head
 
     def _gather(self, local):
+        n = self.rows_out
         if self.comm and self.tp > 1:
             all_gather_fn(self.dist)(self.gathered, local.contiguous(), group=self.group)
         else:
-            self.gathered.view(self.tp, self.batch, self.vocab_r)[self.grank].copy_(local)
+            self.gathered.view(self.tp, n, self.vocab_r)[self.grank].copy_(local)
         return self.gathered
 
     def _sample(self, gathered):
-        full = gathered.view(self.tp, self.batch, self.vocab_r).permute(1, 0, 2).reshape(self.batch, -1)
-        self.ids.copy_(full.float().argmax(-1) % (self.tp * self.vocab_r))
+        n = self.rows_out
+        full = gathered.view(self.tp, n, self.vocab_r).permute(1, 0, 2).reshape(n, -1)
+        nxt = full.float().argmax(-1) % (self.tp * self.vocab_r)
+        if self.batch:
+            self.ids[:self.batch].copy_(nxt[:self.batch])
         self.pos += 1
+        self.pos_p += self.chunk
 
     # --- one step, stamped -----------------------------------------------------------------------
 
