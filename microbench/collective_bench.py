@@ -104,6 +104,7 @@ class CellRunner:
         instead of the backend's collective."""
         coll = COLLECTIVES[cell.op]
         dist, torch, hb = self.dist, self.torch, self.hb
+        hb.stage(f"{cell.label}: buffers")
         inp, out = self._buffers(cell)
         root = ranks[0]
         group_rank = ranks.index(self.rank)
