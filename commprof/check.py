@@ -4,46 +4,109 @@ Every item reads evidence from results dirs (``topo.json``, ``sweep.csv``, ``tra
 ``hostbw.json``) and gives PASS / WARN / FAIL / SKIP with the measured value, the threshold, the
 threshold's source (or "proposed") and a hint. Thresholds live in a versioned TOML file
 (``commprof/data/thresholds.toml``) that ``--thresholds FILE`` overrides key by key.
+
+Dirs describe boxes: every dir holding a sweep (measured, imported or a reference profile) is one
+box; a dir without one (trace, topo, p2p, hostbw) joins the box whose hosts it shares, else the box
+before it on the command line. Each box is judged by its own interconnect (:func:`resolve_interconnect`):
+the ``--interconnect`` flag, else its ``topo.json`` (NVML, or ``nvidia-smi topo`` text imported), else
+the GPU names its logs carry; unknown stays unknown (its link items SKIP and say what would decide).
 """
 from __future__ import annotations
 
 import copy
 import json
+import math
 import os
+import sys
 import tomllib
 from dataclasses import dataclass, field
 
-from .items import Item, verdict
+from .items import Interconnect, Item, latency_stat, verdict
 from .errors import CommprofError, UsageError
 from .views.check import markdown, render
 
 EXIT_CHECK_FAILED = 8
 DEFAULT_THRESHOLDS = os.path.join(os.path.dirname(__file__), "data", "thresholds.toml")
-# Per-direction link ceilings in GB/s, shared/FACTS.md "Link ceilings".
+# Per-direction link ceilings in GB/s, shared/FACTS.md "Link ceilings"; NVLink 2 (V100 SXM2, 6
+# links) and H800's 8-link NVLink 4 from research/validation-anchors.md section 4.2.
 LINK_CEILING_GBPS = {"pcie3": 15.75, "pcie4": 31.5, "pcie5": 63.0, "pcie6": 118.0,
-                     "nvlink3": 300.0, "nvlink4": 450.0, "nvlink5": 900.0}
-LINK_CEILING_SOURCE = "shared/FACTS.md link ceilings (PCIe x16 per direction; NVLink 3/4/5 per GPU per direction)"
+                     "nvlink2": 150.0, "nvlink3": 300.0, "nvlink4": 450.0, "nvlink4-h800": 200.0,
+                     "nvlink5": 900.0}
+LINK_CEILING_SOURCE = ("shared/FACTS.md link ceilings (PCIe x16 per direction; NVLink 3/4/5 per GPU per direction; "
+                       "NVLink 2 and H800 from research/validation-anchors.md 4.2)")
+DECIDING_EVIDENCE = ("--interconnect CLASS, a topo.json ('commprof topo --out DIR' on the box), "
+                     "'commprof import nvidia-smi-topo FILE' of the vendor's 'nvidia-smi topo -m' (and '-p2p r') "
+                     "output, or nccl-tests logs whose '# Rank ... device' lines name the GPUs")
+
+# --interconnect values: a class, optionally with its link generation.
+_FLAG_CLASSES = {"nvswitch": "nvswitch", "nvlink": "nvlink", "pcie": "pcie", "pcie-p2p": "pcie-p2p",
+                 "pcie-no-p2p": "pcie-no-p2p", "pcie-nop2p": "pcie-no-p2p", "mixed": "mixed"}
+INTERCONNECT_HELP = ("nvswitch, nvlink, nvlink2..nvlink5, pcie, pcie3..pcie6, each PCIe one optionally with "
+                     "-p2p or -no-p2p (e.g. pcie4-no-p2p), mixed; a comma list gives one per box, in order")
 
 
 class CheckFailed(CommprofError):
     exit_code = EXIT_CHECK_FAILED
 
 
+def parse_interconnect(spec: str | None) -> list[tuple[str, str]] | None:
+    """``--interconnect`` -> [(class, link)] (one per box, or one for all); None when not given.
+    ``nvlink4`` -> ("nvswitch", "nvlink4"); ``pcie4-no-p2p`` -> ("pcie-no-p2p", "pcie4")."""
+    import re
+
+    if spec is None:
+        return None
+    out = []
+    for part in spec.split(","):
+        tok = part.strip().lower().removeprefix("reference:")
+        m = re.fullmatch(r"(nvswitch|nvlink|pcie|mixed)([2-6])?(-p2p|-no-?p2p)?", tok)
+        if not m or (m.group(3) and m.group(1) != "pcie") or (m.group(2) and m.group(1) in ("nvswitch", "mixed")) \
+                or (m.group(1) == "nvlink" and m.group(2) and m.group(2) not in "2345") \
+                or (m.group(1) == "pcie" and m.group(2) and m.group(2) not in "3456"):
+            raise UsageError(f"--interconnect '{part.strip()}': unknown; use {INTERCONNECT_HELP}")
+        base, gen, p2p = m.group(1), m.group(2) or "", m.group(3) or ""
+        if base == "nvlink" and gen:
+            out.append(("nvswitch", f"nvlink{gen}"))
+        elif base == "pcie":
+            out.append((_FLAG_CLASSES["pcie" + p2p.replace("-nop2p", "-no-p2p")], f"pcie{gen}" if gen else ""))
+        else:
+            out.append((_FLAG_CLASSES[base], ""))
+    return out
+
+
 # --- thresholds ------------------------------------------------------------------------------------
 
 def _read_toml(path: str) -> dict:
+    if os.path.isdir(path):
+        raise UsageError(f"thresholds file '{path}': is a directory, not a TOML file")
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = f.read()
     except FileNotFoundError:
         raise UsageError(f"thresholds file '{path}': not found") from None
+    except OSError as e:
+        raise UsageError(f"thresholds file '{path}': cannot read ({e.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"thresholds file '{path}': byte {e.start} (0x{data[e.start]:02x}) is not UTF-8; "
+                         "TOML files are UTF-8 text") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"thresholds file '{path}': not valid TOML ({e})") from None
+        raise UsageError(f"thresholds file '{path}': not valid TOML ({' '.join(str(e).split())})") from None
+
+
+def _check_number(path: str, key: str, v) -> None:
+    """A threshold is a finite number >= 0 (TOML allows nan, inf and negatives: none is a threshold)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and (not math.isfinite(v) or v < 0):
+        raise UsageError(f"thresholds file '{path}': key '{key}' = {v!r}: must be a finite number >= 0")
 
 
 def load_thresholds(path: str | None = None) -> dict:
-    """The default thresholds, overridden by ``path``. Unknown keys and wrong types are refused
-    with one line naming the file and the key."""
+    """The default thresholds, overridden by ``path``. Unknown keys, wrong types, negative, NaN or
+    infinite numbers and unreadable files (a directory, not UTF-8, not TOML) are refused with one
+    line naming the file and the key."""
     base = _read_toml(DEFAULT_THRESHOLDS)
     if not path:
         return base
@@ -55,6 +118,7 @@ def load_thresholds(path: str | None = None) -> dict:
         if not isinstance(base[key], dict):
             if type(val) is not type(base[key]):
                 raise UsageError(f"thresholds file '{path}': key '{key}' must be {type(base[key]).__name__}")
+            _check_number(path, key, val)
             merged[key] = val
             continue
         if not isinstance(val, dict):
@@ -69,6 +133,7 @@ def load_thresholds(path: str | None = None) -> dict:
             if not ok:
                 raise UsageError(f"thresholds file '{path}': key '{key}.{k}' must be {type(want).__name__}, "
                                  f"got {type(v).__name__}")
+            _check_number(path, f"{key}.{k}", v)
             merged[key][k] = v
     return merged
 
@@ -77,6 +142,8 @@ def load_thresholds(path: str | None = None) -> dict:
 
 @dataclass
 class Evidence:
+    """What the results dirs of one box hold. :func:`gather` returns the first box's with
+    ``boxes`` listing every box (itself included) when the dirs describe several."""
     topo: dict | None = None
     sweep: object = None          # pandas DataFrame
     sweep_meta: dict | None = None
@@ -88,38 +155,226 @@ class Evidence:
     moe_dir: str | None = None    # a commprof moe results dir
     dirs: tuple = ()
     metas: list = field(default_factory=list)   # each dir's provenance (results.load)
+    label: str = ""               # the box's name (its sweep dir's, else its first dir's)
+    sweep_dir: str | None = None
+    trace_dir: str | None = None
+    topo_meta: dict | None = None
+    loaded: list = field(default_factory=list)  # each dir's results.Results
+    interconnect: Interconnect | None = None    # set by resolve_interconnect
+    boxes: list = field(default_factory=list)
+    sweep_timing: str = "per-call"  # the one timing method the box's sweep rows are judged by
+    notes: list = field(default_factory=list)
+
+    def all_boxes(self) -> list:
+        return self.boxes or [self]
+
+
+def _absorb(ev: Evidence, r, d: str) -> bool:
+    """Take what one loaded dir holds into a box; False when it holds nothing check reads."""
+    found = False
+    ev.dirs = ev.dirs + (d,)
+    ev.metas.append(r.meta)
+    ev.loaded.append(r)
+    if "topo" in r.docs:
+        ev.topo, ev.topo_meta, found = r.docs["topo"], r.meta, True
+    if "hostbw" in r.docs:
+        ev.hostbw, found = r.docs["hostbw"], True
+    if "sweep" in r.tables:
+        df = r.tables["sweep"]
+        base = df[df["impl"] != "custom"]
+        # One timing method per box: per-call (what a decode step pays) when the dir has it, else
+        # the back-to-back averages it holds (nccl-tests' method); never the two mixed.
+        timings = set(base["timing"]) if "timing" in base.columns else {"per-call"}
+        ev.sweep_timing = "per-call" if "per-call" in timings or not timings else sorted(timings)[0]
+        if len(timings) > 1:
+            ev.notes.append(f"'{d}' holds per-call and back-to-back rows: only the per-call rows are judged")
+        ev.sweep = (base[base["timing"] == ev.sweep_timing] if "timing" in base.columns else base).reset_index(drop=True)
+        custom = df[df["impl"] == "custom"].reset_index(drop=True)
+        ev.sweep_custom = custom if not custom.empty else None
+        ev.sweep_meta, ev.sweep_dir = r.meta, d
+        found = True
+    if "trace_summary" in r.tables:
+        ev.trace, ev.trace_meta, ev.trace_dir, found = r.tables["trace_summary"], r.meta, d, True
+    if "p2p" in r.tables:
+        ev.p2p, found = r.tables["p2p"], True
+    if "moe_steps" in r.tables:
+        ev.moe_dir, found = d, True
+    return found
+
+
+def _hosts_of(r) -> set:
+    hosts = {str(h) for h in (r.meta.get("hosts") or []) if h}
+    if "topo" in r.docs and r.docs["topo"].get("host") not in (None, "", "n/a"):
+        hosts.add(str(r.docs["topo"]["host"]))
+    return hosts - {"n/a", "?"}
+
+
+def gather_boxes(dirs: list[str]) -> list[Evidence]:
+    """The boxes the dirs describe (``results.load`` reads each; a corrupt file is an error naming
+    it). Every dir with a sweep table is one box; any other dir joins the box whose hosts it shares,
+    else the box before it on the command line (the first box for dirs before any sweep)."""
+    from . import results
+
+    loaded = [(d, results.load(d)) for d in dirs]
+    boxes: list[Evidence] = []
+    owner = {}
+    for i, (d, r) in enumerate(loaded):
+        if "sweep" in r.tables:
+            ev = Evidence()
+            _absorb(ev, r, d)
+            boxes.append(ev)
+            owner[i] = ev
+    if not boxes:
+        boxes.append(Evidence())
+    for i, (d, r) in enumerate(loaded):
+        if i in owner:
+            continue
+        hosts = _hosts_of(r)
+        match = [b for b in boxes if hosts and hosts & set(b.sweep_meta.get("hosts", []) if b.sweep_meta else [])]
+        if match:
+            box = match[0]
+        else:
+            before = [owner[k] for k in sorted(owner) if k < i]
+            box = before[-1] if before else boxes[0]
+        if not _absorb(box, r, d):
+            raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv, trace_summary.csv, p2p.csv "
+                             "or moe_steps.csv")
+    names = []
+    for b in boxes:
+        base = os.path.basename(os.path.normpath(b.sweep_dir or b.dirs[0])) if b.dirs else "box"
+        name = base
+        k = 2
+        while name in names:
+            name, k = f"{base} ({k})", k + 1
+        b.label = name
+        names.append(name)
+    return boxes
 
 
 def gather(dirs: list[str]) -> Evidence:
-    """Read what each results dir holds (``results.load``); a corrupt file is an error naming it."""
-    from . import results
+    """The evidence of the dirs' first box; ``.boxes`` lists every box when there are several."""
+    boxes = gather_boxes(dirs)
+    first = boxes[0]
+    if len(boxes) > 1:
+        first.boxes = boxes
+    return first
 
-    ev = Evidence(dirs=tuple(dirs))
-    for d in dirs:
-        r = results.load(d)
-        ev.metas.append(r.meta)
-        found = False
-        if "topo" in r.docs:
-            ev.topo, found = r.docs["topo"], True
-        if "hostbw" in r.docs:
-            ev.hostbw, found = r.docs["hostbw"], True
-        if "sweep" in r.tables:
-            df = r.tables["sweep"]
-            ev.sweep = df[df["impl"] != "custom"].reset_index(drop=True)
-            custom = df[df["impl"] == "custom"].reset_index(drop=True)
-            ev.sweep_custom = custom if not custom.empty else None
-            ev.sweep_meta = r.meta
-            found = True
-        if "trace_summary" in r.tables:
-            ev.trace, ev.trace_meta, found = r.tables["trace_summary"], r.meta, True
-        if "p2p" in r.tables:
-            ev.p2p, found = r.tables["p2p"], True
-        if "moe_steps" in r.tables:
-            ev.moe_dir, found = d, True
-        if not found:
-            raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv, trace_summary.csv, p2p.csv "
-                             "or moe_steps.csv")
-    return ev
+
+# --- which interconnect a box is judged by ---------------------------------------------------------
+
+def _gpu_names(ev: Evidence) -> list[str]:
+    names = []
+    for m in (ev.sweep_meta, ev.trace_meta):
+        for g in (m or {}).get("gpus") or []:
+            names.append(str(g))
+    for g in (ev.topo or {}).get("gpus") or []:
+        if g.get("name") not in (None, "n/a"):
+            names.append(str(g["name"]))
+    return [n for n in names if n and not n.lower().startswith(("unknown", "none", "n/a"))]
+
+
+def row_nodes(df) -> "object":
+    """Hosts each sweep row's group spans (a Series of ints; 1 where the row names no host)."""
+    if df is None or "hosts" not in df.columns:
+        return None
+    return df["hosts"].fillna("").astype(str).map(lambda h: max(1, len({x for x in h.split(";") if x})))
+
+
+def _names_source(ev: Evidence) -> str:
+    kind = (ev.sweep_meta or {}).get("kind")
+    if kind == "imported":
+        return "the nccl-tests header"
+    if ev.sweep_meta:
+        return "the sweep's ranks"
+    return "the trace's ranks" if ev.trace_meta else "topo.json"
+
+
+def resolve_interconnect(ev: Evidence, flag: tuple[str, str] | None = None) -> Interconnect:
+    """How this box's GPUs talk, and which evidence decided: the ``--interconnect`` flag, else
+    ``topo.json`` (NVML, or imported ``nvidia-smi topo`` text), else a reference profile's own
+    class, else the GPU names in its logs (:func:`commprof.topo.class_from_gpu_names`). Nothing
+    known: ``unknown``, never PCIe by default. Also how many hosts its TP groups span."""
+    from .topo import class_from_gpu_names, nvlink_link_from_topo, pcie_link_from_topo
+
+    nodes, hosts = 1, []
+    if ev.sweep is not None and len(ev.sweep):
+        n = row_nodes(ev.sweep)
+        if n is not None:
+            nodes = int(n.max())
+        if "hosts" in ev.sweep.columns:
+            hosts = sorted({h for hs in ev.sweep["hosts"].fillna("").astype(str) for h in hs.split(";") if h})
+    names = _gpu_names(ev)
+    by_name = class_from_gpu_names(names)
+    ic = Interconnect(nodes=nodes, hosts=hosts)
+    meta = ev.sweep_meta or ev.trace_meta or {}
+    topo_cls = (ev.topo or {}).get("interconnect_class", "")
+    if flag is not None:
+        cls, link = flag
+        if not link and by_name and by_name["family"] == ("nvlink" if cls in ("nvswitch", "nvlink") else "pcie"):
+            link = by_name["link"]
+        if not link and ev.topo:
+            link = nvlink_link_from_topo(ev.topo) if cls in ("nvswitch", "nvlink") else pcie_link_from_topo(ev.topo)
+        ic.cls, ic.link, ic.evidence = cls, link, "the --interconnect flag"
+        if topo_cls and topo_cls not in (cls, "unknown", "single-gpu"):
+            ic.detail = f"topo.json says {topo_cls}; the flag overrides it"
+        return ic
+    if topo_cls in ("nvswitch", "nvlink", "pcie-p2p", "pcie-no-p2p", "pcie", "mixed"):
+        imported = (ev.topo or {}).get("kind") == "imported"
+        src = ("topo.json (nvidia-smi topo text, imported)" if imported else
+               f"topo.json (NVML on {(ev.topo or {}).get('host', '?')})")
+        ic.cls, ic.evidence = topo_cls, src
+        if topo_cls in ("nvswitch", "nvlink"):
+            ic.link = nvlink_link_from_topo(ev.topo)
+            if not ic.link and by_name and by_name["family"] == "nvlink":
+                ic.link, ic.evidence = by_name["link"], src + f" + GPU names in {_names_source(ev)}"
+        else:
+            ic.link = pcie_link_from_topo(ev.topo)
+            if not ic.link and by_name and by_name["family"] == "pcie":
+                ic.link, ic.evidence = by_name["link"], src + f" + GPU names in {_names_source(ev)}"
+        if by_name and by_name["family"] == "nvlink" and topo_cls not in ("nvswitch", "nvlink"):
+            ic.conflict = (f"the GPU names ({', '.join(by_name['names'])}) are NVLink modules, but the topology "
+                           f"shows {topo_cls}")
+        elif by_name and by_name["family"] == "pcie" and topo_cls in ("nvswitch", "nvlink"):
+            ic.conflict = f"the GPU names ({', '.join(by_name['names'])}) are PCIe cards, but the topology shows NVLink"
+        return ic
+    if meta.get("backend") == "model" and meta.get("profile"):
+        prof = str(meta["profile"])
+        if prof.startswith("nvlink"):
+            ic.cls, ic.link = "nvswitch", prof
+        else:
+            ic.link = prof.split("-")[0]
+            ic.cls = "pcie-no-p2p" if "nop2p" in prof else "pcie-p2p"
+        ic.evidence = f"reference profile '{prof}' (modelled)"
+        return ic
+    if meta.get("backend") == "gloo":
+        ic.cls, ic.detail = "cpu", "CPU ranks (gloo): no GPU interconnect"
+        return ic
+    if by_name:
+        gpus_seen = int(ev.sweep["tp"].max()) if ev.sweep is not None and len(ev.sweep) else 0
+        if by_name["family"] == "nvlink":
+            ic.cls = "nvswitch" if gpus_seen >= 8 and nodes == 1 else "nvlink"
+        else:
+            ic.cls = "pcie"
+        ic.link = by_name["link"]
+        ic.evidence = f"GPU names in {_names_source(ev)} ({', '.join(by_name['names'])})"
+        ic.detail = by_name["detail"] + ("; P2P not known from the names" if ic.cls == "pcie" else "")
+        return ic
+    ic.detail = ("no topo.json, no --interconnect, and no GPU name commprof knows"
+                 + (f" ({', '.join(sorted(set(names)))})" if names else ""))
+    return ic
+
+
+def resolve_all(ev: Evidence, interconnect: str | list | None = None) -> list[Evidence]:
+    """Every box of ``ev`` with its interconnect resolved (``interconnect``: the flag's text or
+    its parsed list: one value for all boxes, or one per box)."""
+    boxes = ev.all_boxes()
+    flags = parse_interconnect(interconnect) if isinstance(interconnect, str) else interconnect
+    if flags is not None and len(flags) not in (1, len(boxes)):
+        raise UsageError(f"--interconnect: {len(flags)} values for {len(boxes)} boxes; give one for all or one per box")
+    for i, b in enumerate(boxes):
+        flag = None if flags is None else flags[0] if len(flags) == 1 else flags[i]
+        b.interconnect = resolve_interconnect(b, flag)
+    return boxes
 
 
 # --- the items -------------------------------------------------------------------------------------
@@ -136,29 +391,33 @@ def _cpu_backend(meta) -> bool:
     return (meta or {}).get("backend") == "gloo"
 
 
+def _ic(ev: Evidence) -> Interconnect:
+    if ev.interconnect is None:
+        ev.interconnect = resolve_interconnect(ev)
+    return ev.interconnect
+
+
 def _link_kind(ev: Evidence) -> str:
-    """nvlink3/4/5 or pcie3..6 from the topology; "" when unknown."""
-    cls = (ev.topo or {}).get("interconnect_class", "")
-    gpus = _gpus(ev.topo)
-    if cls in ("nvswitch", "nvlink") and gpus:
-        v = str(gpus[0].get("nvlink_version", ""))
-        for n in ("5", "4", "3"):
-            if v.startswith(n) or v.startswith(f"{n}.") or v == n:
-                return f"nvlink{n}"
-        return "nvlink4"
-    if gpus:
-        gen = _num(gpus[0].get("pcie_link_gen_max"))
-        if gen:
-            return f"pcie{int(gen)}"
-    return ""
+    """The link generation the box is judged by (nvlink3, pcie4, ...); "" when unknown."""
+    return _ic(ev).link
+
+
+def _no_topo(id_, name, threshold, src, what="no topo.json") -> Item:
+    return Item(id_, name, "SKIP", what, threshold, src,
+                "run 'commprof topo --out DIR' on the box, or import its 'nvidia-smi topo -m' text "
+                "('commprof import nvidia-smi-topo FILE')")
 
 
 def item_inventory(ev, th) -> Item:
     t = th["inventory"]
     gpus = _gpus(ev.topo)
     src = t["source"]
-    if ev.topo is None:
-        return Item("C1", "GPU inventory", "SKIP", "no topo.json", "count == expected", src,
+    if ev.topo is None or all(g.get("name") in (None, "n/a") for g in gpus):
+        names = sorted(set(_gpu_names(ev)))
+        what = "no topo.json" if ev.topo is None else f"{len(gpus)} GPUs in nvidia-smi topo text (no names)"
+        if names:
+            what += f"; the logs name {', '.join(names)}"
+        return Item("C1", "GPU inventory", "SKIP", what, "count == expected", src,
                     "run commprof topo --out DIR on the box (needs the NVIDIA driver)")
     names = sorted({g.get("name", "?") for g in gpus})
     value = f"{len(gpus)} x {', '.join(names)}"
@@ -171,41 +430,57 @@ def item_inventory(ev, th) -> Item:
 
 def item_interconnect(ev, th) -> Item:
     t = th["interconnect"]
-    if ev.topo is None:
-        return Item("C2", "interconnect class", "SKIP", "no topo.json", "informational", t["source"],
-                    "run commprof topo --out DIR")
-    cls = ev.topo.get("interconnect_class", "n/a")
+    ic = _ic(ev)
+    name = "interconnect class"
+    multi = (f"; its largest TP group spans {ic.nodes} hosts ({', '.join(ic.hosts[:4])}): between nodes the "
+             "network decides" if ic.nodes > 1 else "")
+    if ic.family == "cpu":
+        return Item("C2", name, "SKIP", ic.detail, "informational", t["source"],
+                    "measured on CPU ranks: run on the GPU box")
+    if not ic.known:
+        return Item("C2", name, "SKIP", f"unknown: {ic.detail}{multi}", "informational", t["source"],
+                    f"what would decide: {DECIDING_EVIDENCE}")
     exp = t["expected_class"]
-    if exp and cls != exp:
-        return Item("C2", "interconnect class", "FAIL", cls, exp, t["source"],
+    value = ic.describe() + multi
+    if ic.conflict:
+        return Item("C2", name, "FAIL", f"{value}; but {ic.conflict}", exp or "consistent evidence", t["source"],
+                    "NVLink down or the box is not what its GPU names say: check nvidia-smi nvlink -s and "
+                    "Fabric Manager")
+    if exp and ic.cls != exp:
+        return Item("C2", name, "FAIL", value, exp, t["source"],
                     "the topology contradicts the quote (e.g. an 'HGX' box without NVLink P2P)")
-    return Item("C2", "interconnect class", "PASS", cls, exp or "informational", t["source"])
+    return Item("C2", name, "PASS", value, exp or "informational", t["source"])
 
 
 def item_p2p(ev, th) -> Item:
     t = th["p2p"]
     if ev.topo is None or "p2p" not in ev.topo:
-        return Item("C5", "P2P matrix", "SKIP", "no topo.json", "READ/WRITE OK for every pair", t["source"],
-                    "run commprof topo --out DIR")
+        return _no_topo("C5", "P2P matrix", "READ/WRITE OK for every pair", t["source"])
     mat = ev.topo.get("matrix") or []
     p2p = ev.topo["p2p"]
-    bad_nv, bad_pcie = [], []
+    ops = [k for k in ("read", "write") if k in p2p]
     n = len(mat)
+    if not ops or all(str(p2p[k][i][j]) == "n/a" for k in ops for i in range(n) for j in range(n) if i != j):
+        return Item("C5", "P2P matrix", "SKIP", "P2P status not given", "READ/WRITE OK for every pair", t["source"],
+                    "pass 'nvidia-smi topo -p2p r' output with 'commprof import nvidia-smi-topo', or run "
+                    "commprof topo on the box")
+    bad_nv, bad_pcie = [], []
     for i in range(n):
         for j in range(n):
             if i == j:
                 continue
-            ok = all(str(p2p.get(k, [[]])[i][j]).upper() == "OK" for k in ("read", "write") if k in p2p)
+            ok = all(str(p2p[k][i][j]).upper() == "OK" for k in ops)
             if not ok:
                 (bad_nv if str(mat[i][j]).startswith("NV") else bad_pcie).append(f"{i}->{j}")
+    given = "" if ops == ["read", "write"] else f" ({'/'.join(ops)} only)"
     if bad_nv:
         return Item("C5", "P2P matrix", "FAIL", f"NVLink pairs without P2P: {', '.join(bad_nv[:6])}",
                     "READ/WRITE OK on every NVLink pair", t["source"], "check the driver and Fabric Manager")
     if bad_pcie:
-        return Item("C5", "P2P matrix", "WARN", f"{len(bad_pcie)} ordered pairs without P2P (e.g. {bad_pcie[0]})",
+        return Item("C5", "P2P matrix", "WARN", f"{len(bad_pcie)} ordered pairs without P2P{given} (e.g. {bad_pcie[0]})",
                     "READ/WRITE OK for every pair", t["source"],
                     "without P2P NCCL goes through host shared memory; check the driver, ACS and IOMMU")
-    return Item("C5", "P2P matrix", "PASS", f"P2P read/write OK for all {n * (n - 1)} ordered pairs",
+    return Item("C5", "P2P matrix", "PASS", f"P2P {'/'.join(ops)} OK for all {n * (n - 1)} ordered pairs",
                 "READ/WRITE OK for every pair", t["source"])
 
 
@@ -213,14 +488,15 @@ def item_pcie(ev, th) -> Item:
     t = th["pcie"]
     gpus = _gpus(ev.topo)
     if not gpus:
-        return Item("C6", "PCIe links trained at max", "SKIP", "no topo.json", "link max == GPU max",
-                    t["source"], "run commprof topo --out DIR")
+        return _no_topo("C6", "PCIe links trained at max", "link max == GPU max", t["source"])
     low = [str(g.get("index", i)) for i, g in enumerate(gpus) if g.get("pcie_at_max") is False]
     unknown = all(g.get("pcie_at_max") in (None, "n/a") for g in gpus)
     g0 = gpus[0]
     value = f"Gen{g0.get('pcie_link_gen_max', '?')} x{g0.get('pcie_link_width_max', '?')}"
     if unknown:
-        return Item("C6", "PCIe links trained at max", "SKIP", "n/a from NVML", "link max == GPU max", t["source"])
+        src = "not in nvidia-smi topo text" if ev.topo.get("kind") == "imported" else "n/a from NVML"
+        return Item("C6", "PCIe links trained at max", "SKIP", src, "link max == GPU max", t["source"],
+                    "run commprof topo on the box (NVML reads the link generation and width)")
     if low:
         return Item("C6", "PCIe links trained at max", "FAIL", f"GPU {', '.join(low)} below the GPU's max",
                     "link max gen/width == GPU max", t["source"],
@@ -233,15 +509,15 @@ def item_nvlink(ev, th) -> Item:
     t = th["nvlink"]
     gpus = _gpus(ev.topo)
     if not gpus:
-        return Item("C3", "NVLink links up", "SKIP", "no topo.json", "active == expected", t["source"],
-                    "run commprof topo --out DIR")
-    name = str(gpus[0].get("name", "")).lower()
-    exp = next((v for k, v in t.items() if k.startswith("expected_links_") and k[15:] in name), None)
+        return _no_topo("C3", "NVLink links up", "active == expected", t["source"])
+    names = " ".join(n.lower() for n in [str(g.get("name", "")) for g in gpus] + _gpu_names(ev))
+    exp = next((v for k, v in t.items() if k.startswith("expected_links_") and k[15:] in names), None)
     links = [_num(g.get("nvlink_active_links")) for g in gpus]
-    if exp is None or all(v in (None, 0) for v in links) and (ev.topo.get("interconnect_class") not in
-                                                             ("nvswitch", "nvlink")):
-        return Item("C3", "NVLink links up", "SKIP", "no NVLink on this GPU model" if not any(links) else
-                    f"{links[0]} links", "expected count per GPU model", t["source"])
+    nvlink_box = _ic(ev).family == "nvlink" or ev.topo.get("interconnect_class") in ("nvswitch", "nvlink")
+    if exp is None or all(v in (None, 0) for v in links) and not nvlink_box:
+        why = ("no NVLink on this GPU model" if not any(links) else f"{links[0]} links") if exp is not None or \
+            any(links) else "GPU model unknown: expected link count not known"
+        return Item("C3", "NVLink links up", "SKIP", why, "expected count per GPU model", t["source"])
     short = [f"GPU {i}: {v}" for i, v in enumerate(links) if v is None or v < exp]
     if short:
         return Item("C3", "NVLink links up", "FAIL", "; ".join(short[:4]), f"{exp} active links per GPU",
@@ -274,36 +550,81 @@ def _largest_tp(df):
     return int(df["tp"].max()) if df is not None and len(df) else None
 
 
+def stat_label(df) -> str:
+    """What a sweep frame's latency_us_p50 holds (:func:`commprof.items.latency_stat`)."""
+    return latency_stat(df)
+
+
+def _scoped(ev: Evidence, multi: bool):
+    """The sweep's group-0 rows of TP >= 2 inside one host (multi=False) or spanning hosts."""
+    df = ev.sweep
+    if df is None:
+        return None
+    nodes = row_nodes(df)
+    sel = (df["group"] == 0) & (df["tp"] > 1)
+    if nodes is not None:
+        sel &= (nodes > 1) if multi else (nodes <= 1)
+    elif multi:
+        return df.iloc[0:0]
+    return df[sel]
+
+
+def _mode_phrase(mode: str, label: str) -> str:
+    if mode == "graph":
+        return "graph mode"
+    return "eager mode, nccl-tests loop without CUDA graphs" if "nccl-tests" in label else "eager mode"
+
+
+def _latency_value(sub, t, label) -> tuple:
+    tp = int(sub["tp"].max())
+    sub = sub[sub["tp"] == tp]
+    mode = "graph" if "graph" in set(sub["mode"]) else "eager" if "eager" in set(sub["mode"]) else sub["mode"].iloc[0]
+    sub = sub[sub["mode"] == mode]
+    worst = float(sub["latency_us_p50"].max())
+    p99 = sub["latency_us_p99"].max() if "latency_us_p99" in sub.columns else float("nan")
+    tail = f" (p99 {float(p99):.1f} us)" if p99 == p99 and label == "p50" else ""
+    value = f"TP={tp} {mode}: {label} up to {worst:.1f} us{tail} at <= {t['max_bytes'] // 1024} KiB"
+    return tp, mode, worst, value
+
+
 def item_allreduce_latency(ev, th) -> Item:
     t = th["allreduce_latency"]
     df = ev.sweep
-    name = "all-reduce latency at decode sizes (graph mode)"
+    base = "all-reduce latency at decode sizes"
     if df is None:
-        return Item("C10", name, "SKIP", "no sweep.csv", "", t["source"], "run commprof sweep --out DIR")
-    sub = df[(df["op"] == "all_reduce") & (df["group"] == 0) & (df["size_bytes"] <= t["max_bytes"])]
+        return Item("C10", base, "SKIP", "no sweep.csv", "", t["source"], "run commprof sweep --out DIR")
+    sub = _scoped(ev, multi=False)
+    sub = sub[(sub["op"] == "all_reduce") & (sub["size_bytes"] <= t["max_bytes"])]
+    allar = df[(df["op"] == "all_reduce") & (df["group"] == 0) & (df["size_bytes"] <= t["max_bytes"])]
+    if allar.empty:
+        return Item("C10", base, "SKIP", f"no all_reduce rows <= {t['max_bytes']} B", "", t["source"])
     if sub.empty:
-        return Item("C10", name, "SKIP", f"no all_reduce rows <= {t['max_bytes']} B", "", t["source"])
-    sub = sub[sub["tp"] > 1]
-    if sub.empty:
-        return Item("C10", name, "SKIP", NO_COMM_VALUE, "TP >= 2", t["source"], NO_COMM_HINT)
-    tp = int(sub["tp"].max())
-    sub = sub[sub["tp"] == tp]
-    mode = "graph" if "graph" in set(sub["mode"]) else "eager"
-    sub = sub[sub["mode"] == mode]
-    worst = float(sub["latency_us_p50"].max())
-    p99 = float(sub["latency_us_p99"].max())
-    value = f"TP={tp} {mode}: p50 up to {worst:.1f} us (p99 {p99:.1f} us) at <= {t['max_bytes'] // 1024} KiB"
+        if (allar["tp"] > 1).any():
+            return Item("C10", base, "SKIP", "no TP group inside one host (every group spans hosts: see C10n)",
+                        "TP >= 2 inside one host", t["source"], "measure TP <= GPUs per host too")
+        return Item("C10", base, "SKIP", NO_COMM_VALUE, "TP >= 2", t["source"], NO_COMM_HINT)
+    label = stat_label(sub)
+    tp, mode, worst, value = _latency_value(sub, t, label)
+    name = f"{base} ({_mode_phrase(mode, label)})"
     if _cpu_backend(ev.sweep_meta):
         return Item("C10", name, "SKIP", value + " on CPU ranks (gloo)", "GPU thresholds", t["source"],
                     "measured on CPU: thresholds are for GPU boxes")
-    nv = _link_kind(ev).startswith("nvlink")
+    ic = _ic(ev)
+    if not ic.known:
+        return Item("C10", name, "SKIP", value + "; interconnect unknown", "NVLink or PCIe thresholds",
+                    t["source"], f"not judged on a guessed fabric; what would decide: {DECIDING_EVIDENCE}")
+    nv = ic.family == "nvlink"
     p, w = (t["nvlink_pass_us"], t["nvlink_warn_us"]) if nv else (t["pcie_pass_us"], t["pcie_warn_us"])
     status = "PASS" if worst <= p else "WARN" if worst <= w else "FAIL"
-    hint = "" if status == "PASS" and mode == "graph" else \
-        ("eager mode only: rerun the sweep on NCCL for graph mode; " if mode != "graph" else "") + \
-        ("a custom one-shot all-reduce or NVLink cuts small-message latency" if status != "PASS" else "")
-    return Item("C10", name, status, value, f"{'NVLink' if nv else 'PCIe'}: PASS <= {p} us, WARN <= {w} us",
-                t["source"], hint)
+    fabric = "NVLink" if nv else "PCIe" + (" (mixed: the TP group crosses PCIe)" if ic.family == "mixed" else "")
+    hint = ""
+    if mode != "graph":
+        hint = ("measured without CUDA graphs; serving engines replay decode in graphs (nccl-tests -G, or "
+                "commprof sweep --modes graph on the box); ")
+    if status != "PASS":
+        hint += "a custom one-shot all-reduce or NVLink cuts small-message latency"
+    return Item("C10", name, status, value, f"{fabric}: PASS <= {p} us, WARN <= {w} us", t["source"],
+                hint.rstrip("; "))
 
 
 def item_busbw(ev, th) -> Item:
@@ -312,26 +633,113 @@ def item_busbw(ev, th) -> Item:
     df = ev.sweep
     if df is None:
         return Item("C9", name, "SKIP", "no sweep.csv", "", t["source"], "run commprof sweep --sizes pow2:64M-1G")
-    sub = df[(df["op"] == "all_reduce") & (df["group"] == 0) & (df["size_bytes"] >= t["min_bytes"])]
-    if sub.empty:
+    allar = df[(df["op"] == "all_reduce") & (df["group"] == 0) & (df["size_bytes"] >= t["min_bytes"])]
+    if allar.empty:
         return Item("C9", name, "SKIP", f"no all_reduce rows >= {t['min_bytes'] >> 20} MiB", "", t["source"],
                     "run commprof sweep --ops all_reduce --sizes pow2:64M-1G")
-    sub = sub[sub["tp"] > 1]
+    sub = _scoped(ev, multi=False)
+    sub = sub[(sub["op"] == "all_reduce") & (sub["size_bytes"] >= t["min_bytes"])]
     if sub.empty:
+        if (allar["tp"] > 1).any():
+            return Item("C9", name, "SKIP", "no TP group inside one host (every group spans hosts: see C9n)",
+                        "TP >= 2 inside one host", t["source"])
         return Item("C9", name, "SKIP", NO_COMM_VALUE, "TP >= 2", t["source"], NO_COMM_HINT)
     best = float(sub["busbw_gbps"].max())
+    tp = int(sub.loc[sub["busbw_gbps"].idxmax(), "tp"])
     if _cpu_backend(ev.sweep_meta):
         return Item("C9", name, "SKIP", f"{best:.2f} GB/s on CPU ranks (gloo)", "GPU link ceilings", t["source"])
-    kind = _link_kind(ev)
-    ceiling = LINK_CEILING_GBPS.get(kind)
+    ic = _ic(ev)
+    if not ic.known:
+        return Item("C9", name, "SKIP", f"{best:.1f} GB/s at TP={tp}; interconnect unknown", "fraction of the link "
+                    "ceiling", t["source"], f"what would decide: {DECIDING_EVIDENCE}")
+    ceiling = LINK_CEILING_GBPS.get(ic.link)
     if not ceiling:
-        return Item("C9", name, "SKIP", f"{best:.1f} GB/s; link unknown (no topo.json)", "", t["source"])
+        return Item("C9", name, "SKIP", f"{best:.1f} GB/s at TP={tp}; {ic.cls} but its link generation is not known",
+                    "fraction of the link ceiling", t["source"],
+                    "give --interconnect with the generation (e.g. pcie4, nvlink4), or logs/topo.json naming the GPUs")
     frac = best / ceiling
     status = "PASS" if frac >= t["pass_fraction"] else "WARN" if frac >= t["warn_fraction"] else "FAIL"
-    return Item("C9", name, status, f"{best:.1f} GB/s = {frac:.0%} of {kind} {ceiling:.0f} GB/s",
+    return Item("C9", name, status, f"TP={tp}: {best:.1f} GB/s = {frac:.0%} of {ic.link} {ceiling:g} GB/s",
                 f"PASS >= {t['pass_fraction']:.0%}, WARN >= {t['warn_fraction']:.0%}",
                 f"{t['source']}; {LINK_CEILING_SOURCE}",
                 "" if status == "PASS" else "check NCCL_P2P_LEVEL, ACS/IOMMU and link training")
+
+
+def _multinode_items(ev, th) -> list[Item]:
+    """C10n and C9n: the TP groups that span hosts, judged by the network between nodes."""
+    sub = _scoped(ev, multi=True)
+    if sub is None or sub.empty:
+        return []
+    t, tl = th["multinode"], th["allreduce_latency"]
+    nodes = int(row_nodes(sub).max())
+    out = []
+    small = sub[(sub["op"] == "all_reduce") & (sub["size_bytes"] <= tl["max_bytes"])]
+    base = f"all-reduce latency between nodes ({nodes} hosts)"
+    if small.empty:
+        out.append(Item("C10n", base, "SKIP", f"no all_reduce rows <= {tl['max_bytes'] // 1024} KiB", "", t["source"]))
+    else:
+        label = stat_label(small)
+        tp, mode, worst, value = _latency_value(small, tl, label)
+        p, w = t["latency_pass_us"], t["latency_warn_us"]
+        status = "PASS" if worst <= p else "WARN" if worst <= w else "FAIL"
+        out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
+                        f"network: PASS <= {p} us, WARN <= {w} us", t["source"],
+                        "" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
+                        "network's latency on every collective"))
+    big = sub[(sub["op"] == "all_reduce") & (sub["size_bytes"] >= th["busbw"]["min_bytes"])]
+    name = f"large-message busbw between nodes ({nodes} hosts)"
+    if big.empty:
+        out.append(Item("C9n", name, "SKIP", f"no all_reduce rows >= {th['busbw']['min_bytes'] >> 20} MiB", "",
+                        t["source"]))
+    else:
+        best = float(big["busbw_gbps"].max())
+        p, w = t["busbw_pass_gbps"], t["busbw_warn_gbps"]
+        if not p:
+            out.append(Item("C9n", name, "SKIP", f"{best:.1f} GB/s; the network between the nodes is not known "
+                            "from the logs", "[multinode] busbw_pass_gbps (not set)", t["source"],
+                            "set [multinode] busbw_pass_gbps / busbw_warn_gbps in a --thresholds file to what the "
+                            "vendor quotes for the network (e.g. one 400 Gb/s NDR NIC per GPU is about 50 GB/s, "
+                            "DeepEP README)"))
+        else:
+            status = "PASS" if best >= p else "WARN" if best >= w else "FAIL"
+            out.append(Item("C9n", name, status, f"{best:.1f} GB/s", f"PASS >= {p} GB/s, WARN >= {w} GB/s",
+                            t["source"] + " (busbw thresholds from your --thresholds file)"))
+    return out
+
+
+def item_correctness(ev, th) -> Item:
+    """C16: no collective may return wrong data, measured (commprof's exact check) or imported
+    (nccl-tests' #wrong, out-of-place and in-place)."""
+    t = th["correctness"]
+    name = "collective correctness (#wrong)"
+    frames = [f for f in (ev.sweep, ev.sweep_custom) if f is not None and len(f)]
+    if not frames:
+        return Item("C16", name, "SKIP", "no sweep.csv", "0 wrong elements on every row", t["source"],
+                    "run commprof sweep, or import nccl-tests logs (their #wrong columns)")
+    import pandas as pd
+
+    df = pd.concat(frames, ignore_index=True)
+    wrong = df[df["wrong"] > 0]
+    status = df["status"].astype(str) if "status" in df.columns else pd.Series([""] * len(df))
+    unchecked = int((status == "unchecked").sum())
+    checked = len(df) - unchecked
+    cpu = " on CPU ranks (gloo)" if _cpu_backend(ev.sweep_meta) else ""
+    if not wrong.empty:
+        r = wrong.iloc[0]
+        from .units import human_bytes
+
+        return Item("C16", name, "FAIL", f"{len(wrong)} of {len(df)} rows WRONG{cpu} (e.g. {r['op']} TP={int(r['tp'])} "
+                    f"{human_bytes(int(r['size_bytes']))} {r['mode']}: {int(r['wrong'])} wrong elements)",
+                    "0 wrong elements on every row", t["source"],
+                    "wrong data from a collective: never acceptable; retest with P2P off (NCCL_P2P_DISABLE=1) "
+                    "to see whether the P2P path (driver, ACS, risers) corrupts it")
+    if not checked:
+        return Item("C16", name, "SKIP", f"not checked: #wrong N/A (validation off) on all {len(df)} rows",
+                    "0 wrong elements on every row", t["source"],
+                    "rerun nccl-tests with validation on (-c 1, its default), or commprof sweep (always checks)")
+    more = f"; {unchecked} rows not checked (N/A)" if unchecked else ""
+    return Item("C16", name, "PASS", f"0 wrong elements in {checked} checked rows{cpu}{more}",
+                "0 wrong elements on every row", t["source"])
 
 
 def item_comm_share(ev, th) -> Item:
@@ -353,8 +761,9 @@ def item_comm_share(ev, th) -> Item:
     sub = sub[sub["batch"] == sub["batch"].min()]
     row = sub.iloc[0]
     kind = (ev.trace_meta or {}).get("kind", "measured")
-    value = (f"TP={tp} batch={int(row['batch'])}: {row['comm_share_pct']:.1f}% of {row['ms_per_token']:.2f} ms/token "
-             f"({kind}{', scaled' if int(row.get('scaled', 0)) else ''})")
+    mode = str(row.get("mode", "")) if "mode" in sub.columns else ""
+    value = (f"TP={tp} batch={int(row['batch'])}{' ' + mode if mode else ''}: {row['comm_share_pct']:.1f}% of "
+             f"{row['ms_per_token']:.2f} ms/token ({kind}{', scaled' if int(row.get('scaled', 0)) else ''})")
     if _cpu_backend(ev.trace_meta):
         return Item("C11", name, "SKIP", value + " on CPU ranks (gloo)", "GPU thresholds", t["source"])
     share = float(row["comm_share_pct"])
@@ -397,7 +806,7 @@ def item_numa(ev, th) -> Item:
     n = len(mat)
     cross = [f"{i}-{j}" for g in range(0, n, min(tp, n)) for i in range(g, min(g + tp, n))
              for j in range(i + 1, min(g + tp, n)) if str(mat[i][j]) == "SYS"]
-    if cross and _link_kind(ev).startswith("pcie"):
+    if cross and _ic(ev).family in ("pcie", "mixed"):
         return Item("C12", name, "WARN", f"{len(cross)} GPU pairs cross sockets (SYS), e.g. {cross[0]}",
                     "no SYS pair inside a TP group", t["source"],
                     "keep a PCIe TP group on one socket, or expect host-memory hops between sockets")
@@ -405,34 +814,60 @@ def item_numa(ev, th) -> Item:
                 f"{len(cross)} SYS pairs, but GPU traffic rides NVLink", "no SYS pair inside a TP group", t["source"])
 
 
-ORDER = ("inventory", "interconnect", "p2p", "pcie", "nvlink", "host_bw", "allreduce_latency", "busbw",
-         "comm_share", "kv", "numa")
+ORDER = ("inventory", "interconnect", "p2p", "pcie", "nvlink", "host_bw", "correctness", "allreduce_latency",
+         "busbw", "multinode", "comm_share", "kv", "numa")
 
 
-def run_items(ev: Evidence, th: dict, model: str | None = None) -> list[Item]:
-    """The checklist in the buyer's acceptance order."""
+def box_items(ev: Evidence, th: dict, model: str | None = None) -> list[Item]:
+    """One box's checklist in the buyer's acceptance order (wrong results before any speed)."""
     return [item_inventory(ev, th), item_interconnect(ev, th), item_p2p(ev, th), item_pcie(ev, th),
-            item_nvlink(ev, th), item_host_bw(ev, th), item_allreduce_latency(ev, th), item_busbw(ev, th),
-            item_comm_share(ev, th), item_kv(ev, th, model), item_numa(ev, th)]
+            item_nvlink(ev, th), item_host_bw(ev, th), item_correctness(ev, th), item_allreduce_latency(ev, th),
+            item_busbw(ev, th), *_multinode_items(ev, th), item_comm_share(ev, th), item_kv(ev, th, model),
+            item_numa(ev, th)]
+
+
+def run_items(ev: Evidence, th: dict, model: str | None = None, interconnect=None) -> list[Item]:
+    """The checklist of every box ``ev`` holds (each item's ``box`` names it when there are several)."""
+    boxes = resolve_all(ev, interconnect)
+    items = []
+    for b in boxes:
+        for i in box_items(b, th, model):
+            if len(boxes) > 1:
+                i.box = b.label
+            items.append(i)
+    return items
 
 
 def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list[str]:
     from .runinfo import now_iso
 
     os.makedirs(out_dir, exist_ok=True)
+    boxes = ev.all_boxes()
+    per_box = []
+    for b in boxes:
+        mine = [i for i in items if i.box in ("", b.label)] if len(boxes) > 1 else items
+        ic = b.interconnect or resolve_interconnect(b)
+        per_box.append({"box": b.label, "dirs": [os.path.abspath(d) for d in b.dirs],
+                        "interconnect": ic.to_dict(), "interconnect_evidence": ic.evidence or "none",
+                        "verdict": verdict(mine), "items": [i.to_dict() for i in mine]})
     data = {"kind": "checklist", "created": now_iso(), "thresholds_version": th.get("version"),
-            "evidence_dirs": [os.path.abspath(d) for d in ev.dirs], "items": [i.to_dict() for i in items],
-            "verdict": verdict(items)}
+            "evidence_dirs": [os.path.abspath(d) for b in boxes for d in b.dirs],
+            "items": [i.to_dict() for i in items], "verdict": verdict(items), "boxes": per_box}
+    if len(boxes) == 1:
+        data["interconnect"] = per_box[0]["interconnect"]
     jp = os.path.join(out_dir, "check.json")
     with open(jp, "w") as f:
         json.dump(data, f, indent=2)
     from . import results
 
+    metas = [m for b in boxes for m in b.metas]
     results.stamp(out_dir, results.provenance(
         "check", "checklist", "pre-purchase checklist over results dirs (commprof check)", status="complete",
-        hosts=sorted({h for d in ev.metas for h in d.get("hosts", [])}) or None,
-        gpus=sorted({g for d in ev.metas for g in d.get("gpus", [])}) or None,
-        evidence_dirs=data["evidence_dirs"], verdict=data["verdict"]))
+        hosts=sorted({h for d in metas for h in d.get("hosts", [])}) or None,
+        gpus=sorted({g for d in metas for g in d.get("gpus", [])}) or None,
+        evidence_dirs=data["evidence_dirs"], verdict=data["verdict"],
+        boxes=[{"box": p["box"], "verdict": p["verdict"], "interconnect": p["interconnect"]["cls"],
+                "interconnect_evidence": p["interconnect_evidence"]} for p in per_box]))
     mp = os.path.join(out_dir, "check.md")
     with open(mp, "w") as f:
         f.write(markdown(items, data))
@@ -508,9 +943,10 @@ def measure(root: str, model: str) -> list[str]:
 
 
 def run_check(dirs: list[str], thresholds: str | None = None, model: str | None = None,
-              out: str | None = None, console=None) -> int:
-    """The whole command: returns the exit code (EXIT_CHECK_FAILED on any FAIL)."""
+              out: str | None = None, console=None, interconnect: str | None = None) -> int:
+    """The whole command: returns the exit code (EXIT_CHECK_FAILED on any FAIL, of any box)."""
     th = load_thresholds(thresholds)
+    flags = parse_interconnect(interconnect)
     if not dirs:
         from . import results
 
@@ -518,8 +954,11 @@ def run_check(dirs: list[str], thresholds: str | None = None, model: str | None 
         dirs = measure(root, model or "Qwen2.5-32B")
         out = root
     ev = gather(dirs)
-    items = run_items(ev, th, model)
-    render(items, console)
+    items = run_items(ev, th, model, flags)
+    render(items, console, boxes=[(b.label, b.interconnect) for b in ev.all_boxes()])
+    for b in ev.all_boxes():
+        for note in b.notes:
+            print(f"commprof: note: {note}", file=sys.stderr)
     for p in write_check(items, th, ev, out or dirs[0]):
         print(f"wrote {p}")
     return EXIT_CHECK_FAILED if verdict(items) == "FAIL" else 0

@@ -24,6 +24,10 @@ def _exit_with(fn, *args, **kwargs):
         code = fn(*args, **kwargs)
     except CommprofError as e:
         _fail(e)
+    except KeyboardInterrupt as e:
+        if getattr(e, "exit_code", None):       # SIGTERM while ranks ran (launch.Terminated): 143
+            raise typer.Exit(e.exit_code) from e
+        raise
     raise typer.Exit(code or 0)
 
 
@@ -133,11 +137,20 @@ def check(
     thresholds: Optional[str] = typer.Option(None, "--thresholds", help="TOML file overriding the default thresholds."),
     model: Optional[str] = typer.Option(None, "--model", help="Model for KV-cache headroom (default: the trace's)."),
     out: Optional[str] = typer.Option(None, "--out", help="Where check.json/check.md go (default: the first dir)."),
+    interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Judge the box(es) as this interconnect: nvswitch, nvlink[2-5], pcie[3-6][-p2p|-no-p2p], mixed; a comma list gives one per box. Default: from topo.json, else the GPU names in the logs, else unknown."),
 ):
     """The pre-purchase checklist: PASS/WARN/FAIL/SKIP per item with value, threshold and source."""
     from .check import run_check
 
-    _exit_with(run_check, list(dirs or []), thresholds=thresholds, model=model, out=out)
+    def run() -> int:
+        # check.json/check.md go into --out, or beside the first dir's results: refuse a place
+        # that cannot be written before anything is read or measured.
+        target = out or (dirs[0] if dirs and os.path.isdir(dirs[0]) else None)
+        if target is not None:
+            _check_out(target, "--out" if out else "the first results dir (pass --out DIR)")
+        return run_check(list(dirs or []), thresholds=thresholds, model=model, out=out, interconnect=interconnect)
+
+    _exit_with(run)
 
 
 @app.command()
@@ -147,34 +160,49 @@ def report(
     thresholds: Optional[str] = typer.Option(None, "--thresholds", help="TOML file overriding the check thresholds."),
     model: Optional[str] = typer.Option(None, "--model", help="Model for KV-cache headroom."),
     reference: Optional[str] = typer.Option(None, "--reference", help="Reference profile for the gap section."),
+    interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Judge the box(es) as this interconnect (see check --help); a comma list gives one per box."),
 ):
     """One self-contained HTML page and a Markdown twin: topology, sweep, trace, gap, checklist."""
     from .report import run_report
 
-    _exit_with(run_report, list(dirs), out=out, thresholds=thresholds, model=model, reference=reference)
+    def run() -> int:
+        target = out or (dirs[0] if dirs and os.path.isdir(dirs[0]) else None)
+        if target is not None:
+            _check_out(target, "--out" if out else "the first results dir (pass --out DIR)")
+        return run_report(list(dirs), out=out, thresholds=thresholds, model=model, reference=reference,
+                          interconnect=interconnect)
+
+    _exit_with(run)
 
 
 @app.command()
 def gap(
-    dirs: list[str] = typer.Argument(..., help="Results dirs of the box (sweep, and optionally a trace)."),
+    dirs: list[str] = typer.Argument(..., help="Results dirs: each dir with a sweep (measured or imported) is one box; a trace, topo or p2p dir joins its box."),
     reference: Optional[str] = typer.Option(None, "--reference", help="Reference profile (default: the other kind)."),
+    interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Take the box(es) as this interconnect (see check --help); a comma list gives one per box."),
+    out: Optional[str] = typer.Option(None, "--out", help="Also write gap.md, gap.csv, gap_boxes.csv, gap.png and meta.json into this new dir."),
 ):
-    """The PCIe vs NVLink gap: latency and busbw ratios, and the per-token impact with a trace."""
+    """Each box against a reference (PCIe vs NVLink) and, with several boxes (one per dir with a sweep), the boxes against each other."""
     from .gap import run_gap
 
-    _exit_with(run_gap, list(dirs), reference)
+    _exit_with(run_gap, list(dirs), reference, interconnect=interconnect, out=out)
 
 
 @app.command(name="import")
 def import_(
-    kind: str = typer.Argument(..., help="What to import: nccl-tests."),
-    paths: list[str] = typer.Argument(..., help="Log files (text output or -J JSON)."),
+    kind: str = typer.Argument(..., help="What to import: nccl-tests (logs of one box), or nvidia-smi-topo (the text of 'nvidia-smi topo -m', and of 'nvidia-smi topo -p2p r' when given, as topo.json)."),
+    paths: list[str] = typer.Argument(..., help="Files: nccl-tests text output or -J JSON; or nvidia-smi topo text."),
     out: Optional[str] = typer.Option(None, "--out", help="Results dir to write."),
 ):
     """Import another tool's output into the results format (e.g. a vendor's nccl-tests logs)."""
     from .importers import run_import
 
-    _exit_with(run_import, kind, list(paths), out)
+    def run() -> int:
+        if out is not None:
+            _check_out(out, "--out")
+        return run_import(kind, list(paths), out)
+
+    _exit_with(run)
 
 
 @app.command()
@@ -186,14 +214,21 @@ def p2p(
     """Raw link probes (CUDA): per-pair latency and bandwidth matrix, P2P on and off."""
     from .errors import UsageError
     from .p2p import run_p2p
+    from .sizes import MAX_MESSAGE_BYTES
     from .units import parse_bytes
 
     try:
-        nbytes = parse_bytes(size)
+        # src and dst buffers on each GPU, like a sweep message: the same 64 GiB bound
+        nbytes = parse_bytes(size, MAX_MESSAGE_BYTES)
     except ValueError as e:
         _fail(UsageError(f"--size: {e}"))
-    if rounds < 1:
-        _fail(UsageError("--rounds must be at least 1"))
+    if not 1 <= rounds <= MAX_P2P_ROUNDS:
+        _fail(UsageError(f"--rounds {rounds}: must be from 1 to {MAX_P2P_ROUNDS:,}"))
+    if out is not None:
+        try:
+            _check_out(out, "--out")
+        except CommprofError as e:
+            _fail(e)
     _exit_with(run_p2p, out, nbytes, rounds)
 
 
@@ -231,6 +266,22 @@ def show(
     _exit_with(run_show, results_dir, charts=not no_charts)
 
 
+#: p2p --rounds: ping-pong round trips per latency probe (each a few microseconds).
+MAX_P2P_ROUNDS = 10_000_000
+
+
+def _check_out(path: str, what: str) -> None:
+    """Refuse an output dir that cannot be written (a file in its place or on its path, a
+    read-only file system) with one line, before the command reads or measures anything."""
+    from .errors import UsageError
+    from .results.meta import check_writable
+
+    try:
+        check_writable(path)
+    except UsageError as e:
+        raise UsageError(f"{what}: {e}") from None
+
+
 def _is(exc: BaseException, name: str) -> bool:
     """Match click's exception classes by name: typer ships click itself or a vendored copy."""
     return any(cls.__name__ == name for cls in type(exc).__mro__)
@@ -243,8 +294,8 @@ def main():
         sys.argv.append("--help")
     try:
         code = app(standalone_mode=False)
-    except KeyboardInterrupt:
-        code = 130
+    except KeyboardInterrupt as e:      # Ctrl-C (130), or SIGTERM while ranks run (launch.Terminated: 143)
+        code = getattr(e, "exit_code", 130)
     except Exception as e:  # noqa: BLE001 - unknown failures still get one line
         if _is(e, "UsageError"):
             ctx = getattr(e, "ctx", None)
@@ -253,7 +304,13 @@ def main():
             typer.echo(f"commprof: error: {msg} (see '{where} --help')", err=True)
             sys.exit(2)
         if _is(e, "Abort"):
-            code = 130
+            code = getattr(e.__cause__, "exit_code", 130)     # click wraps a KeyboardInterrupt in Abort
+        elif isinstance(e, OSError) and e.filename and not debug:
+            # A file the core did not expect to fail (a full disk under a chart): name it.
+            target = f"'{e.filename}'" + (f" -> '{e.filename2}'" if e.filename2 else "")
+            typer.echo(f"commprof: error: {target}: {e.strerror or e} (COMMPROF_DEBUG=1 shows the traceback)",
+                       err=True)
+            sys.exit(2)
         else:
             if debug:
                 raise
@@ -263,6 +320,9 @@ def main():
             sys.exit(70)
     if code == 130:
         typer.echo("commprof: interrupted; rows written so far are kept", err=True)
+    elif code == 143:
+        typer.echo("commprof: terminated (SIGTERM); the ranks were stopped, rows written so far are kept",
+                   err=True)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -27,6 +27,7 @@ from .errors import UsageError
 from .profiles import PROFILES, get_profile, list_profiles
 
 __all__ = ["Fit", "fit_sweep", "fit_results_dir", "profile_latency_us", "profile_param", "profile_checks",
+           "profile_calibration",
            "write_profile_sweep", "resolve_comm_source", "list_profiles", "get_profile",
            "DEFAULT_PROFILE_SIZES", "REFERENCE_PREFIX"]
 
@@ -104,6 +105,7 @@ def fit_sweep(df) -> list[Fit]:
     """Fit alpha/beta per (op, tp, mode) of a sweep frame (:func:`commprof.results.load_frame`).
 
     Uses the group-0 rows and their ``latency_us_p50``; rows without a positive latency are skipped.
+    A frame holding both timing methods is fitted on its per-call rows only.
     Returns one :class:`Fit` per group, sorted by op, tp, mode.
     """
     import numpy as np
@@ -114,6 +116,9 @@ def fit_sweep(df) -> list[Fit]:
     if missing:
         raise UsageError(f"fit: the sweep table has no column {missing[0]}")
     d = df[df["group"] == 0] if "group" in df.columns else df
+    if "timing" in d.columns and d["timing"].nunique() > 1:
+        # a fit over per-call samples and back-to-back averages would mix two measurements
+        d = d[d["timing"] == "per-call"]
     fits = []
     for (op, tp, mode), g in sorted(d.groupby(["op", "tp", "mode"]), key=lambda kv: kv[0]):
         x = g["size_bytes"].to_numpy(dtype=float)
@@ -176,6 +181,37 @@ def profile_checks(profile) -> list[dict]:
         model = profile_latency_us(p, c["op"], c["tp"], c["size_bytes"], c["mode"])
         out.append({**c, "model_us": round(model, 3),
                     "error_pct": round((model - c["latency_us"]) / c["latency_us"] * 100.0, 1)})
+    return out
+
+
+#: Size bands a calibration error is stated in: batch-1 decode payloads, larger-batch decode
+#: payloads, and large messages (bandwidth).
+CALIBRATION_BANDS = (("<= 64 KiB", 0, 64 << 10), ("128 KiB - 2 MiB", (64 << 10) + 1, 2 << 20),
+                     (">= 64 MiB", 64 << 20, 1 << 62))
+
+
+def profile_calibration(profile) -> list[dict]:
+    """The profile against each real log it is calibrated on (``calibrated_on``; the points are in
+    :data:`commprof.profiles.REAL_LOGS`): per size band, model / log as a ratio (median, and the
+    smallest and largest over the band's sizes). > 1 means the profile is slower (pessimistic),
+    < 1 faster (optimistic) than the real box."""
+    from .profiles import REAL_LOGS
+
+    p = _profile(profile)
+    out = []
+    for key in p.get("calibrated_on", []):
+        log = REAL_LOGS[key]
+        row = {"log": key, "op": log["op"], "tp": log["tp"], "mode": log["mode"], "bands": []}
+        for name, lo, hi in CALIBRATION_BANDS:
+            ratios = sorted(profile_latency_us(p, log["op"], log["tp"], s, log["mode"]) / t
+                            for s, t in log["points"] if lo <= s <= hi)
+            if not ratios:
+                continue
+            m = len(ratios) // 2
+            med = ratios[m] if len(ratios) % 2 else (ratios[m - 1] + ratios[m]) / 2
+            row["bands"].append({"band": name, "sizes": len(ratios), "median_ratio": round(med, 3),
+                                 "min_ratio": round(ratios[0], 3), "max_ratio": round(ratios[-1], 3)})
+        out.append(row)
     return out
 
 
@@ -255,6 +291,7 @@ def write_profile_sweep(profile_name: str, out_dir: str, tps=(2, 4, 8), sizes=DE
             "ones say how they were obtained.",
         ],
         "checks": profile_checks(p),
+        "calibration": profile_calibration(p),
         "config": {"tps": [int(t) for t in tps], "sizes": [int(s) for s in sizes],
                    "ops": sorted({r["op"] for r in rows}), "modes": sorted({r["mode"] for r in rows}),
                    "dtype": "bf16 (nominal: the model depends on bytes only; count = bytes / 2)"},

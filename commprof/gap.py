@@ -1,16 +1,29 @@
-"""``commprof gap``: this box against a reference of the other kind (PCIe vs NVLink).
+"""``commprof gap``: each box against a reference of the other kind (PCIe vs NVLink), and the boxes
+against each other.
 
-* latency ratio at decode sizes (<= 2 MiB): this box's p50 / the reference's modelled latency;
+Every dir holding a sweep (measured or imported) is one box (:func:`commprof.check.gather_boxes`).
+For each box:
+
+* latency ratio at decode sizes (<= 2 MiB): this box's latency / the reference's modelled latency;
 * busbw ratio at large sizes (>= 64 MiB), when the sweep has them;
+* its alpha-beta fit (latency = alpha + bytes / beta per op, TP degree and mode);
 * with a trace, the per-token impact: this box's communication share and ms/token, and the same
   token with the reference's collective latencies (the trace's compute and gaps kept).
 
+With several boxes, each later box against the first (A vs B) per op and TP degree: the latency
+ratio at decode sizes and the busbw ratio at large sizes, sizes matched exactly or interpolated
+log-log inside the other box's measured range (never extrapolated).
+
+A box whose TP groups span hosts (multi-node) is compared with one node of its own GPUs (the
+profile of its class at the largest TP degree the profile has): what spanning nodes costs.
 This box's values are measured (or imported); the reference's are modelled from published figures
 (``commprof.profiles``, every parameter with its source). Every line says which is which.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import os
+from dataclasses import dataclass, field
 
 from .errors import UsageError
 
@@ -19,47 +32,64 @@ LARGE_MIN_BYTES = 64 << 20
 
 
 def box_kind(ev) -> str:
-    """nvlink / pcie / cpu / unknown, from topo.json or the run's backend."""
-    cls = (ev.topo or {}).get("interconnect_class", "")
-    if cls in ("nvswitch", "nvlink"):
-        return "nvlink"
-    if cls.startswith("pcie"):
-        return "pcie"
-    meta = ev.sweep_meta or ev.trace_meta or {}
-    if meta.get("backend") == "gloo":
-        return "cpu"
-    if meta.get("backend") == "model":
-        return "nvlink" if "nvlink" in str(meta.get("hosts", "")) else "pcie"
-    return "unknown"
+    """nvlink / pcie / cpu / unknown, from the interconnect the box is judged by."""
+    from .check import resolve_interconnect
+
+    ic = ev.interconnect or resolve_interconnect(ev)
+    fam = ic.family
+    return {"mixed": "pcie"}.get(fam, fam)
 
 
-def default_reference(kind: str) -> str:
-    """The other kind: a PCIe box is compared with NVLink 4, an NVLink box with PCIe 5 (P2P off,
-    the common 8-GPU consumer-card box); a CPU or unknown box with NVLink 4."""
+def default_reference(kind: str, ic=None) -> str:
+    """The other kind: a PCIe box is compared with NVLink 4, an NVLink box with PCIe 5 without P2P
+    (the common 8-GPU consumer-card box); a CPU or unknown box with NVLink 4. A multi-node box
+    with one node of its own class (what crossing the network costs)."""
+    if ic is not None and ic.nodes > 1:
+        link = ic.link or ""
+        if link.startswith("nvlink") and link[:7] in ("nvlink3", "nvlink4", "nvlink5"):
+            return link[:7]
+        if link in ("pcie4", "pcie5"):
+            return f"{link}-{'p2p' if ic.cls == 'pcie-p2p' else 'nop2p'}"
+        return "nvlink4"
     return "pcie5-nop2p" if kind == "nvlink" else "nvlink4"
 
 
-def _ref_latency(prof, op, tp, size, mode):
+def _profile_tp(prof: dict, op: str, tp: int, mode: str) -> int | None:
+    """The TP degree of ``prof`` that stands for ``tp``: itself, else the largest below it (one
+    node of a multi-node group), else the smallest above."""
+    tps = sorted({q["tp"] for q in prof["params"] if q["op"] == op})
+    if not tps:
+        return None
+    if tp in tps:
+        return tp
+    below = [t for t in tps if t <= tp]
+    return below[-1] if below else tps[0]
+
+
+def _ref_latency(prof_name, op, tp, size, mode):
+    """(modelled us, mode used, TP used) on the reference; (None, ...) when it has no such op."""
     from .costmodel import get_profile, profile_latency_us
 
-    p = get_profile(prof)
+    p = get_profile(prof_name)
     m = mode if mode in {q["mode"] for q in p["params"]} else "eager"
+    rtp = _profile_tp(p, op, int(tp), m)
+    if rtp is None:
+        return None, m, None
     try:
-        return profile_latency_us(prof, op, tp, size, m), m
+        return profile_latency_us(prof_name, op, rtp, size, m), m, rtp
     except (KeyError, ValueError, UsageError):
-        return None, m
+        return None, m, rtp
 
 
 @dataclass
-class Gap:
-    """This box against a reference profile, and what else the dirs say about its all-reduce.
-
-    Numbers only: ``table`` (op, tp, mode, size_bytes, metric, this_box, reference, ratio, unit,
-    reference_mode; metric ``latency`` in us at decode sizes, ``busbw`` in GB/s at large sizes),
-    ``per_token`` (with a trace: tp, batch, mode, kind, scaled, comm_share_pct, ms_per_token and the
-    same token on the reference), ``fits`` (alpha-beta per op/tp/mode, :class:`costmodel.Fit`),
-    ``custom`` (one-shot vs backend, per tp and size), ``wire`` (p2p probe medians) and
-    ``wire_rows`` (all-reduce p50 against the wire bound)."""
+class BoxGap:
+    """One box against its reference: ``table`` (op, tp, mode, size_bytes, metric, this_box,
+    reference, ratio, unit, reference_mode, reference_tp, stat; metric ``latency`` in us at decode
+    sizes, ``busbw`` in GB/s at large sizes), ``per_token`` (with a trace), ``fits`` (alpha-beta
+    per op/tp/mode, :class:`costmodel.Fit`), ``custom`` (one-shot vs backend), ``wire`` and
+    ``wire_rows`` (p2p probes), ``stat`` (what this box's latency figure is: p50 or avg
+    (nccl-tests)), ``interconnect`` and ``notes``."""
+    label: str
     reference: str
     reference_title: str
     box_kind: str
@@ -71,53 +101,232 @@ class Gap:
     backend: str
     wire: dict | None
     wire_rows: object
+    stat: str = "p50"
+    interconnect: object = None
+    sweep: object = None
+    notes: list = field(default_factory=list)
+    meta: dict = field(default_factory=dict)     # the box's sweep provenance
+    curves: object = None     # the reference at every size of the box: op, tp, mode, size_bytes,
+                              # reference_us, reference_busbw_gbps, reference_tp (for charts)
 
 
-def compute_gap(dirs: list[str], reference: str | None = None, ev=None) -> Gap:
-    """The gap of the box the dirs describe against ``reference`` (default: the other kind)."""
+@dataclass
+class Gap:
+    """Every box against its reference (``boxes``) and the boxes against each other (``pairs``:
+    box_a, box_b, op, tp_a, tp_b, mode_a, mode_b, size_bytes, metric, a, b, ratio = b / a, unit,
+    matched ``exact`` or ``interpolated``). The first box's fields are also reachable directly
+    (``reference``, ``per_token``, ...); ``table`` holds every box's rows with a ``box`` column."""
+    boxes: list
+    pairs: object
+    summaries: list = field(default_factory=list)    # pair_summaries(pairs)
+
+    @property
+    def first(self) -> BoxGap:
+        return self.boxes[0]
+
+    @property
+    def table(self):
+        import pandas as pd
+
+        frames = [b.table.assign(box=b.label) for b in self.boxes if len(b.table)]
+        return pd.concat(frames, ignore_index=True) if frames else self.first.table.assign(box=[])
+
+    # the first box's figures, as a one-box gap always had them
+    reference = property(lambda self: self.first.reference)
+    reference_title = property(lambda self: self.first.reference_title)
+    box_kind = property(lambda self: self.first.box_kind)
+    this_box = property(lambda self: self.first.this_box)
+    per_token = property(lambda self: self.first.per_token)
+    fits = property(lambda self: self.first.fits)
+    custom = property(lambda self: self.first.custom)
+    backend = property(lambda self: self.first.backend)
+    wire = property(lambda self: self.first.wire)
+    wire_rows = property(lambda self: self.first.wire_rows)
+    stat = property(lambda self: self.first.stat)
+
+
+def _this_box(ev) -> str:
+    meta = ev.sweep_meta or {}
+    return f"{meta.get('kind', 'measured')} on {', '.join(meta.get('hosts') or ['?'])} ({meta.get('backend', '?')})"
+
+
+def _box_gap(ev, reference: str | None):
     import pandas as pd
 
-    from .check import gather
+    from .check import stat_label
     from .collectives import COLLECTIVES
-    from .costmodel import fit_sweep, get_profile, list_profiles
+    from .costmodel import fit_sweep, get_profile
 
-    ev = ev if ev is not None else gather(dirs)
-    if ev.sweep is None:
-        raise UsageError("gap needs a sweep (or imported nccl-tests) results dir among the dirs")
+    ic = ev.interconnect
     kind = box_kind(ev)
-    ref = (reference or default_reference(kind)).removeprefix("reference:")
-    try:
-        prof = get_profile(ref)
-    except (KeyError, UsageError):
-        raise UsageError(f"--reference '{ref}': unknown; use one of "
-                         f"{', '.join(p['name'] for p in list_profiles())}") from None
-    meta = ev.sweep_meta or {}
-    this = f"{meta.get('kind', 'measured')} on {', '.join(meta.get('hosts', ['?']))} ({meta.get('backend', '?')})"
+    ref = (reference or default_reference(kind, ic)).removeprefix("reference:")
+    prof = get_profile(ref)
     df = ev.sweep[ev.sweep["group"] == 0]
-    rows = []
+    stat = stat_label(df)
+    rows, notes, curves = [], [], []
     for (op, tp, mode), g in df.groupby(["op", "tp", "mode"]):
         for r in g.sort_values("size_bytes").itertuples():
             size = int(r.size_bytes)
-            ref_us, ref_mode = _ref_latency(ref, op, int(tp), size, mode)
-            if ref_us is None:
+            ref_us, ref_mode, ref_tp = _ref_latency(ref, op, int(tp), size, mode)
+            if ref_us is None or size <= 0:
                 continue
-            common = {"op": op, "tp": int(tp), "mode": mode, "size_bytes": size, "reference_mode": ref_mode}
-            if size <= DECODE_MAX_BYTES:
-                rows.append({**common, "metric": "latency", "unit": "us", "this_box": float(r.latency_us_p50),
-                             "reference": ref_us, "ratio": float(r.latency_us_p50) / ref_us})
-            if size >= LARGE_MIN_BYTES:
-                _, ref_bus = COLLECTIVES[op].bandwidth_gbps(size, ref_us, int(tp))
+            curves.append({"op": op, "tp": int(tp), "mode": mode, "size_bytes": size, "reference_us": ref_us,
+                           "reference_busbw_gbps": COLLECTIVES[op].bandwidth_gbps(size, ref_us, int(ref_tp))[1],
+                           "reference_tp": int(ref_tp)})
+            common = {"op": op, "tp": int(tp), "mode": mode, "size_bytes": size, "reference_mode": ref_mode,
+                      "reference_tp": int(ref_tp), "stat": stat}
+            lat = float(r.latency_us_p50)
+            if size <= DECODE_MAX_BYTES and lat > 0:
+                rows.append({**common, "metric": "latency", "unit": "us", "this_box": lat,
+                             "reference": ref_us, "ratio": lat / ref_us})
+            if size >= LARGE_MIN_BYTES and float(r.busbw_gbps) > 0:
+                _, ref_bus = COLLECTIVES[op].bandwidth_gbps(size, ref_us, int(ref_tp))
                 rows.append({**common, "metric": "busbw", "unit": "GB/s", "this_box": float(r.busbw_gbps),
                              "reference": ref_bus, "ratio": float(r.busbw_gbps) / ref_bus})
-    if not rows:
-        raise UsageError(f"gap: the reference '{ref}' covers none of the sweep's ops/TP degrees "
-                         "(it has all_reduce and all_gather at TP 2/4/8)")
+    cols = ["op", "tp", "mode", "size_bytes", "metric", "unit", "this_box", "reference", "ratio", "reference_mode",
+            "reference_tp", "stat"]
+    table = pd.DataFrame(rows, columns=cols)
+    shifted = table[table["tp"] != table["reference_tp"]] if len(table) else table
+    if len(shifted):
+        multi = ic is not None and ic.nodes > 1
+        for (tp, rtp), _ in shifted.groupby(["tp", "reference_tp"]):
+            notes.append(f"TP={tp}{f' spans {ic.nodes} hosts' if multi else ''}: the reference has no TP={tp}, so it "
+                         f"stands at TP={rtp}" + (" (one node): the ratio is what crossing the network costs"
+                                                  if multi else ""))
     custom, backend = _custom_table(ev)
     w = wire(ev)
-    return Gap(reference=ref, reference_title=prof["title"], box_kind=kind, this_box=this,
-               table=pd.DataFrame(rows), per_token=_per_token(ev, ref), fits=fit_sweep(ev.sweep),
-               custom=custom, backend=backend, wire=w, wire_rows=_wire_rows(ev, w))
+    return BoxGap(label=ev.label, reference=ref, reference_title=prof["title"], box_kind=kind, this_box=_this_box(ev),
+                  table=table, per_token=_per_token(ev, ref), fits=fit_sweep(ev.sweep), custom=custom,
+                  backend=backend, wire=w, wire_rows=_wire_rows(ev, w), stat=stat, interconnect=ic, sweep=ev.sweep,
+                  notes=notes, meta=ev.sweep_meta or {}, curves=pd.DataFrame(curves))
 
+
+def compute_gap(dirs: list[str], reference: str | None = None, ev=None, interconnect=None) -> Gap:
+    """The gap of every box the dirs describe against ``reference`` (default: the other kind of
+    each box), and of the boxes against each other."""
+    from .check import gather, resolve_all
+    from .costmodel import get_profile, list_profiles
+
+    if reference is not None:
+        try:
+            get_profile(reference.removeprefix("reference:"))
+        except (KeyError, UsageError):
+            raise UsageError(f"--reference '{reference.removeprefix('reference:')}': unknown; use one of "
+                             f"{', '.join(p['name'] for p in list_profiles())}") from None
+    ev = ev if ev is not None else gather(dirs)
+    boxes = [b for b in resolve_all(ev, interconnect) if b.sweep is not None]
+    if not boxes:
+        raise UsageError("gap needs a sweep (or imported nccl-tests) results dir among the dirs")
+    gaps = [_box_gap(b, reference) for b in boxes]
+    pairs = box_pairs(boxes)
+    if all(not len(g.table) for g in gaps) and not len(pairs):
+        raise UsageError(f"gap: the reference '{gaps[0].reference}' covers none of the sweep's ops "
+                         "(it has all_reduce and all_gather at TP 2/4/8)")
+    return Gap(boxes=gaps, pairs=pairs, summaries=pair_summaries(pairs))
+
+
+# --- box against box -------------------------------------------------------------------------------
+
+_MODE_ORDER = ("graph", "eager")
+
+
+def _pick_mode(modes: set) -> str:
+    for m in _MODE_ORDER:
+        if m in modes:
+            return m
+    return sorted(modes)[0]
+
+
+def _interp_loglog(xs, ys, x: float):
+    """y at x on the log-log polyline through (xs, ys) (sorted xs); None outside [xs[0], xs[-1]]."""
+    if not len(xs) or x < xs[0] or x > xs[-1]:
+        return None
+    for k in range(len(xs)):
+        if xs[k] == x:
+            return ys[k]
+        if xs[k] > x:
+            x0, x1, y0, y1 = xs[k - 1], xs[k], ys[k - 1], ys[k]
+            if y0 <= 0 or y1 <= 0:
+                return None
+            f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))
+    return None
+
+
+def _curve(df, op, tp, mode, col):
+    g = df[(df["op"] == op) & (df["tp"] == tp) & (df["mode"] == mode) & (df["group"] == 0)]
+    g = g[g[col] > 0].sort_values("size_bytes")
+    return [float(x) for x in g["size_bytes"]], [float(y) for y in g[col]]
+
+
+def box_pairs(boxes) -> "object":
+    """Each later box against the first, per op and TP degree (the same TP where both have it,
+    else each box's largest, said in tp_a/tp_b), in the preferred common mode (graph, else eager)."""
+    import pandas as pd
+
+    cols = ["box_a", "box_b", "op", "tp_a", "tp_b", "mode_a", "mode_b", "size_bytes", "metric", "unit", "a", "b",
+            "ratio", "matched", "stat_a", "stat_b"]
+    out = []
+    if len(boxes) < 2:
+        return pd.DataFrame(columns=cols)
+    from .check import stat_label
+
+    a = boxes[0]
+    da = a.sweep[(a.sweep["group"] == 0) & (a.sweep["tp"] > 1)]
+    for b in boxes[1:]:
+        db = b.sweep[(b.sweep["group"] == 0) & (b.sweep["tp"] > 1)]
+        for op in sorted(set(da["op"]) & set(db["op"])):
+            ta, tb = set(da[da["op"] == op]["tp"]), set(db[db["op"] == op]["tp"])
+            tps = [(t, t) for t in sorted(ta & tb)] or [(max(ta), max(tb))]
+            for tp_a, tp_b in tps:
+                ma = set(da[(da["op"] == op) & (da["tp"] == tp_a)]["mode"])
+                mb = set(db[(db["op"] == op) & (db["tp"] == tp_b)]["mode"])
+                common = ma & mb
+                mode_a = mode_b = _pick_mode(common) if common else None
+                if mode_a is None:
+                    mode_a, mode_b = _pick_mode(ma), _pick_mode(mb)
+                for metric, col, unit, keep in (("latency", "latency_us_p50", "us", lambda s: s <= DECODE_MAX_BYTES),
+                                                ("busbw", "busbw_gbps", "GB/s", lambda s: s >= LARGE_MIN_BYTES)):
+                    xa, ya = _curve(da, op, tp_a, mode_a, col)
+                    xb, yb = _curve(db, op, tp_b, mode_b, col)
+                    for x, y in zip(xa, ya):
+                        if not keep(x):
+                            continue
+                        v = _interp_loglog(xb, yb, x)
+                        if v is None:
+                            continue
+                        out.append({"box_a": a.label, "box_b": b.label, "op": op, "tp_a": int(tp_a), "tp_b": int(tp_b),
+                                    "mode_a": mode_a, "mode_b": mode_b, "size_bytes": int(x), "metric": metric,
+                                    "unit": unit, "a": y, "b": v, "ratio": v / y,
+                                    "matched": "exact" if x in xb else "interpolated",
+                                    "stat_a": stat_label(da), "stat_b": stat_label(db)})
+    return pd.DataFrame(out, columns=cols)
+
+
+SMALL_MAX_BYTES = 64 << 10      # the decode sizes check's C10 judges; above it up to 2 MiB, bigger batches
+
+
+def pair_summaries(pairs) -> list[dict]:
+    """Per (box_a, box_b, op, tp, band): sizes, median / min / max ratio (b / a). Bands: latency at
+    <= 64 KiB (batch-1 decode payloads), latency above 64 KiB up to 2 MiB (larger batches), busbw at
+    >= 64 MiB."""
+    out = []
+    if pairs is None or not len(pairs):
+        return out
+    pairs = pairs.assign(band=[("latency" if m == "latency" and s <= SMALL_MAX_BYTES else
+                                "latency-mid" if m == "latency" else m)
+                               for m, s in zip(pairs["metric"], pairs["size_bytes"])])
+    for key, g in pairs.groupby(["box_a", "box_b", "op", "tp_a", "tp_b", "mode_a", "mode_b", "band"], sort=False):
+        r = g["ratio"]
+        out.append(dict(zip(["box_a", "box_b", "op", "tp_a", "tp_b", "mode_a", "mode_b", "metric"], key),
+                        n=len(g), median=float(r.median()), lo=float(r.min()), hi=float(r.max()),
+                        size_min=int(g["size_bytes"].min()), size_max=int(g["size_bytes"].max()),
+                        interpolated=int((g["matched"] == "interpolated").sum()),
+                        stat_a=g["stat_a"].iloc[0], stat_b=g["stat_b"].iloc[0]))
+    return out
+
+
+# --- per token, the wire, the one-shot kernel ------------------------------------------------------
 
 def _per_token(ev, ref: str):
     """With a trace: this box's share and ms/token, and the same token on the reference."""
@@ -147,7 +356,7 @@ def _per_token(ev, ref: str):
         comm_ms = ms * float(r.comm_share_pct) / 100.0
         ref_comm_us = 0.0
         for site in decode_collectives(shape, tp, batch, dtype=dtype):
-            us, _ = _ref_latency(ref, site.op, tp, site.size_bytes, mode)
+            us, _, _ = _ref_latency(ref, site.op, tp, site.size_bytes, mode)
             if us is None:
                 ref_comm_us = None
                 break
@@ -235,8 +444,66 @@ def _custom_table(ev):
     return pd.DataFrame(out, columns=cols), name
 
 
-def run_gap(dirs: list[str], reference: str | None = None) -> int:
+# --- the command -----------------------------------------------------------------------------------
+
+def write_gap(g: Gap, out_dir: str, dirs: list[str]) -> list[str]:
+    """gap.md, gap.csv (each box against its reference), gap_boxes.csv (box against box), gap.png
+    and meta.json into a new ``out_dir``; returns the paths."""
+    import pandas as pd
+
+    from . import results
+    from .results import meta as results_meta
+    from .views.gap import gap_chart, markdown, provenance_line
+
+    results.check_out_dir(out_dir, resume=False)
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    t = g.table
+    p = os.path.join(out_dir, "gap.csv")
+    t.to_csv(p, index=False, float_format="%.6g")
+    paths.append(p)
+    p = os.path.join(out_dir, "gap_boxes.csv")
+    (g.pairs if len(g.pairs) else pd.DataFrame(columns=g.pairs.columns)).to_csv(p, index=False, float_format="%.6g")
+    paths.append(p)
+    png = gap_chart(g, os.path.join(out_dir, "gap.png"), provenance_line(g))
+    p = os.path.join(out_dir, "gap.md")
+    with open(p, "w", encoding="utf-8") as f:
+        f.write(markdown(g, chart=os.path.basename(png)))
+    paths += [p, png]
+    kinds = sorted({b.meta.get("kind", "measured") for b in g.boxes})
+    verb = "gap" if "gap" in results_meta.VERBS else "report"
+    meta = results.provenance(
+        verb, kinds[0] if len(kinds) == 1 and kinds[0] in results_meta.KINDS else "measured",
+        "boxes against each other and against modelled reference profiles (commprof gap)", status="complete",
+        hosts=sorted({h for b in g.boxes for h in b.meta.get("hosts", [])}),
+        gpus=sorted({x for b in g.boxes for x in b.meta.get("gpus", [])}),
+        gap=True, evidence_dirs=[os.path.abspath(d) for d in dirs],
+        boxes=[{"box": b.label, "interconnect": b.interconnect.to_dict() if b.interconnect else None,
+                "reference": b.reference, "latency_stat": b.stat} for b in g.boxes],
+        reference_kind="modelled (commprof/profiles.py, every parameter with its source)",
+        files={"gap.csv": "each box against its reference: this_box (measured/imported), reference (modelled), "
+                          "ratio = this box / reference",
+               "gap_boxes.csv": "box against box: a = the first box, b = the other, ratio = b / a, sizes matched "
+                                "exactly or interpolated log-log inside b's measured range"})
+    results.write_meta(out_dir, meta)
+    paths.append(os.path.join(out_dir, results.META_JSON))
+    return paths
+
+
+def run_gap(dirs: list[str], reference: str | None = None, interconnect: str | None = None,
+            out: str | None = None) -> int:
     from .views.gap import render_gap
 
-    render_gap(compute_gap(dirs, reference))
+    import sys
+
+    from .check import gather_boxes
+
+    g = compute_gap(dirs, reference, interconnect=interconnect)
+    render_gap(g)
+    for b in gather_boxes(dirs):
+        for note in b.notes:
+            print(f"commprof: note: {note}", file=sys.stderr)
+    if out:
+        for p in write_gap(g, out, dirs):
+            print(f"wrote {p}")
     return 0

@@ -36,6 +36,7 @@ NCCL_TYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16", "double": "fp
               "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
               "f8e4m3": "fp8e4m3", "f8e5m2": "fp8e5m2", "int": "int32"}
 
+EXIT_WRONG_RESULTS = 1          # the exit code of any run whose results were checked and found wrong
 EXPECTED = "not nccl-tests output (expected a data line with size, count, type, redop, root, time, algbw, busbw, #wrong, ...)"
 
 _PREFIX_RE = re.compile(r"^(?:\[\d+(?:,\d+)*\]<std(?:out|err)>:|\s*\d+:\s|\[\d+\]\s)")
@@ -236,11 +237,12 @@ def _parse_data_line(sec: Section, tokens: list[str]):
         t = rec.get(tname)
         wrong_tok = rec.get("#wrong", rec.get("error", "N/A"))
         entry = {"time": _num(t), "algbw": _num(rec["algbw"]), "busbw": _num(rec["busbw"])}
-        if wrong_tok == "N/A":
-            entry["wrong"], entry["wrong_note"] = 0, "not checked (N/A)"
-        elif "error" in rec and "#wrong" not in rec:
-            entry["wrong"], entry["wrong_note"] = 0, f"nccl-tests error {wrong_tok} (a deviation, not a count)"
+        if wrong_tok == "N/A":                         # validation off (-c 0): unknown, not 0
+            entry["wrong"], entry["wrong_note"] = None, "not checked (N/A: validation off)"
+        elif "error" in rec and "#wrong" not in rec:   # old layout: a max deviation, judged by the footer
             _num(wrong_tok)
+            entry["wrong"], entry["wrong_note"] = None, f"nccl-tests error {wrong_tok} (a deviation, not a count)"
+            entry["deviation"] = True
         else:
             entry["wrong"] = _wrong_count(_num(wrong_tok), f"{place} #wrong", wrong_tok)
             entry["wrong_note"] = ""
@@ -496,8 +498,9 @@ def _json_section(path: str, doc: dict) -> Section:
             wrong = None if wkey is None else e[wkey]
             entry = {"time": _jnum(e[tkey], f"{fe}.{tkey}"), "algbw": _jnum(e[akey], f"{fe}.{akey}"),
                      "busbw": _jnum(e[bkey], f"{fe}.{bkey}"),
-                     "wrong": 0 if wrong is None else _wrong_count(_jnum(wrong, f"{fe}.{wkey}"), f"{fe}.{wkey}", wrong),
-                     "wrong_note": "not checked (null)" if wrong is None else ""}
+                     "wrong": None if wrong is None else _wrong_count(_jnum(wrong, f"{fe}.{wkey}"), f"{fe}.{wkey}",
+                                                                      wrong),
+                     "wrong_note": "not checked (null: validation off)" if wrong is None else ""}
             names = {"time": f"{fe}.{tkey}", "algbw": f"{fe}.{akey}", "busbw": f"{fe}.{bkey}"}
             pi = r.get(f"{key}_per_iter")
             if pi is not None and not isinstance(pi, dict):
@@ -572,8 +575,18 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
     hosts = sorted({r["host"] for r in sec.ranks if r.get("host")})
     clock = "nccl-tests cputime" if sec.cputime else "nccl-tests"
     out = []
+    wrong_rows: list[str] = []
     skipped = 0
+    footer_ok = sec.out_of_bounds.split()[:2] == ["0", "OK"] if sec.out_of_bounds else False
     for r in sec.rows:
+        counts = {}
+        for place in ("out-of-place", "in-place"):
+            e = r.get(place)
+            if e is None:
+                continue
+            if e.get("deviation") and footer_ok:    # old layout: the footer's "0 OK" covers every row
+                e["wrong"], e["wrong_note"] = 0, e["wrong_note"] + "; footer 'Out of bounds values : 0 OK'"
+            counts[place] = e["wrong"]
         for place in ("out-of-place", "in-place"):
             e = r.get(place)
             if e is None or (place == "in-place" and not in_place):
@@ -582,9 +595,15 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
             if t is None or not math.isfinite(t) or t <= 0 or r["size"] <= 0:
                 skipped += 1
                 continue
-            stats = {"p50": e.get("p50", t), "p95": e.get("p95", t if "p99" not in e else ""),
-                     "p99": e.get("p99", t), "min": e.get("min", t), "max": e.get("max", t),
-                     "mean": e.get("avg", t)}
+            # nccl-tests prints one average per size; only -I 1 (text: i_min/i_max/i_p99) or -J
+            # (p50/p95/p99/min/max) gives more. A statistic not reported stays empty: never a fake band.
+            stat = "p50 (nccl-tests -I)" if "p50" in e else "avg (nccl-tests)"
+            # The out-of-place row carries both placements' #wrong (the log checks both); an in-place
+            # row its own. None = not checked (N/A): unknown, never 0.
+            mine = [counts.get(q) for q in (("out-of-place", "in-place") if place == "out-of-place" else ("in-place",))]
+            known = [c for c in mine if c is not None]
+            wrong = sum(known)
+            status = "WRONG" if wrong else ("ok" if e["wrong"] is not None else "unchecked")
             site = place + (f"; wrong: {e['wrong_note']}" if e.get("wrong_note") else "")
             out.append({
                 "op": op, "tp": tp, "group": 0, "ranks": f"0-{tp - 1}",
@@ -592,13 +611,23 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
                 "clock": clock, "backend": "nccl", "impl": "nccl", "dtype": NCCL_TYPES.get(r["type"], r["type"]),
                 "size_bytes": r["size"], "count": r["count"], "batch": "", "site": site,
                 "iters": sec.iters, "warmup": sec.warmup, "concurrent": 0,
-                "latency_us_p50": stats["p50"], "latency_us_p95": stats["p95"], "latency_us_p99": stats["p99"],
-                "latency_us_min": stats["min"], "latency_us_max": stats["max"], "latency_us_mean": stats["mean"],
+                # nccl-tests times a loop of back-to-back calls and prints the average per call
+                "timing": "back-to-back", "loop": sec.iters if isinstance(sec.iters, int) else "",
+                "latency_us_p50": e.get("p50", t), "latency_us_p95": e.get("p95", ""),
+                "latency_us_p99": e.get("p99", ""), "latency_us_min": e.get("min", ""),
+                "latency_us_max": e.get("max", ""), "latency_us_mean": e.get("avg", t),
                 "latency_us_rankavg_p50": t, "latency_us_rankavg_mean": t,
                 "enqueue_us_p50": "", "enqueue_us_p99": "",
-                "algbw_gbps": e["algbw"], "busbw_gbps": e["busbw"], "wrong": e["wrong"],
-                "status": "ok" if e["wrong"] == 0 else "WRONG", "hosts": ";".join(hosts),
+                "algbw_gbps": e["algbw"], "busbw_gbps": e["busbw"], "wrong": wrong,
+                "status": status, "hosts": ";".join(hosts),
+                "latency_stat": stat,
+                "wrong_out_of_place": "" if counts.get("out-of-place") is None else counts["out-of-place"],
+                "wrong_in_place": "" if counts.get("in-place") is None else counts["in-place"],
             })
+            if wrong and place == "out-of-place" or (wrong and place == "in-place" and "out-of-place" not in r):
+                where = f"line {r['line']}" if sec.fmt == "text" else f"results[{r['line']}]"
+                bad = ", ".join(f"{q} #wrong = {c}" for q, c in counts.items() if c)
+                wrong_rows.append(f"'{label}' {where}: {bad} at {r['size']} B")
     info = {
         "file": os.path.abspath(sec.path), "format": sec.fmt, "first_line": sec.start_line,
         "nccl_tests_binary": f"{sec.op_name}_perf", "op": op, "tp": tp, "tp_from": tp_from, "mode": mode,
@@ -610,6 +639,11 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
         "reported_avg_busbw": sec.avg_busbw or None,
         **sec.extra,
     }
+    info["wrong_rows"] = wrong_rows
+    info["unchecked_rows"] = sum(1 for row in out if row["status"] == "unchecked")
+    oob = sec.out_of_bounds.split()
+    if oob and oob[0].isdigit() and int(oob[0]) > 0:
+        wrong_rows.append(f"'{label}' line {sec.start_line}: footer 'Out of bounds values : {sec.out_of_bounds}'")
     if skipped:
         info["skipped_rows"] = (f"{skipped} measurement(s) with size 0 or without a positive "
                                "time (nan or 0) were left out")
@@ -679,12 +713,64 @@ def read_nccl_tests(path: str) -> list[Section]:
     return parse_text(path, text)
 
 
+def _box_of(sec: Section) -> tuple[tuple, tuple]:
+    """(hosts, GPU names) a run's rank lines name; empty tuples when it has no rank lines."""
+    return (tuple(sorted({r["host"] for r in sec.ranks if r.get("host")})),
+            tuple(sorted({r["gpu"] for r in sec.ranks if r.get("gpu")})))
+
+
+def box_label(sec: Section) -> str:
+    """'8x NVIDIA GeForce RTX 4090 on host' from a run's rank lines."""
+    hosts, gpus = _box_of(sec)
+    n = len(sec.ranks)
+    return f"{n}x {' + '.join(gpus) or '?'} on {', '.join(hosts) or '?'}"
+
+
+def check_one_box(sections: list[Section]) -> None:
+    """One results dir holds one box: runs whose rank lines name different hosts or GPUs are
+    refused (one line naming the boxes); so are two files measuring the same collective at the
+    same rank count, mode and type on one box (e.g. with and without P2P: two boxes for ``gap``).
+    Runs without rank lines cannot be told apart and pass."""
+    boxes: dict = {}
+    for s in sections:
+        key = _box_of(s)
+        if key != ((), ()):
+            boxes.setdefault(key, []).append(s)
+    if len(boxes) > 1:
+        named = "; ".join(f"{box_label(ss[0])} ('{os.path.basename(ss[0].path)}')" for ss in boxes.values())
+        raise UsageError(f"import nccl-tests: these logs come from {len(boxes)} different boxes (hosts or GPUs "
+                         f"in their headers differ): {named}; import each box into its own dir and compare "
+                         "them with 'commprof gap DIR_A DIR_B'")
+    seen: dict = {}
+    for s in sections:
+        op = NCCL_TESTS_OPS.get(s.op_name)
+        if op is None or not s.ranks:
+            continue
+        for dtype in sorted({r["type"] for r in s.rows}):
+            key = (op, len(s.ranks), s.graph > 0, dtype)
+            first = seen.setdefault(key, s)
+            if first is not s and first.path != s.path:
+                raise UsageError(f"import nccl-tests: '{os.path.basename(first.path)}' and '{os.path.basename(s.path)}' "
+                                 f"both measure {op} on {len(s.ranks)} ranks ({dtype}, "
+                                 f"{'graph' if s.graph > 0 else 'eager'}) of the same box "
+                                 f"({box_label(s)}); one dir holds one box's different collectives, so import "
+                                 "each run into its own dir (e.g. with and without P2P) and compare them with gap")
+
+
+#: Columns an import writes beyond the sweep's: how each latency figure was reported, and each
+#: placement's ``#wrong`` (empty = not checked, nccl-tests printed N/A).
+IMPORT_COLUMNS = ["latency_stat", "wrong_out_of_place", "wrong_in_place"]
+
+
 def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, command=None) -> str:
     """Import nccl-tests outputs into a new results dir; returns its path.
 
     One row per op x size x placement: out-of-place rows have mode ``eager`` (``graph`` for a ``-G``
     run); with ``in_place=True`` in-place rows are added with mode ``eager-in-place`` /
     ``graph-in-place`` (their own mode, so lookups by mode never mix the two) and site ``in-place``.
+    Logs of different boxes are refused (:func:`check_one_box`). Rows whose ``#wrong`` is not 0 are
+    kept with status ``WRONG`` and listed under ``wrong_rows`` in ``meta.json`` (``run_import``
+    then exits 1); ``N/A`` (validation off) is status ``unchecked``, its counts empty.
     """
     if not paths:
         raise UsageError("import nccl-tests: no input files given")
@@ -696,6 +782,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
         sections.extend(secs)
         files.append({"path": os.path.abspath(p), "sha256": _sha256(p), "format": secs[0].fmt,
                       "runs": len(secs)})
+    check_one_box(sections)
     rows, infos = [], []
     for s in sections:
         r, info = _section_rows(s, in_place)
@@ -703,7 +790,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
         infos.append(info)
     os.makedirs(out_dir, exist_ok=True)
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=results.COLUMNS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=results.COLUMNS + IMPORT_COLUMNS, lineterminator="\n")
     w.writeheader()
     for r in rows:
         w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
@@ -714,6 +801,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
     gpus = sorted({r["gpu"] for r in all_ranks if r.get("gpu")})
     versions = sorted({i["nccl_tests_version"] for i in infos if i["nccl_tests_version"]})
     nccl = sorted({i["nccl_version"] for i in infos if i["nccl_version"]})
+    wrong = [w for i in infos for w in i["wrong_rows"]]
     meta = results.provenance(
         "import", "imported", "nccl-tests output imported as a sweep (commprof import nccl-tests)",
         status="complete", command=list(command) if command is not None else list(sys.argv),
@@ -726,24 +814,43 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
         "source_files": files,
         "runs": infos,
         "in_place_rows": bool(in_place),
+        "latency_stat": "avg (nccl-tests)" if all(r["latency_stat"] == "avg (nccl-tests)" for r in rows)
+        else "mixed: see the latency_stat column",
+        "wrong_rows": wrong,
+        "unchecked_rows": sum(i["unchecked_rows"] for i in infos),
         "columns": {
             "latency_us_*": "nccl-tests reports one time per size: the average over its timed iterations "
-                            "(by default also averaged over ranks, -a 1). p50, p95, p99, min, max and mean all "
-                            "hold that reported average: they are not percentiles. With per-iteration "
-                            "timing (-I 1) the reported i_min/i_max/i_p99 (text) or p50/p95/p99/min/max (JSON) "
-                            "are used where given; a statistic not reported is empty",
+                            "(by default also averaged over ranks, -a 1). latency_us_p50 and latency_us_mean hold "
+                            "that average (latency_stat says 'avg (nccl-tests)'): it is not a percentile. "
+                            "p95, p99, min and max are empty unless the run reported them (-I 1: i_min, i_max, "
+                            "i_p99; -J: p50/p95/p99/min/max, then latency_stat is 'p50 (nccl-tests -I)')",
+            "latency_stat": "what latency_us_p50 holds: 'avg (nccl-tests)' or 'p50 (nccl-tests -I)'",
             "latency_us_rankavg_*": "the reported average time",
             "mode": "eager: no CUDA graph; graph: a -G run; *-in-place: the in-place measurement",
             "site": "placement (out-of-place / in-place) and how #wrong was reported",
             "size_bytes": "nccl-tests size column, the same convention as commprof sweep",
             "algbw_gbps": "as reported by nccl-tests", "busbw_gbps": "as reported by nccl-tests",
-            "wrong": "#wrong as reported; 0 where nccl-tests printed N/A or an old-style error value",
+            "wrong": "#wrong as reported: an out-of-place row sums its size's out-of-place and in-place "
+                     "counts, an in-place row its own; counts not checked (N/A) add nothing",
+            "wrong_out_of_place": "the out-of-place #wrong; empty where nccl-tests printed N/A (validation "
+                                  "off): unknown, not 0",
+            "wrong_in_place": "the in-place #wrong; empty where not checked",
+            "status": "WRONG (a #wrong is not 0), ok (checked, 0 wrong) or unchecked (validation off)",
             "clock": "nccl-tests: its own timer (host steady clock around the iterations, or CUDA events "
                      "with -I)",
         },
     })
     results.write_meta(out_dir, meta)
     return out_dir
+
+
+def wrong_summary(out_dir: str) -> str:
+    """One line naming the rows an import marked WRONG ("" when none): import exits 1 on them."""
+    wrong = results.read_meta(out_dir).get("wrong_rows") or []
+    if not wrong:
+        return ""
+    return (f"wrong results: {len(wrong)} measurement(s) with #wrong > 0 ({wrong[0]}"
+            f"{'; ...' if len(wrong) > 1 else ''}); rows kept in {out_dir} with status WRONG")
 
 
 def default_import_dir(kind: str, root: str = "results") -> str:
@@ -753,14 +860,24 @@ def default_import_dir(kind: str, root: str = "results") -> str:
 
 def run_import(kind: str, paths, out: str | None = None, in_place: bool = False) -> int:
     """``commprof import KIND FILE...``: import, print one line, return the exit code (0)."""
+    if kind == "nvidia-smi-topo":
+        from .smitopo import run_import_smi_topo
+
+        return run_import_smi_topo(list(paths), out or default_import_dir(kind))
     if kind != "nccl-tests":
-        raise UsageError(f"import: unknown kind '{kind}' (known: nccl-tests)")
+        raise UsageError(f"import: unknown kind '{kind}' (known: nccl-tests, nvidia-smi-topo)")
     out_dir = out or default_import_dir(kind)
     import_nccl_tests(list(paths), out_dir, in_place=in_place)
     rows = results.read_rows(out_dir)
     ops = sorted({r["op"] for r in rows})
     tps = sorted({int(r["tp"]) for r in rows})
     modes = sorted({r["mode"] for r in rows})
+    unchecked = sum(r.get("status") == "unchecked" for r in rows)
     print(f"imported {len(rows)} rows ({', '.join(ops)}; tp {', '.join(map(str, tps))}; "
-          f"{', '.join(modes)}) from {len(paths)} file(s) into {out_dir}")
+          f"{', '.join(modes)}) from {len(paths)} file(s) into {out_dir}"
+          + (f"; correctness not checked in {unchecked} rows (#wrong N/A: validation off)" if unchecked else ""))
+    bad = wrong_summary(out_dir)
+    if bad:
+        print(f"commprof: error: {bad}", file=sys.stderr)
+        return EXIT_WRONG_RESULTS
     return 0

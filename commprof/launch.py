@@ -11,18 +11,36 @@ slots=None)`` named as ``"module:function"`` so spawned processes can import it.
 """
 from __future__ import annotations
 
+import math
 import os
+import signal
 import socket
 import time
 
 from . import results
-from .errors import DeviceError, RankDied, RankFailed, RankHung, UsageError, where
+from .results.meta import remove_temp_files
+from .errors import CommprofError, DeviceError, RankDied, RankFailed, RankHung, UsageError, where
 from .runinfo import supports_graph_events
 from .targets import resolve_target
 
 STARTUP_GRACE_S = 60.0
 GLOO_MAX_LOCAL_RANKS = 64
 MODES = ("eager", "graph")
+#: --timeout's rule: seconds without progress, a finite number in (0, a day].
+MAX_TIMEOUT_S = 86400.0
+#: --iters / --warmup at most this many per cell (each timed iteration keeps one sample per rank).
+MAX_ITERS = 1_000_000
+#: A hung rank's pulse (a thread of its own) is "frozen" when it has not beaten for this long.
+FROZEN_AFTER_S = 2.0
+EXIT_TERMINATED = 143       # 128 + SIGTERM, as a shell reports a process ended by it
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to the launching process: handled like Ctrl-C (ranks ended, meta ``interrupted``),
+    exit 143. A KeyboardInterrupt so every handler of Ctrl-C handles it too."""
+
+    exit_code = EXIT_TERMINATED
+    reason = "terminated by SIGTERM"
 
 
 def torchrun_env() -> dict | None:
@@ -106,18 +124,36 @@ def parse_modes(modes: str | None, backend: str) -> list[str]:
 
 
 def check_counts(timeout_s: float, iters: int | None = None, warmup: int | None = None) -> None:
-    """--timeout > 0, --iters >= 1, --warmup >= 0 (None = the command's default)."""
-    if timeout_s <= 0:
-        raise UsageError("--timeout must be a positive number of seconds")
-    if iters is not None and iters < 1:
-        raise UsageError(f"--iters {iters}: must be at least 1")
-    if warmup is not None and warmup < 0:
-        raise UsageError(f"--warmup {warmup}: must be zero or more")
+    """--timeout a finite number of seconds in (0, 86400], --iters 1..1,000,000, --warmup
+    0..1,000,000 (None = the command's default). Checked before any rank starts: a NaN or infinite
+    timeout would otherwise fail inside every rank."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) \
+            or not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise UsageError(f"--timeout {timeout_s!r}: must be a positive number of seconds, at most "
+                         f"{MAX_TIMEOUT_S:.0f} (a day)")
+    if iters is not None and not 1 <= iters <= MAX_ITERS:
+        raise UsageError(f"--iters {iters}: must be from 1 to {MAX_ITERS:,}")
+    if warmup is not None and not 0 <= warmup <= MAX_ITERS:
+        raise UsageError(f"--warmup {warmup}: must be from 0 to {MAX_ITERS:,}")
+    check_fault_env()
+
+
+def check_fault_env() -> None:
+    """A malformed ``COMMPROF_TEST_FAULT`` (commprof's own tests set it) is one line, exit 2,
+    before any rank starts; a test that asks for a fault must not run without it."""
+    from microbench.faults import ENV, FaultSpecError, parse
+
+    spec = os.environ.get(ENV, "")
+    try:
+        parse(spec)
+    except FaultSpecError as e:
+        raise UsageError(f"{ENV}={spec!r}: {e} (a variable for commprof's own tests: unset it)") from None
 
 
 def run_ranks(cfg, target: str) -> bool:
     """Run ``target`` on every rank (local launch, or as this torchrun rank). Returns True on the
     process that holds the results (the local parent, or torchrun rank 0). Raises CommprofError."""
+    check_fault_env()
     trun = torchrun_env()
     if trun:
         _run_as_torchrun_rank(cfg, target, trun)
@@ -126,14 +162,38 @@ def run_ranks(cfg, target: str) -> bool:
     return True
 
 
+def _meta_version(out_dir: str):
+    """Which ``meta.json`` is there now (every write replaces the file: a new inode). A run marks
+    a dir failed or interrupted only if it wrote that meta itself: a refused ``--resume`` leaves the
+    complete run it refused as it was."""
+    try:
+        st = os.stat(os.path.join(out_dir, results.META_JSON))
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _finish(cfg, before, status: str, error: str) -> None:
+    """Mark this run's ``meta.json`` (best effort: on a full disk it may not be writable)."""
+    now = _meta_version(cfg.out_dir)
+    if now is None or now == before:
+        return
+    try:
+        results.finish_meta(cfg.out_dir, status, error)
+    except (CommprofError, OSError):
+        pass
+
+
 def _run_as_torchrun_rank(cfg, target: str, trun: dict) -> None:
+    before = _meta_version(cfg.out_dir) if trun["rank"] == 0 else None
     try:
         resolve_target(target)(cfg, trun["rank"], trun["world"], trun["local_rank"])
     except Exception as e:  # noqa: BLE001
-        if trun["rank"] == 0 and os.path.exists(os.path.join(cfg.out_dir, results.META_JSON)):
-            results.finish_meta(cfg.out_dir, "failed", str(e).splitlines()[0] if str(e) else type(e).__name__)
+        if trun["rank"] == 0:
+            _finish(cfg, before, "failed", str(e).splitlines()[0] if str(e) else type(e).__name__)
+        code = e.exit_code if isinstance(e, CommprofError) else None
         raise RankFailed(f"{where(trun['rank'])}: {type(e).__name__}: "
-                         f"{(str(e).strip().splitlines() or [''])[0]}") from e
+                         f"{(str(e).strip().splitlines() or [''])[0]}", code) from e
 
 
 def _run_local(cfg, target: str) -> None:
@@ -151,26 +211,52 @@ def _run_local(cfg, target: str) -> None:
     store = dist.TCPStore("127.0.0.1", 0, world + 1, True, wait_for_workers=False)
     procs = [ctx.Process(target=worker_main, args=(cfg, target, r, world, store.port, slots, errq),
                          name=f"commprof-rank{r}", daemon=True) for r in range(world)]
-    for p in procs:
-        p.start()
+    before = _meta_version(cfg.out_dir)
+    restore_term = _on_sigterm()
     try:
+        for p in procs:
+            p.start()
         try:
             failure = _watch(cfg, procs, slots, errq)
-        except KeyboardInterrupt:
-            if os.path.exists(os.path.join(cfg.out_dir, results.META_JSON)):
-                results.finish_meta(cfg.out_dir, "interrupted", "interrupted by the user (Ctrl-C)")
+        except KeyboardInterrupt as e:
+            _stop(procs)
+            _finish(cfg, before, "interrupted", getattr(e, "reason", "interrupted by the user (Ctrl-C)"))
             raise
         if failure is None:
             return
-        if os.path.exists(os.path.join(cfg.out_dir, results.META_JSON)):
-            results.finish_meta(cfg.out_dir, "failed", str(failure))
+        _stop(procs)
+        _finish(cfg, before, "failed", str(failure))
         raise failure
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-        for p in procs:
+        _stop(procs)
+        remove_temp_files(cfg.out_dir)      # a rank killed mid-write leaves its .tmp
+        restore_term()
+
+
+def _stop(procs) -> None:
+    """Kill every rank still running and reap them (SIGKILL also ends a stopped process)."""
+    for p in procs:
+        if p.pid is not None and p.exitcode is None:
+            p.kill()
+    for p in procs:
+        if p.pid is not None:
             p.join(timeout=5)
+
+
+def _on_sigterm():
+    """While ranks run, SIGTERM raises :class:`Terminated` in the launching process, so the ranks
+    are ended and the run is marked, as for Ctrl-C. Returns a function that restores the previous
+    handler (nothing to restore off the main thread, where Python cannot set one)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    old = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
 
 
 def _watch(cfg, procs, slots, errq):
@@ -182,12 +268,14 @@ def _watch(cfg, procs, slots, errq):
     last_sum, last_t = -1, time.monotonic()
     errors: dict[int, tuple] = {}
     first_exit_t = None
+    pulses = _Pulses(slots, len(procs))
     try:
         while True:
             time.sleep(0.05)
+            pulses.update()
             while not errq.empty():
-                rank, stage, msg, tb = errq.get()
-                errors.setdefault(rank, (stage, msg, tb))
+                rank, *report = errq.get()
+                errors.setdefault(rank, tuple(report))
             if bar is None and cfg.progress and slots.cells_total.value > 0:
                 bar = progress_bar(int(slots.cells_total.value))
             if bar is not None:
@@ -202,8 +290,8 @@ def _watch(cfg, procs, slots, errq):
                 if time.monotonic() - first_exit_t < 1.5 and any(c is None for c in codes):
                     continue
                 while not errq.empty():
-                    rank, stage, msg, tb = errq.get()
-                    errors.setdefault(rank, (stage, msg, tb))
+                    rank, *report = errq.get()
+                    errors.setdefault(rank, tuple(report))
                 return _failure(host, procs, codes, errors, slots)
             total = sum(slots.progress)
             if total != last_sum:
@@ -214,15 +302,13 @@ def _watch(cfg, procs, slots, errq):
             started = all(slots.progress[r] > 0 for r in range(len(procs)))
             limit = cfg.timeout_s if started else max(cfg.timeout_s, STARTUP_GRACE_S)
             if time.monotonic() - last_t > limit:
-                return _hung(host, cfg, procs, slots)
+                return _hung(host, cfg, procs, slots, pulses)
     finally:
         if bar is not None:
             bar.close()
 
 
 def _failure(host, procs, codes, errors, slots):
-    import signal
-
     died = [r for r, c in enumerate(codes) if c not in (None, 0) and r not in errors]
     if died:
         r = died[0]
@@ -236,15 +322,62 @@ def _failure(host, procs, codes, errors, slots):
         return any(s in m for s in ("connection closed", "connection reset", "broken pipe", "timed out",
                                     "timeout", "peer"))
     ranked = sorted(errors.items(), key=lambda kv: (echo(kv[1][1]), kv[0]))
-    r, (stage, msg, tb) = ranked[0]
+    r, (stage, msg, tb, *rest) = ranked[0]
     if tb:
         import sys
         print(tb, file=sys.stderr)
-    return RankFailed(f"{where(r, stage, host)}: {msg}")
+    return RankFailed(f"{where(r, stage, host)}: {msg}", rest[0] if rest else None)
 
 
-def _hung(host, cfg, procs, slots):
+class _Pulses:
+    """When each rank's pulse (``slots.pulse``, beaten by a thread of the rank's own) last moved."""
+
+    def __init__(self, slots, world: int):
+        self.slots = slots
+        now = time.monotonic()
+        self.seen = [0] * world
+        self.moved = [now] * world
+
+    def update(self):
+        now = time.monotonic()
+        for r in range(len(self.seen)):
+            v = self.slots.pulse[r]
+            if v != self.seen[r]:
+                self.seen[r], self.moved[r] = v, now
+
+    def frozen_for(self, r: int) -> float:
+        """Seconds since rank ``r``'s pulse last moved; 0 before it ever beat (still importing)."""
+        return time.monotonic() - self.moved[r] if self.seen[r] else 0.0
+
+
+def _proc_state(pid) -> str:
+    """The process's state letter from /proc (Linux; '' elsewhere): 'T' stopped, 'D' in I/O."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def _hung(host, cfg, procs, slots, pulses=None):
+    """Name the rank the others wait for. In order of evidence: a rank whose process is frozen
+    (its pulse thread stopped: SIGSTOP, a debugger, a call holding the interpreter), then a rank
+    stuck outside any collective while others wait inside one. (Progress counts do not name it:
+    ranks outside a TP group's cells legitimately make fewer steps.)"""
     alive = [r for r, p in enumerate(procs) if p.exitcode is None]
+    if pulses is not None:
+        pulses.update()
+    others = lambda r: ",".join(str(o) for o in alive if o != r) or "none"   # noqa: E731
+    frozen = [r for r in alive if pulses is not None and pulses.frozen_for(r) >= FROZEN_AFTER_S]
+    if frozen and len(frozen) < len(alive):
+        r = max(frozen, key=pulses.frozen_for)
+        state = _proc_state(procs[r].pid)
+        how = ("its process is stopped (state T: SIGSTOP or a debugger)" if state == "T" else
+               f"its process stopped responding (no heartbeat for {pulses.frozen_for(r):.0f} s"
+               + (", state D: blocked in the kernel" if state == "D" else "") + ")")
+        detail = f"rank hung: {how}, pid {procs[r].pid}; rank(s) {others(r)} wait for it"
+        return RankHung(f"{where(r, slots.stage_of(r), host)}: {detail}; no progress for {cfg.timeout_s:.0f} s "
+                        f"(--timeout); the run was stopped, rows written so far are kept")
     outside = [r for r in alive if slots.in_coll[r] == 0]
     inside = [r for r in alive if slots.in_coll[r] == 1]
     if outside and inside:
@@ -254,7 +387,5 @@ def _hung(host, cfg, procs, slots):
     else:
         r = alive[0] if alive else 0
         detail = f"no rank made progress for {cfg.timeout_s:.0f} s (--timeout)"
-    return RankHung(f"{where(r, slots.stage_of(r), host)}: {detail}; the sweep was stopped, "
+    return RankHung(f"{where(r, slots.stage_of(r), host)}: {detail}; the run was stopped, "
                     f"rows written so far are kept")
-
-

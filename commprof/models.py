@@ -127,8 +127,10 @@ def load_config(path: str) -> ModelShape:
     ``sliding_attention`` counts as full attention), ``sliding_window_pattern`` (every n-th layer
     global; Gemma 2 alternates, pattern 2), ``max_window_layers`` (Qwen2: layers from that index on
     slide, only with ``use_sliding_window``), else every layer slides when a window is given.
-    A missing ``tie_word_embeddings`` means tied: transformers leaves the key out when it equals
-    its default, True. Routed experts without ``moe_intermediate_size`` (Mixtral) use
+    A missing ``tie_word_embeddings`` means the default of the config's ``model_type`` in
+    transformers (:func:`tie_word_embeddings`: Llama, Qwen, Mistral, DeepSeek untied; Gemma tied;
+    unknown types True as ``PretrainedConfig``): transformers leaves the key out when it equals
+    its class's default. The name is :func:`config_label`. Routed experts without ``moe_intermediate_size`` (Mixtral) use
     ``intermediate_size`` as each expert's size.
 
     Every figure must be a JSON integer (not a string, float, bool, list, NaN or inf) in its
@@ -160,9 +162,7 @@ def load_config(path: str) -> ModelShape:
     kv_heads = whole(("num_key_value_heads",), 1, MAX_HEADS, default=q_heads)
     experts = whole(("num_experts", "n_routed_experts", "num_local_experts"), 0, MAX_HEADS, default=0)
     ffn = whole(("intermediate_size", "ffn_dim"), 0, MAX_FFN, default=0)
-    name = _first(cfg, "_name_or_path", default=None)
-    if not isinstance(name, str) or not name.strip() or not name.isprintable() or len(name) > 200:
-        name = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+    name = config_label(cfg, path)
 
     mla = {k: whole((k,), 0, MAX_HEADS, default=0) for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
                                                              "qk_nope_head_dim", "v_head_dim")}
@@ -185,7 +185,7 @@ def load_config(path: str) -> ModelShape:
     shared_ffn = whole(("shared_expert_intermediate_size",), 0, MAX_FFN, default=0)
     shared = whole(("n_shared_experts",), 0, MAX_HEADS, default=1 if shared_ffn else 0)
     dense_layers = whole(("first_k_dense_replace",), 0, MAX_LAYERS, default=0)
-    tie = cfg.get("tie_word_embeddings", True)
+    tie, tie_source = tie_word_embeddings(cfg)
     if not isinstance(tie, bool):
         raise UsageError(f"{label}: field 'tie_word_embeddings' must be true or false, got {shown(tie)}")
 
@@ -216,7 +216,50 @@ def load_config(path: str) -> ModelShape:
         sliding_window=window, global_layers=global_layers,
         dense_layers=min(dense_layers, layers) if experts else 0,
         shared_experts=shared, shared_expert_ffn=shared_ffn, tie_word_embeddings=tie, **mla,
+        extra={"tie_word_embeddings_source": tie_source},
     )
+
+
+# transformers' default of ``tie_word_embeddings`` per ``model_type``: each config class's own default
+# (huggingface/transformers src/transformers/models/<type>/configuration_<type>.py; e.g. LlamaConfig,
+# Qwen2Config and DeepseekV3Config say False, Gemma3TextConfig True). A saved config.json leaves the key
+# out when it equals its class's default, so a missing key means that default, not always True.
+TIE_WORD_EMBEDDINGS_DEFAULT = {
+    "llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen2_moe": False, "qwen3": False,
+    "qwen3_moe": False, "deepseek_v2": False, "deepseek_v3": False, "phi3": False, "phimoe": False,
+    "gpt_neox": False, "olmo": False, "olmo2": False, "olmoe": False, "granite": False, "granitemoe": False,
+    "glm": False, "glm4": False, "exaone": False, "nemotron": False, "internlm2": False, "arcee": False,
+    "gemma": True, "gemma2": True, "gemma3": True, "gemma3_text": True, "starcoder2": True, "cohere": True,
+    "cohere2": True, "gpt2": True, "gptj": False, "falcon": True, "opt": True, "bloom": True,
+}
+
+
+def tie_word_embeddings(cfg: dict) -> tuple:
+    """(tied, where that came from): the config's own key; else transformers' default for its
+    ``model_type`` (:data:`TIE_WORD_EMBEDDINGS_DEFAULT`; Llama: False, so its lm_head counts); else
+    ``PretrainedConfig``'s default, True."""
+    if "tie_word_embeddings" in cfg:
+        return cfg["tie_word_embeddings"], "config.json"
+    mtype = cfg.get("model_type")
+    if isinstance(mtype, str) and mtype in TIE_WORD_EMBEDDINGS_DEFAULT:
+        v = TIE_WORD_EMBEDDINGS_DEFAULT[mtype]
+        return v, f"transformers' default for model_type '{mtype}' ({v}): the key is absent"
+    return True, ("PretrainedConfig's default (True): the key is absent and model_type "
+                  + (f"'{shown(mtype, 40)}' is not in commprof's table" if mtype else "is not given"))
+
+
+def config_label(cfg: dict, path: str) -> str:
+    """The model's name from the config itself: ``_name_or_path``, else ``model_type`` with the
+    file's own name, else the file's own name (never its parent folder, e.g. "configs")."""
+    def ok(v) -> bool:
+        return isinstance(v, str) and bool(v.strip()) and v.isprintable() and len(v) <= 200
+
+    name = cfg.get("_name_or_path")
+    if ok(name):
+        return name.strip()
+    fname = os.path.basename(path) or path
+    mtype = cfg.get("model_type")
+    return f"{mtype.strip()} ({fname})" if ok(mtype) else fname
 
 
 def _global_layers(cfg: dict, layers: int, window: int, label: str) -> tuple:

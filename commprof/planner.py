@@ -20,7 +20,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from .collectives import COLLECTIVES, DTYPE_BYTES
-from .errors import EXIT_OK, UsageError
+from .errors import EXIT_OK, UsageError, shown
 from .models import ModelShape, get_model, is_moe_layer, is_sliding
 from .units import parse_bytes
 from .views.console import emit
@@ -64,9 +64,18 @@ def dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 
 
-def _positive_int(value, flag: str) -> int:
+#: The largest value each integer flag of ``plan`` takes: far past any real deployment, and small
+#: enough that every figure the plan prints stays a plain number (no 9.54e+08 GiB).
+MAX_TP = 65_536               # a config's head count is at most 65,536, and TP must divide it
+MAX_BATCH = 1 << 20           # sequences decoded together
+MAX_CONTEXT = 1 << 24         # tokens per sequence (16,777,216)
+
+
+def _positive_int(value, flag: str, maximum: int | None = None) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise UsageError(f"{flag} {value!r}: expected a whole number >= 1")
+        raise UsageError(f"{flag} {shown(value)}: expected a whole number >= 1")
+    if maximum is not None and value > maximum:
+        raise UsageError(f"{flag} {shown(value)}: expected a whole number from 1 to {maximum:,}")
     return value
 
 
@@ -370,6 +379,10 @@ def _assumptions(model: ModelShape, tp: int, sp: bool, moe: str) -> tuple:
              "up by (op, size_bytes).")
     a.append("Weights in the plan's dtype, biases left out, norms included; KV heads replicated when "
              "tp exceeds them.")
+    tie_src = (model.extra or {}).get("tie_word_embeddings_source")
+    a.append(("lm_head tied to the embedding (no weights of its own)" if model.tie_word_embeddings else
+              "lm_head has its own weights (vocab x hidden / tp per rank)")
+             + (f": tie_word_embeddings from {tie_src}." if tie_src else "."))
     kv = "KV cache in the plan's dtype"
     if model.sliding_window:
         kv += f"; sliding-window layers hold at most {model.sliding_window} tokens"
@@ -385,9 +398,9 @@ def build_plan(model: ModelShape, tp: int, batch: int, context: int, gpu_mem_byt
                mem_util: float = 0.9, dtype: str = "bf16", sp: bool = False, moe: str = "tp") -> Plan:
     """Model one decode step of ``model`` on ``tp`` ranks; ``gpu_mem_bytes`` (one GPU, bytes) adds
     how many sequences of ``context`` tokens fit in its KV cache."""
-    _positive_int(tp, "--tp")
-    _positive_int(batch, "--batch")
-    _positive_int(context, "--context")
+    _positive_int(tp, "--tp", MAX_TP)
+    _positive_int(batch, "--batch", MAX_BATCH)
+    _positive_int(context, "--context", MAX_CONTEXT)
     if isinstance(mem_util, bool) or not isinstance(mem_util, (int, float)) or not 0 < mem_util <= 1:
         raise UsageError(f"--mem-util {mem_util!r}: expected a fraction in (0, 1], e.g. 0.9")
     if gpu_mem_bytes is not None and (isinstance(gpu_mem_bytes, bool) or not isinstance(gpu_mem_bytes, int)

@@ -61,10 +61,55 @@ SOURCES = {
                  "all_reduce_perf -g 8 without CUDA graph: 42-43 us at 8 B",
     "tinygrad#17": "tinygrad/open-gpu-kernel-modules #17: 5x RTX 4090 (PCIe 4.0) with the P2P-enabling "
                    "driver, NCCL_P2P_LEVEL=SYS: all-reduce busbw 24.7 GB/s at 32 MB",
+    "superbench-a100": "microsoft/superbenchmark tests/data/nccl_allreduce.log (commit 700d6501), copied as "
+                       "shared/data/nccl-tests/a100x8_dgx_allreduce_superbench_legacy.txt: 8x A100-SXM4-40GB on "
+                       "NVSwitch, nccl-tests all_reduce_perf, no CUDA graph: average 34.5-36.1 us from 4 B to 4 KiB "
+                       "(median 34.94), busbw 235.26 GB/s at 8 GiB",
+    "chlc-4090x8": "blog.chlc.cc/p/rtx4090-gpudirect-p2p-unlocked, 'Test the original performance', copied as "
+                   "shared/data/nccl-tests/rtx4090x8_pcie_allreduce_chlc_blog.txt: 8x RTX 4090, PCIe 4.0, two "
+                   "sockets (every pair SYS), stock driver (P2P off), nccl-tests all_reduce_perf, no CUDA graph: "
+                   "average 38.7-44.0 us from 8 B to 4 KiB (median 42.495), busbw peak 15.04 GB/s at 32 MiB",
+    "kalavai-4090x2": "kalavai-net/kalavai-client scripts/README.md (commit 9588f6d8), copied as "
+                      "shared/data/nccl-tests/rtx4090x2_pcie_allreduce_kalavai.txt: 2x RTX 4090 on PCIe, "
+                      "nccl-tests all_reduce_perf, no CUDA graph: average 8.97-12.01 us from 8 B to 4 KiB "
+                      "(median 10.065), busbw 2.24 GB/s from 256 MiB to 2 GiB",
     "FACTS-links": "shared/FACTS.md link ceilings (per direction, from stas00/ml-engineering "
                    "network/README.md): PCIe 4.0 x16 31.5 GB/s, PCIe 5.0 x16 63 GB/s, NVLink 3 (A100) "
                    "300 GB/s, NVLink 4 (H100/H200) 450 GB/s, NVLink 5 (B200) 900 GB/s",
 }
+
+# --- real logs the profiles are calibrated against ------------------------------------------------
+# (size_bytes, average us) of each log's out-of-place all_reduce rows, as printed (size > 0).
+REAL_LOGS = {
+    "superbench-a100": {"op": "all_reduce", "tp": 8, "mode": "eager", "busbw_gbps": 235.26, "points": (
+        (4, 34.73), (8, 34.66), (16, 35.0), (32, 35.6), (64, 34.83), (128, 34.53), (256, 34.56), (512, 34.94),
+        (1024, 36.07), (2048, 35.42), (4096, 35.92), (8192, 35.91), (16384, 36.18), (32768, 36.65),
+        (65536, 37.82), (131072, 41.19), (262144, 47.53), (524288, 60.32), (1048576, 74.78), (2097152, 93.48),
+        (4194304, 112.0), (8388608, 162.0), (16777216, 226.0), (33554432, 374.3), (67108864, 584.5),
+        (134217728, 1162.2), (268435456, 2112.2), (536870912, 4200.3), (1073741824, 8159.5),
+        (2147483648, 16215.0), (4294967296, 32070.0), (8589934592, 63896.0))},
+    "chlc-4090x8": {"op": "all_reduce", "tp": 8, "mode": "eager", "busbw_gbps": 15.04, "points": (
+        (8, 38.83), (16, 38.73), (32, 41.85), (64, 42.55), (128, 42.42), (256, 42.44), (512, 42.58),
+        (1024, 44.04), (2048, 42.91), (4096, 43.18), (8192, 44.02), (16384, 43.1), (32768, 44.18),
+        (65536, 45.66), (131072, 67.27), (262144, 124.8), (524288, 196.9), (1048576, 222.8), (2097152, 373.4),
+        (4194304, 580.8), (8388608, 1041.8), (16777216, 1972.8), (33554432, 3905.6), (67108864, 7907.1),
+        (134217728, 16253.0))},
+    "kalavai-4090x2": {"op": "all_reduce", "tp": 2, "mode": "eager", "busbw_gbps": 2.24, "points": (
+        (8, 8.97), (16, 9.48), (32, 10.28), (64, 9.06), (128, 9.85), (256, 9.72), (512, 10.57), (1024, 10.37),
+        (2048, 10.94), (4096, 12.01), (8192, 16.82), (16384, 23.67), (32768, 40.18), (65536, 60.23),
+        (131072, 97.9), (262144, 163.4), (524288, 280.1), (1048576, 538.5), (2097152, 1025.7),
+        (4194304, 2022.1), (8388608, 4077.0), (16777216, 8137.9), (33554432, 15190.0), (67108864, 30690.0),
+        (134217728, 60326.0), (268435456, 120583.0), (536870912, 241172.0), (1073741824, 478533.0),
+        (2147483648, 957746.0))},
+}
+
+
+def log_small_us(key: str, max_bytes: int = 4096) -> float:
+    """Median of a real log's average latency at sizes <= ``max_bytes`` (its small-message latency)."""
+    vals = sorted(t for s, t in REAL_LOGS[key]["points"] if s <= max_bytes)
+    m = len(vals) // 2
+    return vals[m] if len(vals) % 2 else (vals[m - 1] + vals[m]) / 2
+
 
 # --- derivation rules ------------------------------------------------------------------------------
 
@@ -161,15 +206,30 @@ def _flat_busbw(op, n, pub: dict, pub_key, pub_text, how="") -> tuple[float, str
 def _pcie4_nop2p() -> dict:
     params = []
     b5 = {8: 28.0, 4: 35.0}
+    a8, a2 = log_small_us("chlc-4090x8"), log_small_us("kalavai-4090x2")
     for op in PROFILE_OPS:
         for n in PROFILE_TPS:
-            a, asrc = _ring_alpha(op, n, "all_reduce", 8, 42.5, "nccl#1530",
-                                  "8x RTX 4090, P2P off, 42-43 us at 8 B (midpoint 42.5), no CUDA graph")
-            near = 8 if n == 8 else 4
-            bb = b5[near] * 31.5 / 63.0
-            bsrc = (f"derived: PCIe 5.0 P2P-off all-reduce busbw {_fmt(b5[near])} GB/s at {near} GPUs "
-                    f"(nccl#1639) x link-ceiling ratio 31.5/63 (FACTS-links) = {_fmt(bb)} GB/s; no public "
-                    "large-message busbw for a P2P-off PCIe 4.0 box")
+            if (op, n) == ("all_reduce", 2):
+                a, asrc = a2, (f"calibrated: kalavai-4090x2 (2x RTX 4090), median average 8 B-4 KiB = {a2:g} us; "
+                               "small messages are latency-bound, so this box's narrow link (its busbw is 2.24 "
+                               "GB/s) does not set them")
+            else:
+                a, asrc = _ring_alpha(op, n, "all_reduce", 8, a8, "chlc-4090x8",
+                                      f"8x RTX 4090, P2P off, two sockets, median average 8 B-4 KiB = {a8:g} us "
+                                      "(calibrated; nccl#1530 says 42-43 us at 8 B on such a box)")
+                asrc = asrc.replace("published:", "calibrated:", 1)
+            if (op, n) == ("all_reduce", 8):
+                bb, bsrc = 15.04, ("calibrated: chlc-4090x8 all-reduce busbw peak 15.04 GB/s at 32 MiB (8x RTX 4090, "
+                                   "P2P off, two sockets); was nccl#1639's PCIe 5.0 28 GB/s x 31.5/63 = 14 GB/s")
+            elif n == 8:
+                bb, bsrc = 15.04, ("derived: all_reduce 8 GPUs 15.04 GB/s (chlc-4090x8, calibrated), all-gather taken "
+                                   "equal to all-reduce at the same count")
+            else:
+                bb = b5[4] * 31.5 / 63.0
+                bsrc = (f"derived: PCIe 5.0 P2P-off all-reduce busbw {_fmt(b5[4])} GB/s at 4 GPUs "
+                        f"(nccl#1639) x link-ceiling ratio 31.5/63 (FACTS-links) = {_fmt(bb)} GB/s; no public "
+                        "large-message busbw for a P2P-off PCIe 4.0 box of 2 or 4 GPUs on x16 links (the "
+                        "2x RTX 4090 log reaches 2.24 GB/s: 7% of x16, not taken)")
             params.append(_param(op, n, "eager", a, asrc, bb, bsrc))
     return {
         "name": "pcie4-nop2p",
@@ -177,7 +237,8 @@ def _pcie4_nop2p() -> dict:
         "link": "PCIe 4.0 x16, 31.5 GB/s per direction; without P2P NCCL copies through host shared memory",
         "link_ceiling_gbps": 31.5,
         "params": params,
-        "sources": ["nccl#1530", "nccl#1639", "nccl-tests#123", "FACTS-links"],
+        "sources": ["chlc-4090x8", "kalavai-4090x2", "nccl#1530", "nccl#1639", "nccl-tests#123", "FACTS-links"],
+        "calibrated_on": ["chlc-4090x8", "kalavai-4090x2"],
     }
 
 
@@ -254,17 +315,24 @@ def _pcie5_p2p() -> dict:
 def _nvlink3() -> dict:
     params = []
     pub = dict(_RING_POINTS)
+    a8 = log_small_us("superbench-a100")
     for op in PROFILE_OPS:
         for n in PROFILE_TPS:
-            if op == "all_reduce":
+            if (op, n) == ("all_reduce", 8):
+                a, asrc = a8, (f"calibrated: superbench-a100 (8x A100-SXM4 on NVSwitch, NCCL's own choice of "
+                               f"algorithm), median average 4 B-4 KiB = {a8:g} us; nccl-tests#123 gives 33.7 us "
+                               "with NCCL forced to one ring channel")
+            elif op == "all_reduce":
                 a, asrc = pub[n], (f"published: nccl-tests#123: DGX-A100 ring all-reduce, one channel, "
                                    f"{n} GPUs {pub[n]} us at 8-128 B, no CUDA graph")
             else:
                 a = RING_C0_US + RING_C1_US * ring_steps(op, n)
                 asrc = (f"derived: {RING_RULE}, at all-gather's {ring_steps(op, n)} ring steps for n={n} "
                         f"= {_fmt(a)} us")
-            bb, bsrc = _flat_busbw(op, n, {8: 230.0}, "nccl-tests#149",
-                                   "8x A100 SXM all-reduce busbw about 230 GB/s")
+            bb, bsrc = _flat_busbw(op, n, {8: 235.26}, "superbench-a100",
+                                   "8x A100-SXM4 all-reduce busbw 235.26 GB/s at 8 GiB (calibrated; nccl-tests#149 "
+                                   "says about 230 GB/s)")
+            bsrc = bsrc.replace("published:", "calibrated:", 1)
             params.append(_param(op, n, "eager", a, asrc, bb, bsrc))
     return {
         "name": "nvlink3",
@@ -272,9 +340,10 @@ def _nvlink3() -> dict:
         "link": "NVLink 3, 12 links, 300 GB/s per direction per GPU",
         "link_ceiling_gbps": 300.0,
         "params": params,
-        "sources": ["nccl-tests#123", "nccl-tests#149", "nccl#1455", "FACTS-links"],
-        "notes": ["The all-reduce latencies were measured with NCCL forced to one ring channel; NCCL's own "
-                  "choice (tree, more channels) can be faster at 8 GPUs."],
+        "sources": ["superbench-a100", "nccl-tests#123", "nccl-tests#149", "nccl#1455", "FACTS-links"],
+        "calibrated_on": ["superbench-a100"],
+        "notes": ["The 2- and 4-GPU all-reduce latencies were measured with NCCL forced to one ring channel; "
+                  "the 8-GPU one is calibrated on a real 8x A100 log with NCCL's own choice."],
     }
 
 
@@ -373,6 +442,7 @@ def _build() -> dict:
         p["sources"] = {k: SOURCES[k] for k in p["sources"]}
         p.setdefault("notes", [])
         p.setdefault("checks", [])
+        p.setdefault("calibrated_on", [])
         out[p["name"]] = p
     return out
 

@@ -1,6 +1,7 @@
 """``commprof report``: one self-contained HTML page (charts embedded) and a Markdown twin with
 the checklist, topology, sweep, trace breakdown, gap and MoE sections, from results dirs alone
-(nothing measured). The numbers come from ``check`` and ``gap``; ``commprof.views.report`` renders."""
+(nothing measured); with several boxes, the boxes side by side and one section per box. The
+numbers come from ``check`` and ``gap``; ``commprof.views.report`` renders."""
 from __future__ import annotations
 
 import os
@@ -9,13 +10,20 @@ from . import results
 from .check import gather, load_thresholds, run_items
 from .items import verdict
 from .errors import UsageError
+from .results.meta import check_writable
 from .gap import compute_gap
 from .views import report as views
 
 
 def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: str | None = None,
-          reference: str | None = None) -> list[str]:
-    """Write report.html and report.md into ``out_dir``; returns their paths."""
+          reference: str | None = None, interconnect: str | None = None) -> list[str]:
+    """Write report.html and report.md into ``out_dir``; returns their paths.
+
+    One box: its checklist, topology, sweep, trace, gap (table, chart, alpha-beta fit), wire and
+    MoE sections. Several boxes (every dir with a sweep is one): the boxes side by side first
+    (verdicts, interconnects, box-against-box ratios, charts with one line per box), then one
+    section per box."""
+    from .check import parse_interconnect
     from .costmodel import get_profile, list_profiles
 
     if reference is not None:
@@ -24,50 +32,74 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
         except (KeyError, UsageError):
             raise UsageError(f"--reference '{reference}': unknown; use one of "
                              f"{', '.join(p['name'] for p in list_profiles())}") from None
-    loaded = [results.load(d) for d in dirs]
+    flags = parse_interconnect(interconnect)
+    for d in dirs:                  # every dir readable before anything is written
+        results.load(d)
+    check_writable(out_dir)         # a file in the way or a read-only dir: one line, not an OSError
     os.makedirs(out_dir, exist_ok=True)
     ev = gather(dirs)
-    items = run_items(ev, load_thresholds(thresholds), model)
+    items = run_items(ev, load_thresholds(thresholds), model, flags)
+    boxes = ev.all_boxes()
     gap, gap_error = None, None
-    if ev.sweep is not None:
+    if any(b.sweep is not None for b in boxes):
         try:
-            gap = compute_gap(dirs, reference, ev=ev)
+            gap = compute_gap(dirs, reference, ev=ev, interconnect=flags)
         except UsageError as e:
             gap_error = str(e)
-    hosts = sorted({h for m in (ev.sweep_meta, ev.trace_meta) if m for h in m.get("hosts", [])}) or \
-        ([ev.topo.get("host", "?")] if ev.topo else ["?"])
-
-    sections = [views.checklist_section(items, verdict(items))]     # first: what a buyer hands a vendor
-    if ev.topo:
-        sections.append(views.topology_section(ev.topo))
-    sweep_res = next((r for r in loaded if "sweep" in r.tables), None)
-    if ev.sweep is not None and sweep_res is not None:
-        sections.append(views.sweep_section(ev.sweep, ev.sweep_meta, sweep_res.path, out_dir))
-    trace_res = next((r for r in loaded if "trace_summary" in r.tables), None)
-    if trace_res is not None:
-        sections.append(views.trace_section(trace_res, out_dir))
-    if ev.sweep is not None:
-        sections.append(views.gap_section(gap, gap_error))
-        wire = views.wire_section(gap, ev.sweep, ev.sweep_custom, out_dir)
-        if wire is not None:
-            sections.append(wire)
-    moe_res = next((r for r in loaded if "moe_steps" in r.tables), None)
-    if moe_res is not None:
-        sections.append(views.moe_section(moe_res))
-    paths = views.write_report(out_dir, f"commprof report: {', '.join(hosts)}",
-                               [os.path.abspath(d) for d in dirs], sections)
+    multi = len(boxes) > 1
+    sections = []
+    if multi:
+        sections.append(views.side_by_side_section(boxes, items, gap, gap_error, out_dir))
+    for k, b in enumerate(boxes, start=1):
+        mine = [i for i in items if i.box == b.label] if multi else items
+        level = 3 if multi else 2
+        prefix = f"{b.label}: " if multi else ""
+        if multi:
+            sections.append(views.Section(f"Box {k}: {b.label}", level=2,
+                                          paragraphs=[f"dirs: {', '.join(os.path.abspath(d) for d in b.dirs)}"]))
+        sections.append(views.checklist_section(mine, verdict(mine), b.interconnect, level=level, prefix=prefix))
+        if b.topo:
+            sections.append(views.topology_section(b.topo, level=level, prefix=prefix))
+        if b.sweep is not None:
+            sections.append(views.sweep_section(b.sweep, b.sweep_meta, b.sweep_dir, out_dir, level=level, prefix=prefix,
+                                                chart_tag=f"box{k}" if multi else ""))
+        trace_res = next((r for r in b.loaded if "trace_summary" in r.tables), None)
+        if trace_res is not None:
+            sections.append(views.trace_section(trace_res, out_dir, level=level, prefix=prefix))
+        if b.sweep is not None:
+            bg = next((x for x in (gap.boxes if gap else []) if x.label == b.label), None)
+            sections.append(views.gap_section(bg, gap_error, out_dir, level=level, prefix=prefix,
+                                              chart_tag=f"box{k}" if multi else ""))
+            wire = views.wire_section(bg, b.sweep, b.sweep_custom, out_dir, level=level, prefix=prefix,
+                                      chart_tag=f"box{k}" if multi else "")
+            if wire is not None:
+                sections.append(wire)
+        moe_res = next((r for r in b.loaded if "moe_steps" in r.tables), None)
+        if moe_res is not None:
+            sections.append(views.moe_section(moe_res, level=level, prefix=prefix))
+    if multi:
+        title = f"commprof report: {' vs '.join(b.label for b in boxes)}"
+    else:
+        hosts = sorted({h for m in (ev.sweep_meta, ev.trace_meta) if m for h in m.get("hosts", [])}) or \
+            ([ev.topo.get("host", "?")] if ev.topo else ["?"])
+        title = f"commprof report: {', '.join(hosts)}"
+    paths = views.write_report(out_dir, title, [os.path.abspath(d) for d in dirs], sections)
+    metas = [m for b in boxes for m in b.metas]
     results.stamp(out_dir, results.provenance(
         "report", "checklist", "one-page report over results dirs (commprof report)", status="complete",
-        hosts=hosts, gpus=sorted({g for m in ev.metas for g in m.get("gpus", [])}) or None,
-        evidence_dirs=[os.path.abspath(d) for d in dirs], verdict=verdict(items)))
+        hosts=sorted({h for m in metas for h in m.get("hosts", [])}) or ["?"],
+        gpus=sorted({g for m in metas for g in m.get("gpus", [])}) or None,
+        evidence_dirs=[os.path.abspath(d) for d in dirs], verdict=verdict(items),
+        boxes=[{"box": b.label, "verdict": verdict([i for i in items if i.box in ("", b.label)]),
+                "interconnect": b.interconnect.to_dict() if b.interconnect else None} for b in boxes]))
     return paths
 
 
 def run_report(dirs: list[str], out: str | None = None, thresholds: str | None = None,
-               model: str | None = None, reference: str | None = None) -> int:
+               model: str | None = None, reference: str | None = None, interconnect: str | None = None) -> int:
     if not dirs:
         raise UsageError("report needs at least one results dir (from commprof sweep, trace or topo)")
-    paths = build(dirs, out or dirs[0], thresholds, model, reference)
+    paths = build(dirs, out or dirs[0], thresholds, model, reference, interconnect)
     for p in paths:
         print(f"wrote {p}")
     return 0

@@ -71,6 +71,8 @@ def _load_file(path: str, experts: int, spec: str) -> np.ndarray:
                 data = json.load(f)
         except (OSError, ValueError) as e:
             raise UsageError(f"{label}: '{path}' is not valid JSON ({str(e).splitlines()[0]})") from None
+        except RecursionError:
+            raise UsageError(f"{label}: '{path}' is not valid JSON for commprof (nested too deep)") from None
         if isinstance(data, list):
             if len(data) > experts:
                 raise UsageError(f"{label}: '{path}' lists {len(data)} loads but the model has {experts} experts")
@@ -82,8 +84,16 @@ def _load_file(path: str, experts: int, spec: str) -> np.ndarray:
         else:
             raise UsageError(f"{label}: '{path}' must hold a JSON list of loads or an object expert -> load")
     else:
-        with open(path, encoding="utf-8", newline="") as f:
-            rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+        try:
+            with open(path, encoding="utf-8", newline="") as f:
+                rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+        except UnicodeDecodeError as e:
+            raise UsageError(f"{label}: '{path}' is not UTF-8 text (byte {e.start}); expected CSV expert,load "
+                             "or a .json file") from None
+        except csv.Error as e:          # e.g. a field over the csv module's 131,072-character limit
+            raise UsageError(f"{label}: '{path}' is not a CSV file of expert,load ({e})") from None
+        except OSError as e:
+            raise UsageError(f"{label}: '{path}' cannot be read ({e.strerror or e})") from None
         if rows and rows[0][0].strip().lower() == "expert":
             rows = rows[1:]
         for n, r in enumerate(rows, start=1):

@@ -58,6 +58,10 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
     out_dir = out or results.default_out_dir()
     if not trun or trun["rank"] == 0:
         results.check_out_dir(out_dir, resume)
+        if resume:      # every reason to refuse the dir: one line, exit 2, before any rank starts
+            from .results.sweep import resume_state
+
+            resume_state(out_dir, name, dtype, impls, timing)
     return SweepConfig(
         ops=op_list, tps=tps, points=points, dtype=dtype, modes=mode_list,
         iters=iters if iters is not None else (200 if name == "nccl" else 40),

@@ -470,3 +470,113 @@ def run_topo(as_json: bool, out: str | None, *, nvml=None, console=None) -> int:
     return EXIT_OK
 
 
+
+
+# --- interconnect class helpers: what decides how a box is judged ---------------------------------
+
+#: Interconnect classes a box can have. ``nvswitch``/``nvlink``: GPUs talk over NVLink (all pairs);
+#: ``pcie-p2p``/``pcie-no-p2p``/``pcie`` (P2P not known): over PCIe; ``mixed``: some pairs NVLink
+#: (bridges), the rest PCIe; ``unknown``: no evidence.
+NVLINK_CLASSES = ("nvswitch", "nvlink")
+PCIE_CLASSES = ("pcie-p2p", "pcie-no-p2p", "pcie")
+
+# GPU product names (as nvidia-smi, NVML, torch and nccl-tests' rank lines print them) -> how the
+# GPUs of such a box talk to each other and at which link generation. First match wins, so the
+# PCIe / NVL variants come before the SXM names they contain. Link figures: shared/FACTS.md
+# "Link ceilings" and research/validation-anchors.md section 4.2 (per GPU, per direction).
+# An SXM module sits on an NVLink baseboard (HGX/DGX: NVSwitch with 8 GPUs); a PCIe card talks over
+# PCIe unless bridged (the name cannot tell a bridge, nor whether the driver allows P2P).
+GPU_NAME_CLASSES = (
+    (r"\bH100 NVL\b|\bH200 NVL\b", "pcie", "pcie5", "H100/H200 NVL: PCIe 5.0 cards (NVLink bridges join pairs only)"),
+    (r"\bH100 PCIe\b|\bH800 PCIe\b|\bH100 ?PCI", "pcie", "pcie5", "H100 PCIe card: PCIe 5.0"),
+    (r"\bA100[- ].*PCI|\bA100 PCIe|\bA800[- ].*PCI", "pcie", "pcie4", "A100 PCIe card: PCIe 4.0"),
+    (r"\bG?B[23]00\b|\bB100\b|\bGB200\b|\bGB300\b", "nvlink", "nvlink5", "Blackwell SXM: NVLink 5 (18 links)"),
+    (r"\bH800\b", "nvlink", "nvlink4-h800",
+     "H800 SXM: NVLink 4 with 8 links (200 GB/s per direction, research/microbench-anchors.md)"),
+    (r"\bH100\b|\bH200\b|\bH20\b|\bGH200\b", "nvlink", "nvlink4",
+     "Hopper SXM (H100 80GB HBM3 is how nvidia-smi names H100 SXM5): NVLink 4 (18 links)"),
+    (r"\bA100-SXM|\bA100 SXM|\bA800-SXM|\bA100\b", "nvlink", "nvlink3", "A100 SXM: NVLink 3 (12 links)"),
+    (r"\bV100-SXM|\bV100 SXM", "nvlink", "nvlink2", "V100 SXM2: NVLink 2 (6 links)"),
+    (r"\bRTX 50\d0\b|\bRTX PRO 6000\b|\bRTX PRO \d+ Blackwell|\bB40\b", "pcie", "pcie5",
+     "Blackwell PCIe card: PCIe 5.0, no NVLink"),
+    (r"\bRTX 40\d0\b|\bL40S?\b|\bL4\b|\bL20\b|\bRTX 6000 Ada|\bRTX [0-9]+ Ada", "pcie", "pcie4",
+     "Ada PCIe card: PCIe 4.0, no NVLink"),
+    (r"\bRTX 30\d0\b|\bRTX A[0-9]+\b|\bA40\b|\bA30\b|\bA10G?\b|\bA16\b|\bA2\b", "pcie", "pcie4",
+     "Ampere PCIe card: PCIe 4.0 (some take NVLink bridges for pairs)"),
+    (r"\bV100\b|\bT4\b|\bP100\b|\bP40\b|\bRTX 20\d0\b|\bQuadro RTX", "pcie", "pcie3", "PCIe 3.0 card"),
+)
+
+
+def class_from_gpu_names(names) -> dict | None:
+    """How the GPUs named talk to each other, from their product names alone.
+
+    Returns ``{"family": "nvlink"|"pcie", "link": "nvlink4"|"pcie4"|..., "detail": why}`` or None
+    when no name is known (empty, "n/a", CPU ranks, an unknown product, or names of different
+    families). ``GeForce``/consumer names say nothing about P2P (stock drivers disable it, patched
+    ones enable it), so the family is ``pcie`` with P2P unknown.
+    """
+    import re
+
+    found = []
+    for raw in names or []:
+        name = str(raw)
+        if not name or name.lower().startswith(("n/a", "none", "unknown", "cpu")):
+            continue
+        for pat, family, link, detail in GPU_NAME_CLASSES:
+            if re.search(pat, name, re.IGNORECASE):
+                found.append((family, link, detail, name))
+                break
+        else:
+            return None               # a GPU we do not know: no guess
+    if not found or len({(f, lk) for f, lk, _, _ in found}) != 1:
+        return None
+    family, link, detail, _ = found[0]
+    return {"family": family, "link": link, "detail": detail, "names": sorted({n for *_, n in found})}
+
+
+def topo_family(cls: str) -> str:
+    """nvlink / pcie / mixed / unknown for an ``interconnect_class``."""
+    if cls in NVLINK_CLASSES:
+        return "nvlink"
+    if cls in PCIE_CLASSES:
+        return "pcie"
+    if cls == "mixed":
+        return "mixed"
+    return "unknown"
+
+
+def nvlink_link_from_topo(topo: dict) -> str:
+    """nvlink3/4/5 from the NVLink version NVML reports ("" when it does not)."""
+    v = str(((topo or {}).get("gpus") or [{}])[0].get("nvlink_version", ""))
+    return {"2": "nvlink2", "3": "nvlink3", "4": "nvlink4", "5": "nvlink5"}.get(v[:1], "")
+
+
+def pcie_link_from_topo(topo: dict) -> str:
+    """pcie3..6 from the link's max generation NVML reports ("" when it does not)."""
+    gen = ((topo or {}).get("gpus") or [{}])[0].get("pcie_link_gen_max")
+    return f"pcie{gen}" if isinstance(gen, int) and not isinstance(gen, bool) and 1 <= gen <= 6 else ""
+
+
+def classify_pairs(matrix, p2p: dict, switched: bool) -> str:
+    """``interconnect_class`` from an ``nvidia-smi topo -m`` matrix and whichever P2P matrices are
+    known (``read``/``write``; missing or "n/a" cells mean unknown): like NVML's classification,
+    but a PCIe box whose P2P status nobody gave is ``pcie`` (fabric known, P2P not), not unknown."""
+    n = len(matrix)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    if not pairs:
+        return "single-gpu"
+    nv = [str(matrix[i][j]).startswith("NV") for i, j in pairs]
+    if all(nv):
+        return "nvswitch" if switched else "nvlink"
+    if any(nv):
+        return "mixed"
+    cells = [p2p[op][a][b] for op in ("read", "write") if op in p2p
+             for i, j in pairs for a, b in ((i, j), (j, i))]
+    known = [c for c in cells if c not in (NA, None, "")]
+    if not known or len(known) < len(cells):
+        return "pcie"
+    if all(c == "OK" for c in known):
+        return "pcie-p2p"
+    if not any(c == "OK" for c in known):
+        return "pcie-no-p2p"
+    return "mixed"

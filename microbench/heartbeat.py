@@ -1,8 +1,12 @@
-"""Per-rank liveness, readable by a watchdog: progress counter, in-collective flag, stage text.
+"""Per-rank liveness, readable by a watchdog: progress counter, in-collective flag, stage text,
+and a pulse.
 
 Local launches back it with shared memory so the parent process can tell, when progress stops,
 which rank is stuck outside a collective (the one holding the others) and which are waiting
-inside one. Under torchrun each rank keeps it in-process for its own watchdog thread.
+inside one. The pulse is bumped by a thread of its own in each rank: it keeps beating while the
+rank waits in a collective or sleeps, and stops only when the whole process is frozen (SIGSTOP,
+a debugger, a C call holding the interpreter), which names that rank when the others wait for
+it. Under torchrun each rank keeps it in-process for its own watchdog thread.
 """
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import threading
 import time
 
 STAGE_BYTES = 160
+PULSE_S = 0.25          # how often a rank's pulse thread beats
 
 
 class SharedSlots:
@@ -21,6 +26,7 @@ class SharedSlots:
         self.progress = ctx.RawArray("q", world)      # bumps on every step of every rank
         self.in_coll = ctx.RawArray("b", world)       # 1 while inside a timed collective call
         self.stage = ctx.RawArray("c", world * STAGE_BYTES)
+        self.pulse = ctx.RawArray("q", world)         # bumped every PULSE_S by each rank's own thread
         self.rows_done = ctx.RawValue("q", 0)         # rows written by rank 0 (progress bar)
         self.cells_total = ctx.RawValue("q", 0)
 
@@ -67,6 +73,25 @@ class Heartbeat:
             base = self.rank * STAGE_BYTES
             self.slots.stage[base:base + len(data)] = data
             self.slots.progress[self.rank] += 1
+
+    def start_pulse(self):
+        """Beat ``slots.pulse[rank]`` from a daemon thread until the process ends, and end this
+        rank when the process that spawned it is gone (no orphan keeps running a sweep)."""
+        if self.slots is None:
+            return None
+        parent = os.getppid()
+        slots, rank = self.slots, self.rank
+
+        def beat():
+            while True:
+                slots.pulse[rank] += 1
+                if os.getppid() != parent:
+                    os._exit(1)
+                time.sleep(PULSE_S)
+
+        t = threading.Thread(target=beat, name="commprof-pulse", daemon=True)
+        t.start()
+        return t
 
     def row_written(self, n: int = 1):
         self.rows_done += n

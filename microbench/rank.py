@@ -44,6 +44,11 @@ def rank_session(cfg, rank: int, world: int, local_rank: int, store=None, slots=
     hb = Heartbeat(rank, slots)
     if slots is None:
         start_self_watchdog(hb, cfg.timeout_s + 10, host)
+    else:
+        hb.start_pulse()
+    fault = faults.from_env()
+    if fault is not None:
+        fault.install(rank)
     hb.stage("init: process group")
     if cfg.backend == "gloo":
         # One intra-op thread per rank: ranks share the cores and a gloo rank mostly waits.
@@ -61,17 +66,21 @@ def rank_session(cfg, rank: int, world: int, local_rank: int, store=None, slots=
         dist.init_process_group(store=store, rank=rank, world_size=world, **kwargs)
     else:
         dist.init_process_group(init_method="env://", **kwargs)
+    failed = False
     try:
         hb.stage("init: environment")
         world_ctrl = dist.group.WORLD if cfg.backend == "gloo" else dist.new_group(backend="gloo")
         infos = [None] * world
         dist.all_gather_object(infos, runinfo.rank_info(rank, local_rank, device), group=world_ctrl)
-        yield RankEnv(torch, dist, rank, world, local_rank, device, hb, host, faults.from_env(),
-                      world_ctrl, infos)
+        yield RankEnv(torch, dist, rank, world, local_rank, device, hb, host, fault, world_ctrl, infos)
         hb.stage("finish")
         dist.barrier(group=world_ctrl)
+    except BaseException:
+        failed = True           # the stage stays where it failed: the launcher's error line names it
+        raise
     finally:
-        hb.stage("shutdown")
+        if not failed:
+            hb.stage("shutdown")
         # NCCL communicators that were captured into CUDA graphs can hang ncclCommDestroy
         # (pytorch/pytorch#115388): on NCCL the process exit releases them instead.
         if cfg.backend == "gloo":
@@ -87,6 +96,7 @@ def worker_main(cfg, target: str, rank: int, world: int, port: int, slots, errq)
 
     from commprof.targets import resolve_target
 
+    _die_with_parent()
     if os.environ.get("COMMPROF_DEBUG") != "1":
         import warnings
         warnings.filterwarnings("ignore")
@@ -94,10 +104,34 @@ def worker_main(cfg, target: str, rank: int, world: int, port: int, slots, errq)
         store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=cfg.timeout_s))
         resolve_target(target)(cfg, rank, world, rank, store=store, slots=slots)
     except BaseException as e:  # noqa: BLE001 - every failure must reach the parent as a line
-        stage = slots.stage_of(rank) if slots is not None else "init"
+        stage = (slots.stage_of(rank) if slots is not None else "") or "start"
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         tb = traceback.format_exc() if os.environ.get("COMMPROF_DEBUG") == "1" else ""
-        errq.put((rank, stage, f"{type(e).__name__}: {msg}", tb))
+        # commprof's own errors are already one line and keep their exit code (a file that cannot
+        # be written is not a rank fault); anything else is "a rank raised an error" (exit 6).
+        ours = _is_commprof_error(e)
+        errq.put((rank, stage, msg if ours else f"{type(e).__name__}: {msg}", tb, e.exit_code if ours else None))
         sys.stderr.flush()
         os._exit(1)
     os._exit(0)
+
+
+def _is_commprof_error(e: BaseException) -> bool:
+    from commprof.errors import CommprofError
+
+    return isinstance(e, CommprofError)
+
+
+def _die_with_parent():
+    """Linux: have the kernel SIGKILL this rank when the launching process dies, even by SIGKILL
+    (the pulse thread's parent check covers other systems, within a beat)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)          # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

@@ -43,6 +43,17 @@ def run_cli(args, cwd, env=None, timeout=300):
                           text=True, timeout=timeout)
 
 
+def cli_env(env=None) -> dict:
+    """The environment ``run_cli`` gives commprof (for tests that start it with ``Popen`` to send
+    it signals): this one without inherited fault specs or torchrun variables, plus ``env``."""
+    e = dict(os.environ)
+    for k in _CLEARED_ENV:
+        e.pop(k, None)
+    e["PYTHONPATH"] = REPO + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(env or {})
+    return e
+
+
 @dataclass
 class CliResult:
     """What a finished ``commprof`` call left: the same fields as ``subprocess.CompletedProcess``."""

@@ -47,11 +47,12 @@ def test_h100_nvswitch_box_passes(tmp_path):
     th["inventory"]["expected_gpus"] = 8
     items = run_items(gather([box(tmp_path, H100, 12.0, 380.0, 10.0)]), th)
     s = statuses(items)
-    assert [i.id for i in items] == ["C1", "C2", "C5", "C6", "C3", "C7", "C10", "C9", "C11", "KV", "C12"]
-    assert s == {"C1": "PASS", "C2": "PASS", "C5": "PASS", "C6": "PASS", "C3": "PASS", "C7": "SKIP",
+    assert [i.id for i in items] == ["C1", "C2", "C5", "C6", "C3", "C7", "C16", "C10", "C9", "C11", "KV", "C12"]
+    assert s == {"C1": "PASS", "C2": "PASS", "C5": "PASS", "C6": "PASS", "C3": "PASS", "C7": "SKIP", "C16": "PASS",
                  "C10": "PASS", "C9": "PASS", "C11": "PASS", "KV": "PASS", "C12": "PASS"}
     by = {i.id: i for i in items}
-    assert "nvswitch" in by["C2"].value and "18" in by["C3"].value
+    assert "nvswitch" in by["C2"].value and "18" in by["C3"].value and "topo.json (NVML" in by["C2"].value
+    assert by["C10"].item.endswith("(graph mode)")
     assert "nvlink4" in by["C9"].value and "FACTS.md" in by["C9"].source
     assert "proposed" in by["C10"].source and by["C10"].threshold.startswith("NVLink")
     assert "sequences fit (modelled)" in by["KV"].value
@@ -84,7 +85,8 @@ def test_check_cli_exit_code_and_files(cli_inproc, tmp_path):
     res = cli_inproc("check", d)
     assert res.returncode == EXIT_CHECK_FAILED, res.stderr
     data = json.load(open(os.path.join(d, "check.json")))
-    assert data["verdict"] == "FAIL" and data["thresholds_version"] == 1
+    assert data["verdict"] == "FAIL" and data["thresholds_version"] == 2
+    assert data["interconnect"]["cls"] == "pcie-no-p2p" and data["interconnect"]["evidence"].startswith("topo.json")
     assert "FAIL" in open(os.path.join(d, "check.md")).read()
     ok = box(tmp_path, H100, 12.0, 380.0, 10.0, name="ok")
     assert cli_inproc("check", ok).returncode == 0

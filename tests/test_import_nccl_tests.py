@@ -35,15 +35,19 @@ def test_all_reduce_8_gpus_text(tmp_path):
     r = df.set_index("size_bytes")
     assert r.loc[2048, "busbw_gbps"] == 0.06 and r.loc[4194304, "busbw_gbps"] == 60.98
     assert r.loc[4194304, "algbw_gbps"] == 34.85 and r.loc[1048576, "latency_us_p50"] == 69.33
-    for c in ("latency_us_p95", "latency_us_p99", "latency_us_mean", "latency_us_rankavg_mean"):
-        assert r.loc[1048576, c] == 69.33          # one reported average fills every statistic
+    for c in ("latency_us_mean", "latency_us_rankavg_mean"):
+        assert r.loc[1048576, c] == 69.33          # the reported average
+    for c in ("latency_us_p95", "latency_us_p99", "latency_us_min", "latency_us_max"):
+        assert r[c].isna().all()                   # not reported: empty, never a fake percentile band
+    assert set(df["latency_stat"]) == {"avg (nccl-tests)"} and meta["latency_stat"] == "avg (nccl-tests)"
     assert set(df["site"]) == {"out-of-place"} and (df["wrong"] == 0).all() and set(df["status"]) == {"ok"}
+    assert set(df["wrong_out_of_place"]) == {"0"} and set(df["wrong_in_place"]) == {"0"} and meta["wrong_rows"] == []
     assert set(df["backend"]) == {"nccl"} and set(df["clock"]) == {"nccl-tests"} and set(df["dtype"]) == {"fp32"}
     assert set(df["hosts"]) == {"modal"} and set(df["iters"]) == {20} and set(df["warmup"]) == {1}
     assert meta["kind"] == "imported" and meta["backend"] == "nccl" and meta["hosts"] == ["modal"]
     assert meta["gpus"] == ["NVIDIA A100-SXM4-40GB"]
     assert meta["nccl_tests_version"] == "2.17.9" and meta["nccl_version"] == "2.29.3"
-    assert "not percentiles" in meta["columns"]["latency_us_*"] and meta["start_time"] and meta["command"]
+    assert "not a percentile" in meta["columns"]["latency_us_*"] and meta["start_time"] and meta["command"]
     src, = meta["source_files"]
     with open(AR8, "rb") as f:
         assert src == {"path": os.path.abspath(AR8), "sha256": hashlib.sha256(f.read()).hexdigest(),
@@ -82,6 +86,7 @@ def test_json_output(tmp_path):
     # -I per-iteration statistics where the file has them, the reported average elsewhere
     assert oop.loc[2048, "latency_us_p50"] == 55.2 and oop.loc[2048, "latency_us_p95"] == 58.9
     assert oop.loc[2048, "latency_us_p99"] == 61.3 and oop.loc[2048, "latency_us_rankavg_mean"] == 55.42
+    assert oop.loc[2048, "latency_stat"] == "p50 (nccl-tests -I)"
     assert oop.loc[8192, "latency_us_p50"] == 57.13 and oop.loc[16384, "busbw_gbps"] == 0.5
     assert len(df[df["mode"] == "eager-in-place"]) == 4
     assert CommTable(out).latency_us("all_reduce", 8, "eager", 4096) == pytest.approx(56.11)
@@ -158,7 +163,9 @@ def test_old_layout_without_root_and_error_column(tmp_path):
 """
     _, df, meta = _one(tmp_path, text, name="all_reduce_v100.txt")
     assert list(df["size_bytes"]) == [4096, 65536] and set(df["tp"]) == {2} and set(df["op"]) == {"all_reduce"}
+    # an old 'error' column is a deviation, not a count: without the footer the rows stay unchecked
     assert (df["wrong"] == 0).all() and "a deviation, not a count" in df["site"].iloc[1]
+    assert set(df["status"]) == {"unchecked"} and set(df["wrong_out_of_place"]) == {""}
     assert meta["gpus"] == ["Tesla V100-SXM2-16GB"]
 
 
@@ -186,7 +193,9 @@ boxA:2001:2001 [0] NCCL INFO NCCL version 2.27.5+cuda12.9
     a2a = df[df["op"] == "all_to_all"]
     assert set(a2a["mode"]) == {"eager", "eager-in-place"} and set(a2a["tp"]) == {2}
     ip = a2a[a2a["mode"] == "eager-in-place"].iloc[0]
-    assert ip["wrong"] == 0 and "N/A" in ip["site"]
+    assert ip["wrong"] == 0 and "N/A" in ip["site"] and ip["status"] == "unchecked" and ip["wrong_in_place"] == ""
+    oop = a2a[a2a["mode"] == "eager"].iloc[0]
+    assert oop["status"] == "ok" and oop["wrong_out_of_place"] == "0" and oop["wrong_in_place"] == ""
     assert [r["nccl_tests_binary"] for r in meta["runs"]] == ["all_reduce_perf", "alltoall_perf"]
     assert meta["runs"][0]["graph_launches"] == 10 and meta["nccl_version"] == "2.27.5"
 

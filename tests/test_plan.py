@@ -308,7 +308,11 @@ def test_config_json_sliding_moe_mla_fields(tmp_path):
 
     assert load(sliding_window=512, sliding_window_pattern=2).global_layers == (1, 3)
     assert load(sliding_window=4096).global_layers == ()                   # every layer slides
-    assert load(sliding_window=4096).tie_word_embeddings is True           # absent key = transformers default
+    assert load(sliding_window=4096).tie_word_embeddings is True           # absent key, no model_type: True
+    assert load(model_type="llama").tie_word_embeddings is False           # LlamaConfig's own default
+    assert load(model_type="qwen2").tie_word_embeddings is False
+    assert load(model_type="gemma2").tie_word_embeddings is True
+    assert load(model_type="llama", tie_word_embeddings=True).tie_word_embeddings is True   # the key wins
     qwen2 = load(sliding_window=131072, use_sliding_window=False, max_window_layers=4)
     assert qwen2.sliding_window == 0 and not is_sliding(qwen2, 0)
 
@@ -343,3 +347,27 @@ def test_gemma3_multimodal_config_with_pattern(tmp_path):
     b = get_model("Gemma-3-27B")
     assert (m.sliding_window, m.global_layers, m.tie_word_embeddings) == (b.sliding_window, b.global_layers, True)
     assert len(decode_collectives(m, 8, 1)) == 126
+
+
+def test_llama_405b_config_counts_its_lm_head_and_is_named_from_the_config(tmp_path):
+    """Llama's config.json leaves tie_word_embeddings out (LlamaConfig's default is False): its
+    lm_head counts (0.5 GB per rank at TP=8 in bf16 is what was lost); the label comes from the
+    config, not from the folder it sits in."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 16384,
+           "intermediate_size": 53248, "num_attention_heads": 128, "num_hidden_layers": 126,
+           "num_key_value_heads": 8, "vocab_size": 128256}     # Llama-3.1-405B's published shapes
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    p = folder / "llama-405b.json"
+    p.write_text(json.dumps(cfg))
+    m = get_model(str(p))
+    assert m.tie_word_embeddings is False and m.name == "llama (llama-405b.json)"
+    assert "model_type 'llama'" in m.extra["tie_word_embeddings_source"]
+    plan = build_plan(m, 8, 1, 4096)
+    lm_head = plan.weights["lm_head"]
+    assert lm_head == 128256 // 8 * 16384 * 2 and lm_head > 0.5e9
+    assert any("lm_head has its own weights" in a and "model_type 'llama'" in a for a in plan.assumptions)
+    p.write_text(json.dumps({**cfg, "_name_or_path": "meta-llama/Llama-3.1-405B"}))
+    assert get_model(str(p)).name == "meta-llama/Llama-3.1-405B"
+    p.write_text(json.dumps({k: v for k, v in cfg.items() if k != "model_type"}))
+    assert get_model(str(p)).name == "llama-405b.json"

@@ -48,9 +48,9 @@ def test_report_files(sweep_trace_report, gloo_sweep):
     md = (sweep_trace_report / "report.md").read_text()
     host = _host(gloo_sweep)
     assert f"<title>commprof report: {host}</title>" in html
-    assert html.count("data:image/png;base64,") == 5          # 2 sweep + 3 trace charts, embedded
+    assert html.count("data:image/png;base64,") == 6          # 2 sweep + 3 trace charts + the gap chart, embedded
     assert "src=\"http" not in html and "src='http" not in html  # self-contained
-    for text in ("## Checklist", "## Collective latency (sweep)", "## Per-token breakdown (trace)"):
+    for text in ("## Checklist", "## Collective latency (sweep)", "## Per-token breakdown (trace)", "## Gap vs nvlink4"):
         assert text in md
     assert f"measured on {host}" in md and "scaled" in md
 
@@ -59,7 +59,7 @@ def test_report_files(sweep_trace_report, gloo_sweep):
 def test_report_in_headless_chromium(sweep_trace_report, gloo_sweep):
     dom = dump_dom(str(sweep_trace_report / "report.html"))
     assert f"<title>commprof report: {_host(gloo_sweep)}</title>" in dom
-    assert 'data-charts-loaded="5/5"' in dom                  # every chart decoded
+    assert 'data-charts-loaded="6/6"' in dom                  # every chart decoded
     for verdict in ("SKIP",):
         assert f'class="{verdict}"' in dom
     assert "Checklist:" in dom and "C10" in dom and "all-reduce latency at decode sizes" in dom
@@ -75,4 +75,4 @@ def test_report_has_a_moe_section(cli_inproc, gloo_sweep, tmp_path):
     html = (tmp_path / "rep" / "report.html").read_text()
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "MoE: expert-parallel all-to-all under skewed routing" in html and "ep 2 tokens 8 hot:2" in md
-    assert html.count("data:image/png;base64,") == 4          # 2 sweep charts + 2 MoE charts
+    assert html.count("data:image/png;base64,") == 5          # 2 sweep charts + the gap chart + 2 MoE charts

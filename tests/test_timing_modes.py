@@ -17,7 +17,7 @@ def test_back_to_back_rows_are_marked_and_resume_keeps_the_method(cli_inproc, tm
     before = open(f"{out}/sweep.csv").read()
     res = cli_inproc("sweep", "--tp", "2", "--ops", "all_reduce", "--sizes", "4K,64K,1M", "--iters", "3",
                      "--out", out, "--resume", "--no-charts")
-    assert res.returncode != 0 and "timing=back-to-back" in res.stderr, res.stderr
+    assert res.returncode == 2 and "timing=back-to-back" in res.stderr, res.stderr
     assert open(f"{out}/sweep.csv").read() == before
 
 
@@ -44,3 +44,40 @@ def test_flags_that_do_not_hold_together(cli_inproc, tmp_path):
         errors = [l for l in res.stderr.splitlines() if l.startswith("commprof: error:")]
         assert len(errors) == 1, res.stderr
         assert needle in errors[0] or res.returncode == 3, errors
+
+
+def test_check_gap_and_fits_judge_one_method(tmp_path):
+    """A dir holding both methods is judged on its per-call rows, and says so; a dir holding only
+    back-to-back averages (e.g. imported nccl-tests logs) is judged on them, labelled as such."""
+    import csv
+    import json
+
+    from commprof.check import gather
+    from commprof.costmodel import fit_sweep
+    from commprof.items import latency_stat
+    from commprof.results import COLUMNS
+
+    def sweep_dir(name, timings):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "meta.json").write_text(json.dumps({"kind": "measured", "backend": "nccl", "hosts": ["box"],
+                                                 "gpus": ["g"], "command": ["synthetic test data"]}))
+        with open(d / "sweep.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            for timing, p50 in timings:
+                for size in (4096, 65536):
+                    w.writerow({"op": "all_reduce", "tp": 8, "group": 0, "mode": "eager", "size_bytes": size,
+                                "count": 1, "iters": 1, "warmup": 0, "concurrent": 0, "timing": timing,
+                                "loop": 20 if timing == "back-to-back" else 1, "latency_us_p50": p50 + size / 1e4,
+                                "latency_us_p99": p50 * 2, "busbw_gbps": 1.0, "wrong": 0, "status": "ok"})
+        return str(d)
+
+    both = gather([sweep_dir("both", [("per-call", 30.0), ("back-to-back", 9.0)])])
+    assert set(both.sweep["timing"]) == {"per-call"} and both.sweep_timing == "per-call"
+    assert any("only the per-call rows are judged" in n for n in both.notes)
+    assert latency_stat(both.sweep) == "p50"
+    assert all(f.alpha_us > 20 for f in fit_sweep(both.loaded[0]["sweep"]))    # fitted on per-call rows only
+    only = gather([sweep_dir("b2b", [("back-to-back", 9.0)])])
+    assert only.sweep_timing == "back-to-back" and not only.notes
+    assert latency_stat(only.sweep) == "p50 of back-to-back loop averages"

@@ -19,13 +19,15 @@ TABLES = {
     "moe_ranks.csv": ("moe_ranks", ("ep", "tokens", "skew", "rank")),
     "p2p.csv": ("p2p", ("src_device", "dst_device", "probe", "gbps", "oneway_us")),
     "plan.csv": ("plan", ()),
+    "gap.csv": ("gap", ()),
+    "gap_boxes.csv": ("gap_boxes", ()),
 }
 #: JSON documents a dir can hold beside its tables: file name -> key in Results.docs.
 DOCS = {"topo.json": "topo", "hostbw.json": "hostbw", "plan.json": "plan", "check.json": "check"}
 
 #: The verb of a dir written before ``meta.json`` named it, from the files it holds (first match).
 _VERB_BY_FILE = (("sweep.csv", None), ("trace_summary.csv", "trace"), ("moe_steps.csv", "moe"),
-                 ("p2p.csv", "p2p"), ("plan.json", "plan"), ("check.json", "check"),
+                 ("p2p.csv", "p2p"), ("gap.csv", "gap"), ("plan.json", "plan"), ("check.json", "check"),
                  ("report.html", "report"), ("topo.json", "topo"))
 _TEXT_COLUMNS = {"op", "mode", "clock", "backend", "impl", "dtype", "ranks", "site", "status", "hosts",
                  "fallback", "comm", "kind", "skew", "placement", "probe", "p2p", "hot_ranks", "hot_experts",

@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import sys
+import tempfile
 from datetime import datetime
 
 from ..errors import UsageError
@@ -24,7 +25,7 @@ META_JSON = "meta.json"
 SCHEMA_VERSION = 2
 
 #: The verbs that write results dirs, and the kinds of figures a dir can hold.
-VERBS = ("sweep", "trace", "moe", "p2p", "topo", "plan", "import", "reference", "check", "report")
+VERBS = ("sweep", "trace", "moe", "p2p", "topo", "plan", "import", "reference", "check", "report", "gap")
 KINDS = ("measured", "imported", "modelled", "predicted", "checklist")
 
 BASE_KEYS = ("schema_version", "verb", "kind", "what", "status", "start_time", "end_time", "command",
@@ -66,16 +67,58 @@ def default_out_dir(root: str = "results", suffix: str = "") -> str:
     return os.path.join(root, f"{stamp}-{socket.gethostname()}{suffix}")
 
 
+def check_writable(path: str) -> None:
+    """Refuse an output dir that cannot be written: a file in its place or on its path, a
+    read-only file system, no permission. Found by writing (as root, permission bits say
+    nothing): the missing dirs are made and a probe file written, then all removed again, so a
+    refusal, or a check that passes, leaves nothing behind."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"output dir '{path}' is a file, not a directory")
+    missing, p = [], os.path.abspath(path)
+    while not os.path.lexists(p):
+        missing.append(p)
+        if os.path.dirname(p) == p:
+            break
+        p = os.path.dirname(p)
+    if os.path.lexists(p) and not os.path.isdir(p):
+        raise UsageError(f"output dir '{path}': '{p}' on its path is a file, not a directory")
+    made = []
+    try:
+        for d in reversed(missing):
+            os.mkdir(d)
+            made.append(d)
+        fd, probe = tempfile.mkstemp(prefix=".commprof-write-test-", dir=path)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        made_dir = e.filename and os.path.abspath(e.filename) in missing[1:]     # an ancestor of path
+        where = f" (making '{e.filename}')" if made_dir else ""
+        raise UsageError(f"output dir '{path}': cannot write there{where}: {e.strerror or e}; "
+                         "choose another --out") from None
+    finally:
+        for d in reversed(made):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+
+
 def check_out_dir(path: str, resume: bool) -> None:
-    """Refuse a directory that holds other content unless resuming a commprof results dir."""
+    """Refuse a directory that cannot be written, or that holds other content unless resuming a
+    commprof results dir (and an empty or missing one when resuming: nothing to continue)."""
     if not os.path.exists(path):
         if resume:
             raise UsageError(f"--resume: output dir '{path}' does not exist")
+        check_writable(path)
         return
     if not os.path.isdir(path):
         raise UsageError(f"output dir '{path}' is a file, not a directory")
+    check_writable(path)
     entries = sorted(os.listdir(path))
     if not entries:
+        if resume:
+            raise UsageError(f"--resume: output dir '{path}' is empty, there is nothing to resume; "
+                             "drop --resume to start a sweep there")
         return
     if not resume:
         shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
@@ -93,16 +136,43 @@ def read_meta(path: str) -> dict:
 
 
 def write_meta(path: str, meta: dict) -> None:
-    """Atomic: a temporary file renamed into place, so a reader never sees half a file."""
-    tmp = os.path.join(path, META_JSON + ".tmp")
+    """Atomic: a temporary file renamed into place, so a reader never sees half a file. A write
+    that fails (a full disk, a read-only dir) is one UsageError naming the file; the old
+    ``meta.json`` stays as it was and no temporary file is left."""
+    final = os.path.join(path, META_JSON)
+    tmp = final + TMP_SUFFIX
+    text = json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(meta, f, indent=2, sort_keys=False, default=str)
-            f.write("\n")
-        os.replace(tmp, os.path.join(path, META_JSON))
+            f.write(text)
+        os.replace(tmp, final)
+    except OSError as e:
+        raise UsageError(f"'{final}': cannot write ({e.strerror or e})") from None
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        remove_quietly(tmp)
+
+
+TMP_SUFFIX = ".tmp"
+
+
+def remove_quietly(path: str) -> None:
+    """Remove a temporary file if it is there; a failure to remove it must not hide the cause."""
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def remove_temp_files(path: str) -> None:
+    """Remove the temporary files a writer killed mid-write can leave in a results dir
+    (``meta.json.tmp``, ``<table>.csv.tmp``); nothing else is touched."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return
+    for name in names:
+        if name == META_JSON + TMP_SUFFIX or (name.endswith(".csv" + TMP_SUFFIX)):
+            remove_quietly(os.path.join(path, name))
 
 
 def start(path: str, meta: dict) -> dict:
@@ -123,7 +193,8 @@ def stamp(path: str, meta: dict) -> bool:
 
 
 def finish_meta(path: str, status: str, error: str | None = None):
-    """Mark the latest run in ``meta.json`` as complete or failed (keeps every row)."""
+    """Mark the latest run in ``meta.json`` as complete or failed (keeps every row). Raises
+    UsageError when ``meta.json`` cannot be written (a full disk)."""
     try:
         meta = read_meta(path)
     except UsageError:

@@ -6,13 +6,12 @@ finished row; ``--resume`` skips the cells already there.
 """
 from __future__ import annotations
 
-import csv
 import os
 
 from ..errors import UsageError
 from ..sweepconfig import CUSTOM, SweepConfig, row_key
 from ..runinfo import machine, nccl_env, now_iso, versions
-from .meta import check_out_dir, finish_meta, provenance, rank_fields, read_meta, write_meta
+from .meta import META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, write_meta
 from .table import TableAppender, read_table_rows
 
 SWEEP_CSV = "sweep.csv"
@@ -151,35 +150,61 @@ class SweepWriter:
         finish_meta(self.path, status, error)
 
 
+def resume_state(path: str, backend: str, dtype: str, impls=(), timing: str = "per-call") -> tuple[dict, set]:
+    """What ``--resume`` continues in ``path``: its ``meta.json`` and the keys of the cells already
+    measured. Every reason to refuse (no or a corrupt ``meta.json``, another verb's dir, another
+    backend or dtype, a ``sweep.csv`` that is binary, malformed, lacks a column or holds a
+    non-number where a key needs a number) is one UsageError; nothing is written, so a refusal
+    leaves the dir exactly as it was. ``sweep`` calls it before any rank starts, rank 0 again
+    when it opens the dir."""
+    meta = read_meta(path)
+    verb = meta.get("verb")
+    if verb not in (None, "sweep"):
+        raise UsageError(f"--resume: '{path}' holds a commprof {verb} run, not a sweep; use a new --out")
+    old = meta.get("config", {})
+    for field, kind in (("config", dict), ("runs", list)):
+        if not isinstance(meta.get(field, kind()), kind):
+            raise UsageError(f"--resume: '{os.path.join(path, META_JSON)}': field {field} is not "
+                             f"{'an object' if kind is dict else 'a list'}; not a sweep's meta.json")
+    for k, want in (("backend", backend), ("dtype", dtype), ("timing", timing)):
+        # a table never mixes two timing methods; dirs from before --timing were per-call
+        if old.get(k, "per-call" if k == "timing" else None) != want:
+            raise UsageError(f"--resume: '{path}' was measured with {k}={old.get(k)}, this run asks "
+                             f"{k}={want}; use a new --out")
+    cp = os.path.join(path, SWEEP_CSV)
+    if not os.path.exists(cp) or os.path.getsize(cp) == 0:
+        return meta, set()          # killed before its first row: nothing done yet
+    header, rows = read_table_rows(cp, required=("op", "tp", "size_bytes", "mode", "latency_us_p50"))
+    if CUSTOM in impls and "impl" not in header:
+        raise UsageError(f"--resume: '{cp}' predates the impl column, so custom rows "
+                         "could not be told apart; use a new --out for --impl custom")
+    done = set()
+    for lineno, r in enumerate(rows, start=2):
+        for col in ("tp", "size_bytes"):
+            v = r.get(col, "")
+            if not (v.isascii() and v.strip().isdigit()):
+                raise UsageError(f"--resume: '{cp}' line {lineno}: column {col} holds {v[:40]!r}, "
+                                 "not a whole number; the table is corrupt, use a new --out")
+        if str(r.get("group", "0")) == "0":
+            done.add(row_key(r))
+    return meta, done
+
+
 def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
     """Create or resume the results dir; write ``meta.json`` with the run's provenance."""
     path = cfg.out_dir
     check_out_dir(path, cfg.resume)
-    os.makedirs(path, exist_ok=True)
     run = {"start_time": now_iso(), "command": cfg.argv, "status": "running"}
     done = set()
     if cfg.resume:
-        meta = read_meta(path)
-        old = meta.get("config", {})
-        for k in ("backend", "dtype", "timing"):
-            if old.get(k, "per-call" if k == "timing" else None) != getattr(cfg, k):
-                raise UsageError(f"--resume: '{path}' was measured with {k}={old.get(k)}, this run asks "
-                                 f"{k}={getattr(cfg, k)}; use a new --out")
-        if CUSTOM in cfg.impls and os.path.exists(os.path.join(path, SWEEP_CSV)):
-            with open(os.path.join(path, SWEEP_CSV), encoding="utf-8", newline="") as f:
-                header = next(csv.reader([f.readline()]), [])
-            if header and "impl" not in header:
-                raise UsageError(f"--resume: '{path}/{SWEEP_CSV}' predates the impl column, so custom rows "
-                                 "could not be told apart; use a new --out for --impl custom")
-        for r in read_rows(path):
-            if str(r.get("group", "0")) == "0":
-                done.add(row_key(r))
+        meta, done = resume_state(path, cfg.backend, cfg.dtype, cfg.impls, cfg.timing)
         meta.setdefault("runs", []).append(run)
         meta["status"] = "running"
     else:
         meta = provenance("sweep", "measured", "collective latency sweep (commprof sweep)", command=cfg.argv,
                           runs=[run])
         meta["start_time"] = run["start_time"]
+    os.makedirs(path, exist_ok=True)
     meta.setdefault("schema_version", 1)
     meta.setdefault("verb", "sweep")
     meta.update(rank_fields(rank_infos))

@@ -36,9 +36,12 @@ class TableAppender:
         self.path = path
         self.columns = list(columns)
         header = None
-        if os.path.exists(path) and os.path.getsize(path) > 0:
-            header = _repair_tail(path)
-        self._f = open(path, "a", encoding="utf-8", newline="")
+        try:
+            if os.path.exists(path) and os.path.getsize(path) > 0:
+                header = _repair_tail(path)
+            self._f = open(path, "a", encoding="utf-8", newline="")
+        except OSError as e:
+            raise UsageError(f"'{path}': cannot write ({e.strerror or e})") from None
         if header:
             self.columns = header
         else:
@@ -47,11 +50,19 @@ class TableAppender:
             self._write(",".join(self.columns) + "\n")
 
     def _write(self, text: str) -> None:
+        if self._f.closed:
+            raise UsageError(f"'{self.path}': cannot write (closed after an earlier write failed)")
         try:
             self._f.write(text)
             self._f.flush()
             os.fsync(self._f.fileno())
         except OSError as e:
+            # A full disk: drop what Python still buffers (closing would retry the write) and say
+            # which file; the rows already fsynced stay, and a resume cuts any fragment.
+            try:
+                self._f.close()
+            except OSError:
+                pass
             raise UsageError(f"'{self.path}': cannot write ({e.strerror or e})") from None
 
     def write(self, rows: list[dict]) -> None:
@@ -76,20 +87,27 @@ def write_table(path: str, columns: list[str], rows: list[dict]) -> None:
         t.write(rows)
         t.close()
         os.replace(tmp, path)
+    except OSError as e:
+        raise UsageError(f"'{path}': cannot write ({e.strerror or e})") from None
     finally:
-        if os.path.exists(tmp):
+        try:
             os.remove(tmp)
+        except OSError:
+            pass
 
 
 def read_table_rows(path: str, required=()) -> tuple[list[str], list[dict]]:
     """(header, rows as dicts of strings) of a table. A truncated last line (a killed writer) is
-    dropped; any other malformed line, undecodable bytes or a missing required column is an error
-    naming the file (and line)."""
+    dropped; an empty file (no header line), any other malformed line, undecodable bytes, a field
+    over the csv module's limit or a missing required column is an error naming the file (and
+    line)."""
     try:
         with open(path, encoding="utf-8", newline="") as f:
             text = f.read()
     except UnicodeDecodeError as e:
         raise UsageError(f"'{path}': not UTF-8 text (byte {e.start}); not a commprof table") from None
+    except OSError as e:
+        raise UsageError(f"'{path}': cannot read ({e.strerror or e})") from None
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines = lines[:-1]
@@ -97,7 +115,9 @@ def read_table_rows(path: str, required=()) -> tuple[list[str], list[dict]]:
     try:
         header = next(reader)
     except StopIteration:
-        return [], []
+        what = "empty (0 bytes)" if not text else "without a complete header line"
+        raise UsageError(f"'{path}': {what}; not a commprof table (a run killed before its first row "
+                         "leaves one: run it again, or with --resume for a sweep)") from None
     except csv.Error as e:
         raise UsageError(f"'{path}': not a CSV table ({e})") from None
     missing = [c for c in required if c not in header]

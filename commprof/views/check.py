@@ -1,4 +1,5 @@
-"""The checklist (``commprof check``) as a terminal table and as Markdown."""
+"""The checklist (``commprof check``) as a terminal table and as Markdown: one table per box, each
+headed by the interconnect it was judged by and the evidence that decided it."""
 from __future__ import annotations
 
 from ..items import Item, verdict
@@ -9,25 +10,66 @@ def counts(items: list[Item]) -> str:
     return ", ".join(f"{k} {sum(i.status == k for i in items)}" for k in ("PASS", "WARN", "FAIL", "SKIP"))
 
 
+def _by_box(items: list[Item]) -> list[tuple[str, list[Item]]]:
+    out: dict = {}
+    for i in items:
+        out.setdefault(i.box, []).append(i)
+    return list(out.items())
+
+
+def interconnect_line(ic: dict | None) -> str:
+    """'judged as nvswitch (nvlink3), decided by GPU names in the nccl-tests header (...)'."""
+    if not ic:
+        return ""
+    if ic.get("family") == "cpu":
+        return "interconnect: none judged (CPU ranks, gloo)"
+    if ic.get("family") not in ("nvlink", "pcie", "mixed"):
+        return f"interconnect: unknown ({ic.get('detail') or 'no evidence'}); link items SKIP"
+    link = f" ({ic['link']})" if ic.get("link") else ""
+    nodes = f"; TP groups span {ic['nodes']} hosts" if ic.get("nodes", 1) > 1 else ""
+    return f"interconnect: {ic['cls']}{link}, decided by {ic.get('evidence') or '?'}{nodes}"
+
+
 def markdown(items: list[Item], data: dict) -> str:
     lines = [f"# commprof check: {data['verdict']} ({counts(items)})", "",
              f"Thresholds version {data['thresholds_version']}; evidence: {', '.join(data['evidence_dirs'])}; "
-             f"{data['created']}.", "",
-             "| # | item | status | value | threshold | source | hint |", "|---|---|---|---|---|---|---|"]
-    for i in items:
-        cells = [i.id, i.item, i.status, i.value, i.threshold, i.source, i.hint]
-        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-    return "\n".join(lines) + "\n"
+             f"{data['created']}.", ""]
+    boxes = data.get("boxes") or [{"box": "", "items": [i.to_dict() for i in items], "verdict": data["verdict"]}]
+    for b in boxes:
+        mine = [i for i in items if i.box == b["box"]] if len(boxes) > 1 else items
+        if len(boxes) > 1:
+            lines += [f"## {b['box']}: {b['verdict']} ({counts(mine)})", ""]
+        ic = interconnect_line(b.get("interconnect"))
+        if ic:
+            lines += [ic[0].upper() + ic[1:] + ".", ""]
+        lines += ["| # | item | status | value | threshold | source | hint |", "|---|---|---|---|---|---|---|"]
+        for i in mine:
+            cells = [i.id, i.item, i.status, i.value, i.threshold, i.source, i.hint]
+            lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
-def render(items: list[Item], console=None) -> None:
+def render(items: list[Item], console=None, boxes=None) -> None:
+    """One table per box; ``boxes``: (label, Interconnect) pairs in order."""
     from rich.table import Table
 
     console = console or stdout_console(200)
     colors = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
-    t = Table(title=f"commprof check: {verdict(items)} ({counts(items)})", title_justify="left", show_lines=False)
-    for col in ("#", "item", "status", "value", "threshold", "source", "hint"):
-        t.add_column(col, overflow="fold")
-    for i in items:
-        t.add_row(i.id, i.item, f"[{colors[i.status]}]{i.status}[/]", i.value, i.threshold, i.source, i.hint)
-    console.print(t)
+    ics = {label: ic for label, ic in (boxes or [])}
+    groups = _by_box(items)
+    for box, mine in groups:
+        head = f"commprof check: {verdict(mine)} ({counts(mine)})"
+        if box:
+            head = f"commprof check, box '{box}': {verdict(mine)} ({counts(mine)})"
+        t = Table(title=head, title_justify="left", show_lines=False)
+        for col in ("#", "item", "status", "value", "threshold", "source", "hint"):
+            t.add_column(col, overflow="fold")
+        for i in mine:
+            t.add_row(i.id, i.item, f"[{colors[i.status]}]{i.status}[/]", i.value, i.threshold, i.source, i.hint)
+        console.print(t)
+        ic = ics.get(box) if box else (next(iter(ics.values())) if len(ics) == 1 else None)
+        if ic is not None:
+            console.print(interconnect_line(ic.to_dict()), style="dim")
+    if len(groups) > 1:
+        console.print(f"commprof check over {len(groups)} boxes: {verdict(items)} ({counts(items)})")

@@ -1,16 +1,39 @@
-"""Views of gap's numbers: the comparison table, fit and wire lines, the wire chart."""
+"""Views of gap's numbers: each box against its reference (table, fit, wire lines), the boxes
+against each other, the gap chart (one line per box) and the wire chart. Sizes in binary units;
+latency figures labelled with what they are (p50, or avg (nccl-tests) for imported logs)."""
 from __future__ import annotations
 
-
 from ..units import human_bytes
-from .charts import _save
 from .console import stdout_console
+from .sweep import footer, stat_of
 
 WIRE_PNG = "wire_vs_nccl.png"
+GAP_PNG = "gap.png"
+
+
+def _finish(fig, out_path: str, provenance: str) -> str:
+    import matplotlib.pyplot as plt
+
+    bottom = footer(fig, provenance, fontsize=6)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+    return out_path
+
+
+def _log_axes(ax, ylabel: str, xlabel: str):
+    import matplotlib.ticker
+
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: human_bytes(int(v)) if v >= 1 else ""))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
 
 
 def wire_chart(sweep_df, w: dict | None, out_path: str, provenance: str, custom=None) -> str:
-    """NCCL's all-reduce p50 per TP degree against the wire bound from the p2p probes (dashed) and
+    """NCCL's all-reduce per TP degree against the wire bound from the p2p probes (dashed) and
     commprof's one-shot kernel (dotted, ``sweep --impl custom`` rows), whichever are present."""
     import matplotlib
 
@@ -20,11 +43,12 @@ def wire_chart(sweep_df, w: dict | None, out_path: str, provenance: str, custom=
     from ..costmodel import wire_latency_us
 
     df = sweep_df[(sweep_df["op"] == "all_reduce") & (sweep_df["group"] == 0)]
+    stat = stat_of(df)
     fig, ax = plt.subplots(figsize=(7, 4.6))
     for (tp, mode), g in df.groupby(["tp", "mode"]):
         g = g.sort_values("size_bytes")
         line, = ax.plot(g["size_bytes"], g["latency_us_p50"], marker="o", ms=3,
-                        label=f"{g['backend'].iloc[0] if 'backend' in g else 'NCCL'} TP={tp} {mode} p50")
+                        label=f"{g['backend'].iloc[0] if 'backend' in g else 'NCCL'} TP={tp} {mode} {stat}")
         if w is not None:
             ax.plot(g["size_bytes"], [wire_latency_us(w, int(tp), int(x)) for x in g["size_bytes"]], "--",
                     color=line.get_color(), label=f"wire bound TP={tp}")
@@ -34,37 +58,144 @@ def wire_chart(sweep_df, w: dict | None, out_path: str, provenance: str, custom=
                 c = c.sort_values("size_bytes")
                 ax.plot(c["size_bytes"], c["latency_us_p50"], ":", marker="s", ms=3, color=line.get_color(),
                         label=f"custom one-shot TP={tp} p50")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("all_reduce size per rank (bytes)")
-    ax.set_ylabel("latency (us)")
-    ax.grid(True, which="both", alpha=0.3)
+    _log_axes(ax, "latency (us)", "all_reduce size per rank (binary units)")
     ax.legend(fontsize=7)
     if w is not None:
         ax.set_title(f"all-reduce vs the wire (one hop {w['oneway_us']:.2f} us + reading peers at "
                      f"{w['read_gbps']:.0f} GB/s)", fontsize=9)
     else:
         ax.set_title("all-reduce: the backend's collective vs commprof's one-shot kernel", fontsize=9)
-    return _save(fig, out_path, provenance[:150])
+    return _finish(fig, out_path, provenance)
+
+
+def gap_chart(g, out_path: str, provenance: str) -> str:
+    """all_reduce latency and busbw vs size: one line per box and TP degree (solid), each box's
+    reference (dashed, modelled), its alpha-beta fit (dotted)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..costmodel import model_latency_us
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    k = 0
+    for b in g.boxes:
+        df = b.sweep[(b.sweep["op"] == "all_reduce") & (b.sweep["group"] == 0) & (b.sweep["tp"] > 1)]
+        if df.empty:
+            continue
+        stat = stat_of(df)
+        for (tp, mode), d in df.groupby(["tp", "mode"]):
+            if str(mode).endswith("in-place"):
+                continue
+            d = d.sort_values("size_bytes")
+            color = colors[k % len(colors)]
+            k += 1
+            name = f"{b.label} TP={tp} {mode}" if len(g.boxes) > 1 else f"TP={tp} {mode}"
+            lat = d[d["latency_us_p50"] > 0]
+            axes[0].plot(lat["size_bytes"], lat["latency_us_p50"], "-", marker="o", ms=3, color=color,
+                         label=f"{name} {stat}")
+            bus = d[d["busbw_gbps"] > 0]          # 0.00 as printed at tiny sizes: not a cliff on a log axis
+            axes[1].plot(bus["size_bytes"], bus["busbw_gbps"], "-", marker="o", ms=3, color=color, label=name)
+            sizes = [int(x) for x in d["size_bytes"] if x > 0]
+            c = b.curves
+            if c is not None and len(c):
+                c = c[(c["op"] == "all_reduce") & (c["tp"] == tp) & (c["mode"] == mode)].sort_values("size_bytes")
+            if c is not None and len(c):
+                axes[0].plot(c["size_bytes"], c["reference_us"], "--", color=color, alpha=0.7,
+                             label=f"{b.reference} TP={int(c['reference_tp'].iloc[0])} (modelled)")
+                axes[1].plot(c["size_bytes"], c["reference_busbw_gbps"], "--", color=color, alpha=0.7)
+            fit = next((f for f in b.fits if f.op == "all_reduce" and f.tp == tp and f.mode == mode), None)
+            if fit is not None and sizes:
+                axes[0].plot(sizes, [model_latency_us(fit.alpha_us, fit.beta_gbps, s) for s in sizes], ":",
+                             color=color, alpha=0.9, label=f"fit {fit.alpha_us:.1f} us + bytes / "
+                             f"{'inf' if fit.beta_gbps == float('inf') else f'{fit.beta_gbps:.1f} GB/s'}")
+    _log_axes(axes[0], "latency (us)", "all_reduce size per rank (binary units)")
+    _log_axes(axes[1], "busbw (GB/s, nccl-tests definition)", "all_reduce size per rank (binary units)")
+    axes[0].set_title("latency: boxes (solid), references (dashed, modelled), fits (dotted)", fontsize=9)
+    axes[1].set_title("busbw: boxes (solid), references (dashed, modelled)", fontsize=9)
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    return _finish(fig, out_path, provenance)
 
 
 HEADERS = ("op", "tp", "mode", "size", "metric", "this box", "reference (modelled)", "ratio")
+PAIR_HEADERS = ("op", "TP", "mode", "size", "metric", "A", "B", "B / A", "matched")
 
 
 def provenance_line(g) -> str:
-    line = (f"this box: {g.this_box}; reference: {g.reference} = {g.reference_title} (modelled from published "
-            f"figures, sources in commprof/profiles.py); ratio = this box / reference")
-    if g.box_kind == "cpu":
-        line += "; this box ran on CPU ranks (gloo): the ratios show the pipeline, not a GPU box"
+    """What each figure is, for every box of the gap (or one :class:`BoxGap`)."""
+    boxes = getattr(g, "boxes", None) or [g]
+    parts = []
+    for b in boxes:
+        ic = b.interconnect.describe() if b.interconnect is not None else "interconnect not resolved"
+        who = f"box {b.label}" if len(boxes) > 1 else "this box"
+        parts.append(f"reference: {b.reference} = {b.reference_title} (modelled from published figures, sources in "
+                     f"commprof/profiles.py); {who}: {b.this_box}, latency = {b.stat}, judged as {ic}")
+    line = "; ".join(parts) + "; ratio = this box / reference"
+    if any(b.box_kind == "cpu" for b in boxes):
+        line += "; CPU ranks (gloo): the ratios show the pipeline, not a GPU box"
     return line
 
 
 def table_rows(g) -> list[tuple]:
-    """The gap table as text cells (binary size units, the unit beside each value)."""
-    return [(r.op, r.tp, r.mode, human_bytes(int(r.size_bytes)), r.metric,
-             f"{r.this_box:.1f} {r.unit}", f"{r.reference:.1f} {r.unit}" + (f" ({r.reference_mode})"
-                                                                          if r.metric == "latency" else ""),
-             f"{r.ratio:.2f}x") for r in g.table.itertuples()]
+    """A box's (or the first box's) gap table as text cells (binary size units, the unit and the
+    statistic beside each value)."""
+    rows = []
+    for r in g.table.itertuples():
+        stat = f" {r.stat}" if r.metric == "latency" and getattr(r, "stat", "p50") != "p50" else ""
+        ref_note = []
+        if r.metric == "latency":
+            ref_note.append(r.reference_mode)
+        if int(getattr(r, "reference_tp", r.tp)) != int(r.tp):
+            ref_note.append(f"TP={int(r.reference_tp)}")
+        rows.append((r.op, r.tp, r.mode, human_bytes(int(r.size_bytes)), r.metric, f"{r.this_box:.1f} {r.unit}{stat}",
+                     f"{r.reference:.1f} {r.unit}" + (f" ({', '.join(ref_note)})" if ref_note else ""),
+                     f"{r.ratio:.2f}x"))
+    return rows
+
+
+def _stat_cell(v: float, unit: str, metric: str, stat: str) -> str:
+    return f"{v:.1f} {unit}" + (f" {stat}" if metric == "latency" and stat != "p50" else "")
+
+
+def pair_rows(pairs) -> list[tuple]:
+    return [(r.op, r.tp_a if r.tp_a == r.tp_b else f"{r.tp_a} vs {r.tp_b}",
+             r.mode_a if r.mode_a == r.mode_b else f"{r.mode_a} vs {r.mode_b}", human_bytes(int(r.size_bytes)),
+             r.metric, _stat_cell(r.a, r.unit, r.metric, r.stat_a), _stat_cell(r.b, r.unit, r.metric, r.stat_b),
+             f"{r.ratio:.2f}x", r.matched)
+            for r in pairs.itertuples()]
+
+
+def pair_lines(g) -> list[str]:
+    """One line per (box pair, op, TP degree, metric): B against A over the sizes both cover."""
+    out = []
+    for s in getattr(g, "summaries", []):
+        tp = f"TP={s['tp_a']}" if s["tp_a"] == s["tp_b"] else f"TP={s['tp_a']} vs TP={s['tp_b']} (no common TP degree)"
+        mode = s["mode_a"] if s["mode_a"] == s["mode_b"] else f"{s['mode_a']} vs {s['mode_b']}"
+        rng = f"{human_bytes(s['size_min'])}-{human_bytes(s['size_max'])}"
+        interp = f", {s['interpolated']} interpolated" if s["interpolated"] else ""
+        if s["metric"] in ("latency", "latency-mid"):
+            stats = s["stat_a"] if s["stat_a"] == s["stat_b"] else f"{s['stat_a']} vs {s['stat_b']}"
+            band = "decode sizes" if s["metric"] == "latency" else "larger-batch decode sizes"
+            out.append(f"{s['box_b']} vs {s['box_a']}, {s['op']} {tp} {mode}, {band} {rng} ({s['n']} sizes{interp}): "
+                       f"latency ({stats}) {s['median']:.2f}x (median; {s['lo']:.2f}x to {s['hi']:.2f}x)")
+        else:
+            out.append(f"{s['box_b']} vs {s['box_a']}, {s['op']} {tp} {mode}, large sizes {rng} ({s['n']} sizes{interp}): "
+                       f"busbw {s['median']:.2f}x (median; {s['lo']:.2f}x to {s['hi']:.2f}x)")
+    return out
+
+
+def fit_rows(fits) -> list[tuple]:
+    return [(f.op, f.tp, f.mode, f"{f.alpha_us:.1f}",
+             "inf" if f.beta_gbps in (None, float("inf")) else f"{f.beta_gbps:.2f}",
+             f"{f.mean_rel_err_pct:.1f}%", f"{f.max_rel_err_pct:.1f}%",
+             f"{human_bytes(f.size_min_bytes)}-{human_bytes(f.size_max_bytes)}", f.n_sizes) for f in fits]
+
+
+FIT_HEADERS = ("op", "tp", "mode", "alpha us", "beta GB/s", "mean error", "max error", "sizes", "n")
 
 
 def fit_lines(fits) -> list[str]:
@@ -72,7 +203,8 @@ def fit_lines(fits) -> list[str]:
     for f in fits:
         beta = "inf" if f.beta_gbps in (None, float("inf")) else f"{f.beta_gbps:.2f} GB/s"
         out.append(f"fit {f.op} tp={f.tp} {f.mode}: latency = {f.alpha_us:.1f} us + bytes / {beta} "
-                   f"(mean error {f.mean_rel_err_pct:.1f}%, max {f.max_rel_err_pct:.1f}%, {f.n_sizes} sizes)")
+                   f"(mean error {f.mean_rel_err_pct:.1f}%, max {f.max_rel_err_pct:.1f}%, {f.n_sizes} sizes "
+                   f"{human_bytes(f.size_min_bytes)}-{human_bytes(f.size_max_bytes)})")
     return out
 
 
@@ -84,9 +216,10 @@ def custom_lines(g) -> list[str]:
     for tp, t in g.custom.groupby("tp"):
         t = t.sort_values("size_bytes")
         r = t.iloc[0]
-        out.append(f"custom one-shot vs {name} all_reduce TP={tp} (eager, same sweep): at {int(r.size_bytes)} B p50 "
-                   f"{r.custom_us:.1f} us vs {r.base_us:.1f} us ({name}/custom = {r.base_over_custom:.2f}x); median "
-                   f"{np.median(t['base_over_custom']):.2f}x over {len(t)} size(s) up to {int(t['size_bytes'].max())} B")
+        out.append(f"custom one-shot vs {name} all_reduce TP={tp} (eager, same sweep): at {human_bytes(int(r.size_bytes))} "
+                   f"p50 {r.custom_us:.1f} us vs {r.base_us:.1f} us ({name}/custom = {r.base_over_custom:.2f}x); median "
+                   f"{np.median(t['base_over_custom']):.2f}x over {len(t)} size(s) up to "
+                   f"{human_bytes(int(t['size_bytes'].max()))}")
     return out
 
 
@@ -97,11 +230,12 @@ def wire_lines(g) -> list[str]:
     out = [f"wire (measured by commprof p2p over {w['scope']}): one-way latency {w['oneway_us']:.2f} us, "
            f"SM read {w['read_gbps']:.1f} GB/s"]
     for r in g.wire_rows.itertuples():
+        size = human_bytes(int(r.size_bytes))
         if r.impl == "custom":
-            out.append(f"custom one-shot all_reduce TP={r.tp} at {r.size_bytes} B: p50 {r.latency_us_p50:.1f} us = "
+            out.append(f"custom one-shot all_reduce TP={r.tp} at {size}: p50 {r.latency_us_p50:.1f} us = "
                        f"{r.latency_us_p50 / r.bound_us:.1f}x the wire bound {r.bound_us:.1f} us")
         else:
-            out.append(f"NCCL all_reduce TP={r.tp} {r.mode} at {r.size_bytes} B: p50 {r.latency_us_p50:.1f} us = "
+            out.append(f"NCCL all_reduce TP={r.tp} {r.mode} at {size}: {g.stat} {r.latency_us_p50:.1f} us = "
                        f"{r.latency_us_p50 / r.bound_us:.1f}x the wire bound {r.bound_us:.1f} us (one hop + reading "
                        f"{r.tp - 1} peers' buffers)")
     return out
@@ -114,20 +248,68 @@ def per_token_lines(g) -> list[str]:
 
 
 def lines(g) -> list[str]:
-    """Everything gap says beside its table: fits, custom vs backend, the wire, the per-token impact."""
-    return fit_lines(g.fits) + custom_lines(g) + wire_lines(g) + per_token_lines(g)
+    """Everything gap says beside a box's table: notes, fits, custom vs backend, the wire, the
+    per-token impact."""
+    return list(getattr(g, "notes", [])) + fit_lines(g.fits) + custom_lines(g) + wire_lines(g) + per_token_lines(g)
+
+
+def _box_title(b, n: int) -> str:
+    who = f"box '{b.label}'" if n > 1 else "this box"
+    return f"commprof gap: {who} vs {b.reference}"
 
 
 def render_gap(g, console=None) -> None:
     from rich.table import Table
 
     console = console or stdout_console(160)
-    t = Table(title=f"commprof gap vs {g.reference}", title_justify="left")
-    for h in HEADERS:
-        t.add_column(h)
-    for r in table_rows(g):
-        t.add_row(*(str(c) for c in r))
-    console.print(t)
-    console.print(provenance_line(g), style="dim")
-    for line in lines(g):
-        console.print(line)
+    boxes = getattr(g, "boxes", [g])
+    for b in boxes:
+        t = Table(title=_box_title(b, len(boxes)), title_justify="left")
+        for h in HEADERS:
+            t.add_column(h)
+        for r in table_rows(b):
+            t.add_row(*(str(c) for c in r))
+        console.print(t)
+        console.print(provenance_line(b), style="dim")
+        for line in lines(b):
+            console.print(line)
+    pairs = getattr(g, "pairs", None)
+    if pairs is not None and len(pairs):
+        a = boxes[0].label
+        t = Table(title=f"commprof gap: boxes side by side (A = {a}; B = each other box; ratio = B / A)",
+                  title_justify="left")
+        for h in ("B",) + PAIR_HEADERS:
+            t.add_column(h)
+        for box_b, sub in pairs.groupby("box_b", sort=False):
+            for r in pair_rows(sub):
+                t.add_row(box_b, *(str(c) for c in r))
+        console.print(t)
+        for line in pair_lines(g):
+            console.print(line)
+
+
+def _md_table(headers, rows) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(str(c).replace("|", "/") for c in r) + " |" for r in rows]
+    return out
+
+
+def markdown(g, chart: str | None = None) -> str:
+    """gap.md: the boxes side by side first, then each box against its reference and its fit."""
+    boxes = g.boxes
+    lines_ = [f"# commprof gap: {' vs '.join(b.label for b in boxes)}", "", provenance_line(g), ""]
+    if len(g.pairs):
+        lines_ += [f"## Boxes side by side (A = {boxes[0].label}, ratio = B / A)", ""]
+        lines_ += [f"- {x}" for x in pair_lines(g)] + [""]
+        for box_b, sub in g.pairs.groupby("box_b", sort=False):
+            lines_ += [f"B = {box_b}:", ""] + _md_table(PAIR_HEADERS, pair_rows(sub)) + [""]
+    if chart:
+        lines_ += [f"![gap]({chart})", ""]
+    for b in boxes:
+        lines_ += [f"## {b.label} vs {b.reference} (modelled)", "", provenance_line(b), ""]
+        lines_ += [f"- {x}" for x in list(b.notes) + per_token_lines(b) + custom_lines(b) + wire_lines(b)]
+        lines_ += [""] + _md_table(HEADERS, table_rows(b)) + [""]
+        if b.fits:
+            lines_ += ["Alpha-beta fit of this box (latency = alpha + bytes / beta):", ""]
+            lines_ += _md_table(FIT_HEADERS, fit_rows(b.fits)) + [""]
+    return "\n".join(lines_)

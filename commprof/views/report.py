@@ -7,9 +7,11 @@ import base64
 import os
 from dataclasses import dataclass, field
 
+from ..items import verdict as _verdict
 from ..units import human_bytes
 from . import gap as gapviews
-from .check import counts
+from .check import counts, interconnect_line
+from .sweep import BUSBW_PNG, LATENCY_PNG, draw_lines, footer, stat_of
 
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
@@ -28,6 +30,7 @@ class Table:
 @dataclass
 class Section:
     title: str
+    level: int = 2                                  # heading level: 2, or 3 inside a box's section
     prov: str = ""
     verdict: str = ""
     counts: str = ""
@@ -45,19 +48,24 @@ def prov_line(meta: dict | None, what: str) -> str:
             f"command: {' '.join(meta.get('command', [])) or '?'}")
 
 
-def checklist_section(items, verdict: str) -> Section:
+def checklist_section(items, verdict: str, interconnect=None, level: int = 2, prefix: str = "") -> Section:
     rows = [(i.id, i.item, i.status, i.value, i.threshold, i.source, i.hint) for i in items]
-    return Section("Checklist", verdict=verdict, counts=counts(items),
+    paras = []
+    if interconnect is not None:
+        line = interconnect_line(interconnect.to_dict())
+        paras.append(line[0].upper() + line[1:] + ".")
+    return Section(f"{prefix}Checklist", level=level, verdict=verdict, counts=counts(items), paragraphs=paras,
                    tables=[Table(CHECK_HEADERS, rows, status_col=2)])
 
 
-def topology_section(t: dict) -> Section:
+def topology_section(t: dict, level: int = 2, prefix: str = "") -> Section:
     g_rows = [(g.get("index", i), g.get("name", "?"), human_bytes(g["memory_total_bytes"])
                if isinstance(g.get("memory_total_bytes"), int) else "n/a", g.get("pci_bus_id", "n/a"),
                f"Gen{g.get('pcie_link_gen_max', '?')} x{g.get('pcie_link_width_max', '?')}",
                g.get("numa_node", "n/a"), g.get("nvlink_active_links", "n/a"))
               for i, g in enumerate(t.get("gpus", []))]
-    s = Section("Topology", prov=f"{t.get('kind', 'measured')} from {t.get('source', 'NVML')} on {t.get('host', '?')}, "
+    s = Section(f"{prefix}Topology", level=level,
+                prov=f"{t.get('kind', 'measured')} from {t.get('source', 'NVML')} on {t.get('host', '?')}, "
                 f"{t.get('collected_at', '')}; interconnect class: {t.get('interconnect_class', 'n/a')}",
                 tables=[Table(("GPU", "name", "memory", "PCI bus", "PCIe max", "NUMA", "NVLinks"), g_rows)])
     mat = t.get("matrix") or []
@@ -67,68 +75,178 @@ def topology_section(t: dict) -> Section:
     return s
 
 
-def sweep_section(sweep, meta: dict, sweep_dir: str, out_dir: str) -> Section:
+def sweep_section(sweep, meta: dict, sweep_dir: str, out_dir: str, level: int = 2, prefix: str = "",
+                  chart_tag: str = "") -> Section:
     from .sweep import charts
 
     df = sweep[sweep["group"] == 0].sort_values(["op", "tp", "mode", "size_bytes"])
-    rows = [(r.op, r.tp, r.mode, human_bytes(int(r.size_bytes)), f"{r.latency_us_p50:.1f}", f"{r.latency_us_p99:.1f}",
-             f"{r.busbw_gbps:.3f}", r.wrong) for r in df.itertuples()]
+    stat = stat_of(df)
+    tails = [c for c in ("latency_us_p99",) if c in df.columns and df[c].notna().any()]
+    rows = []
+    for r in df.itertuples():
+        wrong = int(r.wrong)
+        status = str(getattr(r, "status", ""))
+        rows.append((r.op, r.tp, r.mode, human_bytes(int(r.size_bytes)), f"{r.latency_us_p50:.1f}",
+                     *(f"{getattr(r, c):.1f}" for c in tails), f"{r.busbw_gbps:.3f}",
+                     f"{wrong} WRONG" if wrong else ("n/a (not checked)" if status == "unchecked" else "0")))
+    headers = ("op", "tp", "mode", "size", f"{stat} us", *(f"{c[11:]} us" for c in tails), "busbw GB/s", "wrong")
     charts_dir = sweep_dir
-    if any(not os.path.exists(os.path.join(sweep_dir, c)) for c in SWEEP_CHARTS):
-        charts(sweep, meta or {}, out_dir)           # drawn beside the report: the results dir stays as written
-        charts_dir = out_dir
-    return Section("Collective latency (sweep)", prov=prov_line(meta, "sweep"),
-                   tables=[Table(("op", "tp", "mode", "size", "p50 us", "p99 us", "busbw GB/s", "wrong"), rows)],
+    if chart_tag or any(not os.path.exists(os.path.join(sweep_dir, c)) for c in SWEEP_CHARTS):
+        # drawn beside the report (the results dir stays as written), one folder per box
+        charts_dir = os.path.join(out_dir, chart_tag) if chart_tag else out_dir
+        os.makedirs(charts_dir, exist_ok=True)
+        charts(sweep, meta or {}, charts_dir)
+    paras = []
+    if "nccl-tests" in stat:
+        paras.append(f"{stat}: nccl-tests prints one average time per size (over its timed iterations and, by "
+                     "default, the ranks); no percentile band is drawn.")
+    return Section(f"{prefix}Collective latency (sweep)", level=level, prov=prov_line(meta, "sweep"),
+                   paragraphs=paras, tables=[Table(headers, rows)],
                    images=[p for p in (os.path.join(charts_dir, c) for c in SWEEP_CHARTS) if os.path.exists(p)])
 
 
-def trace_section(res, out_dir: str) -> Section:
+def trace_section(res, out_dir: str, level: int = 2, prefix: str = "") -> Section:
     from .trace import summary_lines, trace_charts
 
-    title = "Per-token breakdown (trace)"
+    title = f"{prefix}Per-token breakdown (trace)"
     summ = res.tables["trace_summary"]
     if summ.empty:
-        return Section(title, paragraphs=["the trace results dir holds no rows: its run ended before a summary "
-                                          "was written (see its meta.json)"])
+        return Section(title, level=level, paragraphs=["the trace results dir holds no rows: its run ended before a "
+                                                       "summary was written (see its meta.json)"])
     charts_dir = res.path
     if any(not os.path.exists(os.path.join(res.path, c)) for c in TRACE_CHARTS):
         trace_charts(res.tables["trace_tokens"], res.tables["trace_layers"], summ, res.meta, out_dir)
         charts_dir = out_dir
-    return Section(title, prov=f"{prov_line(res.meta, 'trace')}; {res.meta.get('scaling', '')}",
+    return Section(title, level=level, prov=f"{prov_line(res.meta, 'trace')}; {res.meta.get('scaling', '')}",
                    bullets=summary_lines(summ),
                    images=[p for p in (os.path.join(charts_dir, c) for c in TRACE_CHARTS) if os.path.exists(p)])
 
 
-def gap_section(g, error: str | None) -> Section:
+class _One:
+    """One box of a gap, shaped like a gap (``boxes``, ``pairs``) for the chart and lines."""
+
+    def __init__(self, b):
+        import pandas as pd
+
+        self.boxes, self.pairs, self.summaries = [b], pd.DataFrame(), []
+
+
+def gap_section(g, error: str | None, out_dir: str | None = None, level: int = 2, prefix: str = "",
+                chart_tag: str = "") -> Section:
+    """A box against its reference: the table (binary size units), the chart and the alpha-beta fit."""
     if g is None:
-        return Section("Gap", paragraphs=[f"not computed: {error}"])
-    return Section("PCIe vs NVLink gap", prov=gapviews.provenance_line(g),
-                   tables=[Table(gapviews.HEADERS, gapviews.table_rows(g))],
-                   paragraphs=gapviews.fit_lines(g.fits) + gapviews.per_token_lines(g))
+        return Section(f"{prefix}Gap", level=level, paragraphs=[f"not computed: {error}" if error else
+                                                                "not computed: no reference covers this box"])
+    title = f"{prefix}Gap vs {g.reference} (" + ("PCIe vs NVLink" if g.box_kind in ("pcie", "nvlink") else "reference") + ")"
+    tables = [Table(gapviews.HEADERS, gapviews.table_rows(g))]
+    if g.fits:
+        tables.append(Table(gapviews.FIT_HEADERS, gapviews.fit_rows(g.fits)))
+    images = []
+    if out_dir is not None:
+        name = f"gap_{chart_tag}.png" if chart_tag else gapviews.GAP_PNG
+        images.append(gapviews.gap_chart(_One(g), os.path.join(out_dir, name), gapviews.provenance_line(g)))
+    return Section(title, level=level, prov=gapviews.provenance_line(g), tables=tables, images=images,
+                   paragraphs=list(g.notes) + ["alpha-beta fit of this box (latency = alpha + bytes / beta), per op, "
+                                               "TP degree and mode: the second table"] + gapviews.per_token_lines(g))
 
 
-def wire_section(g, sweep, custom, out_dir: str) -> Section | None:
+def wire_section(g, sweep, custom, out_dir: str, level: int = 2, prefix: str = "", chart_tag: str = "") -> Section | None:
     """NCCL against the one-shot kernel (sweep --impl custom) and what the wire can do (p2p probes)."""
     if g is None:
         return None
     lines = gapviews.custom_lines(g) + gapviews.wire_lines(g)
     if not lines:
         return None
-    path = gapviews.wire_chart(sweep, g.wire, os.path.join(out_dir, gapviews.WIRE_PNG),
+    name = f"wire_vs_nccl_{chart_tag}.png" if chart_tag else gapviews.WIRE_PNG
+    path = gapviews.wire_chart(sweep, g.wire, os.path.join(out_dir, name),
                                "measured: NCCL and custom from the sweep" + (", wire from commprof p2p" if g.wire else "")
                                + "; see their meta.json", custom=custom)
-    return Section("NCCL vs the wire" if g.wire else "NCCL vs the one-shot kernel", paragraphs=lines, images=[path])
+    return Section(f"{prefix}" + ("NCCL vs the wire" if g.wire else "NCCL vs the one-shot kernel"), level=level,
+                   paragraphs=lines, images=[path])
 
 
-def moe_section(res) -> Section:
-    from .moe import LATENCY_PNG, LOAD_PNG, charts, summary_lines
+def moe_section(res, level: int = 2, prefix: str = "") -> Section:
+    from .moe import LATENCY_PNG as MOE_LATENCY_PNG, LOAD_PNG, charts, summary_lines
 
     steps, ranks = res.tables["moe_steps"], res.tables.get("moe_ranks")
-    if ranks is not None and any(not os.path.exists(os.path.join(res.path, c)) for c in (LOAD_PNG, LATENCY_PNG)):
+    if ranks is not None and any(not os.path.exists(os.path.join(res.path, c)) for c in (LOAD_PNG, MOE_LATENCY_PNG)):
         charts(steps, ranks, res.meta, res.path)
-    return Section("MoE: expert-parallel all-to-all under skewed routing", prov=prov_line(res.meta, "moe"),
-                   bullets=summary_lines(steps),
-                   images=[p for p in (os.path.join(res.path, c) for c in (LOAD_PNG, LATENCY_PNG)) if os.path.exists(p)])
+    return Section(f"{prefix}MoE: expert-parallel all-to-all under skewed routing", level=level,
+                   prov=prov_line(res.meta, "moe"), bullets=summary_lines(steps),
+                   images=[p for p in (os.path.join(res.path, c) for c in (LOAD_PNG, MOE_LATENCY_PNG))
+                           if os.path.exists(p)])
+
+
+def boxes_charts(boxes, out_dir: str) -> list[str]:
+    """Latency and busbw vs size with one line per box (and TP degree, mode): what a buyer lays
+    side by side. Imported averages are labelled so; no zero busbw on the log axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    written = []
+    with_sweep = [b for b in boxes if b.sweep is not None]
+    if not with_sweep:
+        return written
+    ops = sorted({op for b in with_sweep for op in b.sweep["op"]}, key=lambda o: (o != "all_reduce", o))
+    for fname, ycol, ylabel in (("boxes_" + LATENCY_PNG, "latency_us_p50", "latency (us)"),
+                                ("boxes_" + BUSBW_PNG, "busbw_gbps", "busbw (GB/s, nccl-tests definition)")):
+        fig, axes = plt.subplots(1, len(ops), figsize=(6.5 * len(ops), 4.8), squeeze=False)
+        for ax, op in zip(axes[0], ops):
+            for b in with_sweep:
+                d0 = b.sweep[(b.sweep["group"] == 0) & (b.sweep["op"] == op) & (b.sweep["tp"] > 1)]
+                d0 = d0[~d0["mode"].astype(str).str.endswith("in-place")]
+                if len(d0):
+                    draw_lines(ax, d0, ycol, prefix=f"{b.label} ", band=False)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: human_bytes(int(v)) if v >= 1 else ""))
+            ax.set_xlabel(f"{op} size (binary units)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(op)
+            ax.grid(True, which="both", alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+        fig.suptitle(f"boxes side by side: {ylabel.split(' (')[0]} vs message size", fontsize=11)
+        prov = "; ".join(f"{b.label}: {prov_line(b.sweep_meta, 'sweep')}" for b in with_sweep)
+        bottom = footer(fig, prov, fontsize=6)
+        fig.tight_layout(rect=(0, bottom, 1, 0.95))
+        path = os.path.join(out_dir, fname)
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def side_by_side_section(boxes, items, gap, gap_error, out_dir: str) -> Section:
+    """The boxes next to each other: verdicts and interconnects, box-against-box ratios, one line per
+    box in each chart."""
+    rows = []
+    for b in boxes:
+        mine = [i for i in items if i.box == b.label]
+        meta = b.sweep_meta or b.trace_meta or {}
+        ic = b.interconnect
+        rows.append((b.label, ", ".join(meta.get("gpus") or ["?"]), ", ".join(meta.get("hosts") or ["?"]),
+                     meta.get("kind", "?"), f"{ic.cls}{f' ({ic.link})' if ic.link else ''}" if ic else "?",
+                     (ic.evidence or ic.detail or "none") if ic else "?", _verdict(mine), counts(mine)))
+    tables = [Table(("box", "GPUs", "hosts", "kind", "interconnect", "decided by", "verdict", "items"), rows,
+                    status_col=6)]
+    paras = []
+    images = boxes_charts(boxes, out_dir)
+    if gap is not None and len(gap.pairs):
+        paras += gapviews.pair_lines(gap)
+        for box_b, sub in gap.pairs.groupby("box_b", sort=False):
+            tables.append(Table(("B",) + gapviews.PAIR_HEADERS, [(box_b, *r) for r in gapviews.pair_rows(sub)]))
+        images.append(gapviews.gap_chart(gap, os.path.join(out_dir, gapviews.GAP_PNG), gapviews.provenance_line(gap)))
+    elif gap_error:
+        paras.append(f"gap not computed: {gap_error}")
+    else:
+        paras.append("no size and TP degree in common between the boxes' sweeps: nothing to set side by side")
+    return Section(f"Boxes side by side (A = {boxes[0].label}; ratio = B / A)", prov=(gapviews.provenance_line(gap)
+                                                                                      if gap is not None else ""),
+                   verdict=_verdict(items), counts=counts(items), paragraphs=paras, tables=tables, images=images)
 
 
 def _image(path: str, out_dir: str) -> dict:

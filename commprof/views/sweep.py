@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from ..units import human_bytes
-from .charts import _provenance
+from ..items import latency_stat
 from .console import _fmt, stdout_console
 
 
@@ -12,6 +12,24 @@ LATENCY_PNG = "latency_vs_size.png"
 
 
 BUSBW_PNG = "busbw_vs_size.png"
+
+
+def footer(fig, text: str, fontsize: float = 7, width: int | None = None) -> float:
+    """Write ``text`` under the chart, wrapped to the figure's width (never cut); returns the
+    fraction of the figure's height it takes, for ``tight_layout(rect=(0, that, 1, ...))``."""
+    import textwrap
+
+    w_in = fig.get_size_inches()[0]
+    width = width or max(40, int(w_in * 72 / (fontsize * 0.56)))       # characters per line at this size
+    lines = textwrap.wrap(" ".join(str(text).split()), width) or [""]
+    fig.text(0.01, 0.005, "\n".join(lines), fontsize=fontsize, color="0.35", va="bottom", ha="left")
+    h_in = fig.get_size_inches()[1]
+    return min(0.4, (len(lines) * fontsize * 1.35 + 4) / 72 / h_in)
+
+
+def stat_of(df) -> str:
+    """What the latency_us_p50 column holds (:func:`commprof.items.latency_stat`)."""
+    return latency_stat(df)
 
 
 def print_table(df, meta: dict, console=None) -> None:
@@ -24,10 +42,13 @@ def print_table(df, meta: dict, console=None) -> None:
     t = Table(title=title, title_justify="left")
     impls = "impl" in df.columns and (df["impl"].astype(str) == "custom").any()
     fallback = "fallback" in df.columns and (df["fallback"].astype(str) != "").any()
+    stat = stat_of(df)
+    # imported nccl-tests rows hold one average per size: no percentile columns unless reported
+    tails = [c for c in ("latency_us_p95", "latency_us_p99") if c in df.columns and df[c].notna().any()]
     for col, just in (("op", "left"), ("tp", "right"), ("grp", "right"), ("mode", "left"),
                       *((("impl", "left"),) if impls or fallback else ()),
-                      ("size", "right"), ("batch", "right"), ("p50 us", "right"), ("p95 us", "right"),
-                      ("p99 us", "right"), ("busbw GB/s", "right"), ("wrong", "right")):
+                      ("size", "right"), ("batch", "right"), (f"{stat} us", "right"),
+                      *((f"{c[11:]} us", "right") for c in tails), ("busbw GB/s", "right"), ("wrong", "right")):
         t.add_column(col, justify=just)
     has_enq = "enqueue_us_p50" in df.columns and df["enqueue_us_p50"].notna().any()
     has_host = "host_us_p50" in df.columns and df["host_us_p50"].notna().any()
@@ -40,9 +61,11 @@ def print_table(df, meta: dict, console=None) -> None:
         wrong = int(r.wrong)
         impl_cell = ([str(r.impl) + (" (custom refused)" if getattr(r, "fallback", "") else "")]
                      if impls or fallback else [])
+        unchecked = str(getattr(r, "status", "")) == "unchecked"
         cells = [r.op, str(r.tp), str(r.group), r.mode, *impl_cell, human_bytes(int(r.size_bytes)), str(r.batch or ""),
-                 _fmt(r.latency_us_p50), _fmt(r.latency_us_p95), _fmt(r.latency_us_p99),
-                 _fmt(r.busbw_gbps, 3), f"[bold red]{wrong} WRONG[/]" if wrong else "0"]
+                 _fmt(r.latency_us_p50), *(_fmt(getattr(r, c)) for c in tails),
+                 _fmt(r.busbw_gbps, 3),
+                 f"[bold red]{wrong} WRONG[/]" if wrong else ("n/a (not checked)" if unchecked else "0")]
         if has_enq:
             cells.append(_fmt(r.enqueue_us_p50))
         if has_host:
@@ -51,6 +74,9 @@ def print_table(df, meta: dict, console=None) -> None:
     console.print(t)
     if "comm" in df.columns and (df["comm"].astype(str) == "none (1 rank)").any():
         console.print("TP=1 rows: one rank, no communication (a self-test of the path, never judged by check)")
+    if "nccl-tests" in stat:
+        console.print(f"{stat}: nccl-tests prints one average time per size (over its iterations and ranks), "
+                      "not percentiles")
     if "clock" in df.columns and (df["clock"].astype(str) == "cuda_event_spin").any():
         console.print("p50/p95/p99: the op's GPU time (CUDA events, op enqueued behind a spin kernel); "
                       "enqueue: host dispatch; host: one call on an idle GPU, issue to seen complete")
@@ -61,8 +87,32 @@ def print_table(df, meta: dict, console=None) -> None:
                       "over loops, not calls")
 
 
+def draw_lines(ax, d0, ycol: str, prefix: str = "", band: bool = True):
+    """One line per (tp, mode[, impl]) of ``d0`` on ``ax``: latency with its p50-p95 band where the
+    rows have percentiles (never for an imported average), busbw without zero points (a printed
+    0.00 at tiny sizes is a rounding, not a cliff on a log axis)."""
+    stat = stat_of(d0)
+    keys = ["tp", "mode"] + (["impl"] if "impl" in d0.columns else [])
+    for key, g in d0.groupby(keys):
+        tp, mode = key[0], key[1]
+        custom = len(key) > 2 and key[2] == "custom"
+        g = g.sort_values("size_bytes")
+        g = g[g[ycol] > 0]
+        if g.empty:
+            continue
+        style = ":" if custom else ("-" if mode == "eager" else "--")
+        what = f" {stat}" if ycol == "latency_us_p50" else ""
+        line, = ax.plot(g["size_bytes"], g[ycol], style, marker="s" if custom else "o", ms=3,
+                        label=f"{prefix}TP={tp} {mode}" + (" custom one-shot" if custom else "") + what)
+        if band and ycol == "latency_us_p50" and "latency_us_p95" in g.columns and g["latency_us_p95"].notna().any() \
+                and stat == "p50":
+            ax.fill_between(g["size_bytes"], g["latency_us_p50"], g["latency_us_p95"],
+                            color=line.get_color(), alpha=0.2, lw=0)
+
+
 def charts(df, meta: dict, out_dir: str) -> list[str]:
-    """Latency vs size per TP (p50 line, p95 band) and busbw vs size; one panel per op."""
+    """Latency vs size per TP (p50 line and p50-p95 band, or the imported average alone) and busbw
+    vs size; one panel per op; the provenance line under each, wrapped."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,36 +124,37 @@ def charts(df, meta: dict, out_dir: str) -> list[str]:
         return written
     ops = list(dict.fromkeys(df["op"]))
     d0 = df[df["group"] == 0]
-    for fname, ycol, ylabel in ((LATENCY_PNG, "latency_us_p50", "latency (us), p50 line, p50-p95 band"),
+    stat = stat_of(d0)
+    lat_label = ("latency (us), p50 line, p50-p95 band" if stat == "p50" else f"latency (us), {stat}")
+    for fname, ycol, ylabel in ((LATENCY_PNG, "latency_us_p50", lat_label),
                                 (BUSBW_PNG, "busbw_gbps", "busbw (GB/s, nccl-tests definition)")):
         fig, axes = plt.subplots(1, len(ops), figsize=(6 * len(ops), 4.6), squeeze=False)
         for ax, op in zip(axes[0], ops):
             sub = d0[d0["op"] == op]
-            keys = ["tp", "mode"] + (["impl"] if "impl" in sub.columns else [])
-            for key, g in sub.groupby(keys):
-                tp, mode = key[0], key[1]
-                custom = len(key) > 2 and key[2] == "custom"
-                g = g.sort_values("size_bytes")
-                style = ":" if custom else ("-" if mode == "eager" else "--")
-                line, = ax.plot(g["size_bytes"], g[ycol], style, marker="s" if custom else "o", ms=3,
-                                label=f"TP={tp} {mode}" + (" custom one-shot" if custom else ""))
-                if ycol == "latency_us_p50":
-                    ax.fill_between(g["size_bytes"], g["latency_us_p50"], g["latency_us_p95"],
-                                    color=line.get_color(), alpha=0.2, lw=0)
+            draw_lines(ax, sub, ycol)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: human_bytes(int(v)) if v >= 1 else ""))
-            ax.set_xlabel(f"size per op (bytes; {op}: " +
-                          ("gathered output" if op == "all_gather" else "per-rank buffer") + ")")
+            ax.set_xlabel(f"size per op ({op}: " +
+                          ("gathered output" if op == "all_gather" else "per-rank buffer") + ", binary units)")
             ax.set_ylabel(ylabel)
             ax.set_title(op)
             ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
         fig.suptitle(f"commprof sweep: {ylabel.split(' (')[0]} vs message size", fontsize=11)
-        fig.text(0.01, 0.01, _provenance(meta), fontsize=7, color="0.35")
-        fig.tight_layout(rect=(0, 0.04, 1, 0.95))
+        bottom = footer(fig, _provenance_full(meta))
+        fig.tight_layout(rect=(0, bottom, 1, 0.95))
         path = os.path.join(out_dir, fname)
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
     return written
+
+
+def _provenance_full(meta: dict) -> str:
+    """The chart's provenance line, whole (``charts._provenance`` cuts it at 180 characters)."""
+    cmd = " ".join(meta.get("command", [])) or "?"
+    return (f"{meta.get('kind', 'measured')} on {', '.join(meta.get('hosts') or ['?'])}, backend "
+            f"{meta.get('backend', '?')}, GPUs {', '.join(meta.get('gpus') or ['?'])}, {meta.get('start_time', '?')}; "
+            f"command: {cmd}")

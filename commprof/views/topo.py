@@ -12,7 +12,7 @@ TOPO_LEGEND = ("X = self; NV# = a bonded set of # NVLinks; PIX = at most one PCI
 
 
 def _bytes_text(v) -> str:
-    if v is NA:
+    if v == NA:
         return NA
     from ..units import human_bytes
 
@@ -49,7 +49,7 @@ def render_topology(topo: dict, console=None) -> None:
         t.add_row(cell(g["index"]), cell(g["name"]), cell(_bytes_text(g["memory_total_bytes"])), cell(g["pci_bus_id"]),
                   cell(_link_text(g["pcie_link_gen_current"], g["pcie_link_width_current"])),
                   cell(_link_text(g["pcie_link_gen_max"], g["pcie_link_width_max"])),
-                  cell(NA if g["pcie_link_gen_gpu_max"] is NA else f"Gen{g['pcie_link_gen_gpu_max']}"),
+                  cell(NA if g["pcie_link_gen_gpu_max"] == NA else f"Gen{g['pcie_link_gen_gpu_max']}"),
                   cell("yes") if at_max is True else cell("no", "bold red") if at_max is False else cell(NA),
                   cell(g["numa_node"]), cell(g["cpu_affinity"]), cell(_bytes_text(g["bar1_total_bytes"])),
                   cell(g["nvlink_active_links"]), cell(g["nvlink_version"]), cell(g["pcie_replay_count"]),

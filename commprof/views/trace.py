@@ -47,11 +47,8 @@ def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=8)
     fig.suptitle(f"commprof trace: per-token time split ({kind})", fontsize=11)
-    fig.text(0.01, 0.005, prov[:200], fontsize=7, color="0.35")
-    fig.tight_layout(rect=(0, 0.03, 1, 0.95))
-    written.append(os.path.join(out_dir, TRACE_TOKENS_PNG))
-    fig.savefig(written[-1], dpi=100)
-    plt.close(fig)
+    fig.subplots_adjust(top=0.88)
+    written.append(_save(fig, os.path.join(out_dir, TRACE_TOKENS_PNG), prov, size=7))
 
     piv = lay.groupby(["layer", "tp", "batch", "mode"])["comm_share_pct"].mean().unstack(["tp", "batch", "mode"])
     fig, ax = plt.subplots(figsize=(2 + 1.2 * piv.shape[1], 2 + 0.12 * piv.shape[0]))
@@ -60,7 +57,7 @@ def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
     ax.set_ylabel("layer")
     fig.colorbar(im, ax=ax, label="comm share (%)")
     ax.set_title("communication share per layer", fontsize=10)
-    written.append(_save(fig, os.path.join(out_dir, TRACE_LAYERS_PNG), prov[:120]))
+    written.append(_save(fig, os.path.join(out_dir, TRACE_LAYERS_PNG), prov))
 
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for (b, mode), g in summ.groupby(["batch", "mode"]):
@@ -74,7 +71,7 @@ def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"communication share vs TP ({kind})", fontsize=10)
-    written.append(_save(fig, os.path.join(out_dir, TRACE_SHARE_PNG), prov[:110]))
+    written.append(_save(fig, os.path.join(out_dir, TRACE_SHARE_PNG), prov))
     return written
 
 
