@@ -268,10 +268,12 @@ def _watch(cfg, procs, slots, errq):
     last_sum, last_t = -1, time.monotonic()
     errors: dict[int, tuple] = {}
     first_exit_t = None
+    t_start = time.monotonic()
     pulses = _Pulses(slots, len(procs))
     try:
         while True:
-            time.sleep(0.05)
+            # a light poll: the parent shares the cores with the ranks it watches
+            time.sleep(0.05 if time.monotonic() - t_start < 2.0 else 0.2)
             pulses.update()
             while not errq.empty():
                 rank, *report = errq.get()

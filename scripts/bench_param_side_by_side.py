@@ -40,7 +40,13 @@ def param_run(param_dir: str, n: int, warmup: int) -> dict:
            "--backend", "gloo", "--device", "cpu", "--b", "4K", "--e", "1M", "--f", "16", "--n", str(n),
            "--w", str(warmup), "--collective", "all_reduce", "--data-type", "float32"]
     env = dict(os.environ, PYTHONPATH=param_dir)
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=param_dir).stdout
+    for attempt in range(2):            # torchrun's standalone rendezvous can lose a port race: once more
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=param_dir)
+        if res.returncode == 0:
+            break
+    else:
+        raise RuntimeError(f"PARAM comms failed twice (exit {res.returncode}): {res.stderr[-1500:]}")
+    out = res.stdout
     got = {}
     for line in out.splitlines():
         m = re.match(r"\s*COMMS-RES-all_reduce-float32\s+(\d+)\s+\d+\s+([\d.]+)", line)
