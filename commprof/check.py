@@ -99,7 +99,12 @@ def _read_toml(path: str) -> dict:
 
 def _check_number(path: str, key: str, v) -> None:
     """A threshold is a finite number >= 0 (TOML allows nan, inf and negatives: none is a threshold)."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and (not math.isfinite(v) or v < 0):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return
+    if isinstance(v, int) and abs(v) > 10 ** 15:      # TOML integers are unbounded; no threshold is this big
+        raise UsageError(f"thresholds file '{path}': key '{key}' has {len(str(abs(v)))} digits: must be a "
+                         "finite number >= 0 of at most 15 digits")
+    if not math.isfinite(v) or v < 0:
         raise UsageError(f"thresholds file '{path}': key '{key}' = {v!r}: must be a finite number >= 0")
 
 
@@ -758,6 +763,11 @@ def item_comm_share(ev, th) -> Item:
         sub = df[df["tp"] == tp]
     if tp == 1:
         return Item("C11", name, "SKIP", NO_COMM_VALUE, f"TP={t['tp']}", t["source"], NO_COMM_HINT)
+    if "phase" in sub.columns:            # prefill and mixed rows are judged by C11p
+        sub = sub[[not (isinstance(p, str) and p in ("prefill", "mixed")) for p in sub["phase"]]]
+        if sub.empty:
+            return Item("C11", name, "SKIP", "the trace holds prefill/mixed runs only (see C11p)", "",
+                        t["source"], "run commprof trace (decode) --out DIR")
     sub = sub[sub["batch"] == sub["batch"].min()]
     row = sub.iloc[0]
     kind = (ev.trace_meta or {}).get("kind", "measured")
@@ -770,6 +780,40 @@ def item_comm_share(ev, th) -> Item:
     status = "PASS" if share < t["pass_pct"] else "WARN" if share <= t["warn_pct"] else "FAIL"
     return Item("C11", name, status, value, f"PASS < {t['pass_pct']}%, WARN <= {t['warn_pct']}%", t["source"],
                 "" if status == "PASS" else "a lower TP degree, NVLink, or a faster small-message all-reduce")
+
+
+def item_ttft_comm(ev, th) -> Item | None:
+    """C11p: the share of the time to first token spent in collectives, from a prefill or mixed
+    trace at the thresholds' prompt length (the nearest prompt the trace has, said so). None when
+    the box has no prefill trace: the item is listed only with that evidence."""
+    t = th["ttft_comm"]
+    df = ev.trace
+    if df is None or df.empty or "phase" not in df.columns:
+        return None
+    rows = [r for r in df.to_dict("records") if isinstance(r.get("phase"), str) and r["phase"] in ("prefill", "mixed")]
+    if not rows:
+        return None
+    name = f"communication share of TTFT ({t['prompt']}-token prompt) at TP={t['tp']}"
+    at_tp = [r for r in rows if int(r["tp"]) == t["tp"]] or \
+        [r for r in rows if int(r["tp"]) == max(int(x["tp"]) for x in rows)]
+    row = min(at_tp, key=lambda r: (abs(int(r["prompt"]) - t["prompt"]), r["phase"] != "prefill"))
+    tp = int(row["tp"])
+    threshold = f"PASS < {t['pass_pct']}%, WARN <= {t['warn_pct']}%"
+    if tp == 1:
+        return Item("C11p", name, "SKIP", NO_COMM_VALUE, f"TP={t['tp']}", t["source"], NO_COMM_HINT)
+    kind = (ev.trace_meta or {}).get("kind", "measured")
+    other = "" if int(row["prompt"]) == t["prompt"] else f" (the trace's prompt, not {t['prompt']})"
+    mixed = f" + {int(row['batch'])} decode tokens" if row["phase"] == "mixed" else ""
+    value = (f"TP={tp} {row['phase']} prompt {int(row['prompt'])}{other}, chunk {int(row['chunk'])}{mixed}: "
+             f"{float(row['ttft_comm_ms']):.2f} of {float(row['ttft_ms']):.2f} ms TTFT in collectives "
+             f"({float(row['ttft_comm_share_pct']):.1f}%) ({kind}{', scaled' if int(row.get('scaled') or 0) else ''})")
+    if _cpu_backend(ev.trace_meta):
+        return Item("C11p", name, "SKIP", value + " on CPU ranks (gloo)", "GPU thresholds", t["source"])
+    share = float(row["ttft_comm_share_pct"])
+    status = "PASS" if share < t["pass_pct"] else "WARN" if share <= t["warn_pct"] else "FAIL"
+    return Item("C11p", name, status, value, threshold, t["source"],
+                "" if status == "PASS" else "a larger prefill chunk (fewer collectives), NVLink, or a lower TP degree "
+                "for prefill")
 
 
 def item_kv(ev, th, model: str | None) -> Item:
@@ -815,15 +859,15 @@ def item_numa(ev, th) -> Item:
 
 
 ORDER = ("inventory", "interconnect", "p2p", "pcie", "nvlink", "host_bw", "correctness", "allreduce_latency",
-         "busbw", "multinode", "comm_share", "kv", "numa")
+         "busbw", "multinode", "comm_share", "ttft_comm", "kv", "numa")
 
 
 def box_items(ev: Evidence, th: dict, model: str | None = None) -> list[Item]:
     """One box's checklist in the buyer's acceptance order (wrong results before any speed)."""
     return [item_inventory(ev, th), item_interconnect(ev, th), item_p2p(ev, th), item_pcie(ev, th),
             item_nvlink(ev, th), item_host_bw(ev, th), item_correctness(ev, th), item_allreduce_latency(ev, th),
-            item_busbw(ev, th), *_multinode_items(ev, th), item_comm_share(ev, th), item_kv(ev, th, model),
-            item_numa(ev, th)]
+            item_busbw(ev, th), *_multinode_items(ev, th), item_comm_share(ev, th),
+            *[i for i in (item_ttft_comm(ev, th),) if i is not None], item_kv(ev, th, model), item_numa(ev, th)]
 
 
 def run_items(ev: Evidence, th: dict, model: str | None = None, interconnect=None) -> list[Item]:

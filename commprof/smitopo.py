@@ -186,6 +186,11 @@ def parse_smi_topo(paths: list[str]) -> dict:
     p2p = {}
     for b in blocks:
         if b["kind"] == "p2p":
+            for i, row in enumerate(b["cells"]):
+                for j, c in enumerate(row):
+                    if i != j and c not in P2P_CODES:
+                        raise UsageError(f"'{os.path.basename(b['file'])}' line {b['line'] + i + 1}: GPU{i}-GPU{j} "
+                                         f"is {c!r}, not a -p2p status ({', '.join(sorted(P2P_CODES))})")
             p2p[b["mode"]] = [["X" if i == j else P2P_CODES[c] for j, c in enumerate(row)]
                               for i, row in enumerate(b["cells"])]
     nv = [int(matrix[i][j][2:]) for i in range(n) for j in range(n) if i != j and matrix[i][j].startswith("NV")]

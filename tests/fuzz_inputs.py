@@ -468,6 +468,139 @@ def gen_log_json(rnd: random.Random) -> tuple[str, bytes]:
     return name, data
 
 
+# --- thresholds files, MoE replay files, nvidia-smi topo text -----------------------------------------
+
+THRESHOLD_KEYS = ["[allreduce_latency]", "[busbw]", "[comm_share]", "[kv_headroom]", "[inventory]",
+                  "nvlink_pass_us", "pcie_warn_us", "pass_fraction", "max_bytes", "tp", "expected_gpus",
+                  "source", "version", "context", "min_sequences", "bogus_key", "[nope]"]
+
+
+def gen_thresholds(rnd: random.Random) -> bytes:
+    """A thresholds TOML override: real keys with mutated values, junk keys, broken syntax, bytes."""
+    lines = []
+    for _ in range(rnd.randint(0, 8)):
+        key = _choice(rnd, THRESHOLD_KEYS)
+        if key.startswith("["):
+            lines.append(key)
+        else:
+            val = _choice(rnd, TOKENS + ['"text"', "true", "[1, 2]", "{a = 1}", _digits(rnd), "1_000"])
+            lines.append(f"{key} = {val}")
+    text = "\n".join(lines)
+    if rnd.random() < 0.3:
+        text = _mutate_text(rnd, text)
+    data = text.encode("utf-8", "surrogatepass") if rnd.random() < 0.9 else \
+        _mutate_bytes(rnd, text.encode("utf-8", "surrogatepass") or b"x = 1")
+    return data
+
+
+def check_thresholds(data: bytes, tmp: str) -> str:
+    from commprof.check import load_thresholds
+
+    path = os.path.join(tmp, "thresholds.toml")
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        th = load_thresholds(path)
+    except CommprofError as e:
+        return _rejected(e)
+    for section in th.values():
+        if isinstance(section, dict):
+            for k, v in section.items():
+                if isinstance(v, float):
+                    assert math.isfinite(v) and v >= 0, (k, v)
+    return "accepted"
+
+
+def gen_replay(rnd: random.Random) -> tuple[str, bytes]:
+    """A MoE replay load file (``--skew file:PATH``): CSV expert,load or JSON list/object."""
+    experts = 8
+    if rnd.random() < 0.5:
+        rows = ["expert,load"] if rnd.random() < 0.5 else []
+        for _ in range(rnd.randint(0, 12)):
+            e = _choice(rnd, [str(rnd.randint(-2, experts + 2)), _junk(rnd, 2), "", "1.5"])
+            v = _choice(rnd, TOKENS + [_digits(rnd), ""])
+            rows.append(f"{e},{v}" if rnd.random() < 0.9 else f"{e}")
+        text = "\n".join(rows)
+        if rnd.random() < 0.3:
+            text = _mutate_text(rnd, text)
+        return "load.csv", text.encode("utf-8", "surrogatepass")
+    doc = [_choice(rnd, JSON_VALUES) if not isinstance(_choice(rnd, JSON_VALUES), str) else 1
+           for _ in range(rnd.randint(0, 10))]
+    if rnd.random() < 0.4:
+        doc = {str(rnd.randint(-1, 10)): v for v in doc} if doc else {}
+    text = _dumps(doc)
+    if rnd.random() < 0.3:
+        text = _mutate_text(rnd, text)
+    return "load.json", text.encode("utf-8", "surrogatepass")
+
+
+def check_replay(case, tmp: str) -> str:
+    from commprof.routing import _load_file
+
+    name, data = case
+    path = os.path.join(tmp, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        loads = _load_file(path, 8, f"file:{path}")
+    except CommprofError as e:
+        return _rejected(e)
+    assert all(math.isfinite(float(v)) and v >= 0 for v in loads), loads
+    return "accepted"
+
+
+@functools.cache
+def real_smi_topos() -> tuple[tuple[str, str], ...]:
+    out = []
+    for p in sorted(glob.glob(os.path.join(DATA, "nvidia-smi", "*.txt"))):
+        with open(p, encoding="utf-8") as f:
+            out.append((os.path.basename(p), f.read()))
+    return tuple(out)
+
+
+SMI_TOKENS = ["X", "NV1", "NV4", "NV12", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC", "OK", "CNS", "GNS",
+              "TNS", "NS", "DR", "U", "GPU0", "GPU1", "NIC0", "0-63", "N/A", "Legend:", "\t", "  "]
+
+
+def gen_smi_topo(rnd: random.Random) -> tuple[str, bytes]:
+    """``nvidia-smi topo -m`` (or ``-p2p``) text: a real one mutated, or lines of its tokens."""
+    reals = real_smi_topos()
+    if reals and rnd.random() < 0.7:
+        name, text = _choice(rnd, reals)
+        for _ in range(rnd.randint(1, 4)):
+            lines = text.splitlines()
+            if lines and rnd.random() < 0.6:
+                i = rnd.randrange(len(lines))
+                cells = lines[i].split()
+                if cells:
+                    cells[rnd.randrange(len(cells))] = _choice(rnd, SMI_TOKENS + TOKENS)
+                lines[i] = "\t".join(cells)
+                text = "\n".join(lines)
+            else:
+                text = _mutate_text(rnd, text)
+    else:
+        name = _choice(rnd, ["topo.txt", "p2p-r.txt", "x.txt"])
+        text = "\n".join("\t".join(_choice(rnd, SMI_TOKENS) for _ in range(rnd.randint(1, 9)))
+                         for _ in range(rnd.randint(0, 10)))
+    return name, text.encode("utf-8", "surrogatepass")
+
+
+def check_smi_topo(case, tmp: str) -> str:
+    from commprof.smitopo import parse_smi_topo
+
+    name, data = case
+    path = os.path.join(tmp, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        topo = parse_smi_topo([path])
+    except CommprofError as e:
+        return _rejected(e)
+    json.dumps(topo, allow_nan=False)           # writable as topo.json, no NaN/inf
+    assert isinstance(topo.get("gpus"), list) and isinstance(topo.get("matrix"), list)
+    return "accepted"
+
+
 # --- the targets ------------------------------------------------------------------------------------
 
 TARGETS = {
@@ -478,4 +611,7 @@ TARGETS = {
     "models.load_config": ("a Hugging Face config.json", gen_config, check_config),
     "importers text": ("nccl-tests text output", gen_log_text, check_log),
     "importers -J JSON": ("nccl-tests -J JSON output", gen_log_json, check_log),
+    "check.load_thresholds": ("--thresholds FILE (TOML)", gen_thresholds, check_thresholds),
+    "routing replay file": ("moe --skew file:PATH (CSV or JSON loads)", gen_replay, check_replay),
+    "smitopo.parse_smi_topo": ("nvidia-smi topo -m / -p2p text", gen_smi_topo, check_smi_topo),
 }

@@ -185,3 +185,53 @@ def test_shared_real_logs_are_imported():
     assert names
     for n in names:
         assert read_nccl_tests(os.path.join(F.SHARED_LOGS, n))[0].rows, n
+
+
+# --- thresholds, MoE replay files, nvidia-smi topo text ---------------------------------------------
+
+@CI
+@given(rnd=RANDOMS)
+def test_thresholds_mutated(rnd, tmp):
+    F.check_thresholds(F.gen_thresholds(rnd), tmp)
+
+
+@CI
+@given(data=st.binary(max_size=300))
+def test_thresholds_any_bytes(data, tmp):
+    F.check_thresholds(data, tmp)
+
+
+@CI
+@given(rnd=RANDOMS)
+def test_moe_replay_file_mutated(rnd, tmp):
+    F.check_replay(F.gen_replay(rnd), tmp)
+
+
+@CI
+@given(rnd=RANDOMS)
+def test_smi_topo_mutated(rnd, tmp):
+    F.check_smi_topo(F.gen_smi_topo(rnd), tmp)
+
+
+@CI
+@given(data=st.binary(max_size=400))
+def test_smi_topo_any_bytes(data, tmp):
+    F.check_smi_topo(("topo.txt", data), tmp)
+
+
+def test_real_smi_topos_are_accepted(tmp):
+    reals = F.real_smi_topos()
+    assert reals
+    for name, text in reals:
+        want = "accepted" if "topo-m" in name else "rejected"      # a -p2p matrix alone has no topology
+        assert F.check_smi_topo((name, text.encode()), tmp) == want, name
+
+
+def test_found_by_fuzzing(tmp):
+    """Inputs the fuzzer found crashing (now each one line): a -p2p block whose off-diagonal cell is
+    'X', and a thresholds integer too large to compare as a float."""
+    p2p_x = ("x.txt", b"$ nvidia-smi topo -m\n\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\n"
+                      b"GPU0\t X \tPIX\t0-31\t0\nGPU1\tPIX\t X \t0-31\t0\n\n"
+                      b"$ nvidia-smi topo -p2p r\n\tGPU0\tGPU1\nGPU0\tX\tX\nGPU1\tOK\tX\n")
+    assert F.check_smi_topo(p2p_x, tmp) == "rejected"
+    assert F.check_thresholds(b"[busbw]\npass_fraction = 1" + b"0" * 400 + b"\n", tmp) == "rejected"
