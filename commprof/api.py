@@ -22,20 +22,27 @@ __all__ = ["Results", "load", "plan", "fit", "compare", "checklist", "reference"
 
 
 def plan(model: str, tp: int, batch: int = 1, context: int = 4096, gpu_mem_bytes: int | None = None,
-         dtype: str = "bf16", sp: bool = False, moe: str = "tp"):
+         dtype: str = "bf16", sp: bool = False, moe: str = "tp", phase: str = "decode", prompt: int | None = None,
+         chunk: int | None = None):
     """The collectives of one decode step (``commprof plan``): one row per collective (site, kind,
     op, layer, size in the sweep's meaning, bytes one rank sends). ``.attrs`` holds the per-step and
-    per-token counts, the memory per rank and the model's source: modelled, nothing runs."""
+    per-token counts, the memory per rank and the model's source: modelled, nothing runs.
+
+    ``phase="prefill"`` (with ``prompt``, optional ``chunk``): the rows are one prefill chunk
+    step's and ``.attrs["prefill"]`` holds the whole prompt's steps and totals and one step's
+    activations; ``phase="mixed"`` (with ``prompt`` and ``chunk``): one step of a chunk and
+    ``batch`` decode tokens."""
     import pandas as pd
 
     from .models import get_model
     from .planner import build_plan
 
-    p = build_plan(get_model(model), tp, batch, context, gpu_mem_bytes=gpu_mem_bytes, dtype=dtype, sp=sp, moe=moe)
+    p = build_plan(get_model(model), tp, batch, context, gpu_mem_bytes=gpu_mem_bytes, dtype=dtype, sp=sp, moe=moe,
+                   phase=phase, prompt=prompt, chunk=chunk)
     df = pd.DataFrame([s.to_dict() for s in p.sites])
     doc = p.to_dict()
     df.attrs.update(kind="modelled", model=p.model.name, source=p.model.source, tp=tp, batch=batch,
-                    counts=doc["counts"], memory=doc["memory"])
+                    counts=doc["counts"], memory=doc["memory"], phase=p.phase, prefill=doc["prefill"])
     return df
 
 
@@ -58,13 +65,15 @@ def compare(dirs, reference: str | None = None):
     """This box (its results dirs) against a reference profile (``commprof gap``): one row per
     op, tp, mode, size and metric with this box's value, the reference's (modelled) and the ratio.
     ``.attrs``: the reference, the box's kind and, with a trace among the dirs, the per-token
-    impact as records."""
+    impact as records; ``ttft``: the time to first token's communication here and on the
+    reference, and the chunk size each favours (see ``commprof gap``)."""
     from .gap import compute_gap
 
     g = compute_gap([dirs] if isinstance(dirs, str) else list(dirs), reference)
     df = g.table.copy()
     df.attrs.update(reference=g.reference, reference_title=g.reference_title, box_kind=g.box_kind,
-                    this_box=g.this_box, per_token=g.per_token.to_dict("records"), wire=g.wire)
+                    this_box=g.this_box, per_token=g.per_token.to_dict("records"), wire=g.wire,
+                    ttft=g.first.ttft)
     return df
 
 

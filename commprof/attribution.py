@@ -85,9 +85,16 @@ def attribute(recs: list[dict], layers_model: int, tp: int | None = None) -> dic
     return out
 
 
-def summarize(tokens: list[dict], batch: int, collectives_per_step: int) -> dict:
+def summarize(tokens: list[dict], batch: int, collectives_per_step: int, chunk: int = 0, prompt: int = 0) -> dict:
     """One line per run. ms/token: median over tokens of the slowest rank's latency. Shares: of
-    all token time on all ranks, the part in each component (so communication = transfer + wait)."""
+    all token time on all ranks, the part in each component (so communication = transfer + wait).
+
+    With a prefill chunk (``chunk`` > 0; ``batch`` 0 is a prefill, more a mixed step) each "token"
+    is one chunk step: ``ms_per_token`` is ms per step, ``collectives_per_token`` per token in the
+    step (batch + chunk), ``tokens_per_s`` the prompt tokens per second of a prefill (the decode
+    tokens per second of a mixed step), and the time to first token of a ``prompt``-token prompt
+    is its ceil(prompt / chunk) steps: ``ttft_ms`` (mean step of the slowest rank x steps),
+    ``ttft_comm_ms`` its communication (its share is ``comm_share_pct``)."""
     import numpy as np
 
     by_t = {}
@@ -99,9 +106,21 @@ def summarize(tokens: list[dict], batch: int, collectives_per_step: int) -> dict
     share = lambda k: 100.0 * float(sum(r[k] for r in tokens)) / total if total > 0 else 0.0  # noqa: E731
     ms = float(np.median(lat)) / 1e3
     resid = max(abs(r["residual_us"]) / r["latency_us"] for r in tokens if r["latency_us"] > 0)
+    phase = {"phase": "decode", "prompt": "", "chunk": "", "ttft_ms": "", "ttft_comm_ms": "",
+             "ttft_comm_share_pct": ""}
+    per_s = batch
+    if chunk:
+        steps = -(-prompt // chunk) if prompt else len(by_t)
+        ttft = float(np.mean(lat)) * steps / 1e3
+        comm = share("transfer_us") + share("wait_us")
+        phase = {"phase": "mixed" if batch else "prefill", "prompt": prompt, "chunk": chunk, "ttft_ms": ttft,
+                 "ttft_comm_ms": ttft * comm / 100.0, "ttft_comm_share_pct": comm}
+        per_s = batch or chunk
     return {
-        "ms_per_token": ms, "tokens_per_s": batch * 1e3 / ms if ms > 0 else float("nan"),
-        "collectives_per_step": collectives_per_step, "collectives_per_token": collectives_per_step / batch,
+        **phase,
+        "ms_per_token": ms, "tokens_per_s": per_s * 1e3 / ms if ms > 0 else float("nan"),
+        "collectives_per_step": collectives_per_step,
+        "collectives_per_token": collectives_per_step / (batch + chunk),
         "comm_share_pct": share("transfer_us") + share("wait_us"),
         "transfer_share_pct": share("transfer_us"), "wait_share_pct": share("wait_us"),
         "compute_ms": float(np.median(mean("compute_us"))) / 1e3,
@@ -111,8 +130,9 @@ def summarize(tokens: list[dict], batch: int, collectives_per_step: int) -> dict
     }
 
 
-def attribute_run(recs: list[dict], layers_model: int, tp: int, batch: int) -> dict:
-    """:func:`attribute` of one run, with its :func:`summarize` line under ``"summary"``."""
+def attribute_run(recs: list[dict], layers_model: int, tp: int, batch: int, chunk: int = 0, prompt: int = 0) -> dict:
+    """:func:`attribute` of one run, with its :func:`summarize` line under ``"summary"`` (a
+    prefill or mixed run with ``chunk`` and ``prompt``)."""
     att = attribute(recs, layers_model, tp)
-    att["summary"] = summarize(att["tokens"], batch, att["collectives_per_step"])
+    att["summary"] = summarize(att["tokens"], batch, att["collectives_per_step"], chunk, prompt)
     return att

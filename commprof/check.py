@@ -158,6 +158,8 @@ class Evidence:
     hostbw: dict | None = None
     p2p: object = None            # pandas DataFrame (p2p.csv from commprof p2p)
     moe_dir: str | None = None    # a commprof moe results dir
+    serve: object = None          # pandas DataFrame (serve_levels.csv from commprof serve)
+    serve_meta: dict | None = None
     dirs: tuple = ()
     metas: list = field(default_factory=list)   # each dir's provenance (results.load)
     label: str = ""               # the box's name (its sweep dir's, else its first dir's)
@@ -204,6 +206,8 @@ def _absorb(ev: Evidence, r, d: str) -> bool:
         ev.p2p, found = r.tables["p2p"], True
     if "moe_steps" in r.tables:
         ev.moe_dir, found = d, True
+    if "serve_levels" in r.tables:
+        ev.serve, ev.serve_meta, found = r.tables["serve_levels"], r.meta, True
     return found
 
 
@@ -242,8 +246,8 @@ def gather_boxes(dirs: list[str]) -> list[Evidence]:
             before = [owner[k] for k in sorted(owner) if k < i]
             box = before[-1] if before else boxes[0]
         if not _absorb(box, r, d):
-            raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv, trace_summary.csv, p2p.csv "
-                             "or moe_steps.csv")
+            raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv, trace_summary.csv, p2p.csv, "
+                             "moe_steps.csv or serve_levels.csv")
     names = []
     for b in boxes:
         base = os.path.basename(os.path.normpath(b.sweep_dir or b.dirs[0])) if b.dirs else "box"
@@ -816,6 +820,73 @@ def item_ttft_comm(ev, th) -> Item | None:
                 "for prefill")
 
 
+def _serve_row(ev, t):
+    """The serve level judged: closed loop at the thresholds' concurrency, else the dir's nearest
+    closed-loop level (said so in the value); None without one."""
+    df = ev.serve
+    if df is None or df.empty:
+        return None, ""
+    rows = [r for r in df.to_dict("records") if r.get("mode") == "closed" and (r.get("ok") or 0) > 0]
+    if not rows:
+        return None, ""
+    target = t["concurrency"]
+    row = min(rows, key=lambda r: (abs(math.log2(int(r["concurrency"]) / target)), -int(r["concurrency"])))
+    note = "" if int(row["concurrency"]) == target else f" (the dir's nearest level, not {target})"
+    return row, note
+
+
+def _serve_kind(ev) -> str:
+    meta = ev.serve_meta or {}
+    label = f"; {meta['label']}" if meta.get("label") else ""
+    return f"{meta.get('kind', 'measured')}, {meta.get('model', '?')}, workload {meta.get('workload', '?')}{label}"
+
+
+_SERVE_HINTS = {"ttft": "fewer requests in flight per replica (queueing), chunked prefill, or more replicas",
+                "tpot": "fewer requests in flight per replica, more replicas, or a faster interconnect or GPU for "
+                        "decode (commprof trace shows the per-token communication share)"}
+
+
+def serve_items(ev, th) -> list[Item]:
+    """S1-S3: the buyer's service metrics from a ``commprof serve`` dir at the thresholds'
+    concurrency: TTFT p99, TPOT p99, and sustained output tokens/s with jitter growth (TPOT
+    p99/p50 against concurrency 1's) and errors. Empty without a serve dir."""
+    t = th["serve"]
+    row, note = _serve_row(ev, t)
+    if row is None:
+        if ev.serve is None:
+            return []
+        return [Item("S1", f"serve at concurrency {t['concurrency']}", "SKIP", "no closed-loop level with a "
+                     "finished request", "", t["source"], "run commprof serve against a live server")]
+    c = int(row["concurrency"])
+    kind = _serve_kind(ev)
+    items = []
+    for sid, metric, name in (("S1", "ttft", "time to first token (p99)"), ("S2", "tpot", "time per output token (p99)")):
+        p99, p50 = float(row[f"{metric}_ms_p99"]), float(row[f"{metric}_ms_p50"])
+        pass_ms, warn_ms = t[f"{metric}_p99_pass_ms"], t[f"{metric}_p99_warn_ms"]
+        status = "PASS" if p99 <= pass_ms else "WARN" if p99 <= warn_ms else "FAIL"
+        items.append(Item(sid, f"{name} at concurrency {t['concurrency']}", status,
+                          f"{p99:.1f} ms at concurrency {c}{note} (p50 {p50:.1f} ms) ({kind})",
+                          f"PASS <= {pass_ms:g} ms, WARN <= {warn_ms:g} ms", t["source"],
+                          "" if status == "PASS" else _SERVE_HINTS[metric]))
+    growth = row.get("jitter_growth")
+    growth = float(growth) if growth is not None and growth == growth else math.nan
+    errors, requests = int(row.get("errors") or 0), int(row.get("requests") or 0)
+    value = (f"{float(row['output_tokens_per_s']):.1f} output tokens/s, {float(row['requests_per_s']):.2f} requests/s "
+             f"at concurrency {c}{note}; TPOT p99/p50 {float(row['jitter_tpot_p99_p50']):.2f}, "
+             f"{'n/a' if growth != growth else f'{growth:.2f}x'} concurrency 1's; {errors} of {requests} requests "
+             f"failed ({kind})")
+    status = "SKIP" if growth != growth else "PASS" if growth <= t["jitter_growth_pass"] else \
+        "WARN" if growth <= t["jitter_growth_warn"] else "FAIL"
+    if errors and status in ("PASS", "SKIP"):
+        status = "WARN"
+    items.append(Item("S3", f"sustained output rate and jitter at concurrency {t['concurrency']}", status, value,
+                      f"jitter growth PASS <= {t['jitter_growth_pass']:g}x, WARN <= {t['jitter_growth_warn']:g}x; "
+                      "any failed request WARN", t["source"],
+                      "" if status == "PASS" else "look at the failed requests (serve_requests.csv) and at queueing: "
+                      "fewer requests in flight per replica"))
+    return items
+
+
 def item_kv(ev, th, model: str | None) -> Item:
     t = th["kv_headroom"]
     name = f"KV-cache headroom at {t['context']} tokens"
@@ -859,7 +930,7 @@ def item_numa(ev, th) -> Item:
 
 
 ORDER = ("inventory", "interconnect", "p2p", "pcie", "nvlink", "host_bw", "correctness", "allreduce_latency",
-         "busbw", "multinode", "comm_share", "ttft_comm", "kv", "numa")
+         "busbw", "multinode", "comm_share", "ttft_comm", "serve", "kv", "numa")
 
 
 def box_items(ev: Evidence, th: dict, model: str | None = None) -> list[Item]:
@@ -867,7 +938,8 @@ def box_items(ev: Evidence, th: dict, model: str | None = None) -> list[Item]:
     return [item_inventory(ev, th), item_interconnect(ev, th), item_p2p(ev, th), item_pcie(ev, th),
             item_nvlink(ev, th), item_host_bw(ev, th), item_correctness(ev, th), item_allreduce_latency(ev, th),
             item_busbw(ev, th), *_multinode_items(ev, th), item_comm_share(ev, th),
-            *[i for i in (item_ttft_comm(ev, th),) if i is not None], item_kv(ev, th, model), item_numa(ev, th)]
+            *[i for i in (item_ttft_comm(ev, th),) if i is not None], *serve_items(ev, th), item_kv(ev, th, model),
+            item_numa(ev, th)]
 
 
 def run_items(ev: Evidence, th: dict, model: str | None = None, interconnect=None) -> list[Item]:

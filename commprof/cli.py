@@ -35,7 +35,9 @@ def _exit_with(fn, *args, **kwargs):
 def sweep(
     tp: str = typer.Option("2,4,8", "--tp", help="TP degrees, e.g. 2,4,8; one launch of max(tp) ranks."),
     ops: Optional[str] = typer.Option(None, "--ops", help="all_reduce,all_gather (default); also reduce_scatter, all_to_all, broadcast."),
-    sizes: str = typer.Option("decode", "--sizes", help="decode (from --model/--batch), pow2:4K-64M, or a list like 4K,64K,1M."),
+    sizes: str = typer.Option("decode", "--sizes", help="decode (from --model/--batch), prefill (from --model/--prompt/--chunk), pow2:4K-64M, or a list like 4K,64K,1M."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", help="With --sizes prefill: prompt lengths in tokens, e.g. 512,2048,8192."),
+    chunk: Optional[str] = typer.Option(None, "--chunk", help="With --sizes prefill: chunk sizes in tokens (chunked prefill); default the whole prompt."),
     model: Optional[str] = typer.Option(None, "--model", help="Built-in model name or a Hugging Face config.json path (default Qwen2.5-32B)."),
     batch: str = typer.Option("1,8,32,128", "--batch", help="Decode batch sizes (tokens per step) for --sizes decode."),
     dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32."),
@@ -59,7 +61,8 @@ def sweep(
     _exit_with(lambda: core.run_sweep(core.build_config(
         tp=tp, ops=ops, sizes=sizes, model=model, batch=batch, dtype=dtype, backend=backend, modes=modes,
         iters=iters, warmup=warmup, concurrent=concurrent, timeout_s=timeout, out=out, resume=resume,
-        argv=["commprof"] + sys.argv[1:], impl=impl, verify=verify, timing=timing, loop=loop),
+        argv=["commprof"] + sys.argv[1:], impl=impl, verify=verify, timing=timing, loop=loop, prompt=prompt,
+        chunk=chunk),
         charts=not no_charts))
 
 
@@ -80,8 +83,11 @@ def trace(
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a rank counts as hung."),
     out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>/)."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
+    phase: str = typer.Option("decode", "--phase", help="decode, prefill (one prompt in chunk steps: TTFT and its communication) or mixed (chunk steps carrying --batch decode tokens too)."),
+    prompt: Optional[int] = typer.Option(None, "--prompt", help="Prompt length in tokens (--phase prefill or mixed); the prefill sequence's cache holds it."),
+    chunk: Optional[int] = typer.Option(None, "--chunk", help="Prefill tokens per step (default the whole prompt; needed for mixed)."),
 ):
-    """Per-token, per-layer compute vs communication of a synthetic TP decode engine."""
+    """Per-token, per-layer compute vs communication of a synthetic TP decode engine (or of a prefill's chunk steps)."""
     from . import trace as core
     from .errors import UsageError
 
@@ -93,7 +99,8 @@ def trace(
         source = core.comm_source(comm_from) if comm_from else None
         cfg = core.build_config(model=model, tp=tp, batch=batch, context=context, tokens=tokens, warmup=warmup,
                                 layers=layers, dtype=dtype, backend=backend, modes=modes, timeout_s=timeout,
-                                out=out, argv=["commprof"] + sys.argv[1:], predict=predict)
+                                out=out, argv=["commprof"] + sys.argv[1:], predict=predict, phase=phase,
+                                prompt=prompt, chunk=chunk)
         return core.run_trace(cfg, source, charts=not no_charts)
 
     _exit_with(run)
@@ -112,12 +119,15 @@ def plan(
     moe: str = typer.Option("tp", "--moe", help="MoE layers: tp (experts sharded, one all-reduce) or ep (all-to-all dispatch + combine)."),
     out: Optional[str] = typer.Option(None, "--out", help="Write plan.json and plan.csv into this dir."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    phase: str = typer.Option("decode", "--phase", help="decode (one token per sequence), prefill (a prompt in chunks) or mixed (one step: a prefill chunk + --batch decode tokens)."),
+    prompt: Optional[int] = typer.Option(None, "--prompt", help="Prompt length in tokens (--phase prefill or mixed)."),
+    chunk: Optional[int] = typer.Option(None, "--chunk", help="Prefill tokens per step (chunked prefill; default the whole prompt; needed for mixed)."),
 ):
-    """Collectives and memory of one decode step, from the model's shapes alone (nothing runs)."""
+    """Collectives and memory of one decode step (or a prefill, or a mixed step), from the model's shapes alone (nothing runs)."""
     from .planner import run_plan
 
     _exit_with(run_plan, model, tp, batch, context, gpu_mem=gpu_mem, mem_util=mem_util, dtype=dtype, sp=sp,
-               moe=moe, out=out, as_json=as_json)
+               moe=moe, out=out, as_json=as_json, phase=phase, prompt=prompt, chunk=chunk)
 
 
 @app.command()
@@ -190,9 +200,12 @@ def gap(
 
 @app.command(name="import")
 def import_(
-    kind: str = typer.Argument(..., help="What to import: nccl-tests (logs of one box), or nvidia-smi-topo (the text of 'nvidia-smi topo -m', and of 'nvidia-smi topo -p2p r' when given, as topo.json)."),
-    paths: list[str] = typer.Argument(..., help="Files: nccl-tests text output or -J JSON; or nvidia-smi topo text."),
+    kind: str = typer.Argument(..., help="What to import: nccl-tests (logs of one box), nvidia-smi-topo (the text of 'nvidia-smi topo -m', and of 'nvidia-smi topo -p2p r' when given, as topo.json), or kineto (PyTorch profiler traces of a serving engine, one per rank, as a trace results dir)."),
+    paths: list[str] = typer.Argument(..., help="Files: nccl-tests text output or -J JSON; nvidia-smi topo text; or Kineto .json/.json.gz traces."),
     out: Optional[str] = typer.Option(None, "--out", help="Results dir to write."),
+    step_marker: Optional[str] = typer.Option(None, "--step-marker", help="kineto: a regex of the annotation that marks one step (default ProfilerStep#N, or vLLM's 'gpu_model_runner: forward')."),
+    model: Optional[str] = typer.Option(None, "--model", help="kineto: the served model (built-in name or config.json), to compare collectives per step with the plan's 2L+2 and name each collective's site."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="kineto: the TP degree of the traced group (default: the number of rank traces given)."),
 ):
     """Import another tool's output into the results format (e.g. a vendor's nccl-tests logs)."""
     from .importers import run_import
@@ -200,7 +213,7 @@ def import_(
     def run() -> int:
         if out is not None:
             _check_out(out, "--out")
-        return run_import(kind, list(paths), out)
+        return run_import(kind, list(paths), out, step_marker=step_marker, model=model, tp=tp)
 
     _exit_with(run)
 
@@ -264,6 +277,40 @@ def show(
     from .views.show import run_show
 
     _exit_with(run_show, results_dir, charts=not no_charts)
+
+
+@app.command()
+def serve(
+    url: str = typer.Option(..., "--url", help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000."),
+    model: str = typer.Option(..., "--model", help="The model name the server serves (GET /v1/models)."),
+    concurrency: str = typer.Option("1,4,16", "--concurrency", help="Closed-loop levels: requests in flight, e.g. 1,4,16,64."),
+    rate: Optional[str] = typer.Option(None, "--rate", help="Also open-loop levels at these requests/s (Poisson arrivals), e.g. 0.5,1,2."),
+    workload: str = typer.Option("qa", "--workload", help="qa, rag, multiturn, or a JSONL file of {\"prompt_tokens\": N, \"output_tokens\": M} lines."),
+    prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="Override the workload's prompt length (tokens)."),
+    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Override the workload's output length (max_tokens)."),
+    requests: Optional[int] = typer.Option(None, "--requests", help="Requests per level (default max(8, 4 x concurrency))."),
+    duration: float = typer.Option(60.0, "--duration", help="Seconds per level after which no new request is sent."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds one request may take before it counts as a timeout."),
+    api: str = typer.Option("completions", "--api", help="completions (/v1/completions) or chat (/v1/chat/completions)."),
+    slo: str = typer.Option("ttft_p99=2s,tpot_p99=100ms", "--slo", help="Targets for the knee: ttft|tpot|itl|e2e _p50|_p90|_p99 and error_pct."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the prompts and arrivals."),
+    warmup: int = typer.Option(2, "--warmup", help="Requests sent one by one before the first level, not recorded."),
+    label: str = typer.Option("", "--label", help="A note kept in meta.json and the charts (e.g. 'CPU emulation')."),
+    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-serve/)."),
+    no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
+):
+    """TTFT, time per output token, tokens/s and jitter of an OpenAI-compatible server under load; the knee."""
+    from . import serve as core
+
+    def run() -> int:
+        cfg = core.build_config(url=url, model=model, concurrency=concurrency, rate=rate, workload=workload,
+                                prompt_tokens=prompt_tokens, output_tokens=output_tokens, requests=requests,
+                                duration=duration, timeout=timeout, api=api, slo=slo, seed=seed, warmup=warmup,
+                                label=label,
+                                out=out, argv=["commprof"] + sys.argv[1:], charts=not no_charts)
+        return core.run_serve(cfg)
+
+    _exit_with(run)
 
 
 #: p2p --rounds: ping-pong round trips per latency probe (each a few microseconds).

@@ -108,6 +108,7 @@ class BoxGap:
     meta: dict = field(default_factory=dict)     # the box's sweep provenance
     curves: object = None     # the reference at every size of the box: op, tp, mode, size_bytes,
                               # reference_us, reference_busbw_gbps, reference_tp (for charts)
+    ttft: dict | None = None  # the time to first token's communication here and on the reference (see _ttft)
 
 
 @dataclass
@@ -198,7 +199,7 @@ def _box_gap(ev, reference: str | None):
     return BoxGap(label=ev.label, reference=ref, reference_title=prof["title"], box_kind=kind, this_box=_this_box(ev),
                   table=table, per_token=_per_token(ev, ref), fits=fit_sweep(ev.sweep), custom=custom,
                   backend=backend, wire=w, wire_rows=_wire_rows(ev, w), stat=stat, interconnect=ic, sweep=ev.sweep,
-                  notes=notes, meta=ev.sweep_meta or {}, curves=pd.DataFrame(curves))
+                  notes=notes, meta=ev.sweep_meta or {}, curves=pd.DataFrame(curves), ttft=_ttft(ev, ref))
 
 
 def compute_gap(dirs: list[str], reference: str | None = None, ev=None, interconnect=None) -> Gap:
@@ -349,6 +350,8 @@ def _per_token(ev, ref: str):
     dtype = (ev.trace_meta or {}).get("config", {}).get("dtype", "bf16")
     out = []
     for r in ev.trace.itertuples():
+        if is_prefill_row(r):
+            continue                       # prefill and mixed rows: the TTFT account (_ttft)
         tp, batch, mode = int(r.tp), int(r.batch), str(getattr(r, "mode", "eager"))
         if tp < 2:
             continue
@@ -369,6 +372,149 @@ def _per_token(ev, ref: str):
                     "ms_per_token": ms, "ref_comm_share_pct": 100 * ref_comm_us / 1e3 / ref_ms,
                     "ref_ms_per_token": ref_ms})
     return pd.DataFrame(out, columns=cols)
+
+
+def is_prefill_row(r) -> bool:
+    """A trace summary row of a prefill or mixed run (rows written before phases existed are decode)."""
+    phase = r.get("phase") if isinstance(r, dict) else getattr(r, "phase", "decode")
+    return isinstance(phase, str) and phase in ("prefill", "mixed")
+
+
+def _shape_of(meta: dict | None):
+    from .models import ModelShape
+
+    model = (meta or {}).get("model") or ((meta or {}).get("config") or {}).get("model") or {}
+    if not isinstance(model, dict) or not model:
+        return None
+    try:
+        return ModelShape(**{k: v for k, v in model.items() if k in ModelShape.__dataclass_fields__})
+    except TypeError:
+        return None
+
+
+def sweep_price(sweep, tp: int, mode: str = "eager"):
+    """``price(op, size_bytes) -> us`` from a box's own sweep rows at ``tp``: the mean latency the
+    average rank spends (as ``trace --predict`` uses), interpolated log-log in size inside the
+    measured range only (None outside it: a decode-size sweep does not say what 40 MiB costs).
+    Per-call rows are preferred; prefill runs eager, so eager rows are preferred."""
+    from .trace import PREDICT_STATS
+
+    df = sweep[(sweep["group"] == 0) & (sweep["tp"] == tp)]
+    if "impl" in df.columns:
+        df = df[df["impl"] != "custom"]
+    if "timing" in df.columns and "per-call" in set(df["timing"]):
+        df = df[df["timing"] == "per-call"]
+    stat = next((c for c in PREDICT_STATS + ("latency_us_p50",) if c in df.columns and df[c].notna().any()),
+                "latency_us_p50")
+    curves = {}
+    for op, g in df.groupby("op"):
+        modes = set(g["mode"])
+        g = g[g["mode"] == (mode if mode in modes else _pick_mode(modes))]
+        g = g.groupby("size_bytes", as_index=False)[stat].median().sort_values("size_bytes")
+        curves[op] = ([float(x) for x in g["size_bytes"]], [float(y) for y in g[stat]])
+
+    def price(op: str, size_bytes: int):
+        xs, ys = curves.get(op, ([], []))
+        return _interp_loglog(xs, ys, float(size_bytes))
+    price.stat = stat
+    price.max_bytes = {op: (xs[-1] if xs else 0) for op, (xs, _) in curves.items()}
+    return price
+
+
+def _priced(fn):
+    """Wrap a price that may answer None into one that raises LookupError (to skip a chunk size)."""
+    def price(op, size):
+        v = fn(op, size)
+        if v is None:
+            raise LookupError(op, size)
+        return v
+    return price
+
+
+def _favoured(shape, tp, prompt, price, dtype):
+    """:func:`planner.favoured_chunk` over the chunk sizes ``price`` covers; None if none."""
+    from .planner import chunk_candidates, favoured_chunk, prefill_comm_us
+
+    ok = []
+    for c in chunk_candidates(prompt):
+        try:
+            prefill_comm_us(shape, tp, prompt, c, _priced(price), dtype=dtype)
+            ok.append(c)
+        except LookupError:
+            continue
+    if not ok or ok[-1] != prompt:
+        return None          # without the whole prompt's size the least cannot be told
+    fav = favoured_chunk(shape, tp, prompt, _priced(price), dtype, candidates=ok)
+    fav["covered"] = len(ok) == len(chunk_candidates(prompt))      # False: only the chunks the sweep reaches
+    return fav
+
+
+def _ttft(ev, ref: str) -> dict | None:
+    """The time to first token's communication: this box's (a prefill or mixed trace, measured or
+    predicted; else its sweep, when the sweep reaches the prefill's sizes) beside the reference's
+    (the same collectives priced by the profile), and the chunk size each favours. The prompt is
+    the trace's, else ``[ttft_comm] prompt`` of the thresholds file; the model the trace's or the
+    sweep's. None when neither names a model."""
+    from .check import load_thresholds
+    from .planner import prefill_comm_us
+
+    th = load_thresholds()["ttft_comm"]
+    rows = [] if ev.trace is None else [r for r in ev.trace.to_dict("records") if is_prefill_row(r)
+                                        and int(r["tp"]) > 1]
+    shape = _shape_of(ev.trace_meta) if rows or ev.trace is not None else None
+    shape = shape or _shape_of(ev.sweep_meta)
+    if shape is None:
+        return None
+    dtype = ((ev.trace_meta or {}).get("config") or {}).get("dtype") or \
+        ((ev.sweep_meta or {}).get("config") or {}).get("dtype") or "bf16"
+    out = {"model": shape.name, "layers": shape.layers, "reference": ref, "dtype": dtype}
+    if rows:
+        r = max(rows, key=lambda x: int(x["tp"]))
+        tp, prompt, chunk = int(r["tp"]), int(r["prompt"]), int(r["chunk"])
+        decode = int(r["batch"]) if r["phase"] == "mixed" else 0
+        kind = (ev.trace_meta or {}).get("kind", "measured")
+        out.update(tp=tp, prompt=prompt, chunk=chunk, decode_tokens=decode, phase=r["phase"],
+                   this_source=f"trace ({kind}{', scaled' if int(r.get('scaled') or 0) else ''})",
+                   this_comm_ms=float(r["ttft_comm_ms"]), this_ttft_ms=float(r["ttft_ms"]))
+    else:
+        tps = sorted(int(t) for t in set(ev.sweep["tp"]) if int(t) > 1) if ev.sweep is not None else []
+        if not tps:
+            return None
+        tp, prompt = tps[-1], int(th["prompt"])
+        chunk = int(th["chunk"]) or prompt
+        decode = 0
+        out.update(tp=tp, prompt=prompt, chunk=chunk, decode_tokens=0, phase="prefill", this_source=None,
+                   this_comm_ms=None, this_ttft_ms=None)
+    try:
+        from .planner import check_tp
+        check_tp(shape, tp)
+    except UsageError:
+        return None
+
+    def ref_price(op, size):
+        return _ref_latency(ref, op, tp, size, "eager")[0]
+
+    try:
+        out["ref_comm_ms"] = prefill_comm_us(shape, tp, prompt, chunk, _priced(ref_price), decode, dtype) / 1e3
+    except LookupError:
+        return None
+    if out["this_ttft_ms"] is not None:
+        out["ref_ttft_ms"] = out["this_ttft_ms"] - out["this_comm_ms"] + out["ref_comm_ms"]
+    out["favoured_ref"] = _favoured(shape, tp, prompt, ref_price, dtype)
+    out["favoured_this"] = None
+    out["sweep_comm_ms"] = None
+    if ev.sweep is not None and tp in set(int(t) for t in ev.sweep["tp"]):
+        price = sweep_price(ev.sweep, tp)
+        out["sweep_stat"] = price.stat
+        try:
+            out["sweep_comm_ms"] = prefill_comm_us(shape, tp, prompt, chunk, _priced(price), decode, dtype) / 1e3
+        except LookupError:
+            pass
+        out["favoured_this"] = _favoured(shape, tp, prompt, price, dtype)
+        out["sweep_max_all_reduce_bytes"] = price.max_bytes.get("all_reduce", 0)
+    if out["this_comm_ms"] is None and out["sweep_comm_ms"] is not None:
+        out["this_comm_ms"], out["this_source"] = out["sweep_comm_ms"], "modelled from this box's sweep"
+    return out
 
 
 def wire(ev) -> dict | None:
@@ -479,7 +625,7 @@ def write_gap(g: Gap, out_dir: str, dirs: list[str]) -> list[str]:
         gpus=sorted({x for b in g.boxes for x in b.meta.get("gpus", [])}),
         gap=True, evidence_dirs=[os.path.abspath(d) for d in dirs],
         boxes=[{"box": b.label, "interconnect": b.interconnect.to_dict() if b.interconnect else None,
-                "reference": b.reference, "latency_stat": b.stat} for b in g.boxes],
+                "reference": b.reference, "latency_stat": b.stat, "ttft": b.ttft} for b in g.boxes],
         reference_kind="modelled (commprof/profiles.py, every parameter with its source)",
         files={"gap.csv": "each box against its reference: this_box (measured/imported), reference (modelled), "
                           "ratio = this box / reference",

@@ -858,14 +858,23 @@ def default_import_dir(kind: str, root: str = "results") -> str:
     return os.path.join(root, f"{stamp}-import-{kind}")
 
 
-def run_import(kind: str, paths, out: str | None = None, in_place: bool = False) -> int:
-    """``commprof import KIND FILE...``: import, print one line, return the exit code (0)."""
+def run_import(kind: str, paths, out: str | None = None, in_place: bool = False, step_marker: str | None = None,
+               model: str | None = None, tp: int | None = None) -> int:
+    """``commprof import KIND FILE...``: import, print one line, return the exit code (0).
+    ``step_marker``, ``model`` and ``tp`` are for ``kineto`` only."""
     if kind == "nvidia-smi-topo":
         from .smitopo import run_import_smi_topo
 
         return run_import_smi_topo(list(paths), out or default_import_dir(kind))
+    if kind == "kineto":
+        from .kineto import run_import_kineto
+
+        return run_import_kineto(list(paths), out or default_import_dir(kind), step_marker=step_marker,
+                                 model=model, tp=tp)
+    if step_marker is not None or model is not None or tp is not None:
+        raise UsageError(f"import {kind}: --step-marker, --model and --tp are for 'import kineto' only")
     if kind != "nccl-tests":
-        raise UsageError(f"import: unknown kind '{kind}' (known: nccl-tests, nvidia-smi-topo)")
+        raise UsageError(f"import: unknown kind '{kind}' (known: nccl-tests, nvidia-smi-topo, kineto)")
     out_dir = out or default_import_dir(kind)
     import_nccl_tests(list(paths), out_dir, in_place=in_place)
     rows = results.read_rows(out_dir)

@@ -142,12 +142,26 @@ def decode_collectives(model: ModelShape, tp: int, batch: int, dtype: str = "bf1
 
     Sizes are bytes: ``size_bytes`` in nccl-tests' meaning after ``COLLECTIVES[op].layout`` rounding.
     """
-    elem = dtype_bytes(dtype)
+    dtype_bytes(dtype)
     check_tp(model, tp)
     _positive_int(batch, "--batch")
+    return step_collectives(model, tp, batch, batch, dtype, sp, moe)
+
+
+def step_collectives(model: ModelShape, tp: int, tokens: int, logits_tokens: int, dtype: str = "bf16",
+                     sp: bool = False, moe: str = "tp") -> list[CollectiveSite]:
+    """Every collective of one forward step that carries ``tokens`` tokens and takes the logits of
+    ``logits_tokens`` of them, in execution order (see :func:`decode_collectives`, whose step has
+    ``tokens = logits_tokens = batch``). A prefill chunk of K tokens has ``tokens = K`` and
+    ``logits_tokens = 1`` (its last token); a mixed step of B decode tokens and a chunk of K has
+    ``tokens = B + K`` and ``logits_tokens = B + 1``."""
+    elem = dtype_bytes(dtype)
+    check_tp(model, tp)
+    _positive_int(tokens, "tokens per step")
     _check_moe(model, moe)
     if tp == 1:
         return []
+    batch = tokens
 
     sites: list[CollectiveSite] = []
 
@@ -172,7 +186,7 @@ def decode_collectives(model: ModelShape, tp: int, batch: int, dtype: str = "bf1
             add(f"layer {i} MoE combine", "moe_combine", i, "all_to_all", routed)
         else:
             reduce(f"layer {i} MLP-out", "mlp_out", i, activation)
-    add("logits", "logits", None, "all_gather", batch * model.vocab * elem)
+    add("logits", "logits", None, "all_gather", logits_tokens * model.vocab * elem)
     return sites
 
 
@@ -327,10 +341,13 @@ class Plan:
     max_sequences: int | None          # None without gpu_mem_bytes
     weights_fit: bool | None
     assumptions: tuple
+    phase: str = "decode"              # decode, prefill or mixed (see PHASES)
+    prefill: dict | None = None        # prefill and mixed: the prompt's chunks, totals, activations
 
     def to_dict(self) -> dict:
         return {
             "kind": "modelled",
+            "phase": self.phase,
             "model": self.model.name,
             "source": self.model.source,
             "tp": self.tp,
@@ -352,6 +369,7 @@ class Plan:
                 "weights_fit": self.weights_fit,
                 "batch_fits": None if self.max_sequences is None else self.max_sequences >= self.batch,
             },
+            "prefill": self.prefill,
             "assumptions": list(self.assumptions),
             "model_shape": self.model.to_dict(),
             "collectives": [s.to_dict() for s in self.sites],
@@ -395,12 +413,23 @@ def _assumptions(model: ModelShape, tp: int, sp: bool, moe: str) -> tuple:
 
 
 def build_plan(model: ModelShape, tp: int, batch: int, context: int, gpu_mem_bytes: int | None = None,
-               mem_util: float = 0.9, dtype: str = "bf16", sp: bool = False, moe: str = "tp") -> Plan:
+               mem_util: float = 0.9, dtype: str = "bf16", sp: bool = False, moe: str = "tp",
+               phase: str = "decode", prompt: int | None = None, chunk: int | None = None) -> Plan:
     """Model one decode step of ``model`` on ``tp`` ranks; ``gpu_mem_bytes`` (one GPU, bytes) adds
-    how many sequences of ``context`` tokens fit in its KV cache."""
+    how many sequences of ``context`` tokens fit in its KV cache.
+
+    ``phase="prefill"`` models the prefill of one ``prompt``-token prompt in chunks of ``chunk``
+    tokens (default: the whole prompt in one step): ``sites`` are one full chunk's collectives and
+    ``prefill`` holds the chunks, the totals over the prompt and one chunk's activations; the KV
+    cache is the prompt's. ``phase="mixed"`` models one scheduler step of chunked prefill: a chunk
+    of ``chunk`` tokens of a ``prompt``-token prompt and ``batch`` decode tokens together."""
     _positive_int(tp, "--tp", MAX_TP)
     _positive_int(batch, "--batch", MAX_BATCH)
     _positive_int(context, "--context", MAX_CONTEXT)
+    phase, prompt, chunk = check_phase(phase, prompt, chunk)
+    if phase != "decode":
+        return _build_prefill_plan(model, tp, batch, context, gpu_mem_bytes, mem_util, dtype, sp, moe, phase,
+                                   prompt, chunk)
     if isinstance(mem_util, bool) or not isinstance(mem_util, (int, float)) or not 0 < mem_util <= 1:
         raise UsageError(f"--mem-util {mem_util!r}: expected a fraction in (0, 1], e.g. 0.9")
     if gpu_mem_bytes is not None and (isinstance(gpu_mem_bytes, bool) or not isinstance(gpu_mem_bytes, int)
@@ -422,6 +451,191 @@ def build_plan(model: ModelShape, tp: int, batch: int, context: int, gpu_mem_byt
                 counts=step_counts(sites, batch), weights=weights, kv_bytes_per_token_per_rank=kv_token,
                 kv_bytes_per_sequence_per_rank=kv_seq, usable_bytes=usable, kv_budget_bytes=budget,
                 max_sequences=max_seq, weights_fit=fit, assumptions=_assumptions(model, tp, sp, moe))
+
+
+# --------------------------------------------------------------------------------------------
+# prefill and mixed steps (chunked prefill)
+
+PHASES = ("decode", "prefill", "mixed")
+
+
+def check_phase(phase: str, prompt, chunk) -> tuple[str, int | None, int | None]:
+    """Validate ``--phase``, ``--prompt`` and ``--chunk`` together; returns them (a prefill's
+    chunk defaults to the whole prompt, a mixed step needs one)."""
+    if phase not in PHASES:
+        raise UsageError(f"--phase {shown(phase)}: use decode, prefill or mixed")
+    if phase == "decode":
+        if prompt is not None or chunk is not None:
+            flag = "--prompt" if prompt is not None else "--chunk"
+            raise UsageError(f"{flag} describes a prefill: add --phase prefill or --phase mixed")
+        return phase, None, None
+    if prompt is None:
+        raise UsageError(f"--phase {phase} needs --prompt N (the prompt's length in tokens, e.g. 4096)")
+    _positive_int(prompt, "--prompt", MAX_CONTEXT)
+    if chunk is None:
+        if phase == "mixed":
+            raise UsageError("--phase mixed needs --chunk K (the prefill tokens the step carries beside the "
+                             "decode tokens, e.g. 512)")
+        chunk = prompt
+    _positive_int(chunk, "--chunk", MAX_CONTEXT)
+    return phase, prompt, min(chunk, prompt)
+
+
+def prefill_chunks(prompt: int, chunk: int) -> list[int]:
+    """The chunk sizes of a ``prompt``-token prefill in chunks of ``chunk`` tokens:
+    ``ceil(prompt / chunk)`` chunks, the last one holding the remainder."""
+    _positive_int(prompt, "--prompt")
+    _positive_int(chunk, "--chunk")
+    n, last = divmod(prompt, chunk)
+    return [chunk] * n + ([last] if last else [])
+
+
+def _ffn_active(model: ModelShape) -> int:
+    """MLP width one token passes through: the dense FFN, or the active experts (top_k x expert
+    FFN, plus the shared experts) of an MoE layer, as the trace engine runs it."""
+    if model.experts:
+        return model.top_k * model.expert_ffn + model.shared_experts * (model.shared_expert_ffn or model.expert_ffn)
+    return model.ffn
+
+
+def activation_bytes_per_rank(model: ModelShape, tp: int, tokens: int, logits_tokens: int,
+                              dtype: str = "bf16") -> dict:
+    """Peak activation bytes one rank holds while a step of ``tokens`` tokens runs (layers run one
+    after another, so one layer's tensors are live at a time), by part, and ``total``:
+
+    * ``hidden``: the residual stream, the normed input and the all-reduce buffer, 3 x tokens x hidden;
+    * ``layer_peak``: the larger of attention's (QKV output and attention output, tokens x
+      (2 q_heads + 2 kv_heads) / tp x head_dim) and the MLP's (gate, up and their product,
+      3 x tokens x FFN / tp) tensors; attention is taken as flash attention (no tokens x context
+      score matrix);
+    * ``logits``: ``logits_tokens`` x vocab / tp local and ``logits_tokens`` x vocab gathered.
+
+    Workspace, the allocator's slack and CUDA graphs are not counted: an estimate of the order of
+    magnitude, modelled."""
+    elem = dtype_bytes(dtype)
+    check_tp(model, tp)
+    h, d = model.hidden, model.head_dim
+    attn = tokens * (2 * (model.q_heads // tp) + 2 * kv_heads_per_rank(model, tp)) * d
+    mlp = 3 * tokens * _shard(_ffn_active(model), tp)
+    parts = {"hidden": 3 * tokens * h, "layer_peak": max(attn, mlp),
+             "logits": logits_tokens * (_shard(model.vocab, tp) + model.vocab)}
+    out = {k: v * elem for k, v in parts.items()}
+    out["total"] = sum(out.values())
+    return out
+
+
+def prefill_totals(model: ModelShape, tp: int, prompt: int, chunk: int, decode_tokens: int = 0,
+                   dtype: str = "bf16", sp: bool = False, moe: str = "tp") -> dict:
+    """Totals over a whole prompt's prefill: ``ceil(prompt / chunk)`` steps, each carrying a chunk
+    (and ``decode_tokens`` decode tokens in mixed steps), each ending in a logits all-gather of
+    the chunk's last token (and the decode tokens). Counts and bytes by op, per chunk size."""
+    chunks = prefill_chunks(prompt, chunk)
+    total = {"collectives": 0, "size_bytes": 0, "send_bytes_per_rank": 0, "by_op": {}}
+    per_size = []
+    for tokens in sorted(set(chunks), reverse=True):
+        n = chunks.count(tokens)
+        sites = step_collectives(model, tp, tokens + decode_tokens, 1 + decode_tokens, dtype, sp, moe)
+        c = step_counts(sites, tokens + decode_tokens)
+        per_size.append({"chunk_tokens": tokens, "steps": n, "collectives_per_step": c["collectives_per_step"],
+                         "size_bytes_per_step": c["size_bytes_per_step"],
+                         "send_bytes_per_rank_per_step": c["send_bytes_per_rank_per_step"]})
+        total["collectives"] += n * c["collectives_per_step"]
+        total["size_bytes"] += n * c["size_bytes_per_step"]
+        total["send_bytes_per_rank"] += n * c["send_bytes_per_rank_per_step"]
+        for op, k in c["by_op"].items():
+            total["by_op"][op] = total["by_op"].get(op, 0) + n * k
+    return {"prompt": prompt, "chunk": chunk, "steps": len(chunks), "last_chunk_tokens": chunks[-1],
+            "per_chunk_size": per_size, "total": total}
+
+
+def prefill_comm_us(model: ModelShape, tp: int, prompt: int, chunk: int, price, decode_tokens: int = 0,
+                    dtype: str = "bf16", sp: bool = False, moe: str = "tp") -> float:
+    """The collectives of a whole prompt's prefill in chunks of ``chunk`` tokens, priced by
+    ``price(op, size_bytes) -> us`` (a sweep's interpolation or a reference profile), in us: the
+    part of the time to first token spent in collectives when nothing overlaps them."""
+    total = 0.0
+    chunks = prefill_chunks(prompt, chunk)
+    for tokens in set(chunks):
+        sites = step_collectives(model, tp, tokens + decode_tokens, 1 + decode_tokens, dtype, sp, moe)
+        total += chunks.count(tokens) * sum(price(s.op, s.size_bytes) for s in sites)
+    return total
+
+
+#: How close to the least communication a chunk size must come to count as "favoured": the
+#: smallest such chunk keeps decode steps short (what chunking is for) at almost no cost.
+FAVOURED_WITHIN_PCT = 5.0
+
+
+def chunk_candidates(prompt: int, smallest: int = 64) -> list[int]:
+    """Powers of two from ``smallest`` up to below the prompt, and the whole prompt (no chunking)."""
+    out, c = [], smallest
+    while c < prompt:
+        out.append(c)
+        c *= 2
+    return out + [prompt]
+
+
+def favoured_chunk(model: ModelShape, tp: int, prompt: int, price, dtype: str = "bf16", candidates=None,
+                   within_pct: float = FAVOURED_WITHIN_PCT) -> dict:
+    """The prefill's collectives at each candidate chunk size (:func:`chunk_candidates`), priced by
+    ``price``: ``least_chunk`` (the least communication; with an alpha-beta price it is always the
+    largest chunk, since every chunk pays each collective's fixed cost again) and
+    ``favoured_chunk``, the smallest chunk within ``within_pct`` % of that least, with ``rows``
+    (chunk, steps, comm_us)."""
+    cands = list(candidates or chunk_candidates(prompt))
+    rows = [{"chunk": c, "steps": len(prefill_chunks(prompt, c)),
+             "comm_us": prefill_comm_us(model, tp, prompt, c, price, dtype=dtype)} for c in cands]
+    least = min(rows, key=lambda r: (r["comm_us"], -r["chunk"]))
+    fav = min((r for r in rows if r["comm_us"] <= least["comm_us"] * (1 + within_pct / 100.0)),
+              key=lambda r: r["chunk"])
+    return {"least_chunk": least["chunk"], "least_comm_us": least["comm_us"], "favoured_chunk": fav["chunk"],
+            "favoured_comm_us": fav["comm_us"], "within_pct": within_pct, "rows": rows}
+
+
+def _prefill_assumptions(phase: str) -> list[str]:
+    a = ["Prefill: the prompt runs in ceil(prompt / chunk) steps (chunked prefill, as vLLM and TensorRT-LLM "
+         "schedule it with max_num_batched_tokens); each step's all-reduces carry its tokens x hidden, so the "
+         "count per step is the decode step's (2L+2 for a dense model) and only the sizes grow."]
+    a.append("Logits: each chunk step all-gathers the logits of 1 token, the chunk's last (vLLM computes logits "
+             "at every scheduled sequence's last position and drops the sample of an unfinished prompt; the "
+             "last chunk's token is the first output token). The synthetic engine does the same.")
+    if phase == "mixed":
+        a.append("Mixed step: the decode tokens ride in the same step as the chunk, so each all-reduce carries "
+                 "(batch + chunk) x hidden and the logits all-gather batch + 1 tokens.")
+    a.append("Activations of one step: modelled peak of one layer (flash attention, no score matrix) plus "
+             "the logits; workspace not counted.")
+    return a
+
+
+def _build_prefill_plan(model, tp, batch, context, gpu_mem_bytes, mem_util, dtype, sp, moe, phase, prompt,
+                        chunk) -> Plan:
+    decode_tokens = batch if phase == "mixed" else 0
+    sites = step_collectives(model, tp, chunk + decode_tokens, 1 + decode_tokens, dtype, sp, moe)
+    totals = prefill_totals(model, tp, prompt, chunk, decode_tokens, dtype, sp, moe)
+    act = activation_bytes_per_rank(model, tp, chunk + decode_tokens, 1 + decode_tokens, dtype)
+    kv_prompt = kv_bytes_per_sequence_per_rank(model, tp, prompt, dtype)
+    if phase == "prefill":
+        context = prompt          # the KV cache the plan counts is the prompt's
+    weights = weights_per_rank(model, tp, dtype)
+    kv_token = kv_bytes_per_token_per_rank(model, tp, dtype)
+    kv_seq = kv_bytes_per_sequence_per_rank(model, tp, context, dtype)
+    usable = budget = max_seq = fit = None
+    if gpu_mem_bytes is not None:
+        usable = math.floor(gpu_mem_bytes * mem_util)
+        budget = usable - weights["total"]
+        fit = budget >= 0
+        max_seq = budget // kv_seq if fit else 0
+    prefill = {**totals, "decode_tokens": decode_tokens,
+               "tokens_per_step": chunk + decode_tokens,
+               "logits_tokens_per_step": 1 + decode_tokens,
+               "activation_bytes_per_rank": act, "kv_bytes_prompt_per_rank": kv_prompt}
+    return Plan(model=model, tp=tp, batch=batch, context=context, dtype=dtype, sp=sp, moe=moe,
+                gpu_mem_bytes=gpu_mem_bytes, mem_util=float(mem_util), sites=tuple(sites),
+                counts=step_counts(sites, chunk + decode_tokens), weights=weights,
+                kv_bytes_per_token_per_rank=kv_token, kv_bytes_per_sequence_per_rank=kv_seq, usable_bytes=usable,
+                kv_budget_bytes=budget, max_sequences=max_seq, weights_fit=fit,
+                assumptions=_assumptions(model, tp, sp, moe) + tuple(_prefill_assumptions(phase)),
+                phase=phase, prefill=prefill)
 
 
 # --------------------------------------------------------------------------------------------
@@ -453,15 +667,18 @@ def write_plan(plan: Plan, out_dir: str) -> list[str]:
         rows.append(row)
     results.write_table(csv_path, CSV_COLUMNS, rows)
     results.write_meta(out_dir, results.provenance(
-        "plan", "modelled", "collectives and memory of one decode step, modelled from the model's shapes "
+        "plan", "modelled", f"collectives and memory of one {plan.phase} step, modelled from the model's shapes "
         "(commprof plan)", status="complete", hosts=["modelled: no box"], model=plan.model.name,
-        source=plan.model.source, tp=plan.tp, batch=plan.batch, context=plan.context, dtype=plan.dtype))
+        source=plan.model.source, tp=plan.tp, batch=plan.batch, context=plan.context, dtype=plan.dtype,
+        phase=plan.phase, **({"prompt": plan.prefill["prompt"], "chunk": plan.prefill["chunk"]}
+                             if plan.prefill else {})))
     return [json_path, csv_path]
 
 
 def run_plan(model_spec: str, tp: int, batch: int, context: int, gpu_mem: str | None = None,
              mem_util: float = 0.9, dtype: str = "bf16", sp: bool = False, moe: str = "tp",
-             out: str | None = None, as_json: bool = False, console=None) -> int:
+             out: str | None = None, as_json: bool = False, console=None, phase: str = "decode",
+             prompt: int | None = None, chunk: int | None = None) -> int:
     """The whole ``commprof plan`` command: model, build, write (``out``), print; the exit code.
 
     ``gpu_mem`` is text with binary suffixes (``80G`` = 80 GiB). ``as_json`` prints the plan's
@@ -477,7 +694,7 @@ def run_plan(model_spec: str, tp: int, batch: int, context: int, gpu_mem: str | 
         except ValueError as e:
             raise UsageError(f"--gpu-mem: {e}") from None
     model = get_model(model_spec)
-    plan = build_plan(model, tp, batch, context, gpu_mem_bytes, mem_util, dtype, sp, moe)
+    plan = build_plan(model, tp, batch, context, gpu_mem_bytes, mem_util, dtype, sp, moe, phase, prompt, chunk)
     paths = write_plan(plan, out) if out else []
     emit(plan.to_dict(), as_json, lambda c: render_plan(plan, c), paths, console, 150)
     return EXIT_OK

@@ -77,6 +77,9 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
         moe_res = next((r for r in b.loaded if "moe_steps" in r.tables), None)
         if moe_res is not None:
             sections.append(views.moe_section(moe_res, level=level, prefix=prefix))
+        serve_res = next((r for r in b.loaded if "serve_levels" in r.tables), None)
+        if serve_res is not None:
+            sections.append(views.serve_section(serve_res, out_dir, trace_res=trace_res, level=level, prefix=prefix))
     if multi:
         title = f"commprof report: {' vs '.join(b.label for b in boxes)}"
     else:

@@ -49,19 +49,54 @@ def decode_sizes(ops, model: ModelShape, batches, dtype_bytes: int) -> list[Size
     return points
 
 
-def parse_sizes(spec: str, ops, model: ModelShape | None, batches, dtype_bytes: int) -> list[SizePoint]:
-    """``decode`` | ``pow2:MIN-MAX`` | ``SIZE,SIZE,...`` (binary suffixes: 4K = 4096 bytes).
+def prefill_sizes(ops, model: ModelShape, prompts, chunks, dtype_bytes: int) -> list[SizePoint]:
+    """Payloads of prefill steps: for each prompt length P and chunk size K (no chunks: K = P), a
+    step carries min(K, P) tokens, so all-reduce (and reduce-scatter, all-to-all, broadcast) =
+    tokens x hidden x dtype bytes; all-gather = the logits of 1 token (the chunk's last), 1 x vocab
+    x dtype bytes, whatever the prompt. A size met twice is listed once."""
+    points, seen = [], set()
+    for op in ops:
+        dim_name, _ = DECODE_SITE[op]
+        for p in prompts:
+            for k in (chunks or [p]):
+                tokens = min(k, p)
+                if dim_name == "vocab":
+                    size, rows, site = model.vocab * dtype_bytes, 1, "prefill logits all-gather: 1 token x vocab"
+                else:
+                    size, rows = tokens * model.hidden * dtype_bytes, tokens
+                    site = f"prefill {op}: {tokens} tokens x hidden (prompt {p}, chunk {min(k, p)})"
+                if size > MAX_MESSAGE_BYTES:
+                    raise UsageError(f"--sizes prefill: {op} at {tokens} tokens is {human_bytes(size)}, over the "
+                                     f"{limit_text(MAX_MESSAGE_BYTES)} limit per message; use a smaller --chunk")
+                if (op, size) in seen:
+                    continue
+                seen.add((op, size))
+                points.append(SizePoint(op, size, rows, site))
+    return points
+
+
+def parse_sizes(spec: str, ops, model: ModelShape | None, batches, dtype_bytes: int, prompts=None,
+                chunks=None) -> list[SizePoint]:
+    """``decode`` | ``prefill`` | ``pow2:MIN-MAX`` | ``SIZE,SIZE,...`` (binary suffixes: 4K = 4096 bytes).
 
     Every size is a whole number of bytes from 1 to 64 GiB (:data:`MAX_MESSAGE_BYTES`); an empty
     list element (``4K,,8K``) is refused; a size given twice is measured once, with a warning.
+    ``prefill`` takes its prompt lengths from ``prompts`` and chunk sizes from ``chunks``
+    (:func:`prefill_sizes`).
     """
     text = spec.strip()
     what = f"--sizes {shown(spec, 30)}"
-    usage = "use decode, pow2:4K-64M or a list like 4K,64K,1M"
+    usage = "use decode, prefill, pow2:4K-64M or a list like 4K,64K,1M"
     if text.lower() == "decode":
         if model is None:
             raise UsageError("--sizes decode needs a model (--model)")
         return decode_sizes(ops, model, batches, dtype_bytes)
+    if text.lower() == "prefill":
+        if model is None:
+            raise UsageError("--sizes prefill needs a model (--model)")
+        if not prompts:
+            raise UsageError("--sizes prefill needs --prompt N[,N...] (prompt lengths in tokens, e.g. 512,2048,8192)")
+        return prefill_sizes(ops, model, prompts, chunks, dtype_bytes)
     if text.lower().startswith("pow2:"):
         lo_hi = text[5:].split("-")
         try:

@@ -14,6 +14,10 @@ from .units import parse_int_list
 
 
 
+#: The longest prompt (and chunk) --sizes prefill takes, in tokens: the plan's --context bound.
+MAX_PROMPT_TOKENS = 1 << 24
+
+
 @dataclass
 class SweepOutcome:
     out_dir: str
@@ -26,8 +30,10 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
                  backend: str, modes: str | None, iters: int | None, warmup: int | None,
                  concurrent: bool, timeout_s: float, out: str | None, resume: bool, argv: list[str],
                  progress: bool = True, impl: str | None = None, verify: bool = False,
-                 timing: str = PER_CALL, loop: int = 20) -> SweepConfig:
-    """Validate every flag and derive the sweep's configuration (nothing is started)."""
+                 timing: str = PER_CALL, loop: int = 20, prompt: str | None = None,
+                 chunk: str | None = None) -> SweepConfig:
+    """Validate every flag and derive the sweep's configuration (nothing is started). ``prompt``
+    and ``chunk`` (comma lists of tokens) go with ``sizes="prefill"`` only."""
     if timing not in TIMINGS:
         raise UsageError(f"--timing '{timing}': use {' or '.join(TIMINGS)}")
     if isinstance(loop, bool) or not isinstance(loop, int) or not 1 <= loop <= 100_000:
@@ -40,10 +46,16 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
     if dtype not in DTYPE_BYTES:
         raise UsageError(f"--dtype '{dtype}': use {', '.join(DTYPE_BYTES)}")
     batches = parse_int_list(batch, "--batch")
+    prefill = sizes.strip().lower() == "prefill"
+    if not prefill and (prompt is not None or chunk is not None):
+        raise UsageError(f"{'--prompt' if prompt is not None else '--chunk'} sets prefill sizes: "
+                         "add --sizes prefill")
+    prompts = parse_int_list(prompt, "--prompt", MAX_PROMPT_TOKENS) if prompt is not None else None
+    chunks = parse_int_list(chunk, "--chunk", MAX_PROMPT_TOKENS) if chunk is not None else None
     shape: ModelShape | None = None
-    if model or sizes.strip().lower() == "decode":
+    if model or sizes.strip().lower() in ("decode", "prefill"):
         shape = get_model(model or DEFAULT_MODEL)
-    points = parse_sizes(sizes, op_list, shape, batches, DTYPE_BYTES[dtype])
+    points = parse_sizes(sizes, op_list, shape, batches, DTYPE_BYTES[dtype], prompts, chunks)
     launch.check_counts(timeout_s, iters, warmup)
     max_tp = max(tps)
     world, name, reason, trun = launch.choose_world(backend, max_tp, "--tp")

@@ -33,8 +33,11 @@ def check_shapes(model: dict, tps) -> None:
         check_tp(shape, tp)
 
 
-def engine_bytes_per_rank(model: dict, tp: int, batch: int, context: int, layers: int, dtype: str) -> dict:
-    """What the engine allocates on one rank (weights, KV cache), from the same dims it uses."""
+def engine_bytes_per_rank(model: dict, tp: int, batch: int, context: int, layers: int, dtype: str,
+                          chunk: int = 0) -> dict:
+    """What the engine allocates on one rank (weights, KV cache), from the same dims it uses. With a
+    prefill ``chunk``: the prefill sequence's own cache and the chunk's attention scores (fp32,
+    chunk x query heads x context, and their softmax) count too."""
     from microbench.decode_engine import engine_dims, sliding_layers
 
     d = engine_dims(model, tp)
@@ -45,12 +48,16 @@ def engine_bytes_per_rank(model: dict, tp: int, batch: int, context: int, layers
     weights = (2 * d["vocab_r"] * h + h + layers * per_layer) * e
     window = model.get("sliding_window") or 0
     kv = 0
+    seqs = batch + (1 if chunk else 0)
+    widest = 0
     for s in sliding_layers(model, layers):
         ctx = min(context, window) if (s and window) else context
-        kv += 2 * batch * d["kv_heads_r"] * ctx * d["head_dim"] * e
-    logits = tp * batch * d["vocab_r"] * e
+        kv += 2 * seqs * d["kv_heads_r"] * ctx * d["head_dim"] * e
+        widest = max(widest, ctx)
+    logits = tp * (batch + (1 if chunk else 0)) * d["vocab_r"] * e
+    scores = chunk * d["q_heads_r"] * widest * (4 + 4 + e) if chunk else 0
     return {"weights_bytes": int(weights), "kv_cache_bytes": int(kv), "logits_bytes": int(logits),
-            "total_bytes": int(weights + kv + logits)}
+            "scores_bytes": int(scores), "total_bytes": int(weights + kv + logits + scores)}
 
 
 def gpu_free_bytes(n: int, nvml=None) -> tuple[int, str]:
@@ -135,12 +142,12 @@ def available_bytes_per_rank(backend: str, ranks_on_node: int) -> tuple[int, str
 
 
 def memory_guard(model: dict, tps, batches, context: int, layers: int | None, dtype: str, backend: str,
-                 ranks_on_node: int) -> tuple[int, dict]:
+                 ranks_on_node: int, chunk: int = 0) -> tuple[int, dict]:
     """Choose the layers to run: all of them if they fit, else refuse with the numbers (or run
     ``--layers N`` and scale). Returns (layers, report)."""
     L = int(model["layers"])
     avail, how = available_bytes_per_rank(backend, ranks_on_node)
-    worst = lambda n: max(engine_bytes_per_rank(model, tp, b, context, n, dtype)["total_bytes"]  # noqa: E731
+    worst = lambda n: max(engine_bytes_per_rank(model, tp, b, context, n, dtype, chunk)["total_bytes"]  # noqa: E731
                           for tp in tps for b in batches)
     want = L if layers is None else layers
     need = worst(want)
@@ -155,7 +162,7 @@ def memory_guard(model: dict, tps, batches, context: int, layers: int | None, dt
         fit = n
     gb = lambda v: f"{v / 1e9:.2f} GB"  # noqa: E731
     hint = (f"pass --layers {fit} (or fewer) to run {fit} of {L} layers and scale" if fit else
-            "even one layer does not fit: lower --batch/--context or use a larger device")
+            "even one layer does not fit: lower --batch/--context/--prompt/--chunk or use a larger device")
     raise UsageError(f"trace: {model['name']} at tp={min(tps)} needs {gb(need)} per rank for {want} layers "
                      f"but {gb(avail)} are available ({how}); {hint}")
 
@@ -170,12 +177,17 @@ def memory_guard(model: dict, tps, batches, context: int, layers: int | None, dt
 
 def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, warmup: int,
                  layers: int | None, dtype: str, backend: str, modes: str | None, timeout_s: float,
-                 out: str | None, argv: list[str], predict: bool = False, seed: int = 0) -> TraceConfig:
-    """Validate the flags, pick the backend, check memory (nothing is started)."""
+                 out: str | None, argv: list[str], predict: bool = False, seed: int = 0, phase: str = "decode",
+                 prompt: int | None = None, chunk: int | None = None) -> TraceConfig:
+    """Validate the flags, pick the backend, check memory (nothing is started). ``phase``
+    prefill runs one ``prompt``-token prompt in chunks of ``chunk`` tokens (default the whole
+    prompt); mixed runs those chunk steps with each ``batch``'s decode tokens in them."""
     from .launch import check_counts, choose_world, parse_modes, resolve_backend, torchrun_env
     from .models import get_model
+    from .planner import check_phase
     from .units import parse_int_list
 
+    phase, prompt, chunk = check_phase(phase, prompt, chunk)
     shape = get_model(model).to_dict()
     tps = parse_int_list(tp, "--tp")
     batches = parse_int_list(batch, "--batch")
@@ -198,15 +210,17 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
     mode_list = parse_modes(modes, name)
     # predict: one device runs one rank's shard of each TP degree in turn (the largest is min(tp))
     ranks_on_node = 1 if predict else (trun["local_world"] if trun else world)
-    n_layers, mem = memory_guard(shape, [min(tps)] if predict else tps, batches, context, layers, dtype, name,
-                                 ranks_on_node)
+    n_layers, mem = memory_guard(shape, [min(tps)] if predict else tps, [0] if phase == "prefill" else batches,
+                                 prompt if phase != "decode" else context, layers, dtype, name, ranks_on_node,
+                                 chunk or 0)
     out_dir = out or results.default_out_dir()
     if not trun or trun["rank"] == 0:
         results.check_out_dir(out_dir, resume=False)
     return TraceConfig(model=shape, tps=tps, batches=batches, context=context, tokens=tokens, warmup=warmup,
                        layers=n_layers, dtype=dtype, modes=mode_list, backend=name, backend_reason=reason,
                        timeout_s=float(timeout_s), out_dir=out_dir, progress=True, argv=argv, world_size=world,
-                       launch="torchrun" if (trun and not predict) else "local", seed=seed, memory=mem)
+                       launch="torchrun" if (trun and not predict) else "local", seed=seed, memory=mem,
+                       phase=phase, prompt=prompt or 0, chunk=chunk or 0)
 
 
 def run(cfg: TraceConfig) -> bool:
@@ -334,17 +348,19 @@ def run_predict(cfg: TraceConfig, comm_from: str) -> None:
             eng = None
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-            eng = DecodeEngine(torch, None, cfg.model, tp, 0, batch, cfg.context, dtype, device, cfg.layers,
-                               comm=False, seed=cfg.seed)
+            eng = DecodeEngine(torch, None, cfg.model, tp, 0, batch, cfg.engine_context, dtype, device, cfg.layers,
+                               comm=False, seed=cfg.seed, chunk=cfg.chunk)
             built_for = (tp, batch)
-        lat, offs, durs = run_tokens(torch, eng, cfg.tokens, cfg.warmup, mode)
+        lat, offs, durs = run_tokens(torch, eng, cfg.steps, cfg.warmup, mode)
         d = engine_dims(cfg.model, tp)
-        ar = batch * d["hidden"] * e
-        sizes = {"embedding": ar, "attn_out": ar, "mlp_out": ar, "logits": tp * batch * d["vocab_r"] * e}
+        ar = (batch + cfg.chunk) * d["hidden"] * e
+        rows_out = batch + (1 if cfg.chunk else 0)      # logits: decode tokens and the chunk's last token
+        sizes = {"embedding": ar, "attn_out": ar, "mlp_out": ar, "logits": tp * rows_out * d["vocab_r"] * e}
         comm_us = {k: (table.latency_us(COMM_OP[k], tp, mode, v) if tp > 1 else 0.0) for k, v in sizes.items()}
         rec = predicted_record({"rank": 0, "lat": lat, "offs": offs, "durs": durs, "segments": eng.segments},
                                comm_us)
-        writer.add_attributed(tp, batch, mode, attribute_run([rec], cfg.layers_model, tp, batch))
+        writer.add_attributed(tp, batch, mode, attribute_run([rec], cfg.layers_model, tp, batch, cfg.chunk,
+                                                             cfg.prompt))
     eng = None
     meta = results.read_meta(cfg.out_dir)
     meta["comm_lookups"] = table.lookups
@@ -367,6 +383,9 @@ def run_trace(cfg: TraceConfig, comm_from: str | None = None, charts: bool = Tru
     lead = comm_from is not None or trun is None or trun["rank"] == 0
     if lead:
         scaled = f"; {cfg.layers} of {cfg.layers_model} layers, scaled" if cfg.scaled else ""
+        if cfg.phase != "decode":
+            scaled += (f"; {cfg.phase}: a {cfg.prompt}-token prompt in {cfg.steps} chunk step(s) of {cfg.chunk} "
+                       "tokens")
         print(f"commprof: trace {cfg.model['name']}: backend {cfg.backend} ({cfg.backend_reason}); "
               f"{'predicting from ' + comm_from if comm_from else str(cfg.world_size) + ' ranks'}{scaled}; "
               f"results -> {cfg.out_dir}", file=sys.stderr)

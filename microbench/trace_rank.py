@@ -104,23 +104,25 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
                     eng = None
                     _release(torch, env.device)
                     hb.stage(f"{label}: build")
-                    eng = DecodeEngine(torch, dist, cfg.model, tp, rank, batch, cfg.context, dtype, env.device,
-                                       cfg.layers, group=groups[tp], comm=True, seed=cfg.seed, on_layer=hb.tick)
+                    eng = DecodeEngine(torch, dist, cfg.model, tp, rank, batch, cfg.engine_context, dtype,
+                                       env.device, cfg.layers, group=groups[tp], comm=True, seed=cfg.seed,
+                                       on_layer=hb.tick, chunk=cfg.chunk)
                     built_for = (tp, batch)
                 hook = None
                 f = env.fault
                 if f is not None and f.kind == "sleep" and int(f.opts.get("rank", -1)) == rank:
                     hook = _delay_hook(f, rank, eng)
                 hb.stage(f"{label}: decode")
-                lat, offs, durs = run_tokens(torch, eng, cfg.tokens, cfg.warmup, mode, mark_hook=hook,
+                lat, offs, durs = run_tokens(torch, eng, cfg.steps, cfg.warmup, mode, mark_hook=hook,
                                              on_token=hb.tick)
                 rec = {"rank": rank, "lat": lat, "offs": offs, "durs": durs, "segments": eng.segments}
             hb.stage(f"{label}: collecting")
             gathered = [None] * world if rank == 0 else None
             dist.gather_object(rec, gathered, dst=0, group=env.world_ctrl)
             if rank == 0:
-                writer.add_attributed(tp, batch, mode, attribute_run([r for r in gathered if r is not None],
-                                                                     cfg.layers_model, tp, batch))
+                recs = [r for r in gathered if r is not None]
+                writer.add_attributed(tp, batch, mode, attribute_run(recs, cfg.layers_model, tp, batch,
+                                                                     cfg.chunk, cfg.prompt), recs=recs)
                 hb.row_written(1)
         eng = None
         _release(torch, env.device)

@@ -601,6 +601,115 @@ def check_smi_topo(case, tmp: str) -> str:
     return "accepted"
 
 
+# --- Kineto (PyTorch profiler) traces ---------------------------------------------------------------
+
+def _kineto_doc(rank: int, world: int = 2) -> dict:
+    """A small Kineto-shaped trace of one rank: ProfilerStep marks, compute and NCCL kernels."""
+    ev = []
+    for s in range(2):
+        base = 1_000_000.0 + s * 600
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1,
+                   "ts": base, "dur": 590})
+        for k in range(4):
+            t = base + 10 + k * 130
+            ev.append({"ph": "X", "cat": "kernel", "name": "sm90_gemm", "pid": 0, "tid": 7, "ts": t, "dur": 100.0})
+            ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "pid": 0,
+                       "tid": 7, "ts": t + 100, "dur": 20.0 + rank,
+                       "args": {"Collective name": "allreduce", "In msg nelems": 4096, "Out msg nelems": 4096,
+                                "dtype": "BFloat16", "Group size": world}})
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+            "traceEvents": ev}
+
+
+KINETO_KEYS = ["ph", "cat", "name", "ts", "dur", "pid", "tid", "args", "traceEvents", "distributedInfo", "rank",
+               "world_size", "In msg nelems", "Collective name"]
+
+
+def gen_kineto(rnd: random.Random) -> tuple[bytes, bytes]:
+    """Two ranks' traces; one or both mutated in their JSON values, structure or bytes."""
+    docs = [_kineto_doc(0), _kineto_doc(1)]
+    for _ in range(rnd.randint(1, 4)):
+        i = rnd.randrange(2)
+        r = rnd.random()
+        try:                                  # own copy, no shared or self-referencing values
+            docs[i] = json.loads(_dumps(docs[i]).replace(HUGE, "1").replace(DEEP, "1"))
+        except (ValueError, RecursionError):
+            docs[i] = {"traceEvents": "self-referencing"}
+        if r < 0.3:
+            docs[i] = mutate_json(rnd, docs[i])
+        elif r < 0.8:
+            evs = docs[i].get("traceEvents") if isinstance(docs[i], dict) else None
+            if isinstance(evs, list) and evs:
+                e = _choice(rnd, evs)
+                if isinstance(e, dict):
+                    e[_choice(rnd, KINETO_KEYS)] = copy.deepcopy(
+                        _choice(rnd, JSON_VALUES + ["X", "kernel", "nccl", "", None, [], {}]))
+        elif isinstance(docs[i], dict):
+            docs[i][_choice(rnd, ["traceEvents", "distributedInfo"])] = copy.deepcopy(
+                _choice(rnd, JSON_VALUES + [None, [], {}, "x"]))
+    def text(d):
+        try:
+            return _dumps(d)
+        except ValueError:          # a mutation made a value contain itself: not writable JSON
+            return _dumps({"traceEvents": "self-referencing"})
+    data = [text(d).encode("utf-8", "surrogatepass") for d in docs]
+    if rnd.random() < 0.2:
+        i = rnd.randrange(2)
+        data[i] = _mutate_bytes(rnd, data[i])
+    return data[0], data[1]
+
+
+def check_kineto(case, tmp: str) -> str:
+    """Read both ranks' traces and attribute them as ``import kineto`` does (commprof.kineto:
+    read_file, check_ranks, attribute_run), in memory: every figure finite and >= 0."""
+    from commprof.kineto import attribute_run, check_ranks, read_file
+
+    ranks = []
+    try:
+        for rank, data in enumerate(case):
+            p = os.path.join(tmp, f"rank{rank}.json")
+            with open(p, "wb") as f:
+                f.write(data)
+            ranks.extend(read_file(p))
+        if not any(r.kernels or r.colls for r in ranks):
+            return "rejected"
+        check_ranks(ranks, None)
+        att = attribute_run(ranks)
+    except CommprofError as e:
+        return _rejected(e)
+    for row in att.get("tokens", []):
+        for k, v in row.items():
+            if isinstance(v, float):
+                assert math.isfinite(v) and (v >= 0 or k == "residual_us"), (k, v)
+    return "accepted"
+
+
+def check_kineto_import(case, tmp: str) -> str:
+    """The whole ``import kineto`` on both ranks' traces, results dir written and read back."""
+    import shutil
+
+    from commprof.kineto import import_kineto
+    from commprof.results import load
+
+    paths = []
+    for rank, data in enumerate(case):
+        p = os.path.join(tmp, f"rank{rank}.json")
+        with open(p, "wb") as f:
+            f.write(data)
+        paths.append(p)
+    out = os.path.join(tmp, "kineto-out")
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        import_kineto(paths, out, command=["fuzz"])
+    except CommprofError as e:
+        return _rejected(e)
+    summ = load(out)["trace_summary"]
+    for c in ("ms_per_token", "comm_share_pct"):
+        v = summ[c].astype(float)
+        assert v.notna().all() and (v >= 0).all() and (v.abs() < float("inf")).all(), (c, list(v))
+    return "accepted"
+
+
 # --- the targets ------------------------------------------------------------------------------------
 
 TARGETS = {
@@ -614,4 +723,5 @@ TARGETS = {
     "check.load_thresholds": ("--thresholds FILE (TOML)", gen_thresholds, check_thresholds),
     "routing replay file": ("moe --skew file:PATH (CSV or JSON loads)", gen_replay, check_replay),
     "smitopo.parse_smi_topo": ("nvidia-smi topo -m / -p2p text", gen_smi_topo, check_smi_topo),
+    "kineto.import_kineto": ("PyTorch profiler (Kineto) traces, 2 ranks", gen_kineto, check_kineto),
 }

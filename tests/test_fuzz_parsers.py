@@ -235,3 +235,22 @@ def test_found_by_fuzzing(tmp):
                       b"$ nvidia-smi topo -p2p r\n\tGPU0\tGPU1\nGPU0\tX\tX\nGPU1\tOK\tX\n")
     assert F.check_smi_topo(p2p_x, tmp) == "rejected"
     assert F.check_thresholds(b"[busbw]\npass_fraction = 1" + b"0" * 400 + b"\n", tmp) == "rejected"
+
+
+@CI
+@given(rnd=RANDOMS)
+def test_kineto_traces_mutated(rnd, tmp):
+    F.check_kineto(F.gen_kineto(rnd), tmp)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(rnd=RANDOMS)
+def test_kineto_import_end_to_end_mutated(rnd, tmp):
+    F.check_kineto_import(F.gen_kineto(rnd), tmp)
+
+
+def test_kineto_unmutated_is_accepted(tmp):
+    import json
+
+    case = tuple(json.dumps(F._kineto_doc(r)).encode() for r in (0, 1))
+    assert F.check_kineto(case, tmp) == "accepted" and F.check_kineto_import(case, tmp) == "accepted"

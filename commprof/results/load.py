@@ -18,9 +18,14 @@ TABLES = {
     "moe_steps.csv": ("moe_steps", ("ep", "tokens", "skew", "imbalance")),
     "moe_ranks.csv": ("moe_ranks", ("ep", "tokens", "skew", "rank")),
     "p2p.csv": ("p2p", ("src_device", "dst_device", "probe", "gbps", "oneway_us")),
+    "kineto_steps.csv": ("kineto_steps", ("step", "rank", "window_us")),
+    "kineto_collectives.csv": ("kineto_collectives", ("step", "index", "rank", "duration_us")),
+    "kineto_ranks.csv": ("kineto_ranks", ("rank", "comm_kernel_us", "compute_kernel_us")),
     "plan.csv": ("plan", ()),
     "gap.csv": ("gap", ()),
     "gap_boxes.csv": ("gap_boxes", ()),
+    "serve_levels.csv": ("serve_levels", ("level", "mode", "concurrency", "ttft_ms_p99", "tpot_ms_p99")),
+    "serve_requests.csv": ("serve_requests", ("level", "status", "ttft_ms", "tpot_ms")),
 }
 #: JSON documents a dir can hold beside its tables: file name -> key in Results.docs.
 DOCS = {"topo.json": "topo", "hostbw.json": "hostbw", "plan.json": "plan", "check.json": "check"}
@@ -28,10 +33,11 @@ DOCS = {"topo.json": "topo", "hostbw.json": "hostbw", "plan.json": "plan", "chec
 #: The verb of a dir written before ``meta.json`` named it, from the files it holds (first match).
 _VERB_BY_FILE = (("sweep.csv", None), ("trace_summary.csv", "trace"), ("moe_steps.csv", "moe"),
                  ("p2p.csv", "p2p"), ("gap.csv", "gap"), ("plan.json", "plan"), ("check.json", "check"),
-                 ("report.html", "report"), ("topo.json", "topo"))
+                 ("report.html", "report"), ("topo.json", "topo"),
+                 ("serve_levels.csv", "serve"))
 _TEXT_COLUMNS = {"op", "mode", "clock", "backend", "impl", "dtype", "ranks", "site", "status", "hosts",
                  "fallback", "comm", "kind", "skew", "placement", "probe", "p2p", "hot_ranks", "hot_experts",
-                 "batch", "verified", "name", "site_kind"}
+                 "verified", "name", "site_kind"}
 
 
 @dataclass

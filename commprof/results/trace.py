@@ -1,6 +1,8 @@
 """A trace results dir: ``trace_tokens.csv`` (per tp, batch, mode, token, rank), ``trace_layers.csv``
-(per layer and rank, with straggler counts), ``trace_summary.csv`` (one row per run) and
-``meta.json``. Rank 0 (or ``trace --predict``) appends one attributed run at a time."""
+(per layer and rank, with straggler counts), ``trace_summary.csv`` (one row per run),
+``meta.json`` and ``trace.json`` (every rank's raw segment stamps in the Trace Event format, for
+Perfetto or chrome://tracing; ``commprof import kineto`` reads it back). Rank 0 (or
+``trace --predict``) appends one attributed run at a time."""
 from __future__ import annotations
 
 import os
@@ -21,17 +23,102 @@ SUMMARY_CSV = "trace_summary.csv"
 
 TOKEN_COLUMNS = ["kind", "scaled", "layers_run", "layers_model", "tp", "batch", "mode", "token", "rank",
                  "latency_us", "compute_us", "transfer_us", "wait_us", "gaps_us", "residual_us",
-                 "comm_share_pct", "latency_us_measured"]
+                 "comm_share_pct", "latency_us_measured", "phase"]
 
 
 LAYER_COLUMNS = ["kind", "tp", "batch", "mode", "layer", "rank", "compute_us", "transfer_us", "wait_us",
-                 "comm_share_pct", "straggler_count", "collectives"]
+                 "comm_share_pct", "straggler_count", "collectives", "phase"]
 
 
 SUMMARY_COLUMNS = ["kind", "scaled", "tp", "batch", "mode", "ms_per_token", "tokens_per_s",
                    "collectives_per_step", "collectives_per_token", "comm_share_pct", "transfer_share_pct",
                    "wait_share_pct", "compute_ms", "transfer_ms", "wait_ms", "gaps_ms", "max_residual_pct",
-                   "tokens", "layers_run", "layers_model"]
+                   "tokens", "layers_run", "layers_model", "phase", "prompt", "chunk", "ttft_ms", "ttft_comm_ms",
+                   "ttft_comm_share_pct"]
+
+
+TRACE_JSON = "trace.json"
+
+#: Trace Event format names of the engine's collectives, as Kineto writes record_param_comms.
+_COLL_NAME = {"embedding": "allreduce", "attn_out": "allreduce", "mlp_out": "allreduce", "logits": "allgather"}
+_TORCH_DTYPE = {"bf16": "BFloat16", "fp16": "Half", "fp32": "Float"}
+
+
+def timeline_events(runs: list, model: dict, dtype: str, backend: str, chunk: int = 0) -> list[dict]:
+    """Trace Event format events of the raw stamps of each run ``(tp, batch, mode, recs)``: one
+    process per rank and run, a compute track and a communication track, a ``ProfilerStep#t``
+    per token; tokens laid end to end (token t of every rank starts when the slowest rank's token
+    t-1 ended: the time between tokens is not stamped). Times in us."""
+    import math
+
+    from ..collectives import DTYPE_BYTES
+
+    e = DTYPE_BYTES.get(dtype, 2)
+    cat = "kernel" if backend == "nccl" else "cpu_op"
+    out: list[dict] = []
+    for run_i, (tp, batch, mode, recs) in enumerate(runs):
+        recs = sorted(recs, key=lambda r: r["rank"])
+        hidden = int(model.get("hidden", 0) or 0)
+        vocab_r = math.ceil(int(model.get("vocab", 0) or 0) / max(1, tp))
+        rows_out = batch + (1 if chunk else 0)
+        ar = (batch + chunk) * hidden
+        lat_max = [max(float(r["lat"][t]) for r in recs) for t in range(len(recs[0]["lat"]))]
+        starts = [0.0]
+        for v in lat_max[:-1]:
+            starts.append(starts[-1] + v)
+        label = f"tp={tp} batch={batch} mode={mode}"
+        for r in recs:
+            pid = 1000 * run_i + int(r["rank"])
+            out += [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"rank {r['rank']}"}},
+                    {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": label}},
+                    {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}},
+                    {"ph": "M", "name": "thread_name", "pid": pid, "tid": 0, "args": {"name": "steps"}},
+                    {"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "compute"}},
+                    {"ph": "M", "name": "thread_name", "pid": pid, "tid": 2, "args": {"name": "communication"}}]
+            for t, t0 in enumerate(starts):
+                step = {"ph": "X", "name": f"ProfilerStep#{t}", "pid": pid, "tid": 0, "ts": round(t0, 3),
+                        "dur": round(float(r["lat"][t]), 3)}
+                out.append({**step, "cat": "user_annotation"})
+                if cat == "kernel":
+                    out.append({**step, "cat": "gpu_user_annotation"})
+                for j, seg in enumerate(r["segments"]):
+                    if seg.is_comm and tp == 1:
+                        continue                 # no collective runs at tp=1: its time is a gap, as in trace
+                    ev = {"ph": "X", "cat": cat, "name": seg.name, "pid": pid, "tid": 2 if seg.is_comm else 1,
+                          "ts": round(t0 + float(r["offs"][t][j]), 3), "dur": round(float(r["durs"][t][j]), 3),
+                          "args": {"site": seg.kind, "layer": seg.layer}}
+                    if seg.is_comm and tp > 1:
+                        coll = _COLL_NAME.get(seg.kind, "allreduce")
+                        n_in = rows_out * vocab_r if coll == "allgather" else ar
+                        n_out = tp * n_in if coll == "allgather" else ar
+                        ev["args"].update({"Collective name": coll, "In msg nelems": n_in, "Out msg nelems": n_out,
+                                           "Group size": tp, "dtype": _TORCH_DTYPE.get(dtype, dtype),
+                                           "size_bytes": n_out * e})
+                    out.append(ev)
+    return out
+
+
+def write_timeline(path: str, runs: list, model: dict, dtype: str, backend: str, chunk: int = 0) -> None:
+    """``trace.json`` (Trace Event format; opens in Perfetto and chrome://tracing), written atomically."""
+    import json
+
+    from ..errors import UsageError
+
+    doc = {"schemaVersion": 1, "displayTimeUnit": "ms",
+           "commprof": {"format": "commprof trace timeline", "version": 1, "backend": backend, "dtype": dtype,
+                        "model": model.get("name"), "world_size": max(len(r[3]) for r in runs),
+                        "layout": "tokens laid end to end; segment offsets and durations as stamped"},
+           "traceEvents": timeline_events(runs, model, dtype, backend, chunk)}
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError as e:
+        raise UsageError(f"'{path}': cannot write ({e.strerror or e})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 class TraceWriter:
@@ -43,10 +130,15 @@ class TraceWriter:
         self.tokens = TableAppender(os.path.join(p, TOKENS_CSV), TOKEN_COLUMNS)
         self.layers = TableAppender(os.path.join(p, LAYERS_CSV), LAYER_COLUMNS)
         self.summary = TableAppender(os.path.join(p, SUMMARY_CSV), SUMMARY_COLUMNS)
+        self.timeline: list = []
 
-    def add_attributed(self, tp, batch, mode, att):
-        """Append one run (``commprof.attribution.attribute_run``) to the three tables."""
-        common = {"kind": self.kind, "tp": tp, "batch": batch, "mode": mode}
+    def add_attributed(self, tp, batch, mode, att, recs=None):
+        """Append one run (``commprof.attribution.attribute_run``) to the three tables; ``recs``
+        (the ranks' raw stamps) also go into ``trace.json`` when the writer closes."""
+        if recs is not None:
+            self.timeline.append((tp, batch, mode, recs))
+        common = {"kind": self.kind, "tp": tp, "batch": batch, "mode": mode,
+                  "phase": att["summary"].get("phase", "decode")}
         self.tokens.write([{**common, "scaled": int(att["scaled"]), "layers_run": att["layers_run"],
                             "layers_model": self.cfg.layers_model, **r} for r in att["tokens"]])
         self.layers.write([{**common, **r} for r in att["layers"]])
@@ -56,6 +148,10 @@ class TraceWriter:
     def close(self, status: str = "complete"):
         for c in (self.tokens, self.layers, self.summary):
             c.close()
+        if self.timeline:
+            write_timeline(os.path.join(self.cfg.out_dir, TRACE_JSON), self.timeline, self.cfg.model,
+                           getattr(self.cfg, "dtype", "bf16"), getattr(self.cfg, "backend", "gloo"),
+                           chunk=int(getattr(self.cfg, "chunk", 0) or 0))
         finish_meta(self.cfg.out_dir, status)
 
 
@@ -77,12 +173,24 @@ def open_trace(cfg, rank_infos: list[dict], kind: str = "measured", extra: dict 
         engine_approximations=["random weights", "MLA attention runs as grouped-query attention",
                                "an MoE MLP runs as a dense MLP as wide as the active experts",
                                "Gemma extra norms and soft-capping left out"],
-        memory=cfg.memory, config=cfg.to_dict(),
+        memory=cfg.memory, config=cfg.to_dict(), phase=getattr(cfg, "phase", "decode"),
+        **({"prompt": cfg.prompt, "chunk": cfg.chunk,
+            "prefill_approximations": [
+                "every chunk step runs a full chunk of `chunk` tokens (a last, shorter chunk is timed as full)",
+                "the chunk's queries score the prefill sequence's whole cache of `prompt` tokens (no causal "
+                "mask): about twice a causal prefill's attention work",
+                "a mixed step's decode sequences hold `prompt` tokens of cache too (one context per engine)"]}
+           if getattr(cfg, "phase", "decode") != "decode" else {}),
         columns={"transfer_us": "per collective, the minimum duration over the group's ranks",
                  "wait_us": "own duration of the collective minus the transfer (arrival skew)",
                  "gaps_us": "time in the token covered by no segment (host/launch overhead)",
                  "residual_us": "latency - (compute + transfer + wait + gaps)",
-                 "straggler_count": "collectives of that layer for which this rank arrived last"},
+                 "straggler_count": "collectives of that layer for which this rank arrived last",
+                 "phase": "decode, prefill (each row one chunk step of a prompt) or mixed (a chunk + decode tokens)",
+                 "ttft_ms": "prefill/mixed: time to first token of one prompt = its ceil(prompt / chunk) chunk "
+                            "steps (mean step of the slowest rank x steps)",
+                 "ttft_comm_ms": "prefill/mixed: the part of ttft_ms in collectives (ttft_ms x comm_share_pct)",
+                 "tokens_per_s": "decode: generated tokens/s; prefill: prompt tokens/s; mixed: decode tokens/s"},
     )
     meta.update(extra or {})
     write_meta(cfg.out_dir, meta)

@@ -247,10 +247,55 @@ def per_token_lines(g) -> list[str]:
             f"kept): {r.ref_comm_share_pct:.1f}%, {r.ref_ms_per_token:.2f} ms/token" for r in g.per_token.itertuples()]
 
 
+def _fav(f) -> str:
+    if not f:
+        return "n/a"
+    if f["favoured_chunk"] == f["least_chunk"]:
+        return f"{f['favoured_chunk']} tokens ({f['favoured_comm_us'] / 1e3:.1f} ms)"
+    return (f"{f['favoured_chunk']} tokens ({f['favoured_comm_us'] / 1e3:.1f} ms, within {f['within_pct']:g}% of "
+            f"the least, {f['least_comm_us'] / 1e3:.1f} ms at {f['least_chunk']})")
+
+
+def ttft_lines(g) -> list[str]:
+    """The time to first token's communication beside the per-token decode impact: this box's
+    (trace, or modelled from its sweep) and the reference's, and the chunk size each favours."""
+    t = getattr(g, "ttft", None)
+    if not t:
+        return []
+    ref = t["reference"]
+    chunking = "in one step" if t["chunk"] >= t["prompt"] else f"in chunks of {t['chunk']}"
+    mixed = f" (mixed steps with {t['decode_tokens']} decode tokens)" if t.get("decode_tokens") else ""
+    head = f"TTFT ({t['model']}, TP={t['tp']}, a {t['prompt']:,}-token prompt {chunking}{mixed}): "
+    if t.get("this_comm_ms") is not None:
+        this = f"on this box it spends {t['this_comm_ms']:.1f} ms in collectives ({t['this_source']})"
+        if t.get("this_ttft_ms"):
+            this += f" of {t['this_ttft_ms']:.1f} ms TTFT"
+    else:
+        top = t.get("sweep_max_all_reduce_bytes")
+        this = ("this box: not known (no prefill trace, and its sweep's all_reduce stops at "
+                f"{human_bytes(int(top)) if top else 'no size'}; run commprof sweep --sizes prefill --prompt "
+                f"{t['prompt']} or commprof trace --phase prefill --prompt {t['prompt']})")
+    refl = f"on {ref} (modelled), {t['ref_comm_ms']:.1f} ms"
+    if t.get("ref_ttft_ms") is not None:
+        refl += f" of {t['ref_ttft_ms']:.1f} ms TTFT (the trace's compute and gaps kept)"
+    out = [head + this + "; " + refl]
+    favs = []
+    f = t.get("favoured_this")
+    if f:
+        chunks = [r["chunk"] for r in f["rows"]]
+        scope = "" if f.get("covered", True) else f" (among chunks {min(chunks)}-{max(chunks)} only: its sweep's range)"
+        favs.append(f"this box{scope} {_fav(f)}")
+    favs.append(f"{ref} {_fav(t['favoured_ref'])}")
+    out.append("chunk size favoured for TTFT communication (the smallest within 5% of the least; with an "
+               "alpha-beta cost the least is always the whole prompt): " + "; ".join(favs))
+    return out
+
+
 def lines(g) -> list[str]:
     """Everything gap says beside a box's table: notes, fits, custom vs backend, the wire, the
-    per-token impact."""
-    return list(getattr(g, "notes", [])) + fit_lines(g.fits) + custom_lines(g) + wire_lines(g) + per_token_lines(g)
+    per-token impact and the TTFT impact."""
+    return (list(getattr(g, "notes", [])) + fit_lines(g.fits) + custom_lines(g) + wire_lines(g) + per_token_lines(g)
+            + ttft_lines(g))
 
 
 def _box_title(b, n: int) -> str:
@@ -307,7 +352,8 @@ def markdown(g, chart: str | None = None) -> str:
         lines_ += [f"![gap]({chart})", ""]
     for b in boxes:
         lines_ += [f"## {b.label} vs {b.reference} (modelled)", "", provenance_line(b), ""]
-        lines_ += [f"- {x}" for x in list(b.notes) + per_token_lines(b) + custom_lines(b) + wire_lines(b)]
+        lines_ += [f"- {x}" for x in list(b.notes) + per_token_lines(b) + ttft_lines(b) + custom_lines(b)
+                   + wire_lines(b)]
         lines_ += [""] + _md_table(HEADERS, table_rows(b)) + [""]
         if b.fits:
             lines_ += ["Alpha-beta fit of this box (latency = alpha + bytes / beta):", ""]

@@ -51,15 +51,24 @@ def render_plan(plan, console=None) -> None:
     mode = ", sequence parallel" if plan.sp else ""
     if m.experts:
         mode += f", MoE {'expert' if plan.moe == 'ep' else 'tensor'} parallel"
-    console.print(f"[bold]commprof plan[/bold]: {m.name}, tp {plan.tp}, batch {plan.batch}, "
-                  f"context {plan.context}, {plan.dtype}{mode}")
+    pf = plan.prefill
+    if plan.phase == "prefill":
+        what = f"prefill of a {pf['prompt']}-token prompt in chunks of {pf['chunk']}"
+    elif plan.phase == "mixed":
+        what = (f"mixed step: a {pf['chunk']}-token chunk of a {pf['prompt']}-token prompt + {plan.batch} decode "
+                f"tokens, context {plan.context}")
+    else:
+        what = f"batch {plan.batch}, context {plan.context}"
+    console.print(f"[bold]commprof plan[/bold]: {m.name}, tp {plan.tp}, {what}, {plan.dtype}{mode}")
     console.print(f"modelled from {m.source or 'the model shape given'}; nothing was run")
 
     c = plan.counts
     if not plan.sites:
         console.print("tp 1: one GPU holds the whole model, so a decode step runs no collectives.")
     else:
-        t = Table(title="collectives of one decode step", title_justify="left")
+        title = {"prefill": f"collectives of one prefill chunk step ({pf['chunk'] if pf else '?'} tokens)",
+                 "mixed": "collectives of one mixed step"}.get(plan.phase, "collectives of one decode step")
+        t = Table(title=title, title_justify="left")
         for col, just in (("site", "left"), ("op", "left"), ("size", "right"), ("send/rank", "right"),
                           ("count", "right"), ("bytes/step", "right")):
             t.add_column(col, justify=just)
@@ -70,10 +79,14 @@ def render_plan(plan, console=None) -> None:
         per_token = c["collectives_per_token"]
         per_token_text = f"{per_token:g}" if per_token == int(per_token) else f"{per_token:.2f}"
         ops = ", ".join(f"{n} {op}" for op, n in c["by_op"].items())
+        per_what = "per generated token" if plan.phase == "decode" else "per token in the step"
         console.print(f"per step: {c['collectives_per_step']} collectives ({ops}); "
-                      f"per generated token: {per_token_text}; "
+                      f"{per_what}: {per_token_text}; "
                       f"bytes per step: {human_bytes(c['size_bytes_per_step'])} "
                       f"(one rank sends {human_bytes(c['send_bytes_per_rank_per_step'])})")
+        if pf:
+            for line in prefill_lines(plan):
+                console.print(line)
 
     w = plan.weights
     parts = [("embedding", "embedding"), ("lm_head", "lm_head"), ("attention", "attention"),
@@ -113,3 +126,23 @@ KIND_LABEL = {
     "moe_combine": "MoE combine",
     "logits": "logits",
 }
+
+
+def prefill_lines(plan) -> list[str]:
+    """A prefill or mixed plan's totals over the prompt, its chunks and one step's activations."""
+    pf = plan.prefill
+    tot = pf["total"]
+    decode = f" + {pf['decode_tokens']} decode" if pf["decode_tokens"] else ""
+    sizes = "; ".join(f"{p['steps']} x {p['chunk_tokens']} prompt tokens{decode} ({p['collectives_per_step']} collectives, "
+                      f"{human_bytes(p['size_bytes_per_step'])}/step)" for p in pf["per_chunk_size"])
+    ops = ", ".join(f"{n} {op}" for op, n in tot["by_op"].items())
+    lines = [f"whole prompt ({pf['prompt']} tokens): {pf['steps']} step(s): {sizes}",
+             f"prompt total: {tot['collectives']} collectives ({ops}); {human_bytes(tot['size_bytes'])} in "
+             f"nccl-tests sizes; one rank sends {human_bytes(tot['send_bytes_per_rank'])}",
+             f"logits: each step all-gathers {pf['logits_tokens_per_step']} token(s) (the chunk's last"
+             + (" and the decode tokens" if pf["decode_tokens"] else "") + "): the last chunk's is the first "
+             "output token",
+             f"activations/rank of one step ({pf['tokens_per_step']} tokens): "
+             f"{human_bytes(pf['activation_bytes_per_rank']['total'])} (modelled peak of one layer, flash "
+             f"attention); KV cache of the prompt/rank: {human_bytes(pf['kv_bytes_prompt_per_rank'])}"]
+    return lines

@@ -147,7 +147,8 @@ def gap_section(g, error: str | None, out_dir: str | None = None, level: int = 2
         images.append(gapviews.gap_chart(_One(g), os.path.join(out_dir, name), gapviews.provenance_line(g)))
     return Section(title, level=level, prov=gapviews.provenance_line(g), tables=tables, images=images,
                    paragraphs=list(g.notes) + ["alpha-beta fit of this box (latency = alpha + bytes / beta), per op, "
-                                               "TP degree and mode: the second table"] + gapviews.per_token_lines(g))
+                                               "TP degree and mode: the second table"] + gapviews.per_token_lines(g)
+                   + gapviews.ttft_lines(g))
 
 
 def wire_section(g, sweep, custom, out_dir: str, level: int = 2, prefix: str = "", chart_tag: str = "") -> Section | None:
@@ -163,6 +164,70 @@ def wire_section(g, sweep, custom, out_dir: str, level: int = 2, prefix: str = "
                                + "; see their meta.json", custom=custom)
     return Section(f"{prefix}" + ("NCCL vs the wire" if g.wire else "NCCL vs the one-shot kernel"), level=level,
                    paragraphs=lines, images=[path])
+
+
+SERVE_CHARTS = ("serve_latency.png", "serve_throughput.png")
+SERVE_HEADERS = ("mode", "concurrency", "ok / requests", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms",
+                 "output tokens/s", "requests/s", "TPOT p99/p50", "meets SLO")
+
+
+def _ms(v) -> str:
+    return "n/a" if v is None or v != v else f"{float(v):,.1f}"
+
+
+def serve_tie_lines(levels, trace_summary, trace_kind: str = "measured") -> list[str]:
+    """The served token time beside the per-token breakdown: the measured TPOT p50 at the first
+    closed-loop level next to the trace's batch-1 decode time per token and its communication share."""
+    closed = levels[(levels["mode"] == "closed") & (levels["ok"] > 0)].sort_values("concurrency")
+    if closed.empty or trace_summary is None or trace_summary.empty:
+        return []
+    first = closed.iloc[0]
+    tpot = float(first["tpot_ms_p50"])
+    rows = trace_summary
+    if "phase" in rows.columns:
+        rows = rows[rows["phase"].astype(str).isin(["decode", "nan", ""])]
+    rows = rows[rows["batch"].astype(str) == "1"]
+    lines = []
+    for r in rows.sort_values("tp").to_dict("records"):
+        ms, share = float(r["ms_per_token"]), float(r["comm_share_pct"])
+        if not (tpot == tpot and tpot > 0):
+            continue
+        part = 100 * ms * share / 100 / tpot
+        lines.append(f"served TPOT p50 at concurrency {int(first['concurrency'])}: {_ms(tpot)} ms; the {trace_kind} "
+                     f"trace at TP={int(r['tp'])}, batch 1: {ms:,.2f} ms per token, {share:.1f}% in collectives "
+                     f"({ms * share / 100:,.2f} ms, {part:.0f}% of the served token time"
+                     + ("; more than all of it: the trace is not of this server's model or box)" if part > 100 else ")"))
+    return [x for x in lines if x]
+
+
+def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str = "") -> Section:
+    """``commprof serve``: the level table, the knee, the charts, and (with a trace in the same
+    box) the served token time beside the traced per-token time and its communication share."""
+    from .serve import serve_charts, summary_lines
+
+    levels, meta = res.tables["serve_levels"], res.meta
+    title = f"{prefix}Service under load (serve)"
+    if levels.empty:
+        return Section(title, level=level, paragraphs=["the serve results dir holds no level yet (see its meta.json)"])
+    charts_dir = res.path
+    if any(not os.path.exists(os.path.join(res.path, c)) for c in SERVE_CHARTS):
+        os.makedirs(out_dir, exist_ok=True)
+        serve_charts(levels, meta, out_dir)
+        charts_dir = out_dir
+    rows = [(r["mode"], int(r["concurrency"]), f"{int(r['ok'])} / {int(r['requests'])}", _ms(r["ttft_ms_p50"]),
+             _ms(r["ttft_ms_p99"]), _ms(r["tpot_ms_p50"]), _ms(r["tpot_ms_p99"]), _ms(r["output_tokens_per_s"]),
+             _ms(r["requests_per_s"]), _ms(r["jitter_tpot_p99_p50"]), r.get("meets_slo", ""))
+            for r in levels.to_dict("records")]
+    tie = []
+    if trace_res is not None and "trace_summary" in trace_res.tables:
+        tie = serve_tie_lines(levels, trace_res.tables["trace_summary"], trace_res.meta.get("kind", "measured"))
+    prov = (f"serve: {meta.get('kind', '?')} from {', '.join(meta.get('hosts') or ['?'])}, {meta.get('model', '?')} at "
+            f"{meta.get('url', '?')}, workload {meta.get('workload', '?')}, {meta.get('start_time', '?')}"
+            + (f"; {meta['label']}" if meta.get("label") else "")
+            + f"; command: {' '.join(meta.get('command', [])) or '?'}")
+    return Section(title, level=level, prov=prov, bullets=summary_lines(levels, meta)[1:] + tie,
+                   tables=[Table(SERVE_HEADERS, rows)],
+                   images=[p for p in (os.path.join(charts_dir, c) for c in SERVE_CHARTS) if os.path.exists(p)])
 
 
 def moe_section(res, level: int = 2, prefix: str = "") -> Section:

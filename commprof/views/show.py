@@ -69,6 +69,11 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
         if name in t:
             shown = True
             frame_table(t[name], f"{title} ({meta.get('kind', '?')}; {res.path})")
+    if "serve_levels" in t:
+        from .serve import render as serve_render
+
+        shown = True
+        serve_render(t["serve_levels"], meta, res.path, charts=charts, echo=echo, note=note)
     if "topo" in res.docs and (verb == "topo" or not shown):
         from .topo import render_topology
 

@@ -85,6 +85,16 @@ def summary_lines(summary) -> list[str]:
         scaled = r.get("scaled") not in (None, 0, "0", "", False) and r.get("scaled") == r.get("scaled")
         label = str(r.get("kind", "?")) + (f", scaled from {r.get('layers_run')} of {r.get('layers_model')} layers"
                                            if scaled else "")
+        phase = str(r.get("phase") or "decode")
+        if phase in ("prefill", "mixed"):
+            decode = f" + {r.get('batch')} decode tokens" if phase == "mixed" else ""
+            lines.append(f"TP={r.get('tp')} {phase} prompt={r.get('prompt')} chunk={r.get('chunk')}{decode} "
+                         f"{r.get('mode', '?')}: TTFT {num('ttft_ms', '.2f')} ms, of which communication "
+                         f"{num('ttft_comm_ms', '.2f')} ms ({num('ttft_comm_share_pct', '.1f')}%); "
+                         f"{num('ms_per_token', '.3f')} ms per chunk step, {r.get('collectives_per_step', '?')} "
+                         f"collectives/step (transfer {num('transfer_share_pct', '.1f')}%, "
+                         f"wait {num('wait_share_pct', '.1f')}%) [{label}]")
+            continue
         lines.append(f"TP={r.get('tp')} batch={r.get('batch')} {r.get('mode', '?')}: {num('ms_per_token', '.3f')} "
                      f"ms/token, {num('tokens_per_s', '.1f')} tokens/s, {r.get('collectives_per_step', '?')} "
                      f"collectives/step ({num('collectives_per_token', 'g')}/token), communication "

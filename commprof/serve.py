@@ -1,0 +1,739 @@
+"""``commprof serve``: the buyer's three service metrics under load, from any OpenAI-compatible
+endpoint over streaming HTTP.
+
+Each concurrency level runs in turn as a closed loop (N clients, each sending its next request
+when the last one finished); ``--rate`` adds open-loop levels (Poisson arrivals at R requests/s).
+Every request streams and records time to first token (TTFT), the gaps between token chunks
+(inter-token latency, ITL), time per output token (TPOT: (end-to-end - TTFT) / (tokens out - 1)),
+end-to-end time and tokens in/out (from the server's ``usage`` where it reports it, else counted).
+Per level: p50/p90/p99 of each, output tokens/s, requests/s, errors by kind, and jitter (TPOT
+p99/p50 and its growth over the first level). The knee is the highest concurrency that meets the
+SLOs. Every wait is bounded: a level stops issuing requests after ``--duration`` or ``--requests``,
+and each request after ``--timeout`` seconds, so a dead, stalled or broken server never hangs it.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from . import results
+from .errors import EXIT_DEVICE, CommprofError, UsageError, shown
+from .units import parse_int_list
+
+SERVE_REQUESTS_CSV = "serve_requests.csv"
+SERVE_LEVELS_CSV = "serve_levels.csv"
+
+REQUEST_COLUMNS = ["level", "mode", "concurrency", "rate_rps", "request", "session", "turn", "start_s", "status",
+                   "error", "http_status", "tokens_in", "tokens_in_source", "tokens_out", "tokens_out_source",
+                   "max_tokens", "chunks", "ttft_ms", "tpot_ms", "e2e_ms", "itl_ms_p50", "itl_ms_p99", "itl_ms_max"]
+_PCTS = (("p50", 50), ("p90", 90), ("p99", 99))
+LEVEL_COLUMNS = (["level", "mode", "concurrency", "rate_rps", "status", "requests", "ok", "errors", "error_kinds",
+                  "duration_s", "output_tokens_per_s", "requests_per_s", "tokens_in_mean", "tokens_out_mean"]
+                 + [f"{m}_ms_{p}" for m in ("ttft", "tpot", "itl", "e2e") for p, _ in _PCTS]
+                 + ["jitter_tpot_p99_p50", "jitter_growth", "meets_slo", "slo_missed"])
+
+#: Error kinds counted per level (``status`` of a request that did not finish).
+ERROR_KINDS = ("connect", "http_4xx", "http_5xx", "timeout", "malformed", "disconnect", "server_error",
+               "no_tokens", "client")
+
+#: Built-in workloads: prompt tokens, output tokens (each drawn uniformly in [0.5x, 1.5x] of the
+#: nominal prompt length with ``--seed``; outputs are forced with ``max_tokens``).
+WORKLOADS = {
+    "qa": {"prompt_tokens": 128, "output_tokens": 128, "turns": 1,
+           "what": "short QA: short prompts, short answers"},
+    "rag": {"prompt_tokens": 2048, "output_tokens": 128, "turns": 1,
+            "what": "RAG: long context, short answers"},
+    "multiturn": {"prompt_tokens": 96, "output_tokens": 128, "turns": 4,
+                  "what": "multi-turn: each turn resends the conversation so far plus a new question"},
+}
+
+#: Prompts are made of common English words: one token each (with its leading space) in the BPE and
+#: SentencePiece vocabularies of the served model families, so N words is close to N tokens; the
+#: server's ``usage.prompt_tokens`` is recorded as the true count where it is reported.
+WORDS = tuple("the of and to in is was for on as with by at from his an were are which this be has had not "
+              "one their its new after but who have they two been first also more time all other than over "
+              "into some year would when only city most three school made such can under where state many "
+              "system during used part known world well about people work out years later while so both".split())
+
+MAX_CONCURRENCY = 4096
+MAX_REQUESTS = 100_000
+SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
+
+
+class EndpointError(CommprofError):
+    """The server cannot be measured: unreachable, not OpenAI-compatible, or dead mid-run."""
+
+    exit_code = EXIT_DEVICE
+
+
+@dataclass(kw_only=True)
+class ServeConfig:
+    """What ``commprof serve`` measures. Times in seconds unless the name says otherwise."""
+    url: str
+    model: str
+    concurrency: list[int] = field(default_factory=lambda: [1, 4, 16])
+    rates_rps: list[float] = field(default_factory=list)
+    workload: str = "qa"
+    prompt_tokens: int | None = None      # override the workload's prompt length
+    output_tokens: int | None = None      # override the workload's output length
+    requests: int | None = None           # per level; default max(8, 4 x concurrency)
+    duration_s: float = 60.0              # per level: no new request after this
+    timeout_s: float = 60.0               # per request, from send to last chunk
+    api: str = "completions"              # completions or chat
+    slo: dict = field(default_factory=lambda: parse_slo("ttft_p99=2s,tpot_p99=100ms"))
+    seed: int = 0
+    warmup: int = 2                       # requests sent one by one before the first level, not recorded
+    label: str = ""
+    out_dir: str = ""
+    argv: list[str] = field(default_factory=list)
+    charts: bool = True
+
+
+# ---------------------------------------------------------------------------------------------
+# Flags
+
+
+def base_url(url: str) -> str:
+    """``http://host:port`` (or with a path prefix) from what a user types; ``/v1`` is added per call."""
+    text = (url or "").strip()
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--url {shown(url)}: expected http://HOST:PORT of an OpenAI-compatible server, "
+                         "e.g. http://127.0.0.1:8000")
+    try:
+        _ = parts.port                  # urllib checks the port only when asked
+    except ValueError:
+        raise UsageError(f"--url {shown(url)}: the port is not a number in 1..65535") from None
+    path = parts.path.rstrip("/")
+    for tail in ("/chat/completions", "/completions", "/v1"):
+        if path.endswith(tail):
+            path = path[: -len(tail)]
+    path = path.removesuffix("/v1")
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+_DUR_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(ms|us|s|min)?$")
+_DUR_UNIT_MS = {"s": 1000.0, "ms": 1.0, "us": 0.001, "min": 60000.0, None: 1000.0}
+
+
+def parse_slo(text: str) -> dict:
+    """``ttft_p99=2s,tpot_p99=100ms[,error_pct=1]`` -> {'ttft_ms_p99': 2000.0, ...}. Keys are
+    ttft/tpot/itl/e2e with p50/p90/p99, and error_pct (the share of failed requests a level may
+    have; 0 when not given). A bare number of seconds is taken as seconds."""
+    example = "expected e.g. ttft_p99=2s,tpot_p99=100ms (keys ttft|tpot|itl|e2e _p50|_p90|_p99, error_pct)"
+    out: dict = {}
+    parts = [p.strip() for p in (text or "").split(",")]
+    if not any(parts):
+        raise UsageError(f"--slo {shown(text)}: empty; {example}")
+    for p in parts:
+        if not p:
+            raise UsageError(f"--slo {shown(text)}: an empty element; {example}")
+        key, eq, value = p.partition("=")
+        key, value = key.strip().lower(), value.strip().lower()
+        if not eq or not value:
+            raise UsageError(f"--slo {shown(text)}: {shown(p, 30)} has no value; {example}")
+        if key == "error_pct":
+            m = re.match(r"^([0-9]+(?:\.[0-9]+)?)\s*%?$", value)
+            if not m or float(m.group(1)) > 100:
+                raise UsageError(f"--slo {shown(text)}: error_pct {shown(value, 20)} is not a percentage in 0..100")
+            out["error_pct"] = float(m.group(1))
+            continue
+        m = re.match(r"^(ttft|tpot|itl|e2e)_(p50|p90|p99)$", key)
+        if not m:
+            raise UsageError(f"--slo {shown(text)}: unknown key {shown(key, 30)}; {example}")
+        d = _DUR_RE.match(value)
+        if not d:
+            raise UsageError(f"--slo {shown(text)}: {shown(value, 20)} is not a duration like 2s or 100ms")
+        ms = float(d.group(1)) * _DUR_UNIT_MS[d.group(2)]
+        if not (0 < ms <= 3_600_000):
+            raise UsageError(f"--slo {shown(text)}: {key}={value} must be above 0 and at most 1 hour")
+        out[f"{m.group(1)}_ms_{m.group(2)}"] = ms
+    if not any(k != "error_pct" for k in out):
+        raise UsageError(f"--slo {shown(text)}: no latency target; {example}")
+    return out
+
+
+def parse_rates(text: str) -> list[float]:
+    example = "expected requests per second separated by commas, e.g. 0.5,1,2"
+    rates = []
+    for p in [p.strip() for p in text.split(",")]:
+        try:
+            r = float(p)
+        except ValueError:
+            raise UsageError(f"--rate {shown(text)}: {shown(p, 20)} is not a number; {example}") from None
+        if not (0 < r <= 10_000) or math.isnan(r):
+            raise UsageError(f"--rate {shown(text)}: {shown(p, 20)} must be above 0 and at most 10000 requests/s")
+        rates.append(r)
+    return rates
+
+
+def build_config(*, url: str, model: str, concurrency: str = "1,4,16", rate: str | None = None,
+                 workload: str = "qa", prompt_tokens: int | None = None, output_tokens: int | None = None,
+                 requests: int | None = None, duration: float = 60.0, timeout: float = 60.0,
+                 api: str = "completions", slo: str = "ttft_p99=2s,tpot_p99=100ms", seed: int = 0,
+                 warmup: int = 2, label: str = "", out: str | None = None, argv=None, charts: bool = True) -> ServeConfig:
+    """A checked :class:`ServeConfig` from the CLI's flag values; a bad value is one UsageError."""
+    if not (model or "").strip():
+        raise UsageError("--model: empty; give the model name the server serves (GET /v1/models lists them)")
+    levels = parse_int_list(concurrency, "--concurrency", maximum=MAX_CONCURRENCY)
+    if len(set(levels)) != len(levels):
+        raise UsageError(f"--concurrency {shown(concurrency)}: a level is repeated")
+    if workload not in WORKLOADS:
+        if not os.path.isfile(workload):
+            raise UsageError(f"--workload {shown(workload)}: use qa, rag, multiturn or a JSONL file of "
+                             '{"prompt_tokens": N, "output_tokens": M} lines (no such file)')
+        load_replay(workload)                       # refuse a bad file before anything runs
+    if api not in ("completions", "chat"):
+        raise UsageError(f"--api {shown(api)}: use completions (/v1/completions) or chat (/v1/chat/completions)")
+    for flag, v, hi in (("--prompt-tokens", prompt_tokens, 1 << 20), ("--output-tokens", output_tokens, 1 << 20),
+                        ("--requests", requests, MAX_REQUESTS)):
+        if v is not None and not (1 <= v <= hi):
+            raise UsageError(f"{flag} {v}: must be in 1..{hi}")
+    if not (0 <= warmup <= 1000):
+        raise UsageError(f"--warmup {warmup}: must be in 0..1000 requests")
+    for flag, v in (("--duration", duration), ("--timeout", timeout)):
+        if not (0 < v <= 86_400) or math.isnan(v):
+            raise UsageError(f"{flag} {v}: must be above 0 and at most 86400 seconds")
+    return ServeConfig(url=base_url(url), model=model.strip(), concurrency=levels,
+                       rates_rps=parse_rates(rate) if rate else [], workload=workload,
+                       prompt_tokens=prompt_tokens, output_tokens=output_tokens, requests=requests,
+                       duration_s=float(duration), timeout_s=float(timeout), api=api, slo=parse_slo(slo),
+                       seed=seed, warmup=warmup, label=label, out_dir=out or "", argv=list(argv or []), charts=charts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Workloads
+
+
+def load_replay(path: str) -> list[dict]:
+    """A replay file: one JSON object per line with prompt_tokens (or input_tokens) and
+    output_tokens (or max_tokens); blank lines and lines starting with # are skipped."""
+    rows = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--workload '{path}': cannot read ({getattr(e, 'strerror', None) or e})") from None
+    for i, line in enumerate(lines, start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            raise UsageError(f"--workload '{path}' line {i}: not JSON") from None
+        if not isinstance(obj, dict):
+            raise UsageError(f"--workload '{path}' line {i}: expected an object with prompt_tokens and output_tokens")
+        p = obj.get("prompt_tokens", obj.get("input_tokens"))
+        o = obj.get("output_tokens", obj.get("max_tokens"))
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1 << 20 for v in (p, o)):
+            raise UsageError(f"--workload '{path}' line {i}: prompt_tokens and output_tokens must be whole "
+                             "numbers in 1..1048576")
+        rows.append({"prompt_tokens": p, "output_tokens": o})
+    if not rows:
+        raise UsageError(f"--workload '{path}': no requests in the file")
+    return rows
+
+
+def make_prompt(n_tokens: int, rng: random.Random) -> str:
+    """About ``n_tokens`` tokens of text, made here (one common word per token)."""
+    return " ".join(rng.choice(WORDS) for _ in range(max(1, n_tokens)))
+
+
+class Workload:
+    """Hands out request specs: ``next(client)`` -> (session, turn, prompt text, prompt words,
+    max_tokens). Multi-turn clients keep their conversation; ``record`` appends the answer."""
+
+    def __init__(self, cfg: ServeConfig, level_seed: int):
+        self.cfg = cfg
+        self.rng = random.Random(level_seed)
+        self.replay = load_replay(cfg.workload) if cfg.workload not in WORKLOADS else None
+        self.spec = WORKLOADS.get(cfg.workload, {"turns": 1})
+        self.sessions: dict[int, dict] = {}
+        self.count = 0
+        self.session_ids = 0
+
+    def _lengths(self) -> tuple[int, int]:
+        if self.replay is not None:
+            r = self.replay[self.count % len(self.replay)]
+            p, o = r["prompt_tokens"], r["output_tokens"]
+        else:
+            nominal = self.spec["prompt_tokens"]
+            p, o = self.rng.randint(nominal // 2, nominal * 3 // 2), self.spec["output_tokens"]
+        return self.cfg.prompt_tokens or p, self.cfg.output_tokens or o
+
+    def next(self, client: int) -> dict:
+        p, o = self._lengths()
+        self.count += 1
+        turns = self.spec.get("turns", 1)
+        s = self.sessions.get(client)
+        if s is None or s["turn"] >= turns:
+            self.session_ids += 1
+            s = self.sessions[client] = {"id": self.session_ids, "turn": 0, "history": "", "words": 0}
+        question = make_prompt(p, self.rng)
+        text = (s["history"] + " " + question).strip() if s["history"] else question
+        s["turn"] += 1
+        s["pending"] = text
+        s["pending_words"] = s["words"] + p
+        return {"session": s["id"], "turn": s["turn"], "prompt": text, "prompt_words": s["words"] + p,
+                "max_tokens": o, "client": client}
+
+    def record(self, client: int, answer: str, ok: bool) -> None:
+        s = self.sessions.get(client)
+        if s is None or "pending" not in s:
+            return
+        if not ok:                                # a failed turn ends the conversation
+            s["turn"] = self.spec.get("turns", 1)
+            return
+        s["history"] = (s["pending"] + " " + answer.strip()).strip()
+        s["words"] = s["pending_words"] + len(answer.split())
+
+
+# ---------------------------------------------------------------------------------------------
+# One streamed request
+
+
+def _httpx():
+    try:
+        import httpx
+    except ImportError:
+        raise UsageError("commprof serve needs httpx: pip install httpx (or reinstall commprof)") from None
+    return httpx
+
+
+def request_body(cfg: ServeConfig, prompt: str, max_tokens: int, ignore_eos: bool) -> tuple[str, dict]:
+    body: dict = {"model": cfg.model, "max_tokens": max_tokens, "stream": True, "temperature": 0.0,
+                  "stream_options": {"include_usage": True}}
+    if ignore_eos:
+        body["ignore_eos"] = True
+    if cfg.api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+        return "/v1/chat/completions", body
+    body["prompt"] = prompt
+    return "/v1/completions", body
+
+
+def _chunk_text(obj: dict, api: str) -> str | None:
+    """The text a stream chunk carries ('' for none); None when the chunk is not an OpenAI one."""
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        return None
+    if not choices:
+        return ""                                         # the usage-only chunk
+    c = choices[0]
+    if not isinstance(c, dict):
+        return None
+    if api == "chat":
+        delta = c.get("delta")
+        if delta is None:
+            return None
+        if not isinstance(delta, dict):
+            return None
+        text = delta.get("content") or delta.get("reasoning_content") or ""
+    else:
+        text = c.get("text")
+        if text is None:
+            return ""
+    return text if isinstance(text, str) else None
+
+
+async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool, t0: float) -> dict:
+    """Send one streaming request and time it. Never raises for a server's failure: the row's
+    ``status`` is ``ok`` or one of :data:`ERROR_KINDS`, ``error`` a short reason."""
+    httpx = _httpx()
+    path, body = request_body(cfg, spec["prompt"], spec["max_tokens"], ignore_eos)
+    row = {"session": spec["session"], "turn": spec["turn"], "max_tokens": spec["max_tokens"],
+           "status": "ok", "error": "", "http_status": "", "tokens_in": spec["prompt_words"],
+           "tokens_in_source": "words", "tokens_out": 0, "tokens_out_source": "chunks", "chunks": 0,
+           "ttft_ms": math.nan, "tpot_ms": math.nan, "e2e_ms": math.nan,
+           "itl_ms_p50": math.nan, "itl_ms_p99": math.nan, "itl_ms_max": math.nan}
+    stamps: list[float] = []
+    text_parts: list[str] = []
+    finished = False
+    start = time.perf_counter()
+    row["start_s"] = start - t0
+    try:
+        async with asyncio.timeout(cfg.timeout_s):
+            async with client.stream("POST", cfg.url + path, json=body) as resp:
+                row["http_status"] = resp.status_code
+                if resp.status_code >= 400:
+                    raw = (await resp.aread())[:300].decode("utf-8", "replace")
+                    row["status"] = "http_5xx" if resp.status_code >= 500 else "http_4xx"
+                    row["error"] = f"HTTP {resp.status_code}: {' '.join(raw.split())[:160]}"
+                    return row
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        finished = True
+                        break
+                    now = time.perf_counter()
+                    try:
+                        obj = json.loads(payload)
+                    except json.JSONDecodeError:
+                        row["status"], row["error"] = "malformed", f"chunk not JSON: {payload[:60]!r}"
+                        return row
+                    if not isinstance(obj, dict):
+                        row["status"], row["error"] = "malformed", f"chunk not an object: {payload[:60]!r}"
+                        return row
+                    if "error" in obj:
+                        err = obj["error"]
+                        msg = err.get("message", err) if isinstance(err, dict) else err
+                        row["status"], row["error"] = "server_error", f"error in stream: {str(msg)[:120]}"
+                        return row
+                    text = _chunk_text(obj, cfg.api)
+                    if text is None:
+                        row["status"], row["error"] = "malformed", f"chunk without choices: {payload[:60]!r}"
+                        return row
+                    usage = obj.get("usage")
+                    if isinstance(usage, dict):
+                        if isinstance(usage.get("completion_tokens"), int):
+                            row["tokens_out"], row["tokens_out_source"] = usage["completion_tokens"], "usage"
+                        if isinstance(usage.get("prompt_tokens"), int):
+                            row["tokens_in"], row["tokens_in_source"] = usage["prompt_tokens"], "usage"
+                    if text:
+                        stamps.append(now)
+                        text_parts.append(text)
+                    ch = obj.get("choices") or [{}]
+                    if isinstance(ch[0], dict) and ch[0].get("finish_reason"):
+                        finished = True
+    except TimeoutError:
+        row["status"], row["error"] = "timeout", f"no end of stream within --timeout {cfg.timeout_s:g}s"
+    except httpx.ConnectError as e:
+        row["status"], row["error"] = "connect", f"cannot connect: {str(e)[:120] or type(e).__name__}"
+    except httpx.TimeoutException as e:
+        row["status"], row["error"] = "timeout", f"{type(e).__name__}"
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+        row["status"], row["error"] = "disconnect", f"{type(e).__name__}: {str(e)[:100]}"
+    except httpx.HTTPError as e:
+        row["status"], row["error"] = "client", f"{type(e).__name__}: {str(e)[:100]}"
+    end = time.perf_counter()
+    row["chunks"] = len(stamps)
+    row["text"] = "".join(text_parts)
+    if row["tokens_out_source"] != "usage":
+        row["tokens_out"] = len(stamps)
+    if stamps:
+        row["ttft_ms"] = (stamps[0] - start) * 1e3
+        gaps = [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])]
+        row["gaps_ms"] = gaps
+        if gaps:
+            import numpy as np
+
+            g = np.asarray(gaps)
+            row.update(itl_ms_p50=float(np.percentile(g, 50)), itl_ms_p99=float(np.percentile(g, 99)),
+                       itl_ms_max=float(g.max()))
+    if row["status"] != "ok":
+        return row
+    row["e2e_ms"] = ((stamps[-1] if stamps else end) - start) * 1e3
+    if not stamps:
+        row["status"], row["error"] = "no_tokens", "the stream ended without any text"
+    elif not finished:
+        row["status"], row["error"] = "disconnect", "the stream ended without finish_reason or [DONE]"
+    elif row["tokens_out"] > 1:
+        row["tpot_ms"] = (row["e2e_ms"] - row["ttft_ms"]) / (row["tokens_out"] - 1)
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-flight: is this an OpenAI-compatible server serving that model?
+
+
+async def _preflight(cfg: ServeConfig) -> dict:
+    httpx = _httpx()
+    info: dict = {"served_models": None, "ignore_eos": False, "server_header": ""}
+    timeout = httpx.Timeout(min(10.0, cfg.timeout_s))
+    async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+        try:
+            r = await client.get(cfg.url + "/v1/models")
+        except httpx.ConnectError:
+            raise EndpointError(f"--url {cfg.url}: cannot connect (no server listening there?)") from None
+        except httpx.TimeoutException:
+            raise EndpointError(f"--url {cfg.url}: no answer to GET /v1/models within {timeout.read:g}s") from None
+        except httpx.HTTPError as e:
+            raise EndpointError(f"--url {cfg.url}: {type(e).__name__}: {str(e)[:120]}") from None
+        info["server_header"] = r.headers.get("server", "")
+        if r.status_code == 200:
+            try:
+                data = r.json().get("data")
+                ids = [m.get("id") for m in data if isinstance(m, dict)]
+            except (ValueError, AttributeError, TypeError):
+                ids = None
+            if ids:
+                info["served_models"] = ids
+                if cfg.model not in ids:
+                    listed = ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
+                    raise UsageError(f"--model {shown(cfg.model)}: not served at {cfg.url} (it serves: {listed})")
+        # One short request: is it an OpenAI streaming endpoint, and does it take ignore_eos?
+        spec = {"session": 0, "turn": 0, "prompt": make_prompt(8, random.Random(0)), "prompt_words": 8,
+                "max_tokens": 2}
+        probe = dict(cfg.__dict__)
+        probe["timeout_s"] = min(cfg.timeout_s, 60.0)
+        probe_cfg = ServeConfig(**probe)
+        row = await stream_request(client, probe_cfg, spec, True, time.perf_counter())
+        if row["status"] == "http_4xx" and "ignore_eos" in row["error"]:
+            row = await stream_request(client, probe_cfg, spec, False, time.perf_counter())
+        else:
+            info["ignore_eos"] = row["status"] in ("ok", "disconnect", "no_tokens")
+        status, err = row["status"], row["error"]
+        if status == "http_4xx" and row["http_status"] in (404, 405) and "model" not in err.lower():
+            raise EndpointError(f"--url {cfg.url}: POST {request_body(cfg, '', 1, False)[0]} answered "
+                                f"{row['http_status']}: not an OpenAI-compatible endpoint (or try --api "
+                                f"{'chat' if cfg.api == 'completions' else 'completions'})")
+        if status == "http_4xx" and "model" in err.lower():
+            raise UsageError(f"--model {shown(cfg.model)}: the server refused it ({err[:140]})")
+        if status == "http_4xx":
+            raise UsageError(f"{cfg.url}: the server refused a test request ({err[:160]})")
+        if status == "connect":
+            raise EndpointError(f"--url {cfg.url}: {err}")
+        if status in ("malformed", "no_tokens") and row["chunks"] == 0:
+            raise EndpointError(f"--url {cfg.url}: the test request's answer is not an OpenAI stream "
+                                f"({err[:120]}); not an OpenAI-compatible endpoint?")
+        info["probe_status"] = status
+        info["probe_error"] = err
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+# Levels
+
+
+async def _run_level(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, on_done) -> None:
+    """Run one level; appends each finished request's row to ``rows`` (so an interrupt keeps them)."""
+    httpx = _httpx()
+    conc, rate = level["concurrency"], level["rate_rps"]
+    n_requests = level["requests"]
+    workload = Workload(cfg, cfg.seed * 1000 + level["level"])
+    t0 = time.perf_counter()
+    deadline = t0 + cfg.duration_s
+    issued = 0
+    limits = httpx.Limits(max_connections=max(conc, 1) + 4, max_keepalive_connections=max(conc, 1) + 4)
+    timeout = httpx.Timeout(cfg.timeout_s, connect=min(10.0, cfg.timeout_s))
+
+    async def one(client, c: int, idx: int):
+        spec = workload.next(c)
+        row = await stream_request(client, cfg, spec, ignore_eos, t0)
+        workload.record(c, row.get("text", ""), row["status"] == "ok")
+        row.update(level=level["level"], mode=level["mode"], concurrency=conc, rate_rps=rate, request=idx)
+        rows.append(row)
+        on_done()
+
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+        if level["mode"] == "closed":
+            async def worker(c: int):
+                nonlocal issued
+                while issued < n_requests and time.perf_counter() < deadline:
+                    issued += 1
+                    await one(client, c, issued - 1)
+
+            await asyncio.gather(*(worker(c) for c in range(conc)))
+        else:
+            rng = random.Random(cfg.seed * 7919 + level["level"])
+            tasks = set()
+            next_t = t0
+            while issued < n_requests:
+                next_t += rng.expovariate(rate)
+                if next_t >= deadline:
+                    break
+                await asyncio.sleep(max(0.0, next_t - time.perf_counter()))
+                if len(tasks) >= conc:           # the in-flight cap: count the arrival as refused
+                    rows.append({"level": level["level"], "mode": "open", "concurrency": conc, "rate_rps": rate,
+                                 "request": issued, "status": "client", "start_s": time.perf_counter() - t0,
+                                 "error": f"more than {conc} requests in flight (open-loop cap)"})
+                    issued += 1
+                    on_done()
+                    continue
+                t = asyncio.ensure_future(one(client, issued, issued))
+                issued += 1
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+            if tasks:
+                await asyncio.gather(*tasks)
+
+
+async def _warmup(cfg: ServeConfig, ignore_eos: bool) -> dict:
+    """``cfg.warmup`` requests one after another at the workload's lengths, not recorded: a server's
+    first requests pay one-off costs (allocations, compilation) that are no level's figures."""
+    httpx = _httpx()
+    workload = Workload(cfg, cfg.seed * 1000 - 1)
+    ok = 0
+    async with httpx.AsyncClient(timeout=httpx.Timeout(cfg.timeout_s), trust_env=False) as client:
+        for _ in range(cfg.warmup):
+            row = await stream_request(client, cfg, workload.next(0), ignore_eos, time.perf_counter())
+            ok += row["status"] == "ok"
+    return {"requests": cfg.warmup, "ok": ok}
+
+
+def _pct(values, q) -> float:
+    import numpy as np
+
+    a = np.asarray([v for v in values if v == v], dtype=np.float64)
+    return float(np.percentile(a, q)) if a.size else math.nan
+
+
+def level_summary(level: dict, rows: list[dict], wall_s: float, status: str) -> dict:
+    """The per-level row: percentiles over the level's successful requests (ITL over every gap)."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    kinds: dict[str, int] = {}
+    for r in rows:
+        if r["status"] != "ok":
+            kinds[r["status"]] = kinds.get(r["status"], 0) + 1
+    out = {**{k: level[k] for k in ("level", "mode", "concurrency", "rate_rps")}, "status": status,
+           "requests": len(rows), "ok": len(ok), "errors": len(rows) - len(ok),
+           "error_kinds": ";".join(f"{k}:{v}" for k, v in sorted(kinds.items())), "duration_s": wall_s}
+    tokens_out = sum(r["tokens_out"] for r in ok)
+    out["output_tokens_per_s"] = tokens_out / wall_s if wall_s > 0 and ok else math.nan
+    out["requests_per_s"] = len(ok) / wall_s if wall_s > 0 and ok else math.nan
+    out["tokens_in_mean"] = sum(r["tokens_in"] for r in ok) / len(ok) if ok else math.nan
+    out["tokens_out_mean"] = tokens_out / len(ok) if ok else math.nan
+    gaps = [g for r in ok for g in r.get("gaps_ms", [])]
+    for name, values in (("ttft", [r["ttft_ms"] for r in ok]), ("tpot", [r["tpot_ms"] for r in ok]),
+                         ("itl", gaps), ("e2e", [r["e2e_ms"] for r in ok])):
+        for p, q in _PCTS:
+            out[f"{name}_ms_{p}"] = _pct(values, q)
+    p50, p99 = out["tpot_ms_p50"], out["tpot_ms_p99"]
+    out["jitter_tpot_p99_p50"] = p99 / p50 if p50 and p50 == p50 and p50 > 0 else math.nan
+    return out
+
+
+def judge(levels: list[dict], slo: dict) -> int | None:
+    """Mark each level's ``meets_slo``/``slo_missed`` and ``jitter_growth``; return the knee: the
+    highest closed-loop concurrency that meets every SLO (None when none does)."""
+    first = next((lv["jitter_tpot_p99_p50"] for lv in levels
+                  if lv["mode"] == "closed" and lv["jitter_tpot_p99_p50"] == lv["jitter_tpot_p99_p50"]), math.nan)
+    knee = None
+    for lv in levels:
+        j = lv["jitter_tpot_p99_p50"]
+        lv["jitter_growth"] = j / first if first == first and j == j and first > 0 else math.nan
+        missed = []
+        for key, limit in slo.items():
+            if key == "error_pct":
+                continue
+            v = lv.get(key, math.nan)
+            if not (v == v) or v > limit:
+                missed.append(f"{key}={'n/a' if v != v else f'{v:.4g}'}>{limit:g}")
+        err_pct = 100.0 * lv["errors"] / lv["requests"] if lv["requests"] else 100.0
+        if err_pct > slo.get("error_pct", 0.0) or not lv["ok"]:
+            missed.append(f"error_pct={err_pct:.3g}>{slo.get('error_pct', 0.0):g}")
+        lv["meets_slo"] = "yes" if not missed and lv["status"] == "complete" else "no"
+        lv["slo_missed"] = " ".join(missed) if missed else ("" if lv["status"] == "complete" else "interrupted")
+        if lv["mode"] == "closed" and lv["meets_slo"] == "yes":
+            knee = lv["concurrency"] if knee is None else max(knee, lv["concurrency"])
+    return knee
+
+
+def level_plan(cfg: ServeConfig) -> list[dict]:
+    plan = []
+    for c in cfg.concurrency:
+        plan.append({"level": len(plan), "mode": "closed", "concurrency": c, "rate_rps": math.nan,
+                     "requests": cfg.requests or max(8, 4 * c)})
+    cap = max(cfg.concurrency) if cfg.concurrency else 64
+    for r in cfg.rates_rps:
+        plan.append({"level": len(plan), "mode": "open", "concurrency": max(cap, 64), "rate_rps": r,
+                     "requests": cfg.requests or max(8, int(math.ceil(r * cfg.duration_s)))})
+    return plan
+
+
+def _load_avg() -> list | None:
+    """This machine's 1/5/15-minute load averages: a client sharing its cores with other work (or
+    with the server) says so in meta.json."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def _csv_row(row: dict) -> dict:
+    """A row for the CSV: not-available (NaN) is an empty cell."""
+    return {k: ("" if isinstance(v, float) and v != v else v) for k, v in row.items()}
+
+
+def _slo_text(slo: dict) -> str:
+    return ",".join(f"{k.replace('_ms_', '_')}={v:g}ms" if k != "error_pct" else f"error_pct={v:g}"
+                    for k, v in slo.items())
+
+
+def run_serve(cfg: ServeConfig) -> int:
+    """Measure every level, write ``serve_requests.csv``, ``serve_levels.csv``, ``meta.json`` and
+    charts into the results dir, print the level table and the knee; the exit code (0). Known
+    failures raise :class:`CommprofError` (one line; exit 2 bad input, 3 endpoint unusable)."""
+    from .views import serve as view
+
+    out = cfg.out_dir or results.default_out_dir().rstrip("/") + "-serve"
+    results.check_out_dir(out, resume=False)
+    info = asyncio.run(_preflight(cfg))
+    warm = asyncio.run(_warmup(cfg, info["ignore_eos"])) if cfg.warmup else {"requests": 0, "ok": 0}
+    host = urlsplit(cfg.url).hostname or "?"
+    hosts = [socket.gethostname()] if host in ("127.0.0.1", "localhost", "::1") else [host]
+    plan = level_plan(cfg)
+    meta = results.provenance(
+        "serve", "measured", "service metrics under load (commprof serve): TTFT, TPOT, tokens/s, jitter",
+        command=cfg.argv or None, hosts=hosts, gpus=[], url=cfg.url, model=cfg.model, api=cfg.api,
+        workload=cfg.workload, workload_what=WORKLOADS.get(cfg.workload, {}).get("what", "replay file"),
+        prompt_tokens=cfg.prompt_tokens, output_tokens=cfg.output_tokens, seed=cfg.seed,
+        levels=[{k: (None if isinstance(v, float) and v != v else v) for k, v in lv.items()} for lv in plan],
+        duration_s=cfg.duration_s, timeout_s=cfg.timeout_s, slo=cfg.slo, slo_text=_slo_text(cfg.slo),
+        ignore_eos=info["ignore_eos"], served_models=info["served_models"], server_header=info["server_header"],
+        label=cfg.label, warmup=warm, knee_concurrency=None, load_avg_start=_load_avg(),
+        columns={"ttft_ms": "send to first text chunk", "tpot_ms": "(e2e - ttft) / (tokens_out - 1)",
+                 "itl_ms": "gap between text chunks", "e2e_ms": "send to last text chunk",
+                 "output_tokens_per_s": "tokens out of successful requests / level wall time",
+                 "jitter_tpot_p99_p50": "TPOT p99 / p50", "jitter_growth": "jitter / the first level's",
+                 "tokens_in_source": "usage (server) or words (prompt words, an estimate)"})
+    results.start(out, meta)
+    req_table = results.TableAppender(os.path.join(out, SERVE_REQUESTS_CSV), REQUEST_COLUMNS)
+    lvl_table = results.TableAppender(os.path.join(out, SERVE_LEVELS_CSV), LEVEL_COLUMNS)
+    done_levels: list[dict] = []
+    status, error = "complete", None
+    try:
+        for level in plan:
+            rows: list[dict] = []
+            bar = view.level_progress(level["requests"], level)
+            t_start = time.perf_counter()
+            state = "complete"
+            try:
+                asyncio.run(_run_level(cfg, level, info["ignore_eos"], rows, bar.advance))
+            except KeyboardInterrupt:
+                state = "interrupted"
+                raise
+            finally:
+                bar.close()
+                wall = time.perf_counter() - t_start
+                rows.sort(key=lambda r: r.get("request", 0))
+                req_table.write([_csv_row(r) for r in rows])
+                if rows:
+                    done_levels.append(level_summary(level, rows, wall, state))
+            if rows and all(r["status"] in ("connect", "disconnect") and not r.get("http_status") for r in rows):
+                status = "failed"
+                error = (f"{cfg.url}: no request of level {level['level']} got an answer (connection refused or "
+                         "closed): the server died?")
+                break
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        knee = judge(done_levels, cfg.slo)
+        lvl_table.write([_csv_row(r) for r in done_levels])
+        req_table.close()
+        lvl_table.close()
+        meta = results.read_meta(out)
+        meta["knee_concurrency"] = knee
+        meta["load_avg_end"] = _load_avg()
+        results.write_meta(out, meta)
+        results.finish_meta(out, status, error)
+        if done_levels:
+            import pandas as pd
+
+            view.render(pd.DataFrame(done_levels, columns=LEVEL_COLUMNS), results.read_meta(out), out,
+                        charts=cfg.charts)
+    if error:
+        raise EndpointError(error + f"; finished levels are kept in {out}")
+    return 0

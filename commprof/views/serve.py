@@ -1,0 +1,144 @@
+"""``commprof serve``'s views: a progress bar per level, the level table, the knee line and the
+charts (TTFT and TPOT vs concurrency with their p50-p99 bands, tokens/s vs concurrency, the knee
+marked). Everything is drawn from ``serve_levels.csv`` and ``meta.json`` alone."""
+from __future__ import annotations
+
+import os
+import sys
+
+from .charts import _save
+from .console import frame_table
+
+#: The console table: column in serve_levels.csv -> header (the CSV holds every column).
+TABLE_COLUMNS = {"mode": "mode", "concurrency": "conc", "rate_rps": "req/s in", "ok": "ok", "errors": "err",
+                 "error_kinds": "errors by kind", "ttft_ms_p50": "TTFT p50 ms", "ttft_ms_p99": "TTFT p99 ms",
+                 "tpot_ms_p50": "TPOT p50 ms", "tpot_ms_p99": "TPOT p99 ms", "e2e_ms_p99": "e2e p99 ms",
+                 "output_tokens_per_s": "tok/s out", "requests_per_s": "req/s", "jitter_tpot_p99_p50": "jitter",
+                 "jitter_growth": "jitter growth", "meets_slo": "SLO", "status": "status"}
+
+
+class _LevelProgress:
+    """A rich progress bar on stderr for one level (shown only on a terminal)."""
+
+    def __init__(self, total: int, label: str):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           transient=True, disable=not sys.stderr.isatty())
+        self._task = self._p.add_task(label, total=total)
+        self._p.start()
+
+    def advance(self, n: int = 1):
+        self._p.advance(self._task, n)
+
+    def close(self):
+        self._p.stop()
+
+
+def level_progress(total: int, level: dict) -> _LevelProgress:
+    what = (f"concurrency {level['concurrency']}" if level["mode"] == "closed"
+            else f"{level['rate_rps']:g} req/s")
+    return _LevelProgress(total, f"serve {what}")
+
+
+def knee_line(meta: dict) -> str:
+    knee = meta.get("knee_concurrency")
+    slo = meta.get("slo_text", "?")
+    if knee is None:
+        return f"knee: no concurrency level meets the SLOs ({slo})"
+    return f"knee: concurrency {knee} is the highest level that meets the SLOs ({slo})"
+
+
+def summary_lines(levels, meta: dict) -> list[str]:
+    lines = []
+    label = f" [{meta['label']}]" if meta.get("label") else ""
+    lines.append(f"commprof serve: {meta.get('model', '?')} at {meta.get('url', '?')}, workload "
+                 f"{meta.get('workload', '?')}{label}")
+    lines.append(knee_line(meta))
+    if meta.get("status") not in (None, "complete"):
+        lines.append(f"status: {meta.get('status')}" + (f" ({meta['error']})" if meta.get("error") else ""))
+    return lines
+
+
+def render(levels, meta: dict, out: str, charts: bool = True, echo=print,
+           note=lambda line: print(line, file=sys.stderr)) -> list[str]:
+    """Print the level table and the knee; draw the charts into ``out``; the chart paths."""
+    cols = [c for c in TABLE_COLUMNS if c in levels.columns
+            and not (c in ("rate_rps", "error_kinds") and levels[c].isna().all() | (levels[c].astype(str) == "").all())]
+    frame_table(levels[cols].rename(columns=TABLE_COLUMNS), f"commprof serve ({meta.get('kind', 'measured')}; {out})")
+    for line in summary_lines(levels, meta):
+        echo(line)
+    paths = serve_charts(levels, meta, out) if charts else []
+    for p in paths:
+        note(f"chart: {p}")
+    return paths
+
+
+def _provenance(meta: dict) -> str:
+    cmd = " ".join(meta.get("command", [])) or "?"
+    label = f"{meta['label']}; " if meta.get("label") else ""
+    return (f"{label}{meta.get('kind', 'measured')} from {', '.join(meta.get('hosts', ['?']))}: "
+            f"{meta.get('model', '?')} at {meta.get('url', '?')}, workload {meta.get('workload', '?')}, "
+            f"{meta.get('start_time', '?')}; command: {cmd}")
+
+
+def serve_charts(levels, meta: dict, out: str) -> list[str]:
+    """serve_latency.png (TTFT and TPOT vs concurrency, p50 line, p50-p99 band, SLO and knee) and
+    serve_throughput.png (output tokens/s and requests/s vs concurrency, knee marked). Closed-loop
+    levels only: open-loop levels have no concurrency of their own."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = levels[(levels["mode"] == "closed") & (levels["ok"] > 0)].sort_values("concurrency")
+    if df.empty:
+        return []
+    x = df["concurrency"].astype(float)
+    knee = meta.get("knee_concurrency")
+    slo = meta.get("slo") or {}
+    paths = []
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, name, title in ((axes[0], "ttft", "Time to first token"), (axes[1], "tpot", "Time per output token")):
+        ax.fill_between(x, df[f"{name}_ms_p50"], df[f"{name}_ms_p99"], alpha=0.25, color="C0", label="p50-p99")
+        ax.plot(x, df[f"{name}_ms_p50"], "o-", color="C0", label="p50")
+        ax.plot(x, df[f"{name}_ms_p90"], "--", color="C0", alpha=0.7, label="p90")
+        ax.plot(x, df[f"{name}_ms_p99"], "s:", color="C3", label="p99")
+        limit = slo.get(f"{name}_ms_p99")
+        if limit:
+            ax.axhline(limit, color="C3", lw=1, alpha=0.6, label=f"SLO p99 {limit:g} ms")
+        if knee is not None:
+            ax.axvline(knee, color="C2", lw=1.5, label=f"knee: {knee}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([f"{int(v)}" for v in x])
+        ax.set_xlabel("concurrency (requests in flight, closed loop)")
+        ax.set_ylabel("ms")
+        ax.set_ylim(bottom=0)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    paths.append(_save(fig, os.path.join(out, "serve_latency.png"), _provenance(meta)))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(x, df["output_tokens_per_s"], "o-", color="C0", label="output tokens/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([f"{int(v)}" for v in x])
+    ax.set_xlabel("concurrency (requests in flight, closed loop)")
+    ax.set_ylabel("output tokens/s")
+    ax2 = ax.twinx()
+    ax2.plot(x, df["requests_per_s"], "s--", color="C1", label="requests/s")
+    ax2.set_ylabel("requests/s")
+    ax.set_ylim(bottom=0, top=float(df["output_tokens_per_s"].max()) * 1.25)
+    ax2.set_ylim(bottom=0, top=float(df["requests_per_s"].max()) * 1.25)
+    if knee is not None:
+        ax.axvline(knee, color="C2", lw=1.5, label=f"knee: {knee} (highest level meeting the SLOs)")
+    ax.set_title("Sustained output rate vs concurrency")
+    ax.grid(alpha=0.3)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+    paths.append(_save(fig, os.path.join(out, "serve_throughput.png"), _provenance(meta)))
+    return paths

@@ -1,0 +1,421 @@
+"""``commprof serve`` against a real OpenAI-compatible server on this machine's CPU (``transformers
+serve`` with a tiny Llama built here: random weights, a word-level tokenizer written here, nothing
+downloaded), and against a small hand-written server for the faults a real one will not produce
+on demand (5xx, malformed chunks, stalls, dropped streams, a server that dies mid-run).
+
+Run ``python tests/test_serve.py DIR`` to write the tiny model into DIR (the committed example
+and the overhead benchmark use it)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The real server: transformers serve with a tiny model made here
+
+
+def build_tiny_model(out: str, hidden: int = 64, layers: int = 2) -> str:
+    """A tiny Llama with random weights and a word-level tokenizer over commprof serve's prompt
+    words (one token per word, so prompt lengths are exact), written to ``out``. The model never
+    emits a special token (suppressed) and has no EOS, so every request streams max_tokens tokens."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from commprof.serve import WORDS
+
+    os.makedirs(out, exist_ok=True)
+    words = ["<unk>", "<s>", "</s>"] + [f"\u2581{w}" for w in WORDS] + [f"\u2581w{i}" for i in range(64)]
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    fast.save_pretrained(out)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=8192, bos_token_id=1, eos_token_id=None, pad_token_id=0,
+                      tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    gen_path = os.path.join(out, "generation_config.json")
+    with open(gen_path) as f:
+        gen = json.load(f)
+    gen["suppress_tokens"] = [0, 1, 2]
+    with open(gen_path, "w") as f:
+        json.dump(gen, f, indent=2)
+    return out
+
+
+def start_transformers_serve(model_dir: str, port: int, log_path: str, wait_s: float = 90.0):
+    """``transformers serve MODEL_DIR`` on 127.0.0.1:PORT, offline; returns the process once
+    /health answers (killed and an error raised if it does not within ``wait_s``)."""
+    import httpx
+
+    exe = os.path.join(os.path.dirname(sys.executable), "transformers")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")
+    log = open(log_path, "w")
+    proc = subprocess.Popen([exe, "serve", model_dir, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
+                             "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0, trust_env=False).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    stop_process(proc)
+    with open(log_path) as f:
+        tail = f.read()[-2000:]
+    raise RuntimeError(f"transformers serve did not come up within {wait_s:g}s:\n{tail}")
+
+
+def stop_process(proc) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def real_server(tmp_path_factory):
+    pytest.importorskip("transformers")
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    d = tmp_path_factory.mktemp("tiny")
+    model = build_tiny_model(str(d / "model"))
+    port = free_port()
+    proc = start_transformers_serve(model, port, str(d / "server.log"))
+    try:
+        yield f"http://127.0.0.1:{port}", model
+    finally:
+        stop_process(proc)
+
+
+def _levels(out):
+    import csv
+
+    with open(os.path.join(out, "serve_levels.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _requests(out):
+    import csv
+
+    with open(os.path.join(out, "serve_requests.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _meta(out):
+    with open(os.path.join(out, "meta.json")) as f:
+        return json.load(f)
+
+
+def test_levels_against_transformers_serve(real_server, cli_inproc, tmp_path):
+    url, model = real_server
+    res = cli_inproc("serve", "--url", url, "--model", model, "--concurrency", "1,2", "--requests", "3",
+                     "--prompt-tokens", "24", "--output-tokens", "8", "--duration", "30", "--timeout", "30",
+                     "--out", "out")
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "out"
+    levels = _levels(out)
+    assert [int(lv["concurrency"]) for lv in levels] == [1, 2]
+    for lv in levels:
+        assert lv["status"] == "complete" and int(lv["ok"]) == 3 and int(lv["errors"]) == 0
+        for col in ("ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "itl_ms_p99",
+                    "e2e_ms_p99", "output_tokens_per_s", "requests_per_s", "jitter_tpot_p99_p50", "jitter_growth"):
+            v = float(lv[col])
+            assert math.isfinite(v) and v > 0, (col, lv[col])
+        assert float(lv["ttft_ms_p50"]) <= float(lv["ttft_ms_p99"])
+    reqs = _requests(out)
+    assert len(reqs) == 6 and {r["status"] for r in reqs} == {"ok"}
+    # the server's usage: the prompt words are one token each in the tiny tokenizer, the output forced
+    assert {(r["tokens_in"], r["tokens_in_source"], r["tokens_out"]) for r in reqs} == {("24", "usage", "8")}
+    meta = _meta(out)
+    assert meta["verb"] == "serve" and meta["status"] == "complete" and meta["kind"] == "measured"
+    assert meta["warmup"] == {"requests": 2, "ok": 2} and meta["ignore_eos"] is False   # transformers refuses it
+    assert meta["knee_concurrency"] in (1, 2, None)
+    assert (out / "serve_latency.png").exists() and (out / "serve_throughput.png").exists()
+
+    from commprof.results import load
+
+    r = load(str(out))
+    assert r.verb == "serve" and len(r["serve_levels"]) == 2 and r["serve_levels"]["ttft_ms_p99"].dtype.kind == "f"
+    shown = cli_inproc("show", str(out), "--no-charts")
+    assert shown.returncode == 0 and "knee" in shown.stdout
+
+
+def test_chat_multiturn_context_grows(real_server, cli_inproc, tmp_path):
+    url, model = real_server
+    res = cli_inproc("serve", "--url", url, "--model", model, "--api", "chat", "--workload", "multiturn",
+                     "--concurrency", "1", "--requests", "3", "--prompt-tokens", "8", "--output-tokens", "4",
+                     "--out", "out", "--no-charts")
+    assert res.returncode == 0, res.stderr
+    reqs = _requests(tmp_path / "out")
+    assert [r["status"] for r in reqs] == ["ok"] * 3
+    tokens_in = [int(r["tokens_in"]) for r in reqs]
+    assert [int(r["turn"]) for r in reqs] == [1, 2, 3]
+    assert tokens_in[0] < tokens_in[1] < tokens_in[2], tokens_in       # each turn resends the conversation
+
+
+# ---------------------------------------------------------------------------------------------
+# A fake server for faults: the model name picks the behaviour. The pre-flight probe (max_tokens 2)
+# always gets a good answer, so each fault shows up in the levels.
+
+FAULTS = ("ok", "http500", "malformed", "stall", "drop", "dies", "sigint", "notopenai")
+
+
+class _FakeHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *args):
+        pass
+
+    def _json(self, code: int, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.server.mode == "notopenai":
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html>not here</html>")
+            return
+        if self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in FAULTS]})
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def _chunk(self, text: str, finish=None):
+        obj = {"choices": [{"index": 0, "text": text, "finish_reason": finish}]}
+        self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+        self.wfile.flush()
+
+    def do_POST(self):
+        srv = self.server
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if srv.mode == "notopenai":
+            self.do_GET()
+            return
+        with srv.lock:
+            srv.count += 1
+            n = srv.count
+        mode = body.get("model")
+        probe = body.get("max_tokens") == 2
+        if mode == "dies" and n > 3:                     # probe + 2 requests, then the server is gone
+            threading.Thread(target=srv.die, daemon=True).start()
+            self.connection.close()
+            return
+        if mode == "sigint" and n == 3 and srv.sigint_pid:   # the first request of the second level
+            os.kill(srv.sigint_pid, signal.SIGINT)
+        if mode == "http500" and not probe and n % 2 == 0:
+            self._json(500, {"error": {"message": "boom"}})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        tokens = int(body.get("max_tokens", 4))
+        for i in range(tokens):
+            if not probe and i == 1:
+                if mode == "malformed":
+                    self.wfile.write(b"data: {not json\n\n")
+                    return
+                if mode == "stall":
+                    time.sleep(3)                       # longer than the test's --timeout 1
+                    return
+                if mode == "drop":
+                    return                              # the stream ends without finish_reason
+            self._chunk(" the", "length" if i == tokens - 1 else None)
+            if mode == "sigint":
+                time.sleep(0.05)
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+class FakeServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, mode: str = "", sigint_pid: int | None = None):
+        super().__init__(("127.0.0.1", 0), _FakeHandler)
+        self.mode, self.sigint_pid, self.count, self.lock = mode, sigint_pid, 0, threading.Lock()
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def die(self):
+        self.shutdown()
+        self.server_close()
+
+    def stop(self):
+        if self.thread.is_alive():
+            self.die()
+
+
+@pytest.fixture
+def fake_server():
+    servers = []
+
+    def make(mode: str = "", sigint_pid=None):
+        s = FakeServer(mode, sigint_pid)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.stop()
+
+
+@pytest.mark.parametrize("fault,kind", [("http500", "http_5xx"), ("malformed", "malformed"), ("stall", "timeout"),
+                                        ("drop", "disconnect")])
+def test_faults_are_counted_per_level_and_never_hang(fault, kind, fake_server, cli_inproc, tmp_path):
+    srv = fake_server()
+    t = time.monotonic()
+    res = cli_inproc("serve", "--url", srv.url, "--model", fault, "--concurrency", "1,2", "--requests", "2",
+                     "--output-tokens", "4", "--prompt-tokens", "4", "--timeout", "1", "--out", "out", "--no-charts")
+    assert time.monotonic() - t < 15
+    assert res.returncode == 0, res.stderr
+    levels = _levels(tmp_path / "out")
+    assert len(levels) == 2
+    for lv in levels:
+        assert int(lv["errors"]) >= 1 and kind in lv["error_kinds"], lv
+        assert lv["meets_slo"] == "no"
+    assert _meta(tmp_path / "out")["knee_concurrency"] is None
+
+
+def test_server_dies_mid_run_keeps_finished_level(fake_server, cli_inproc, tmp_path):
+    srv = fake_server()
+    res = cli_inproc("serve", "--url", srv.url, "--model", "dies", "--concurrency", "1,2,4", "--requests", "2", "--warmup", "0",
+                     "--output-tokens", "3", "--prompt-tokens", "4", "--timeout", "2", "--out", "out", "--no-charts")
+    assert res.returncode == 3, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("commprof: error:")]
+    assert len(errors) == 1 and "the server died" in errors[0] and "Traceback" not in res.stderr
+    levels = _levels(tmp_path / "out")
+    assert levels[0]["ok"] == "2" and levels[0]["meets_slo"] == "yes"
+    assert all(lv["ok"] == "0" for lv in levels[1:])
+    meta = _meta(tmp_path / "out")
+    assert meta["status"] == "failed" and meta["knee_concurrency"] == 1
+
+
+def test_ctrl_c_keeps_finished_levels(tmp_path):
+    from conftest import cli_env
+
+    srv = FakeServer()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "commprof", "serve", "--url", srv.url, "--model", "sigint",
+                                 "--concurrency", "1,2", "--requests", "1", "--warmup", "0", "--output-tokens", "20",
+                                 "--prompt-tokens", "4", "--out", "out", "--no-charts"], cwd=tmp_path,
+                                env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        srv.sigint_pid = proc.pid
+        _, err = proc.communicate(timeout=60)
+    finally:
+        srv.stop()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    levels = _levels(tmp_path / "out")
+    assert levels[0]["status"] == "complete" and levels[0]["ok"] == "1"
+    assert all(lv["status"] == "interrupted" for lv in levels[1:])
+    assert _meta(tmp_path / "out")["status"] == "interrupted"
+
+
+def test_bad_input_is_one_line(fake_server, cli_inproc, tmp_path):
+    srv = fake_server()
+    other = fake_server("notopenai")
+    dead = f"http://127.0.0.1:{free_port()}"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt_tokens": 10}\n')
+    cases = [
+        (["--url", dead, "--model", "ok"], 3, "cannot connect"),
+        (["--url", srv.url, "--model", "nosuch"], 2, "not served"),
+        (["--url", other.url, "--model", "ok"], 3, "not an OpenAI-compatible endpoint"),
+        (["--url", "ftp://x", "--model", "ok"], 2, "--url"),
+        (["--url", srv.url, "--model", "ok", "--slo", "ttft_p99=fast"], 2, "--slo"),
+        (["--url", srv.url, "--model", "ok", "--slo", "speed=1s"], 2, "unknown key"),
+        (["--url", srv.url, "--model", "ok", "--concurrency", "0,2"], 2, "--concurrency"),
+        (["--url", srv.url, "--model", "ok", "--concurrency", "1,,4"], 2, "--concurrency"),
+        (["--url", srv.url, "--model", "ok", "--concurrency", "2,2"], 2, "repeated"),
+        (["--url", srv.url, "--model", "ok", "--rate", "-1"], 2, "--rate"),
+        (["--url", srv.url, "--model", "ok", "--workload", str(bad)], 2, "line 1"),
+        (["--url", srv.url, "--model", "ok", "--workload", "chatty"], 2, "--workload"),
+        (["--url", srv.url, "--model", "ok", "--timeout", "0"], 2, "--timeout"),
+        (["--url", srv.url, "--model", "ok", "--warmup", "-1"], 2, "--warmup"),
+    ]
+    for args, code, text in cases:
+        res = cli_inproc("serve", *args, "--out", "out")
+        errors = [line for line in res.stderr.splitlines() if line.startswith("commprof: error:")]
+        assert res.returncode == code and len(errors) == 1 and text in errors[0], (args, res.returncode, res.stderr)
+        assert "Traceback" not in res.stderr
+        assert not (tmp_path / "out").exists(), args
+
+
+def test_open_loop_and_replay_file(fake_server, cli_inproc, tmp_path):
+    srv = fake_server()
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text('{"prompt_tokens": 5, "output_tokens": 3}\n# a comment\n{"input_tokens": 9, "max_tokens": 6}\n')
+    res = cli_inproc("serve", "--url", srv.url, "--model", "ok", "--concurrency", "1", "--rate", "50",
+                     "--requests", "4", "--workload", str(replay), "--out", "out", "--no-charts")
+    assert res.returncode == 0, res.stderr
+    levels = _levels(tmp_path / "out")
+    assert [lv["mode"] for lv in levels] == ["closed", "open"] and levels[1]["rate_rps"] == "50"
+    reqs = _requests(tmp_path / "out")
+    assert sorted({r["max_tokens"] for r in reqs}) == ["3", "6"]
+    assert all(r["status"] == "ok" and r["tokens_out"] == r["max_tokens"] for r in reqs)
+
+
+def test_check_items_and_report_section(fake_server, cli_inproc, tmp_path):
+    from commprof.check import gather, load_thresholds, run_items
+    from commprof.results import load
+    from commprof.views.report import serve_section
+
+    srv = fake_server()
+    res = cli_inproc("serve", "--url", srv.url, "--model", "ok", "--concurrency", "1,16", "--requests", "16",
+                     "--output-tokens", "4", "--prompt-tokens", "4", "--out", "out", "--no-charts")
+    assert res.returncode == 0, res.stderr
+    items = {i.id: i for i in run_items(gather([str(tmp_path / "out")]), load_thresholds())}
+    assert items["S1"].status == "PASS" and "at concurrency 16" in items["S1"].value
+    assert items["S2"].status == "PASS" and "proposed" in items["S2"].source
+    assert items["S3"].status in ("PASS", "WARN", "FAIL") and "output tokens/s" in items["S3"].value
+    sec = serve_section(load(str(tmp_path / "out")), str(tmp_path / "report"))
+    assert sec.tables[0].rows[1][1] == 16 and any("knee" in b for b in sec.bullets)
+
+
+def test_slo_parsing():
+    from commprof.serve import parse_slo
+
+    assert parse_slo("ttft_p99=2s,tpot_p99=100ms") == {"ttft_ms_p99": 2000.0, "tpot_ms_p99": 100.0}
+    assert parse_slo("e2e_p50=1.5,error_pct=1%") == {"e2e_ms_p50": 1500.0, "error_pct": 1.0}
+
+
+if __name__ == "__main__":
+    print(build_tiny_model(*sys.argv[1:2], **({"hidden": int(sys.argv[2]), "layers": int(sys.argv[3])}
+                                               if len(sys.argv) > 3 else {})))
