@@ -1058,8 +1058,33 @@ def measure(root: str, model: str) -> list[str]:
     return [sweep_dir, trace_dir]
 
 
-def run_check(dirs: list[str], thresholds: str | None = None, model: str | None = None,
-              out: str | None = None, console=None, interconnect: str | None = None) -> int:
+@dataclass
+class CheckConfig:
+    """``commprof check``'s flags."""
+    dirs: list = field(default_factory=list)
+    thresholds: str | None = None
+    model: str | None = None
+    out: str | None = None
+    interconnect: str | None = None
+
+
+def run_check(cfg: CheckConfig, console=None) -> int:
+    """``commprof check``: the exit code (EXIT_CHECK_FAILED on any FAIL, of any box). Where
+    check.json goes (``out``, else the first dir) is checked writable before anything is read."""
+    from .results.meta import check_writable
+
+    target = cfg.out or (cfg.dirs[0] if cfg.dirs and os.path.isdir(cfg.dirs[0]) else None)
+    if target is not None:
+        try:
+            check_writable(target)
+        except UsageError as e:
+            raise UsageError(f"{'--out' if cfg.out else 'the first results dir (pass --out DIR)'}: {e}") from None
+    return check_command(list(cfg.dirs), thresholds=cfg.thresholds, model=cfg.model, out=cfg.out, console=console,
+                         interconnect=cfg.interconnect)
+
+
+def check_command(dirs: list[str], thresholds: str | None = None, model: str | None = None,
+                  out: str | None = None, console=None, interconnect: str | None = None) -> int:
     """The whole command: returns the exit code (EXIT_CHECK_FAILED on any FAIL, of any box)."""
     th = load_thresholds(thresholds)
     flags = parse_interconnect(interconnect)

@@ -89,21 +89,11 @@ def trace(
 ):
     """Per-token, per-layer compute vs communication of a synthetic TP decode engine (or of a prefill's chunk steps)."""
     from . import trace as core
-    from .errors import UsageError
 
-    def run() -> int:
-        if predict and not comm_from:
-            raise UsageError("--predict needs --comm-from DIR (a sweep results dir of the box to predict)")
-        if comm_from and not predict:
-            raise UsageError("--comm-from is only used with --predict")
-        source = core.comm_source(comm_from) if comm_from else None
-        cfg = core.build_config(model=model, tp=tp, batch=batch, context=context, tokens=tokens, warmup=warmup,
-                                layers=layers, dtype=dtype, backend=backend, modes=modes, timeout_s=timeout,
-                                out=out, argv=["commprof"] + sys.argv[1:], predict=predict, phase=phase,
-                                prompt=prompt, chunk=chunk)
-        return core.run_trace(cfg, source, charts=not no_charts)
-
-    _exit_with(run)
+    _exit_with(lambda: core.run_trace(core.build_config(
+        model=model, tp=tp, batch=batch, context=context, tokens=tokens, warmup=warmup, layers=layers, dtype=dtype,
+        backend=backend, modes=modes, timeout_s=timeout, out=out, argv=["commprof"] + sys.argv[1:], predict=predict,
+        phase=phase, prompt=prompt, chunk=chunk, comm_from=comm_from), charts=not no_charts))
 
 
 @app.command()
@@ -124,10 +114,11 @@ def plan(
     chunk: Optional[int] = typer.Option(None, "--chunk", help="Prefill tokens per step (chunked prefill; default the whole prompt; needed for mixed)."),
 ):
     """Collectives and memory of one decode step (or a prefill, or a mixed step), from the model's shapes alone (nothing runs)."""
-    from .planner import run_plan
+    from .planner import PlanConfig, run_plan
 
-    _exit_with(run_plan, model, tp, batch, context, gpu_mem=gpu_mem, mem_util=mem_util, dtype=dtype, sp=sp,
-               moe=moe, out=out, as_json=as_json, phase=phase, prompt=prompt, chunk=chunk)
+    _exit_with(run_plan, PlanConfig(model=model, tp=tp, batch=batch, context=context, gpu_mem=gpu_mem,
+                                    mem_util=mem_util, dtype=dtype, sp=sp, moe=moe, out=out, as_json=as_json,
+                                    phase=phase, prompt=prompt, chunk=chunk))
 
 
 @app.command()
@@ -136,9 +127,9 @@ def topo(
     out: Optional[str] = typer.Option(None, "--out", help="Also write topo.json into this dir."),
 ):
     """GPUs, PCIe links, NVLink, P2P status and the nvidia-smi topo -m matrix, from NVML."""
-    from .topo import run_topo
+    from .topo import TopoConfig, run_topo
 
-    _exit_with(run_topo, as_json, out)
+    _exit_with(run_topo, TopoConfig(as_json=as_json, out=out))
 
 
 @app.command()
@@ -150,17 +141,10 @@ def check(
     interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Judge the box(es) as this interconnect: nvswitch, nvlink[2-5], pcie[3-6][-p2p|-no-p2p], mixed; a comma list gives one per box. Default: from topo.json, else the GPU names in the logs, else unknown."),
 ):
     """The pre-purchase checklist: PASS/WARN/FAIL/SKIP per item with value, threshold and source."""
-    from .check import run_check
+    from .check import CheckConfig, run_check
 
-    def run() -> int:
-        # check.json/check.md go into --out, or beside the first dir's results: refuse a place
-        # that cannot be written before anything is read or measured.
-        target = out or (dirs[0] if dirs and os.path.isdir(dirs[0]) else None)
-        if target is not None:
-            _check_out(target, "--out" if out else "the first results dir (pass --out DIR)")
-        return run_check(list(dirs or []), thresholds=thresholds, model=model, out=out, interconnect=interconnect)
-
-    _exit_with(run)
+    _exit_with(run_check, CheckConfig(dirs=list(dirs or []), thresholds=thresholds, model=model, out=out,
+                                      interconnect=interconnect))
 
 
 @app.command()
@@ -173,16 +157,10 @@ def report(
     interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Judge the box(es) as this interconnect (see check --help); a comma list gives one per box."),
 ):
     """One self-contained HTML page and a Markdown twin: topology, sweep, trace, gap, checklist."""
-    from .report import run_report
+    from .report import ReportConfig, run_report
 
-    def run() -> int:
-        target = out or (dirs[0] if dirs and os.path.isdir(dirs[0]) else None)
-        if target is not None:
-            _check_out(target, "--out" if out else "the first results dir (pass --out DIR)")
-        return run_report(list(dirs), out=out, thresholds=thresholds, model=model, reference=reference,
-                          interconnect=interconnect)
-
-    _exit_with(run)
+    _exit_with(run_report, ReportConfig(dirs=list(dirs), out=out, thresholds=thresholds, model=model,
+                                        reference=reference, interconnect=interconnect))
 
 
 @app.command()
@@ -193,9 +171,9 @@ def gap(
     out: Optional[str] = typer.Option(None, "--out", help="Also write gap.md, gap.csv, gap_boxes.csv, gap.png and meta.json into this new dir."),
 ):
     """Each box against a reference (PCIe vs NVLink) and, with several boxes (one per dir with a sweep), the boxes against each other."""
-    from .gap import run_gap
+    from .gap import GapConfig, run_gap
 
-    _exit_with(run_gap, list(dirs), reference, interconnect=interconnect, out=out)
+    _exit_with(run_gap, GapConfig(dirs=list(dirs), reference=reference, interconnect=interconnect, out=out))
 
 
 @app.command(name="import")
@@ -208,14 +186,10 @@ def import_(
     tp: Optional[int] = typer.Option(None, "--tp", help="kineto: the TP degree of the traced group (default: the number of rank traces given)."),
 ):
     """Import another tool's output into the results format (e.g. a vendor's nccl-tests logs)."""
-    from .importers import run_import
+    from .importers import ImportConfig, run_import
 
-    def run() -> int:
-        if out is not None:
-            _check_out(out, "--out")
-        return run_import(kind, list(paths), out, step_marker=step_marker, model=model, tp=tp)
-
-    _exit_with(run)
+    _exit_with(run_import, ImportConfig(kind=kind, paths=list(paths), out=out, step_marker=step_marker, model=model,
+                                        tp=tp))
 
 
 @app.command()
@@ -225,24 +199,9 @@ def p2p(
     out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-p2p/)."),
 ):
     """Raw link probes (CUDA): per-pair latency and bandwidth matrix, P2P on and off."""
-    from .errors import UsageError
-    from .p2p import run_p2p
-    from .sizes import MAX_MESSAGE_BYTES
-    from .units import parse_bytes
+    from .p2p import P2pConfig, run_p2p
 
-    try:
-        # src and dst buffers on each GPU, like a sweep message: the same 64 GiB bound
-        nbytes = parse_bytes(size, MAX_MESSAGE_BYTES)
-    except ValueError as e:
-        _fail(UsageError(f"--size: {e}"))
-    if not 1 <= rounds <= MAX_P2P_ROUNDS:
-        _fail(UsageError(f"--rounds {rounds}: must be from 1 to {MAX_P2P_ROUNDS:,}"))
-    if out is not None:
-        try:
-            _check_out(out, "--out")
-        except CommprofError as e:
-            _fail(e)
-    _exit_with(run_p2p, out, nbytes, rounds)
+    _exit_with(run_p2p, P2pConfig(size=size, rounds=rounds, out=out))
 
 
 @app.command()
@@ -261,11 +220,11 @@ def moe(
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
 ):
     """MoE expert-parallel dispatch/combine all-to-all under skewed routing, before/after rebalancing."""
-    from .moe import run_moe
+    from .moe import MoeFlags, run_moe
 
-    _exit_with(run_moe, model=model, ep=ep, tokens=tokens, skew=skew, iters=iters, warmup=warmup,
-               rebalance=rebalance, seed=seed, backend=backend, timeout_s=timeout, out=out,
-               argv=["commprof"] + sys.argv[1:], charts_on=not no_charts, echo=typer.echo)
+    _exit_with(run_moe, MoeFlags(model=model, ep=ep, tokens=tokens, skew=skew, iters=iters, warmup=warmup,
+                                 rebalance=rebalance, seed=seed, backend=backend, timeout_s=timeout, out=out,
+                                 argv=["commprof"] + sys.argv[1:], charts=not no_charts), echo=typer.echo)
 
 
 @app.command()
@@ -302,31 +261,10 @@ def serve(
     """TTFT, time per output token, tokens/s and jitter of an OpenAI-compatible server under load; the knee."""
     from . import serve as core
 
-    def run() -> int:
-        cfg = core.build_config(url=url, model=model, concurrency=concurrency, rate=rate, workload=workload,
-                                prompt_tokens=prompt_tokens, output_tokens=output_tokens, requests=requests,
-                                duration=duration, timeout=timeout, api=api, slo=slo, seed=seed, warmup=warmup,
-                                label=label,
-                                out=out, argv=["commprof"] + sys.argv[1:], charts=not no_charts)
-        return core.run_serve(cfg)
-
-    _exit_with(run)
-
-
-#: p2p --rounds: ping-pong round trips per latency probe (each a few microseconds).
-MAX_P2P_ROUNDS = 10_000_000
-
-
-def _check_out(path: str, what: str) -> None:
-    """Refuse an output dir that cannot be written (a file in its place or on its path, a
-    read-only file system) with one line, before the command reads or measures anything."""
-    from .errors import UsageError
-    from .results.meta import check_writable
-
-    try:
-        check_writable(path)
-    except UsageError as e:
-        raise UsageError(f"{what}: {e}") from None
+    _exit_with(lambda: core.run_serve(core.build_config(
+        url=url, model=model, concurrency=concurrency, rate=rate, workload=workload, prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens, requests=requests, duration=duration, timeout=timeout, api=api, slo=slo,
+        seed=seed, warmup=warmup, label=label, out=out, argv=["commprof"] + sys.argv[1:], charts=not no_charts)))
 
 
 def _is(exc: BaseException, name: str) -> bool:

@@ -636,8 +636,22 @@ def write_gap(g: Gap, out_dir: str, dirs: list[str]) -> list[str]:
     return paths
 
 
-def run_gap(dirs: list[str], reference: str | None = None, interconnect: str | None = None,
-            out: str | None = None) -> int:
+@dataclass
+class GapConfig:
+    """``commprof gap``'s flags."""
+    dirs: list = field(default_factory=list)
+    reference: str | None = None
+    interconnect: str | None = None
+    out: str | None = None
+
+
+def run_gap(cfg: GapConfig) -> int:
+    """``commprof gap``: print the comparison (and write it into ``out``); the exit code."""
+    return gap_command(list(cfg.dirs), cfg.reference, interconnect=cfg.interconnect, out=cfg.out)
+
+
+def gap_command(dirs: list[str], reference: str | None = None, interconnect: str | None = None,
+                out: str | None = None) -> int:
     from .views.gap import render_gap
 
     import sys

@@ -858,8 +858,33 @@ def default_import_dir(kind: str, root: str = "results") -> str:
     return os.path.join(root, f"{stamp}-import-{kind}")
 
 
-def run_import(kind: str, paths, out: str | None = None, in_place: bool = False, step_marker: str | None = None,
-               model: str | None = None, tp: int | None = None) -> int:
+@dataclass
+class ImportConfig:
+    """``commprof import``'s arguments and flags (``step_marker``, ``model``, ``tp``: kineto only)."""
+    kind: str = "nccl-tests"
+    paths: list = field(default_factory=list)
+    out: str | None = None
+    in_place: bool = False
+    step_marker: str | None = None
+    model: str | None = None
+    tp: int | None = None
+
+
+def run_import(cfg: ImportConfig) -> int:
+    """``commprof import KIND FILE...``: the exit code; ``out`` is checked writable first."""
+    if cfg.out is not None:
+        from .results.meta import check_writable
+
+        try:
+            check_writable(cfg.out)
+        except UsageError as e:
+            raise UsageError(f"--out: {e}") from None
+    return import_command(cfg.kind, list(cfg.paths), cfg.out, in_place=cfg.in_place, step_marker=cfg.step_marker,
+                          model=cfg.model, tp=cfg.tp)
+
+
+def import_command(kind: str, paths, out: str | None = None, in_place: bool = False, step_marker: str | None = None,
+                   model: str | None = None, tp: int | None = None) -> int:
     """``commprof import KIND FILE...``: import, print one line, return the exit code (0).
     ``step_marker``, ``model`` and ``tp`` are for ``kineto`` only."""
     if kind == "nvidia-smi-topo":

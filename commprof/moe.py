@@ -7,6 +7,8 @@ module validates the flags, starts the ranks (``microbench.moe_rank``) and shows
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 
 
 from . import launch, results
@@ -76,10 +78,35 @@ def run(cfg: MoeConfig) -> bool:
     return launch.run_ranks(cfg, "microbench.moe_rank:run_rank")
 
 
-def run_moe(*, model, ep, tokens, skew, iters, warmup, rebalance, seed, backend, timeout_s, out, argv,
-            charts_on: bool = True, echo=print) -> int:
+@dataclass
+class MoeFlags:
+    """``commprof moe``'s flags, before validation turns them into a :class:`MoeConfig`."""
+    model: str | None = None
+    ep: str = "2,4,8"
+    tokens: str = "1,64,512"
+    skew: str = "uniform,zipf:1.0,hot:4"
+    iters: int | None = None
+    warmup: int | None = None
+    rebalance: int | None = None
+    seed: int = 0
+    backend: str = "auto"
+    timeout_s: float = 120.0
+    out: str | None = None
+    argv: list = field(default_factory=list)
+    charts: bool = True
+
+
+def run_moe(flags: MoeFlags, echo=print) -> int:
     """``commprof moe``: validate, measure, print one line per (ep, tokens, skew), draw charts.
     Returns the exit code (1 when a received-bytes check failed)."""
+    return moe_command(model=flags.model, ep=flags.ep, tokens=flags.tokens, skew=flags.skew, iters=flags.iters,
+                       warmup=flags.warmup, rebalance=flags.rebalance, seed=flags.seed, backend=flags.backend,
+                       timeout_s=flags.timeout_s, out=flags.out, argv=flags.argv, charts_on=flags.charts, echo=echo)
+
+
+def moe_command(*, model, ep, tokens, skew, iters, warmup, rebalance, seed, backend, timeout_s, out, argv,
+                charts_on: bool = True, echo=print) -> int:
+    """The whole command (see :func:`run_moe`)."""
     import sys
 
     from .errors import EXIT_WRONG

@@ -7,6 +7,8 @@ orders the probes, writes the results dir and prints the matrices. Needs CUDA GP
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import os
 
 from . import results
@@ -53,7 +55,40 @@ def host_staged_bandwidth(src_device: int, dst_device: int, nbytes: int, iters: 
             "verified": ok, "clock": "perf_counter"}
 
 
-def run_p2p(out: str | None = None, size_bytes: int = 64 << 20, rounds: int = 10000) -> int:
+MAX_P2P_ROUNDS = 10_000_000
+
+
+@dataclass
+class P2pConfig:
+    """``commprof p2p``'s flags: ``size`` as given (binary suffixes), ``rounds``, ``out``."""
+    size: str = "64M"
+    rounds: int = 10000
+    out: str | None = None
+
+
+def run_p2p(cfg: P2pConfig) -> int:
+    """``commprof p2p``: validate the flags (one line, exit 2), then probe; the exit code."""
+    from .errors import UsageError
+    from .results.meta import check_writable
+    from .sizes import MAX_MESSAGE_BYTES
+    from .units import parse_bytes
+
+    try:
+        # src and dst buffers on each GPU, like a sweep message: the same 64 GiB bound
+        nbytes = parse_bytes(cfg.size, MAX_MESSAGE_BYTES)
+    except ValueError as e:
+        raise UsageError(f"--size: {e}") from None
+    if isinstance(cfg.rounds, bool) or not isinstance(cfg.rounds, int) or not 1 <= cfg.rounds <= MAX_P2P_ROUNDS:
+        raise UsageError(f"--rounds {cfg.rounds}: must be from 1 to {MAX_P2P_ROUNDS:,}")
+    if cfg.out is not None:
+        try:
+            check_writable(cfg.out)
+        except UsageError as e:
+            raise UsageError(f"--out: {e}") from None
+    return probe_all(cfg.out, nbytes, cfg.rounds)
+
+
+def probe_all(out: str | None = None, size_bytes: int = 64 << 20, rounds: int = 10000) -> int:
     """Probe every ordered pair; write p2p.csv + meta.json; print the matrices."""
     from cuda_ext.loader import load, require_gpu
     from cuda_ext.probes import copy_bandwidth, copy_engine_bandwidth, pingpong_latency

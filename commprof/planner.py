@@ -675,10 +675,36 @@ def write_plan(plan: Plan, out_dir: str) -> list[str]:
     return [json_path, csv_path]
 
 
-def run_plan(model_spec: str, tp: int, batch: int, context: int, gpu_mem: str | None = None,
-             mem_util: float = 0.9, dtype: str = "bf16", sp: bool = False, moe: str = "tp",
-             out: str | None = None, as_json: bool = False, console=None, phase: str = "decode",
-             prompt: int | None = None, chunk: int | None = None) -> int:
+@dataclass
+class PlanConfig:
+    """``commprof plan``'s flags."""
+    model: str = "Qwen2.5-32B"
+    tp: int = 8
+    batch: int = 1
+    context: int = 4096
+    gpu_mem: str | None = None
+    mem_util: float = 0.9
+    dtype: str = "bf16"
+    sp: bool = False
+    moe: str = "tp"
+    out: str | None = None
+    as_json: bool = False
+    phase: str = "decode"
+    prompt: int | None = None
+    chunk: int | None = None
+
+
+def run_plan(cfg: PlanConfig, console=None) -> int:
+    """``commprof plan``: the exit code (see :func:`plan_command`)."""
+    return plan_command(cfg.model, cfg.tp, cfg.batch, cfg.context, gpu_mem=cfg.gpu_mem, mem_util=cfg.mem_util,
+                        dtype=cfg.dtype, sp=cfg.sp, moe=cfg.moe, out=cfg.out, as_json=cfg.as_json, console=console,
+                        phase=cfg.phase, prompt=cfg.prompt, chunk=cfg.chunk)
+
+
+def plan_command(model_spec: str, tp: int, batch: int, context: int, gpu_mem: str | None = None,
+                 mem_util: float = 0.9, dtype: str = "bf16", sp: bool = False, moe: str = "tp",
+                 out: str | None = None, as_json: bool = False, console=None, phase: str = "decode",
+                 prompt: int | None = None, chunk: int | None = None) -> int:
     """The whole ``commprof plan`` command: model, build, write (``out``), print; the exit code.
 
     ``gpu_mem`` is text with binary suffixes (``80G`` = 80 GiB). ``as_json`` prints the plan's

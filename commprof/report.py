@@ -4,6 +4,8 @@ the checklist, topology, sweep, trace breakdown, gap and MoE sections, from resu
 numbers come from ``check`` and ``gap``; ``commprof.views.report`` renders."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import os
 
 from . import results
@@ -98,8 +100,30 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
     return paths
 
 
-def run_report(dirs: list[str], out: str | None = None, thresholds: str | None = None,
-               model: str | None = None, reference: str | None = None, interconnect: str | None = None) -> int:
+@dataclass
+class ReportConfig:
+    """``commprof report``'s flags."""
+    dirs: list = field(default_factory=list)
+    out: str | None = None
+    thresholds: str | None = None
+    model: str | None = None
+    reference: str | None = None
+    interconnect: str | None = None
+
+
+def run_report(cfg: ReportConfig) -> int:
+    """``commprof report``: the page and its Markdown twin into ``out`` (else the first dir,
+    checked writable before anything is read); the exit code."""
+    from .results.meta import check_writable
+
+    dirs, out = list(cfg.dirs), cfg.out
+    thresholds, model, reference, interconnect = cfg.thresholds, cfg.model, cfg.reference, cfg.interconnect
+    target = out or (dirs[0] if dirs and os.path.isdir(dirs[0]) else None)
+    if target is not None:
+        try:
+            check_writable(target)
+        except UsageError as e:
+            raise UsageError(f"{'--out' if out else 'the first results dir (pass --out DIR)'}: {e}") from None
     if not dirs:
         raise UsageError("report needs at least one results dir (from commprof sweep, trace or topo)")
     paths = build(dirs, out or dirs[0], thresholds, model, reference, interconnect)

@@ -25,6 +25,8 @@ on a machine with neither.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import json
 import os
 import socket
@@ -450,9 +452,17 @@ def write_topology(topo: dict, path: str) -> str:
     return path
 
 
-def run_topo(as_json: bool, out: str | None, *, nvml=None, console=None) -> int:
+@dataclass
+class TopoConfig:
+    """``commprof topo``'s flags."""
+    as_json: bool = False
+    out: str | None = None
+
+
+def run_topo(cfg: TopoConfig, *, nvml=None, console=None) -> int:
     """The whole ``commprof topo`` command: collect, print (JSON to stdout when ``as_json``),
     write ``topo.json`` into ``out`` (created) when given; the exit code."""
+    as_json, out = cfg.as_json, cfg.out
     topo = collect_topology(nvml)
     path = None
     if out:

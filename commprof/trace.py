@@ -178,10 +178,16 @@ def memory_guard(model: dict, tps, batches, context: int, layers: int | None, dt
 def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, warmup: int,
                  layers: int | None, dtype: str, backend: str, modes: str | None, timeout_s: float,
                  out: str | None, argv: list[str], predict: bool = False, seed: int = 0, phase: str = "decode",
-                 prompt: int | None = None, chunk: int | None = None) -> TraceConfig:
+                 prompt: int | None = None, chunk: int | None = None, comm_from: str | None = None) -> TraceConfig:
     """Validate the flags, pick the backend, check memory (nothing is started). ``phase``
     prefill runs one ``prompt``-token prompt in chunks of ``chunk`` tokens (default the whole
-    prompt); mixed runs those chunk steps with each ``batch``'s decode tokens in them."""
+    prompt); mixed runs those chunk steps with each ``batch``'s decode tokens in them. ``predict``
+    needs ``comm_from`` (a results dir or ``reference:<profile>``), resolved and read here."""
+    if predict and not comm_from:
+        raise UsageError("--predict needs --comm-from DIR (a sweep results dir of the box to predict)")
+    if comm_from and not predict:
+        raise UsageError("--comm-from is only used with --predict")
+    source = comm_source(comm_from) if comm_from else None
     from .launch import check_counts, choose_world, parse_modes, resolve_backend, torchrun_env
     from .models import get_model
     from .planner import check_phase
@@ -220,7 +226,7 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
                        layers=n_layers, dtype=dtype, modes=mode_list, backend=name, backend_reason=reason,
                        timeout_s=float(timeout_s), out_dir=out_dir, progress=True, argv=argv, world_size=world,
                        launch="torchrun" if (trun and not predict) else "local", seed=seed, memory=mem,
-                       phase=phase, prompt=prompt or 0, chunk=chunk or 0)
+                       phase=phase, prompt=prompt or 0, chunk=chunk or 0, comm_from=source)
 
 
 def run(cfg: TraceConfig) -> bool:
@@ -371,9 +377,10 @@ def run_predict(cfg: TraceConfig, comm_from: str) -> None:
 # --- views -----------------------------------------------------------------------------------------
 
 
-def run_trace(cfg: TraceConfig, comm_from: str | None = None, charts: bool = True) -> int:
-    """``commprof trace``: the live run (or, with ``comm_from``, the prediction of that box),
+def run_trace(cfg: TraceConfig, charts: bool = True) -> int:
+    """``commprof trace``: the live run (or, with ``cfg.comm_from``, the prediction of that box),
     then the summary lines and charts on the process that holds the results. Exit code."""
+    comm_from = cfg.comm_from
     import sys
 
     from .launch import torchrun_env

@@ -23,6 +23,7 @@ class TraceConfig(RunConfig):
     phase: str = "decode"       # decode, prefill (a prompt in chunks) or mixed (chunks + decode tokens)
     prompt: int = 0             # prefill/mixed: the prompt's length in tokens
     chunk: int = 0              # prefill/mixed: prefill tokens per step (at most the prompt)
+    comm_from: str | None = None  # --predict: the sweep dir (or modelled reference dir) of the box predicted
 
     @property
     def steps(self) -> int:

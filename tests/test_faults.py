@@ -13,7 +13,6 @@ In this process (``cli_inproc``) wherever the CLI process itself is not what is 
 processes only for signals and a stopped rank.
 """
 import errno
-import json
 import os
 import shutil
 import signal

@@ -63,8 +63,6 @@ def test_engine_weights_are_drawn_on_its_device_with_a_beat_per_layer():
 
 
 def test_predict_builds_one_engine_per_tp_and_batch(monkeypatch, tmp_path):
-    from commprof.costmodel import resolve_comm_source
-
     built = []
     real = decode_engine.DecodeEngine
 
@@ -75,9 +73,9 @@ def test_predict_builds_one_engine_per_tp_and_batch(monkeypatch, tmp_path):
     monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path / "cache"))
     cfg = T.build_config(model=TOY, tp="2", batch="1", context=16, tokens=2, warmup=1, layers=None, dtype="bf16",
                          backend="gloo", modes="eager", timeout_s=60, out=str(tmp_path / "p"), argv=["t"],
-                         predict=True)
+                         predict=True, comm_from="reference:nvlink4")
     cfg.modes = ["eager", "eager"]      # two modes of one (tp, batch): on a GPU, eager and graph
-    T.run_predict(cfg, resolve_comm_source("reference:nvlink4"))
+    T.run_predict(cfg, cfg.comm_from)
     assert built == [(2, 1)]
 
 

@@ -131,13 +131,13 @@ def test_refuses_an_output_dir_with_files(tmp_path):
 
 def test_run_import_prints_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert importers.run_import("nccl-tests", [AR8, AG2], None) == 0
+    assert importers.run_import(importers.ImportConfig("nccl-tests", [AR8, AG2])) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith("imported 19 rows (all_gather, all_reduce; tp 2, 8; eager) from 2 file(s) into results")
     made, = os.listdir(tmp_path / "results")
     assert made.endswith("-import-nccl-tests")
     with pytest.raises(UsageError, match="unknown kind 'rccl-tests'"):
-        importers.run_import("rccl-tests", [AR8], str(tmp_path / "o"))
+        importers.run_import(importers.ImportConfig("rccl-tests", [AR8], str(tmp_path / "o")))
 
 
 # --- layouts of other nccl-tests versions and launchers (small inline logs) -------------------------
