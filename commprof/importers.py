@@ -14,7 +14,6 @@ iteration timing (``-I 1``) also give min/max/p99 (text) or p50/p95/p99 (JSON), 
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
@@ -660,13 +659,6 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
     return out, info
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def _decode(label: str, data: bytes) -> str:
     """A log's bytes as text: UTF-8 (a BOM is dropped) or UTF-16 with a BOM (PowerShell's ``>``).
@@ -780,7 +772,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
     for p in paths:
         secs = read_nccl_tests(p)
         sections.extend(secs)
-        files.append({"path": os.path.abspath(p), "sha256": _sha256(p), "format": secs[0].fmt,
+        files.append({"path": os.path.abspath(p), "sha256": results.file_sha256(p), "format": secs[0].fmt,
                       "runs": len(secs)})
     check_one_box(sections)
     rows, infos = [], []

@@ -25,7 +25,6 @@ On CPU-only traces (gloo) the collectives are CPU ops and the compute is the oth
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import math
 import os
@@ -150,13 +149,6 @@ def _open_text(path: str, label: str):
         return gzip.open(path, "rt", encoding="utf-8-sig")
     return open(path, encoding="utf-8-sig")
 
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # --- one file's events ---------------------------------------------------------------------------------
@@ -798,7 +790,7 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     for p in paths:
         rts = read_file(p, step_marker)
         ranks.extend(rts)
-        files.append({"path": os.path.abspath(p), "sha256": _sha256(p), "bytes": os.path.getsize(p),
+        files.append({"path": os.path.abspath(p), "sha256": results.file_sha256(p), "bytes": os.path.getsize(p),
                       "ranks": sorted({r.rank for r in rts})})
     if not any(r.kernels or r.colls for r in ranks):
         raise UsageError(f"{', '.join(repr(p) for p in paths)}: no GPU kernels and no CPU collectives in the trace; "

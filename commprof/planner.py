@@ -412,6 +412,17 @@ def _assumptions(model: ModelShape, tp: int, sp: bool, moe: str) -> tuple:
     return tuple(a)
 
 
+def kv_budget(gpu_mem_bytes: int | None, mem_util: float, weights_bytes: int, kv_seq_bytes: int):
+    """(usable bytes, KV-cache budget after the weights, weights fit?, sequences that fit) of one
+    GPU's memory; all None without ``gpu_mem_bytes``."""
+    if gpu_mem_bytes is None:
+        return None, None, None, None
+    usable = math.floor(gpu_mem_bytes * mem_util)
+    budget = usable - weights_bytes
+    fit = budget >= 0
+    return usable, budget, fit, (budget // kv_seq_bytes if fit else 0)
+
+
 def build_plan(model: ModelShape, tp: int, batch: int, context: int, gpu_mem_bytes: int | None = None,
                mem_util: float = 0.9, dtype: str = "bf16", sp: bool = False, moe: str = "tp",
                phase: str = "decode", prompt: int | None = None, chunk: int | None = None) -> Plan:
@@ -440,12 +451,7 @@ def build_plan(model: ModelShape, tp: int, batch: int, context: int, gpu_mem_byt
     weights = weights_per_rank(model, tp, dtype)
     kv_token = kv_bytes_per_token_per_rank(model, tp, dtype)
     kv_seq = kv_bytes_per_sequence_per_rank(model, tp, context, dtype)
-    usable = budget = max_seq = fit = None
-    if gpu_mem_bytes is not None:
-        usable = math.floor(gpu_mem_bytes * mem_util)
-        budget = usable - weights["total"]
-        fit = budget >= 0
-        max_seq = budget // kv_seq if fit else 0
+    usable, budget, fit, max_seq = kv_budget(gpu_mem_bytes, mem_util, weights["total"], kv_seq)
     return Plan(model=model, tp=tp, batch=batch, context=context, dtype=dtype, sp=sp, moe=moe,
                 gpu_mem_bytes=gpu_mem_bytes, mem_util=float(mem_util), sites=tuple(sites),
                 counts=step_counts(sites, batch), weights=weights, kv_bytes_per_token_per_rank=kv_token,
@@ -619,12 +625,7 @@ def _build_prefill_plan(model, tp, batch, context, gpu_mem_bytes, mem_util, dtyp
     weights = weights_per_rank(model, tp, dtype)
     kv_token = kv_bytes_per_token_per_rank(model, tp, dtype)
     kv_seq = kv_bytes_per_sequence_per_rank(model, tp, context, dtype)
-    usable = budget = max_seq = fit = None
-    if gpu_mem_bytes is not None:
-        usable = math.floor(gpu_mem_bytes * mem_util)
-        budget = usable - weights["total"]
-        fit = budget >= 0
-        max_seq = budget // kv_seq if fit else 0
+    usable, budget, fit, max_seq = kv_budget(gpu_mem_bytes, mem_util, weights["total"], kv_seq)
     prefill = {**totals, "decode_tokens": decode_tokens,
                "tokens_per_step": chunk + decode_tokens,
                "logits_tokens_per_step": 1 + decode_tokens,

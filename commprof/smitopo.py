@@ -14,7 +14,6 @@ Only the standard library at module level.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 
@@ -34,11 +33,6 @@ _MODE = re.compile(r"-p2p\s*([rwnap])\b|p2p[_-]?([rwnap])(?:\b|_|\.)", re.IGNORE
 # Links per GPU in any NVLink generation so far (H100/B200: 18). NV# on every pair with k x (n-1)
 # above that cannot be direct links: the pairs meet in an NVSwitch.
 MAX_LINKS_PER_GPU = 18
-
-
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _read_text(path: str) -> str:
@@ -251,7 +245,7 @@ def run_import_smi_topo(paths: list[str], out_dir: str, command=None) -> int:
     results.write_meta(out_dir, results.provenance(
         "import", "imported", "nvidia-smi topo text imported as topo.json (commprof import nvidia-smi-topo)",
         status="complete", command=list(command) if command is not None else list(sys.argv), hosts=[], gpus=[],
-        source_files=[{"path": os.path.abspath(p), "sha256": _sha256(p)} for p in paths],
+        source_files=[{"path": os.path.abspath(p), "sha256": results.file_sha256(p)} for p in paths],
         interconnect_class=topo["interconnect_class"], p2p_given=topo["p2p_given"]))
     print(f"imported nvidia-smi topology: {topo['gpu_count']} GPUs, interconnect class "
           f"{topo['interconnect_class']} (P2P {'from -p2p ' + '/'.join(topo['p2p_given']) if topo['p2p_given'] else 'not given'}) "

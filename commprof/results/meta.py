@@ -55,6 +55,17 @@ def provenance(verb: str, kind: str, what: str, *, command=None, hosts=None, gpu
     return meta
 
 
+def file_sha256(path: str) -> str:
+    """The sha256 of a source file, recorded in an imported dir's provenance (read in 1 MiB blocks)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def rank_fields(rank_infos: list[dict]) -> dict:
     """hosts, GPU names, world size and ranks from the ranks' own reports (``runinfo.rank_info``)."""
     gpus = sorted({i["gpu"] for i in rank_infos if i.get("gpu") not in (None, "n/a")})
