@@ -155,12 +155,13 @@ def report(
     model: Optional[str] = typer.Option(None, "--model", help="Model for KV-cache headroom."),
     reference: Optional[str] = typer.Option(None, "--reference", help="Reference profile for the gap section."),
     interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Judge the box(es) as this interconnect (see check --help); a comma list gives one per box."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="The served TP degree: the serve section ties the served token time to the trace's row at this TP, or (no trace) to --model's collectives priced by the box's sweep."),
 ):
     """One self-contained HTML page and a Markdown twin: topology, sweep, trace, gap, checklist."""
     from .report import ReportConfig, run_report
 
     _exit_with(run_report, ReportConfig(dirs=list(dirs), out=out, thresholds=thresholds, model=model,
-                                        reference=reference, interconnect=interconnect))
+                                        reference=reference, interconnect=interconnect, tp=tp))
 
 
 @app.command()

@@ -18,7 +18,7 @@ from .views import report as views
 
 
 def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: str | None = None,
-          reference: str | None = None, interconnect: str | None = None) -> list[str]:
+          reference: str | None = None, interconnect: str | None = None, tp: int | None = None) -> list[str]:
     """Write report.html and report.md into ``out_dir``; returns their paths.
 
     One box: its checklist, topology, sweep, trace, gap (table, chart, alpha-beta fit), wire and
@@ -81,7 +81,9 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
             sections.append(views.moe_section(moe_res, level=level, prefix=prefix))
         serve_res = next((r for r in b.loaded if "serve_levels" in r.tables), None)
         if serve_res is not None:
-            sections.append(views.serve_section(serve_res, out_dir, trace_res=trace_res, level=level, prefix=prefix))
+            comm = served_comm(b, model, tp) if trace_res is None else None
+            sections.append(views.serve_section(serve_res, out_dir, trace_res=trace_res, level=level, prefix=prefix,
+                                                tp=tp, sweep_comm=comm))
     if multi:
         title = f"commprof report: {' vs '.join(b.label for b in boxes)}"
     else:
@@ -109,6 +111,26 @@ class ReportConfig:
     model: str | None = None
     reference: str | None = None
     interconnect: str | None = None
+    tp: int | None = None           # the served TP degree: the serve section ties back to it
+
+
+def served_comm(box, model: str | None, tp: int | None) -> dict | None:
+    """A serve dir's tie-back without a trace: one decode token's collectives (``plan`` of
+    ``model`` at ``tp``, batch 1) priced by the box's own sweep (per-call rows, log-log in size),
+    as ``trace --predict`` prices them. None without a sweep, a model or a TP degree."""
+    if box.sweep_dir is None or not model or not tp or tp < 2:
+        return None
+    from .models import get_model
+    from .planner import decode_collectives
+    from .trace import CommTable
+
+    table = CommTable(box.sweep_dir)
+    try:
+        us = sum(table.latency_us(s.op, tp, "graph", s.size_bytes) for s in decode_collectives(get_model(model), tp, 1))
+    except UsageError as e:
+        return {"error": str(e)}
+    return {"comm_ms": us / 1e3, "tp": tp, "model": model, "collectives": len(table.lookups),
+            "sweep": box.sweep_dir, "timing": table.timing}
 
 
 def run_report(cfg: ReportConfig) -> int:
@@ -126,7 +148,9 @@ def run_report(cfg: ReportConfig) -> int:
             raise UsageError(f"{'--out' if out else 'the first results dir (pass --out DIR)'}: {e}") from None
     if not dirs:
         raise UsageError("report needs at least one results dir (from commprof sweep, trace or topo)")
-    paths = build(dirs, out or dirs[0], thresholds, model, reference, interconnect)
+    if cfg.tp is not None and not 1 <= cfg.tp <= 65536:
+        raise UsageError(f"--tp {cfg.tp}: expected a whole number from 1 to 65,536")
+    paths = build(dirs, out or dirs[0], thresholds, model, reference, interconnect, cfg.tp)
     for p in paths:
         print(f"wrote {p}")
     return 0

@@ -419,3 +419,27 @@ def test_slo_parsing():
 if __name__ == "__main__":
     print(build_tiny_model(*sys.argv[1:2], **({"hidden": int(sys.argv[2]), "layers": int(sys.argv[3])}
                                                if len(sys.argv) > 3 else {})))
+
+
+def test_report_ties_served_tpot_to_a_sweep_priced_token(tmp_path, monkeypatch):
+    """No trace in the box: --model/--tp price one decode token's collectives by the box's sweep
+    (here the modelled nvlink4 profile) and put them beside the served TPOT."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from commprof.costmodel import resolve_comm_source
+    from commprof.planner import decode_collectives
+    from commprof.models import get_model
+    from commprof.report import served_comm
+    from commprof.views.report import sweep_tie_lines
+
+    monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path / "cache"))
+    box = SimpleNamespace(sweep_dir=resolve_comm_source("reference:nvlink4"))
+    comm = served_comm(box, "Qwen2.5-32B", 8)
+    assert comm["collectives"] == len(decode_collectives(get_model("Qwen2.5-32B"), 8, 1)) == 130
+    assert 0 < comm["comm_ms"] < 10                      # 130 decode-size all-reduces on NVLink 4
+    levels = pd.DataFrame([{"mode": "closed", "concurrency": 1, "ok": 8, "tpot_ms_p50": 20.0}])
+    line = sweep_tie_lines(levels, comm)[0]
+    assert "TP=8" in line and "130 collectives per token" in line and f"{100 * comm['comm_ms'] / 20:.0f}%" in line
+    assert served_comm(box, None, 8) is None and served_comm(box, "Qwen2.5-32B", 1) is None

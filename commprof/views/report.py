@@ -200,7 +200,26 @@ def serve_tie_lines(levels, trace_summary, trace_kind: str = "measured") -> list
     return [x for x in lines if x]
 
 
-def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str = "") -> Section:
+def sweep_tie_lines(levels, comm: dict) -> list[str]:
+    """The served token time beside one token's collectives priced by the box's sweep."""
+    if "error" in comm:
+        return [f"tie-back to the sweep not made: {comm['error']}"]
+    closed = levels[(levels["mode"] == "closed") & (levels["ok"] > 0)].sort_values("concurrency")
+    if closed.empty:
+        return []
+    first = closed.iloc[0]
+    tpot = float(first["tpot_ms_p50"])
+    if not (tpot == tpot and tpot > 0):
+        return []
+    part = 100 * comm["comm_ms"] / tpot
+    return [f"served TPOT p50 at concurrency {int(first['concurrency'])}: {_ms(tpot)} ms; {comm['model']} at "
+            f"TP={comm['tp']}, batch 1, priced by this box's sweep ({comm['timing']} rows): {comm['collectives']} "
+            f"collectives per token = {comm['comm_ms']:,.2f} ms ({part:.0f}% of the served token time"
+            + ("; more than all of it: the sweep is not of this server's box or model)" if part > 100 else ")")]
+
+
+def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str = "", tp: int | None = None,
+                  sweep_comm: dict | None = None) -> Section:
     """``commprof serve``: the level table, the knee, the charts, and (with a trace in the same
     box) the served token time beside the traced per-token time and its communication share."""
     from .serve import serve_charts, summary_lines
@@ -220,7 +239,12 @@ def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str
             for r in levels.to_dict("records")]
     tie = []
     if trace_res is not None and "trace_summary" in trace_res.tables:
-        tie = serve_tie_lines(levels, trace_res.tables["trace_summary"], trace_res.meta.get("kind", "measured"))
+        summ = trace_res.tables["trace_summary"]
+        if tp is not None and "tp" in summ.columns:
+            summ = summ[summ["tp"] == tp]
+        tie = serve_tie_lines(levels, summ, trace_res.meta.get("kind", "measured"))
+    elif sweep_comm is not None:
+        tie = sweep_tie_lines(levels, sweep_comm)
     prov = (f"serve: {meta.get('kind', '?')} from {', '.join(meta.get('hosts') or ['?'])}, {meta.get('model', '?')} at "
             f"{meta.get('url', '?')}, workload {meta.get('workload', '?')}, {meta.get('start_time', '?')}"
             + (f"; {meta['label']}" if meta.get("label") else "")
