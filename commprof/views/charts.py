@@ -1,24 +1,51 @@
-"""What every chart shares: a provenance line under it and one way to save it."""
+"""What every chart shares: a provenance line under it (wrapped, never cut), log-size axes in
+binary units, and one way to save it."""
 from __future__ import annotations
 
+from ..units import human_bytes
 
 
 def _provenance(meta: dict) -> str:
+    """The provenance line of a results dir's charts: kind, hosts, backend, GPUs, time, command."""
     cmd = " ".join(meta.get("command", [])) or "?"
-    return (f"{meta.get('kind', 'measured')} on {', '.join(meta.get('hosts', ['?']))}, backend {meta.get('backend', '?')}, "
-            f"{meta.get('start_time', '?')}; command: {cmd}")
+    return (f"{meta.get('kind', 'measured')} on {', '.join(meta.get('hosts') or ['?'])}, backend "
+            f"{meta.get('backend', '?')}, GPUs {', '.join(meta.get('gpus') or ['?'])}, {meta.get('start_time', '?')}; "
+            f"command: {cmd}")
 
 
-def _save(fig, path: str, provenance: str, size: int = 6) -> str:
-    """Every chart carries its provenance line at the bottom."""
-    import matplotlib.pyplot as plt
-
+def footer(fig, text: str, fontsize: float = 7, width: int | None = None) -> float:
+    """Write ``text`` under the chart, wrapped to the figure's width (never cut); returns the
+    fraction of the figure's height it takes, for ``tight_layout(rect=(0, that, 1, ...))``."""
     import textwrap
 
-    width_in = fig.get_size_inches()[0]
-    lines = textwrap.wrap(provenance, width=max(60, int(width_in * 120 / size)))   # wrapped, never cut
-    fig.text(0.01, 0.005, "\n".join(lines), fontsize=size, color="0.35", va="bottom")
-    fig.tight_layout(rect=(0, 0.01 + 0.022 * len(lines), 1, 1))
-    fig.savefig(path, dpi=100)
+    w_in = fig.get_size_inches()[0]
+    width = width or max(40, int(w_in * 72 / (fontsize * 0.56)))       # characters per line at this size
+    lines = textwrap.wrap(" ".join(str(text).split()), width) or [""]
+    fig.text(0.01, 0.005, "\n".join(lines), fontsize=fontsize, color="0.35", va="bottom", ha="left")
+    h_in = fig.get_size_inches()[1]
+    return min(0.4, (len(lines) * fontsize * 1.35 + 4) / 72 / h_in)
+
+
+def size_axes(ax, xlabel: str, ylabel: str, title: str | None = None) -> None:
+    """Log-log axes over message sizes, labelled in binary units, with a grid."""
+    import matplotlib.ticker
+
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: human_bytes(int(v)) if v >= 1 else ""))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def _save(fig, path: str, provenance: str, size: float = 6, top: float = 1.0, dpi: int = 100) -> str:
+    """Every chart carries its provenance line at the bottom; ``top`` < 1 leaves room for a suptitle."""
+    import matplotlib.pyplot as plt
+
+    bottom = footer(fig, provenance, fontsize=size)
+    fig.tight_layout(rect=(0, bottom, 1, top))
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path

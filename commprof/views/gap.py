@@ -5,31 +5,11 @@ from __future__ import annotations
 
 from ..units import human_bytes
 from .console import stdout_console
-from .sweep import footer, stat_of
+from .charts import _save, size_axes
+from .sweep import stat_of
 
 WIRE_PNG = "wire_vs_nccl.png"
 GAP_PNG = "gap.png"
-
-
-def _finish(fig, out_path: str, provenance: str) -> str:
-    import matplotlib.pyplot as plt
-
-    bottom = footer(fig, provenance, fontsize=6)
-    fig.tight_layout(rect=(0, bottom, 1, 1))
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
-    return out_path
-
-
-def _log_axes(ax, ylabel: str, xlabel: str):
-    import matplotlib.ticker
-
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: human_bytes(int(v)) if v >= 1 else ""))
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(True, which="both", alpha=0.3)
 
 
 def wire_chart(sweep_df, w: dict | None, out_path: str, provenance: str, custom=None) -> str:
@@ -58,14 +38,14 @@ def wire_chart(sweep_df, w: dict | None, out_path: str, provenance: str, custom=
                 c = c.sort_values("size_bytes")
                 ax.plot(c["size_bytes"], c["latency_us_p50"], ":", marker="s", ms=3, color=line.get_color(),
                         label=f"custom one-shot TP={tp} p50")
-    _log_axes(ax, "latency (us)", "all_reduce size per rank (binary units)")
+    size_axes(ax, "all_reduce size per rank (binary units)", "latency (us)")
     ax.legend(fontsize=7)
     if w is not None:
         ax.set_title(f"all-reduce vs the wire (one hop {w['oneway_us']:.2f} us + reading peers at "
                      f"{w['read_gbps']:.0f} GB/s)", fontsize=9)
     else:
         ax.set_title("all-reduce: the backend's collective vs commprof's one-shot kernel", fontsize=9)
-    return _finish(fig, out_path, provenance)
+    return _save(fig, out_path, provenance)
 
 
 def gap_chart(g, out_path: str, provenance: str) -> str:
@@ -111,14 +91,14 @@ def gap_chart(g, out_path: str, provenance: str) -> str:
                 axes[0].plot(sizes, [model_latency_us(fit.alpha_us, fit.beta_gbps, s) for s in sizes], ":",
                              color=color, alpha=0.9, label=f"fit {fit.alpha_us:.1f} us + bytes / "
                              f"{'inf' if fit.beta_gbps == float('inf') else f'{fit.beta_gbps:.1f} GB/s'}")
-    _log_axes(axes[0], "latency (us)", "all_reduce size per rank (binary units)")
-    _log_axes(axes[1], "busbw (GB/s, nccl-tests definition)", "all_reduce size per rank (binary units)")
+    size_axes(axes[0], "all_reduce size per rank (binary units)", "latency (us)")
+    size_axes(axes[1], "all_reduce size per rank (binary units)", "busbw (GB/s, nccl-tests definition)")
     axes[0].set_title("latency: boxes (solid), references (dashed, modelled), fits (dotted)", fontsize=9)
     axes[1].set_title("busbw: boxes (solid), references (dashed, modelled)", fontsize=9)
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6)
-    return _finish(fig, out_path, provenance)
+    return _save(fig, out_path, provenance)
 
 
 HEADERS = ("op", "tp", "mode", "size", "metric", "this box", "reference (modelled)", "ratio")

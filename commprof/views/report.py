@@ -11,7 +11,8 @@ from ..items import verdict as _verdict
 from ..units import human_bytes
 from . import gap as gapviews
 from .check import counts, interconnect_line
-from .sweep import BUSBW_PNG, LATENCY_PNG, draw_lines, footer, stat_of
+from .charts import _save, size_axes
+from .sweep import BUSBW_PNG, LATENCY_PNG, draw_lines, stat_of
 
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
@@ -273,7 +274,6 @@ def boxes_charts(boxes, out_dir: str) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
 
     written = []
     with_sweep = [b for b in boxes if b.sweep is not None]
@@ -289,23 +289,12 @@ def boxes_charts(boxes, out_dir: str) -> list[str]:
                 d0 = d0[~d0["mode"].astype(str).str.endswith("in-place")]
                 if len(d0):
                     draw_lines(ax, d0, ycol, prefix=f"{b.label} ", band=False)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: human_bytes(int(v)) if v >= 1 else ""))
-            ax.set_xlabel(f"{op} size (binary units)")
-            ax.set_ylabel(ylabel)
-            ax.set_title(op)
-            ax.grid(True, which="both", alpha=0.3)
+            size_axes(ax, f"{op} size (binary units)", ylabel, op)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
         fig.suptitle(f"boxes side by side: {ylabel.split(' (')[0]} vs message size", fontsize=11)
         prov = "; ".join(f"{b.label}: {prov_line(b.sweep_meta, 'sweep')}" for b in with_sweep)
-        bottom = footer(fig, prov, fontsize=6)
-        fig.tight_layout(rect=(0, bottom, 1, 0.95))
-        path = os.path.join(out_dir, fname)
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, os.path.join(out_dir, fname), prov, top=0.95))
     return written
 
 

@@ -5,6 +5,7 @@ import os
 
 from ..units import human_bytes
 from ..items import latency_stat
+from .charts import _provenance, _save, size_axes
 from .console import _fmt, stdout_console
 
 
@@ -12,19 +13,6 @@ LATENCY_PNG = "latency_vs_size.png"
 
 
 BUSBW_PNG = "busbw_vs_size.png"
-
-
-def footer(fig, text: str, fontsize: float = 7, width: int | None = None) -> float:
-    """Write ``text`` under the chart, wrapped to the figure's width (never cut); returns the
-    fraction of the figure's height it takes, for ``tight_layout(rect=(0, that, 1, ...))``."""
-    import textwrap
-
-    w_in = fig.get_size_inches()[0]
-    width = width or max(40, int(w_in * 72 / (fontsize * 0.56)))       # characters per line at this size
-    lines = textwrap.wrap(" ".join(str(text).split()), width) or [""]
-    fig.text(0.01, 0.005, "\n".join(lines), fontsize=fontsize, color="0.35", va="bottom", ha="left")
-    h_in = fig.get_size_inches()[1]
-    return min(0.4, (len(lines) * fontsize * 1.35 + 4) / 72 / h_in)
 
 
 def stat_of(df) -> str:
@@ -117,7 +105,6 @@ def charts(df, meta: dict, out_dir: str) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker  # noqa: F401 - used through matplotlib.ticker below
 
     written = []
     if df.empty:
@@ -132,29 +119,10 @@ def charts(df, meta: dict, out_dir: str) -> list[str]:
         for ax, op in zip(axes[0], ops):
             sub = d0[d0["op"] == op]
             draw_lines(ax, sub, ycol)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: human_bytes(int(v)) if v >= 1 else ""))
-            ax.set_xlabel(f"size per op ({op}: " +
-                          ("gathered output" if op == "all_gather" else "per-rank buffer") + ", binary units)")
-            ax.set_ylabel(ylabel)
-            ax.set_title(op)
-            ax.grid(True, which="both", alpha=0.3)
+            size_axes(ax, f"size per op ({op}: " + ("gathered output" if op == "all_gather" else "per-rank buffer")
+                      + ", binary units)", ylabel, op)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
         fig.suptitle(f"commprof sweep: {ylabel.split(' (')[0]} vs message size", fontsize=11)
-        bottom = footer(fig, _provenance_full(meta))
-        fig.tight_layout(rect=(0, bottom, 1, 0.95))
-        path = os.path.join(out_dir, fname)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, os.path.join(out_dir, fname), _provenance(meta), size=7, top=0.95, dpi=110))
     return written
-
-
-def _provenance_full(meta: dict) -> str:
-    """The chart's provenance line, whole (``charts._provenance`` cuts it at 180 characters)."""
-    cmd = " ".join(meta.get("command", [])) or "?"
-    return (f"{meta.get('kind', 'measured')} on {', '.join(meta.get('hosts') or ['?'])}, backend "
-            f"{meta.get('backend', '?')}, GPUs {', '.join(meta.get('gpus') or ['?'])}, {meta.get('start_time', '?')}; "
-            f"command: {cmd}")

@@ -47,8 +47,7 @@ def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=8)
     fig.suptitle(f"commprof trace: per-token time split ({kind})", fontsize=11)
-    fig.subplots_adjust(top=0.88)
-    written.append(_save(fig, os.path.join(out_dir, TRACE_TOKENS_PNG), prov, size=7))
+    written.append(_save(fig, os.path.join(out_dir, TRACE_TOKENS_PNG), prov, size=7, top=0.95))
 
     piv = lay.groupby(["layer", "tp", "batch", "mode"])["comm_share_pct"].mean().unstack(["tp", "batch", "mode"])
     fig, ax = plt.subplots(figsize=(2 + 1.2 * piv.shape[1], 2 + 0.12 * piv.shape[0]))
