@@ -22,6 +22,7 @@ import tomllib
 from dataclasses import dataclass, field
 
 from .items import Interconnect, Item, latency_stat, verdict
+from . import results
 from .errors import CommprofError, UsageError
 from .views.check import markdown, render
 
@@ -191,11 +192,10 @@ def _absorb(ev: Evidence, r, d: str) -> bool:
         base = df[df["impl"] != "custom"]
         # One timing method per box: per-call (what a decode step pays) when the dir has it, else
         # the back-to-back averages it holds (nccl-tests' method); never the two mixed.
-        timings = set(base["timing"]) if "timing" in base.columns else {"per-call"}
-        ev.sweep_timing = "per-call" if "per-call" in timings or not timings else sorted(timings)[0]
-        if len(timings) > 1:
+        ev.sweep_timing, base, mixed = results.one_timing(base)
+        if mixed:
             ev.notes.append(f"'{d}' holds per-call and back-to-back rows: only the per-call rows are judged")
-        ev.sweep = (base[base["timing"] == ev.sweep_timing] if "timing" in base.columns else base).reset_index(drop=True)
+        ev.sweep = base.reset_index(drop=True)
         custom = df[df["impl"] == "custom"].reset_index(drop=True)
         ev.sweep_custom = custom if not custom.empty else None
         ev.sweep_meta, ev.sweep_dir = r.meta, d
@@ -222,8 +222,6 @@ def gather_boxes(dirs: list[str]) -> list[Evidence]:
     """The boxes the dirs describe (``results.load`` reads each; a corrupt file is an error naming
     it). Every dir with a sweep table is one box; any other dir joins the box whose hosts it shares,
     else the box before it on the command line (the first box for dirs before any sweep)."""
-    from . import results
-
     loaded = [(d, results.load(d)) for d in dirs]
     boxes: list[Evidence] = []
     owner = {}
@@ -974,8 +972,6 @@ def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list
     jp = os.path.join(out_dir, "check.json")
     with open(jp, "w") as f:
         json.dump(data, f, indent=2)
-    from . import results
-
     metas = [m for b in boxes for m in b.metas]
     results.stamp(out_dir, results.provenance(
         "check", "checklist", "pre-purchase checklist over results dirs (commprof check)", status="complete",
@@ -1030,8 +1026,6 @@ def measure(root: str, model: str) -> list[str]:
     scaled trace, host-GPU bandwidth. Each step is the CLI in a subprocess; returns the dirs."""
     import subprocess
     import sys
-
-    from . import results
     from .launch import cuda_device_count
     from .topo import try_collect_topology, write_topology
 
@@ -1089,8 +1083,6 @@ def check_command(dirs: list[str], thresholds: str | None = None, model: str | N
     th = load_thresholds(thresholds)
     flags = parse_interconnect(interconnect)
     if not dirs:
-        from . import results
-
         root = out or results.default_out_dir().rstrip("/") + "-check"
         dirs = measure(root, model or "Qwen2.5-32B")
         out = root

@@ -116,9 +116,7 @@ def fit_sweep(df) -> list[Fit]:
     if missing:
         raise UsageError(f"fit: the sweep table has no column {missing[0]}")
     d = df[df["group"] == 0] if "group" in df.columns else df
-    if "timing" in d.columns and d["timing"].nunique() > 1:
-        # a fit over per-call samples and back-to-back averages would mix two measurements
-        d = d[d["timing"] == "per-call"]
+    _, d, _ = results.one_timing(d)      # never a fit over per-call samples and loop averages mixed
     fits = []
     for (op, tp, mode), g in sorted(d.groupby(["op", "tp", "mode"]), key=lambda kv: kv[0]):
         x = g["size_bytes"].to_numpy(dtype=float)

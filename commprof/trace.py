@@ -265,10 +265,7 @@ class CommTable:
         # One timing method: per-call rows are what a decode step pays (one collective at a time);
         # a dir with only back-to-back averages (nccl-tests' method, e.g. imported logs) is used as
         # it is, and every lookup says so.
-        timings = set(df["timing"])
-        self.timing = "per-call" if "per-call" in timings else sorted(timings)[0]
-        df = df[df["impl"] != "custom"]
-        self.df = df[df["timing"] == self.timing]
+        self.timing, self.df, _ = results.one_timing(df[df["impl"] != "custom"])
         self.stat = next(c for c in PREDICT_STATS if c in self.df.columns and self.df[c].notna().all())
         self.lookups: list[dict] = []
 

@@ -84,9 +84,13 @@ class DeviceTimer:
                 timed()
             torch.cuda.synchronize(self.device)
             self._graph = graph
+            # a plain event after the spin, outside the graph, tells whether the spin was still
+            # running when the replay call returned
+            self._ready = timing_event(torch)
             return graph.replay
         self.start, self.end = timing_event(torch), timing_event(torch)
         self._graph = None
+        self._ready = self.start      # eager: the start event itself follows the spin
         return op
 
     def fit_spin(self, enqueue_us) -> None:
@@ -97,8 +101,7 @@ class DeviceTimer:
     def device_sample(self, call) -> tuple[float, float]:
         """One spin-covered sample: (device latency_us, enqueue_us)."""
         torch, perf = self.torch, time.perf_counter
-        graph = self._graph is not None
-        ready = self._ready if graph else self.start
+        ready = self._ready
         torch.cuda._sleep(int(self.spin_us * self.cycles_per_us))
         ready.record()
         t0 = perf()
@@ -108,18 +111,10 @@ class DeviceTimer:
             # The GPU finished the spin before the op was enqueued: widen it for the next samples.
             self.spin_short += 1
             self.spin_us = min(self.spin_us * 2.0, SPIN_MAX_US)
-        if not graph:
+        if self._graph is None:
             self.end.record()
         self.end.synchronize()
         return self.start.elapsed_time(self.end) * 1e3, (t1 - t0) * 1e6
-
-    @property
-    def _ready(self):
-        # graph mode: a plain event after the spin, outside the graph, tells whether the spin
-        # was still running when the replay call returned
-        if getattr(self, "_ready_event", None) is None:
-            self._ready_event = timing_event(self.torch)
-        return self._ready_event
 
     def host_sample(self, call) -> float:
         """The host's view of one call on an idle GPU: issue to seen complete, in us."""

@@ -69,6 +69,18 @@ COLUMN_DOCS = {
 FRAME_IMPLS = ("baseline", "custom", "all")
 
 
+def one_timing(df):
+    """(timing, rows of it, mixed?) of a sweep frame: the per-call rows (what a decode step pays:
+    one collective at a time) when it has any, else the one method it holds (e.g. the back-to-back
+    averages of imported nccl-tests logs). Every reader that models or judges a box uses one method,
+    never the two mixed; tables from before the ``timing`` column read as per-call."""
+    if "timing" not in df.columns:
+        return "per-call", df, False
+    timings = set(df["timing"])
+    timing = "per-call" if "per-call" in timings or not timings else sorted(timings)[0]
+    return timing, df[df["timing"] == timing], len(timings) > 1
+
+
 def read_rows(path: str) -> list[dict]:
     """Rows of ``sweep.csv`` as dicts of strings. A truncated last line (a killed writer) is
     dropped; any other malformed line is an error naming the file and line."""
