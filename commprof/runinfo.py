@@ -40,10 +40,24 @@ def cpu_model() -> str:
     return platform.processor() or "n/a"
 
 
+def cpu_affinity() -> str:
+    """The cores this process may run on, as a list ("0-3,8"), or "n/a" where the OS does not say."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return "n/a"
+    runs, start = [], cpus[0]
+    for a, b in zip(cpus, cpus[1:] + [None]):
+        if b != a + 1:
+            runs.append(str(start) if start == a else f"{start}-{a}")
+            start = b
+    return ",".join(runs)
+
+
 def rank_info(rank: int, local_rank: int, device) -> dict:
     """What one rank runs on (called inside the rank, gathered by rank 0)."""
     info = {"rank": rank, "local_rank": local_rank, "host": socket.gethostname(), "pid": os.getpid(),
-            "device": str(device), "gpu": "n/a", "gpu_pci_bus_id": "n/a"}
+            "device": str(device), "gpu": "n/a", "gpu_pci_bus_id": "n/a", "cpu_affinity": cpu_affinity()}
     if getattr(device, "type", "cpu") == "cuda":
         import torch
 

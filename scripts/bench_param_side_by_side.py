@@ -7,12 +7,16 @@ all_reduce at 4 KiB, 64 KiB and 1 MiB, ``--loop``/``--n`` calls per timed loop. 
 dependency: pass a directory holding its source as the package ``param_bench`` (for example
 ``git archive`` of the repository extracted into DIR/param_bench); nothing of it is copied here.
 
-    python scripts/bench_param_side_by_side.py --param DIR [--rounds 6] [--loop 50] [--out results/bench]
+    python scripts/bench_param_side_by_side.py --param DIR [--rounds 6] [--loop 50] [--cpus 0|all] [--out results/bench]
+
+Both tools run on core 0 by default (``--cpus``; see ``benchfile.restrict_cpus`` for why).
 
 Writes param_side_by_side.json and .md: per round both p50s (PARAM: the p50 over ranks of each
 rank's average per call; commprof: the p50 over loops of the slowest rank's average per call), the
 ratio commprof / PARAM, and the median per size; the per-call (default) commprof figure of the
-same round is listed beside them to show how far the two methods differ.
+same round is listed beside them to show how far the two methods differ, and so is a bare loop of
+``async_op=True`` calls waited at the end (the gloo form of nccl-tests' enqueue-then-wait, what PARAM
+does by default), to show what the calls cost with no tool around them.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchfile import measured, write_result  # noqa: E402
+from benchfile import measured, restrict_cpus, run_gloo_ranks, write_result  # noqa: E402
 
 SIZES = [4 << 10, 64 << 10, 1 << 20]
 
@@ -40,21 +44,47 @@ def param_run(param_dir: str, n: int, warmup: int) -> dict:
            "--backend", "gloo", "--device", "cpu", "--b", "4K", "--e", "1M", "--f", "16", "--n", str(n),
            "--w", str(warmup), "--collective", "all_reduce", "--data-type", "float32"]
     env = dict(os.environ, PYTHONPATH=param_dir)
-    for attempt in range(2):            # torchrun's standalone rendezvous can lose a port race: once more
+    # torchrun's standalone rendezvous can lose a port race, and PARAM's ranks sometimes abort in
+    # their own teardown ("terminate called without an active exception") after printing every
+    # size: a run counts when it printed all sizes, whatever its exit code; else once more.
+    for attempt in range(2):
         res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=param_dir)
-        if res.returncode == 0:
+        got = {}
+        for line in res.stdout.splitlines():
+            m = re.match(r"\s*COMMS-RES-all_reduce-float32\s+(\d+)\s+\d+\s+([\d.]+)", line)
+            if m:
+                got[int(m.group(1))] = float(m.group(2))
+        if set(got) == set(SIZES):
             break
     else:
-        raise RuntimeError(f"PARAM comms failed twice (exit {res.returncode}): {res.stderr[-1500:]}")
-    out = res.stdout
-    got = {}
-    for line in out.splitlines():
-        m = re.match(r"\s*COMMS-RES-all_reduce-float32\s+(\d+)\s+\d+\s+([\d.]+)", line)
-        if m:
-            got[int(m.group(1))] = float(m.group(2))
-    if set(got) != set(SIZES):
-        raise RuntimeError(f"PARAM printed sizes {sorted(got)}, expected {SIZES}:\n{out[-2000:]}")
+        raise RuntimeError(f"PARAM comms printed sizes {sorted(got)}, expected {SIZES} (exit {res.returncode}):\n"
+                           f"{res.stdout[-1000:]}\n{res.stderr[-1500:]}")
     return got
+
+
+def bare_async_rank(rank, world, n: int, iters: int, warmup: int):
+    """The gloo form of nccl-tests' enqueue-then-wait, with nothing else: per sample, after one
+    barrier, ``n`` all_reduce calls with ``async_op=True``, then a wait on each, one clock around
+    the lot, divided by ``n``; the slowest rank per sample, p50 over samples (as commprof's)."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    out = {}
+    for size in SIZES:
+        x = torch.zeros(size // 4)
+        lat = torch.empty(iters, dtype=torch.float64)
+        for i in range(-warmup, iters):
+            dist.barrier()
+            t0 = time.perf_counter()
+            for w in [dist.all_reduce(x, async_op=True) for _ in range(n)]:
+                w.wait()
+            if i >= 0:
+                lat[i] = (time.perf_counter() - t0) * 1e6 / n
+        dist.all_reduce(lat, op=dist.ReduceOp.MAX)
+        out[size] = float(np.percentile(lat.numpy(), 50))
+    return out
 
 
 def commprof_run(timing: str, n: int, iters: int, warmup: int) -> dict:
@@ -79,8 +109,11 @@ def main():
     ap.add_argument("--loop", type=int, default=50)
     ap.add_argument("--iters", type=int, default=5, help="commprof back-to-back: timed loops per size")
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--cpus", default="0",
+                    help="cores both tools run on (comma list; 'all' = no restriction); default one core")
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
+    cpus = restrict_cpus(args.cpus)     # inherited by commprof's ranks and by torchrun's PARAM ranks
     start = now_iso()
     rev = subprocess.run(["git", "-C", os.path.join(args.param, "param_bench"), "rev-parse", "HEAD"],
                          capture_output=True, text=True).stdout.strip()
@@ -95,29 +128,35 @@ def main():
             got[which] = commprof_run("back-to-back", args.loop, args.iters, args.warmup) if which == "commprof" \
                 else param_run(args.param, args.loop, args.warmup)
         got["per_call"] = commprof_run("per-call", args.loop, 40, args.warmup)
+        got["bare_async"] = run_gloo_ranks(bare_async_rank, 2, (args.loop, args.iters, args.warmup), pin=True)
         rounds.append({"round": r, "first": order[0], **{k: {str(s): v for s, v in d.items()} for k, d in got.items()}})
         print(f"round {r}: " + ", ".join(f"{s >> 10}K b2b {got['commprof'][s]:.0f} / PARAM {got['param'][s]:.0f} "
-                                          f"(per-call {got['per_call'][s]:.0f})" for s in SIZES), flush=True)
-    table = ["| size | commprof back-to-back p50 us | PARAM p50 us | ratio (median, min-max) | commprof per-call p50 us |",
-             "|---|---|---|---|---|"]
+                                          f"(per-call {got['per_call'][s]:.0f}, bare async {got['bare_async'][s]:.0f})"
+                                          for s in SIZES), flush=True)
+    table = ["| size | commprof back-to-back p50 us | PARAM p50 us | ratio (median, min-max) | commprof per-call p50 us "
+             "| bare async loop p50 us |", "|---|---|---|---|---|---|"]
     summary = []
     for s in SIZES:
         b2b = np.array([x["commprof"][str(s)] for x in rounds])
         par = np.array([x["param"][str(s)] for x in rounds])
         pc = np.array([x["per_call"][str(s)] for x in rounds])
+        ba = np.array([x["bare_async"][str(s)] for x in rounds])
         ratio = b2b / par
         summary.append({"size_bytes": s, "commprof_b2b_p50_us": float(np.median(b2b)), "param_p50_us": float(np.median(par)),
                         "ratio_median": float(np.median(ratio)), "ratio_min": float(ratio.min()),
-                        "ratio_max": float(ratio.max()), "commprof_per_call_p50_us": float(np.median(pc))})
+                        "ratio_max": float(ratio.max()), "commprof_per_call_p50_us": float(np.median(pc)),
+                        "bare_async_p50_us": float(np.median(ba))})
         table.append(f"| {s >> 10} KiB | {np.median(b2b):.0f} | {np.median(par):.0f} | **{np.median(ratio):.2f}** "
-                     f"({ratio.min():.2f}-{ratio.max():.2f}) | {np.median(pc):.0f} |")
+                     f"({ratio.min():.2f}-{ratio.max():.2f}) | {np.median(pc):.0f} | {np.median(ba):.0f} |")
     res = measured(__file__, start, f"commprof sweep --timing back-to-back --loop {args.loop} beside PARAM comms "
                                    f"(facebookresearch/param {rev[:12] or '?'}, --n {args.loop}) on gloo, 2 ranks, fp32 "
-                                   f"all_reduce, {args.rounds} alternating rounds; commprof per-call listed beside")
+                                   f"all_reduce, {args.rounds} alternating rounds, both on core(s) {','.join(map(str, cpus))}; "
+                                   f"commprof per-call and a bare async loop (scripts' own, no tool) listed beside")
     met = all(0.67 <= x["ratio_median"] <= 1.5 for x in summary)
-    res.update(param_commit=rev, rounds=rounds, summary=summary, met=bool(met),
+    res.update(param_commit=rev, cpus=cpus, rounds=rounds, summary=summary, met=bool(met),
                target="the two back-to-back methods agree within 1.5x at every size (median over rounds)")
-    write_result(args.out, "param_side_by_side", "commprof back-to-back vs PARAM comms", res, table)
+    name = "param_side_by_side" if args.cpus == "0" else f"param_side_by_side_cpus-{args.cpus.replace(',', '-')}"
+    write_result(args.out, name, "commprof back-to-back vs PARAM comms", res, table)
     return 0 if met else 1
 
 

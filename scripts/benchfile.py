@@ -18,6 +18,17 @@ def measured(script: str, start_time: str, what: str) -> dict:
             "start_time": start_time, "end_time": now_iso(), "machine": machine(), "versions": versions()}
 
 
+def restrict_cpus(spec: str) -> list[int]:
+    """Run this benchmark and every process it starts (inherited) on the cores in ``spec`` ("0",
+    "0,1"; "all" leaves the affinity as it is); return the cores in use. On the shared 2-core VM
+    these benchmarks were written on, waking a rank on the other vCPU takes 3-4 ms in 20-55% of
+    gloo calls, so a p50 lands in either mode from run to run; on one core that mode almost
+    disappears (see scripts/bench_cli_overhead.py)."""
+    if spec != "all":
+        os.sched_setaffinity(0, {int(c) for c in spec.split(",")})
+    return sorted(os.sched_getaffinity(0))
+
+
 def write_result(out_dir: str, name: str, title: str, result: dict, table: list[str]) -> None:
     """``result`` must hold what/command/start_time/machine/versions/target/met; ``table`` is the
     Markdown table's lines."""
@@ -34,12 +45,16 @@ def write_result(out_dir: str, name: str, title: str, result: dict, table: list[
     print("\n".join(lines))
 
 
-def _rank_entry(rank_fn, rank, world, port, args, q):
+def _rank_entry(rank_fn, rank, world, port, args, q, pin=False):
     from datetime import timedelta
 
     import torch
     import torch.distributed as dist
 
+    if pin:                 # the core placement commprof's own gloo ranks use
+        from microbench.rank import pin_to_core
+
+        pin_to_core(rank)
     torch.set_num_threads(1)
     store = dist.TCPStore("127.0.0.1", port, world + 1, False, timeout=timedelta(seconds=60))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
@@ -49,9 +64,10 @@ def _rank_entry(rank_fn, rank, world, port, args, q):
     dist.destroy_process_group()
 
 
-def run_gloo_ranks(rank_fn, world: int, args: tuple = (), extra=None):
+def run_gloo_ranks(rank_fn, world: int, args: tuple = (), extra=None, pin: bool = False):
     """Spawn ``world`` gloo ranks running ``rank_fn(rank, world, *args[, extra(ctx)])``; return
-    rank 0's result. ``extra`` builds shared objects from the spawn context (e.g. shared memory)."""
+    rank 0's result. ``extra`` builds shared objects from the spawn context (e.g. shared memory);
+    ``pin`` puts rank r on one core as commprof's gloo ranks are (``microbench.rank.pin_to_core``)."""
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
@@ -60,7 +76,7 @@ def run_gloo_ranks(rank_fn, world: int, args: tuple = (), extra=None):
         args = (*args, extra(ctx))
     q = ctx.SimpleQueue()
     store = dist.TCPStore("127.0.0.1", 0, world + 1, True, wait_for_workers=False)
-    procs = [ctx.Process(target=_rank_entry, args=(rank_fn, r, world, store.port, args, q)) for r in range(world)]
+    procs = [ctx.Process(target=_rank_entry, args=(rank_fn, r, world, store.port, args, q, pin)) for r in range(world)]
     for p in procs:
         p.start()
     out = q.get()

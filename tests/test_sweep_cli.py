@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from commprof import runinfo
 from conftest import REPO, one_line_error, run_inproc
 from conftest import results_meta as meta
 from conftest import sweep_rows as rows
@@ -41,6 +42,9 @@ def test_end_to_end_tp2_tp4(cli, tmp_path):
     assert m["status"] == "complete" and m["kind"] == "measured"
     assert m["backend"] == "gloo" and "auto" in m["backend_reason"]
     assert m["world_size"] == 4 and m["launch"] == "local"
+    # each gloo rank commprof spawned runs on one core, round robin over the cores it may use
+    cores = sorted(os.sched_getaffinity(0))
+    assert [r["cpu_affinity"] for r in m["ranks"]] == [str(cores[i % len(cores)]) for i in range(4)]
     for k in ("host", "cpu", "cpu_cores"):
         assert k in m["machine"]
     for k in ("torch", "nccl", "driver", "cuda_runtime", "python"):
@@ -224,6 +228,8 @@ def test_torchrun_uses_given_ranks(tmp_path):
     assert len(got) == 2 and all(r["wrong"] == "0" for r in got)
     m = meta(out)
     assert m["launch"] == "torchrun" and m["world_size"] == 2
+    # ranks under torchrun keep the affinity they were given
+    assert {r["cpu_affinity"] for r in m["ranks"]} == {runinfo.cpu_affinity()}
     # asking for more ranks than torchrun started is refused on every rank
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                           "-m", "commprof", "sweep", "--tp", "4", "--out", str(tmp_path / "tr4")],
