@@ -40,18 +40,22 @@ def cpu_model() -> str:
     return platform.processor() or "n/a"
 
 
-def cpu_affinity() -> str:
-    """The cores this process may run on, as a list ("0-3,8"), or "n/a" where the OS does not say."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return "n/a"
+def cpu_ranges(cpus: list[int]) -> str:
+    """Sorted core numbers as ranges, the form nvidia-smi and taskset use: [0, 1, 2, 3, 8] -> "0-3,8"."""
     runs, start = [], cpus[0]
     for a, b in zip(cpus, cpus[1:] + [None]):
         if b != a + 1:
             runs.append(str(start) if start == a else f"{start}-{a}")
             start = b
     return ",".join(runs)
+
+
+def cpu_affinity() -> str:
+    """The cores this process may run on ("0-3,8"), or "n/a" where the OS does not say."""
+    try:
+        return cpu_ranges(sorted(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return "n/a"
 
 
 def rank_info(rank: int, local_rank: int, device) -> dict:

@@ -34,7 +34,7 @@ from collections import Counter
 
 from ._version import __version__
 from .errors import EXIT_OK, NoGpuError, UsageError, where
-from .runinfo import now_iso
+from .runinfo import cpu_ranges, now_iso
 from .views.console import emit
 from .views.topo import render_topology
 
@@ -143,14 +143,7 @@ def _cpu_list(words) -> str:
     if words is NA:
         return NA
     cpus = _bits(words)
-    if not cpus:
-        return NA
-    parts, start = [], cpus[0]
-    for prev, cur in zip(cpus, cpus[1:] + [None]):
-        if cur != prev + 1:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = cur
-    return ",".join(parts)
+    return cpu_ranges(cpus) if cpus else NA
 
 
 def _bus_key(bus_id: str):
