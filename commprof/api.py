@@ -8,6 +8,8 @@
 >>> sweep = r["sweep"]                                     # typed DataFrame, provenance in r.meta
 >>> fits = commprof.fit(sweep)                             # alpha-beta per op, tp, mode
 >>> gap = commprof.compare(["results/sweep-default-vm"], reference="nvlink4")
+>>> r = commprof.import_kineto(["rank0.json", "rank1.json"], "out/engine", model="Qwen2.5-32B")
+>>> r["trace_tokens"]                                      # per step and rank: compute, transfer, wait
 
 Nothing here prints or draws; every function returns numbers (DataFrames carry their
 provenance in ``.attrs``).
@@ -18,7 +20,7 @@ from dataclasses import asdict
 
 from .results import Results, load
 
-__all__ = ["Results", "load", "plan", "fit", "compare", "checklist", "reference"]
+__all__ = ["Results", "load", "plan", "fit", "compare", "checklist", "reference", "import_kineto"]
 
 
 def plan(model: str, tp: int, batch: int = 1, context: int = 4096, gpu_mem_bytes: int | None = None,
@@ -103,3 +105,17 @@ def reference(name: str, op: str, tp: int, sizes, mode: str = "eager"):
     df["latency_us"] = [profile_latency_us(p, op, tp, s, mode) for s in df["size_bytes"]]
     df.attrs.update(kind="modelled", profile=p["name"], title=p["title"], sources=p["sources"])
     return df
+
+
+def import_kineto(paths, out: str, step_marker: str | None = None, model: str | None = None,
+                  tp: int | None = None) -> Results:
+    """PyTorch profiler (Kineto) traces of a serving engine, attributed as ``commprof import
+    kineto`` does: writes the results dir ``out`` (imported, with the files' sha256) and returns it
+    loaded: ``trace_summary`` and ``trace_tokens`` (per step and rank: compute, transfer, wait,
+    gaps), ``kineto_steps``, ``kineto_collectives``, ``kineto_ranks``. ``model`` compares the
+    collectives per step with that model's plan; a bad file raises ``commprof.errors.UsageError``
+    (one line, naming the file)."""
+    from .kineto import import_kineto as _import
+
+    _import([paths] if isinstance(paths, str) else list(paths), out, step_marker=step_marker, model=model, tp=tp)
+    return load(out)

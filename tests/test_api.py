@@ -1,5 +1,6 @@
 """The Python API: `import commprof` gives load, plan, fit, compare, checklist, reference, each
-returning DataFrames; on a modelled box made here (no committed results involved)."""
+returning DataFrames; on a modelled box made here (no committed results involved). import_kineto
+is tested in test_kineto.py beside the traces it reads."""
 import subprocess
 import sys
 
@@ -29,7 +30,7 @@ def test_import_is_light_and_names_the_api():
     assert out.returncode == 0, out.stderr
     light, names = out.stdout.split(" ", 1)
     assert light == "False"
-    for n in ("load", "plan", "fit", "compare", "checklist", "reference"):
+    for n in ("load", "plan", "fit", "compare", "checklist", "reference", "import_kineto"):
         assert n in names
 
 

@@ -115,6 +115,24 @@ def test_synthetic_two_ranks_transfer_wait_straggler(cli_inproc, tmp_path):
     assert res.returncode == 0 and "TP=2 batch=1 eager" in res.stdout, res.stderr
 
 
+def test_api_import_kineto(tmp_path):
+    import commprof
+    from commprof.errors import UsageError
+
+    r0 = write(tmp_path / "a.json", skew(synthetic(0), 30.0))
+    r1 = write(tmp_path / "b.json", synthetic(1))
+    r = commprof.import_kineto([r0, r1], str(tmp_path / "imp"))
+    assert r.verb == "import" and r.kind == "imported"
+    tok = r["trace_tokens"]
+    assert set(tok["rank"]) == {0, 1}
+    assert tok[tok["rank"] == 0]["wait_us"].iloc[0] == pytest.approx(4 * 30.0)
+    assert set(r["kineto_collectives"]["op"]) == {"all_reduce"}
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    with pytest.raises(UsageError, match="bad.json"):
+        commprof.import_kineto(str(bad), str(tmp_path / "imp-bad"))
+
+
 def test_cpu_only_trace_counts_cpu_collectives(cli_inproc, tmp_path):
     docs = [synthetic(r, kernels=False, backend="gloo") for r in (0, 1)]
     for d in docs:
