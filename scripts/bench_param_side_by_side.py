@@ -6,6 +6,8 @@ method. Each round runs both, alternating which goes first, on gloo with two ran
 all_reduce at 4 KiB, 64 KiB and 1 MiB, ``--loop``/``--n`` calls per timed loop. PARAM is not a
 dependency: pass a directory holding its source as the package ``param_bench`` (for example
 ``git archive`` of the repository extracted into DIR/param_bench); nothing of it is copied here.
+PARAM's two ranks are started as plain processes of this session (see ``param_run`` for why not
+under torchrun), with its default non-blocking mode.
 
     python scripts/bench_param_side_by_side.py --param DIR [--rounds 6] [--loop 50] [--cpus 0|all] [--out results/bench]
 
@@ -39,26 +41,36 @@ SIZES = [4 << 10, 64 << 10, 1 << 20]
 
 
 def param_run(param_dir: str, n: int, warmup: int) -> dict:
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "param_bench.train.comms.pt.comms", "--",
-           "--backend", "gloo", "--device", "cpu", "--b", "4K", "--e", "1M", "--f", "16", "--n", str(n),
-           "--w", str(warmup), "--collective", "all_reduce", "--data-type", "float32"]
-    env = dict(os.environ, PYTHONPATH=param_dir)
-    # torchrun's standalone rendezvous can lose a port race, and PARAM's ranks sometimes abort in
-    # their own teardown ("terminate called without an active exception") after printing every
-    # size: a run counts when it printed all sizes, whatever its exit code; else once more.
-    for attempt in range(2):
-        res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=param_dir)
-        got = {}
-        for line in res.stdout.splitlines():
-            m = re.match(r"\s*COMMS-RES-all_reduce-float32\s+(\d+)\s+\d+\s+([\d.]+)", line)
-            if m:
-                got[int(m.group(1))] = float(m.group(2))
-        if set(got) == set(SIZES):
-            break
-    else:
-        raise RuntimeError(f"PARAM comms printed sizes {sorted(got)}, expected {SIZES} (exit {res.returncode}):\n"
-                           f"{res.stdout[-1000:]}\n{res.stderr[-1500:]}")
+    """PARAM comms' two ranks as plain processes of this session (RANK/WORLD_SIZE/MASTER_* in the
+    environment, as PARAM reads them), not under torchrun: torchrun starts each worker in a session
+    of its own, and with Linux's autogroup scheduling two ranks of different sessions that share a
+    core hand over to each other slowly (measured here: a bare loop of 50 synchronous 4 KiB
+    all_reduce calls, 0.25 ms per call in one session, 1.0 ms with each rank under ``setsid``), so
+    the launcher, not the method, would decide the comparison. commprof's ranks share a session."""
+    import socket
+
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    cmd = [sys.executable, "-m", "param_bench.train.comms.pt.comms", "--backend", "gloo", "--device", "cpu",
+           "--b", "4K", "--e", "1M", "--f", "16", "--n", str(n), "--w", str(warmup), "--collective", "all_reduce",
+           "--data-type", "float32", "--master-ip", "127.0.0.1", "--master-port", str(port)]
+    env = dict(os.environ, PYTHONPATH=param_dir, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2",
+               LOCAL_WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=param_dir,
+                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r))) for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    out, err = outs[0]
+    got = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*COMMS-RES-all_reduce-float32\s+(\d+)\s+\d+\s+([\d.]+)", line)
+        if m:
+            got[int(m.group(1))] = float(m.group(2))
+    # PARAM's ranks sometimes abort in their own teardown ("terminate called without an active
+    # exception") after printing every size: a run counts when rank 0 printed all sizes.
+    if set(got) != set(SIZES):
+        raise RuntimeError(f"PARAM comms printed sizes {sorted(got)}, expected {SIZES} "
+                           f"(exit {[p.returncode for p in procs]}):\n{out[-1000:]}\n{err[-1500:]}")
     return got
 
 
@@ -113,7 +125,7 @@ def main():
                     help="cores both tools run on (comma list; 'all' = no restriction); default one core")
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
-    cpus = restrict_cpus(args.cpus)     # inherited by commprof's ranks and by torchrun's PARAM ranks
+    cpus = restrict_cpus(args.cpus)     # inherited by commprof's ranks and by PARAM's
     start = now_iso()
     rev = subprocess.run(["git", "-C", os.path.join(args.param, "param_bench"), "rev-parse", "HEAD"],
                          capture_output=True, text=True).stdout.strip()
