@@ -35,10 +35,11 @@ class RankEnv:
 def pin_to_core(local_rank: int) -> None:
     """Keep a gloo rank that commprof spawned on one core: the ``local_rank``-th of the cores this
     process may use, round robin. Done first, so the rank's own threads (pulse, gloo's transport)
-    start on that core too. Unpinned, the scheduler moves two busy ranks of a 2-core machine across
-    cores mid-collective and the p50 of a 4 KiB all-reduce jumps between 0.3 ms and 3-4 ms from one
-    run to the next (scripts/bench_cli_overhead.py). Ranks under torchrun keep the affinity torchrun
-    or the user gave them; without ``sched_setaffinity`` (not Linux) nothing changes."""
+    start on that core too. On the 2-core VM the benchmarks ran on, pinned ranks gave a 4 KiB
+    all-reduce p50 of 0.2 ms instead of 0.3-0.4 ms, and its runs stayed out of the VM's 3-4 ms
+    cross-core wake-up mode in 15 of 16 rounds (scripts/bench_cli_overhead.py --cpus all). Ranks
+    under torchrun keep the affinity torchrun or the user gave them; without ``sched_setaffinity``
+    (not Linux) nothing changes."""
     try:
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[local_rank % len(cpus)]})
