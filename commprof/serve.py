@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from . import results
+from . import results, servermetrics
 from .errors import EXIT_DEVICE, CommprofError, UsageError, shown
 from .units import parse_int_list
 
@@ -38,7 +38,8 @@ _PCTS = (("p50", 50), ("p90", 90), ("p99", 99))
 LEVEL_COLUMNS = (["level", "mode", "concurrency", "rate_rps", "status", "requests", "ok", "errors", "error_kinds",
                   "duration_s", "output_tokens_per_s", "requests_per_s", "tokens_in_mean", "tokens_out_mean"]
                  + [f"{m}_ms_{p}" for m in ("ttft", "tpot", "itl", "e2e") for p, _ in _PCTS]
-                 + ["jitter_tpot_p99_p50", "jitter_growth", "meets_slo", "slo_missed"])
+                 + ["jitter_tpot_p99_p50", "jitter_growth", "meets_slo", "slo_missed"]
+                 + ["queue_requests", "queue_ms_mean"] + [f"queue_ms_{p}" for p, _ in _PCTS])
 
 #: Error kinds counted per level (``status`` of a request that did not finish).
 ERROR_KINDS = ("connect", "http_4xx", "http_5xx", "timeout", "malformed", "disconnect", "server_error",
@@ -503,6 +504,44 @@ async def _preflight(cfg: ServeConfig) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# The server's own queue-time histogram (GET /metrics), where it publishes one
+
+
+def scrape_queue(url: str, timeout_s: float = 5.0) -> tuple[servermetrics.Histogram | None, str]:
+    """The server's queue-time histogram now, and a note on where it came from or why there is
+    none. Never raises: a server without ``/metrics`` is measured all the same."""
+    httpx = _httpx()
+    try:
+        with httpx.Client(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
+            r = client.get(url + "/metrics")
+    except httpx.HTTPError as e:
+        return None, f"GET {url}/metrics failed ({type(e).__name__})"
+    if r.status_code != 200:
+        return None, f"GET {url}/metrics answered {r.status_code}"
+    h = servermetrics.queue_histogram(r.text)
+    if h is None:
+        return None, (f"GET {url}/metrics has no queue-time histogram (looked for "
+                      f"{', '.join(servermetrics.QUEUE_HISTOGRAMS)})")
+    engine = servermetrics.QUEUE_HISTOGRAMS[h.name][0]
+    return h, f"{h.name} ({engine}) from GET {url}/metrics"
+
+
+def queue_figures(before, after) -> dict:
+    """A level's queue columns from the scrapes around it (NaN where the server reports none)."""
+    out = {"queue_requests": math.nan, "queue_ms_mean": math.nan, **{f"queue_ms_{p}": math.nan for p, _ in _PCTS}}
+    if after is None or before is None or after.name != before.name:
+        return out
+    d = after.minus(before)
+    if d.count <= 0:
+        return out
+    out["queue_requests"] = d.count
+    out["queue_ms_mean"] = d.mean() * 1e3
+    for p, q in _PCTS:
+        out[f"queue_ms_{p}"] = d.quantile(q / 100) * 1e3
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # Levels
 
 
@@ -671,6 +710,7 @@ def run_serve(cfg: ServeConfig) -> int:
     results.check_out_dir(out, resume=False)
     info = asyncio.run(_preflight(cfg))
     warm = asyncio.run(_warmup(cfg, info["ignore_eos"])) if cfg.warmup else {"requests": 0, "ok": 0}
+    queue_hist, queue_source = scrape_queue(cfg.url)
     host = urlsplit(cfg.url).hostname or "?"
     hosts = [socket.gethostname()] if host in ("127.0.0.1", "localhost", "::1") else [host]
     plan = level_plan(cfg)
@@ -683,10 +723,17 @@ def run_serve(cfg: ServeConfig) -> int:
         duration_s=cfg.duration_s, timeout_s=cfg.timeout_s, slo=cfg.slo, slo_text=_slo_text(cfg.slo),
         ignore_eos=info["ignore_eos"], served_models=info["served_models"], server_header=info["server_header"],
         label=cfg.label, warmup=warm, knee_concurrency=None, load_avg_start=_load_avg(),
+        queue_time={"source": queue_source if queue_hist is not None else None, "note": queue_source,
+                    "method": "per level, the change of the server's queue-time histogram between a scrape of "
+                              "GET /metrics before the level and one after it: server-wide (another client's "
+                              "requests in that window count too); percentiles interpolated inside buckets as "
+                              "Prometheus' histogram_quantile does"},
         columns={"ttft_ms": "send to first text chunk", "tpot_ms": "(e2e - ttft) / (tokens_out - 1)",
                  "itl_ms": "gap between text chunks", "e2e_ms": "send to last text chunk",
                  "output_tokens_per_s": "tokens out of successful requests / level wall time",
                  "jitter_tpot_p99_p50": "TPOT p99 / p50", "jitter_growth": "jitter / the first level's",
+                 "queue_ms": "server-reported time in its queue (see queue_time), empty where not reported",
+                 "queue_requests": "requests the server's queue histogram counted during the level",
                  "tokens_in_source": "usage (server) or words (prompt words, an estimate)"})
     results.start(out, meta)
     req_table = results.TableAppender(os.path.join(out, SERVE_REQUESTS_CSV), REQUEST_COLUMNS)
@@ -696,6 +743,7 @@ def run_serve(cfg: ServeConfig) -> int:
     try:
         for level in plan:
             rows: list[dict] = []
+            before = scrape_queue(cfg.url)[0] if queue_hist is not None else None
             bar = view.level_progress(level["requests"], level)
             t_start = time.perf_counter()
             state = "complete"
@@ -710,7 +758,10 @@ def run_serve(cfg: ServeConfig) -> int:
                 rows.sort(key=lambda r: r.get("request", 0))
                 req_table.write([_csv_row(r) for r in rows])
                 if rows:
-                    done_levels.append(level_summary(level, rows, wall, state))
+                    summary = level_summary(level, rows, wall, state)
+                    after = scrape_queue(cfg.url)[0] if before is not None and state == "complete" else None
+                    summary.update(queue_figures(before, after))
+                    done_levels.append(summary)
             if rows and all(r["status"] in ("connect", "disconnect") and not r.get("http_status") for r in rows):
                 status = "failed"
                 error = (f"{cfg.url}: no request of level {level['level']} got an answer (connection refused or "

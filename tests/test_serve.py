@@ -162,6 +162,9 @@ def test_levels_against_transformers_serve(real_server, cli_inproc, tmp_path):
     assert meta["verb"] == "serve" and meta["status"] == "complete" and meta["kind"] == "measured"
     assert meta["warmup"] == {"requests": 2, "ok": 2} and meta["ignore_eos"] is False   # transformers refuses it
     assert meta["knee_concurrency"] in (1, 2, None)
+    # transformers serve publishes no queue-time histogram: the columns stay empty, the reason is kept
+    assert meta["queue_time"]["source"] is None and "/metrics" in meta["queue_time"]["note"]
+    assert all(lv["queue_ms_p99"] == "" for lv in levels)
     assert (out / "serve_latency.png").exists() and (out / "serve_throughput.png").exists()
 
     from commprof.results import load
@@ -215,6 +218,13 @@ class _FakeHandler(BaseHTTPRequestHandler):
             return
         if self.path == "/v1/models":
             self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in FAULTS]})
+        elif self.path == "/metrics" and self.server.mode == "metrics":
+            body = self.server.metrics_text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
         else:
             self._json(404, {"detail": "Not Found"})
 
@@ -232,6 +242,7 @@ class _FakeHandler(BaseHTTPRequestHandler):
         with srv.lock:
             srv.count += 1
             n = srv.count
+            srv.queued += 1                     # what /metrics reports: each request queued 30 ms
         mode = body.get("model")
         probe = body.get("max_tokens") == 2
         if mode == "dies" and n > 3:                     # probe + 2 requests, then the server is gone
@@ -269,9 +280,25 @@ class FakeServer(ThreadingHTTPServer):
     def __init__(self, mode: str = "", sigint_pid: int | None = None):
         super().__init__(("127.0.0.1", 0), _FakeHandler)
         self.mode, self.sigint_pid, self.count, self.lock = mode, sigint_pid, 0, threading.Lock()
+        self.queued = 0
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
         self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
+
+    def metrics_text(self) -> str:
+        """vLLM's queue-time histogram in the Prometheus text format, as two series (two model
+        names) that the client must add up: every request so far observed 0.03 s, split between
+        them; an unrelated family and a comment in between."""
+        n = self.queued
+        lines = ["# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request.",
+                 "# TYPE vllm:request_queue_time_seconds histogram"]
+        for model, k in (("a", n // 2), ("b", n - n // 2)):
+            for le, c in (("0.01", 0), ("0.05", k), ("0.1", k), ("+Inf", k)):
+                lines.append(f'vllm:request_queue_time_seconds_bucket{{le="{le}",model_name="{model}"}} {float(c)}')
+            lines.append(f'vllm:request_queue_time_seconds_sum{{model_name="{model}"}} {0.03 * k}')
+            lines.append(f'vllm:request_queue_time_seconds_count{{model_name="{model}"}} {float(k)}')
+            lines.append(f'vllm:num_requests_waiting{{model_name="{model}"}} 0.0')
+        return "\n".join(lines) + "\n"
 
     def die(self):
         self.shutdown()
@@ -407,6 +434,69 @@ def test_check_items_and_report_section(fake_server, cli_inproc, tmp_path):
     assert items["S3"].status in ("PASS", "WARN", "FAIL") and "output tokens/s" in items["S3"].value
     sec = serve_section(load(str(tmp_path / "out")), str(tmp_path / "report"))
     assert sec.tables[0].rows[1][1] == 16 and any("knee" in b for b in sec.bullets)
+
+
+def test_queue_time_from_the_servers_metrics(fake_server, cli_inproc, tmp_path):
+    srv = fake_server("metrics")
+    res = cli_inproc("serve", "--url", srv.url, "--model", "ok", "--concurrency", "1,2", "--requests", "3",
+                     "--output-tokens", "3", "--prompt-tokens", "4", "--out", "out", "--no-charts")
+    assert res.returncode == 0, res.stderr
+    assert "queue time: vllm:request_queue_time_seconds (vLLM)" in res.stdout
+    for lv in _levels(tmp_path / "out"):
+        # the change between the scrapes around each level: its 3 requests, not the probe or warm-up
+        assert float(lv["queue_requests"]) == 3
+        assert float(lv["queue_ms_mean"]) == pytest.approx(30.0)
+        # all in the (10 ms, 50 ms] bucket: linear inside it
+        assert float(lv["queue_ms_p50"]) == pytest.approx(10 + 40 * 0.5)
+        assert float(lv["queue_ms_p99"]) == pytest.approx(10 + 40 * 0.99)
+    q = _meta(tmp_path / "out")["queue_time"]
+    assert q["source"].startswith("vllm:request_queue_time_seconds") and "histogram_quantile" in q["method"]
+    # a server without /metrics: measured all the same, the columns empty and the reason in meta.json
+    plain = fake_server()
+    res = cli_inproc("serve", "--url", plain.url, "--model", "ok", "--concurrency", "1", "--requests", "2",
+                     "--output-tokens", "3", "--prompt-tokens", "4", "--out", "out2", "--no-charts")
+    assert res.returncode == 0, res.stderr
+    lv = _levels(tmp_path / "out2")[0]
+    assert lv["queue_ms_mean"] == "" and lv["queue_requests"] == "" and int(lv["ok"]) == 2
+    q = _meta(tmp_path / "out2")["queue_time"]
+    assert q["source"] is None and "/metrics answered 404" in q["note"]
+    assert "queue time: not reported: GET" in res.stdout
+
+
+def test_queue_histogram_parsing_and_quantiles():
+    from commprof.servermetrics import Histogram, parse_histograms, queue_histogram
+
+    text = "\n".join([
+        "# TYPE sglang:queue_time_seconds histogram",
+        'sglang:queue_time_seconds_bucket{le="0.1",dp_rank="0"} 2',
+        'sglang:queue_time_seconds_bucket{le="1.0",dp_rank="0"} 6',
+        'sglang:queue_time_seconds_bucket{le="+Inf",dp_rank="0"} 8',
+        'sglang:queue_time_seconds_bucket{dp_rank="1",le="0.1"} 2',      # le need not come first
+        'sglang:queue_time_seconds_bucket{dp_rank="1",le="1.0"} 2',
+        'sglang:queue_time_seconds_bucket{dp_rank="1",le="+Inf"} 2',
+        'sglang:queue_time_seconds_sum{dp_rank="0"} 9.5',
+        'sglang:queue_time_seconds_sum{dp_rank="1"} 0.1',
+        'sglang:queue_time_seconds_count{dp_rank="0"} 8',
+        'sglang:queue_time_seconds_count{dp_rank="1"} 2',
+        'sglang:queue_time_seconds_count{dp_rank="2"} not-a-number',       # skipped, never raises
+        'garbage line {{{',
+    ])
+    h = queue_histogram(text)
+    assert h.name == "sglang:queue_time_seconds"
+    assert h.buckets == {0.1: 4.0, 1.0: 8.0, float("inf"): 10.0} and h.count == 10 and h.sum == pytest.approx(9.6)
+    assert h.mean() == pytest.approx(0.96)
+    assert h.quantile(0.2) == pytest.approx(0.05)                  # rank 2 of 4 in [0, 0.1]
+    assert h.quantile(0.6) == pytest.approx(0.1 + 0.9 * (6 - 4) / 4)   # rank 6: 2 of the 4 in (0.1, 1]
+    assert h.quantile(0.99) == pytest.approx(1.0)                   # in the +Inf bucket: the last finite bound
+    before = Histogram(h.name, {0.1: 4.0, 1.0: 4.0, float("inf"): 4.0}, 0.2, 4.0)
+    d = h.minus(before)
+    assert d.count == 6 and d.buckets == {0.1: 0.0, 1.0: 4.0, float("inf"): 6.0} and d.sum == pytest.approx(9.4)
+    assert h.minus(Histogram(h.name, {}, 50.0, 99.0)).count == 10      # counters went down: a restart
+    assert Histogram("x").quantile(0.5) != Histogram("x").quantile(0.5)   # empty: NaN
+    assert parse_histograms("") == {} and queue_histogram("vllm:num_requests_waiting 3") is None
+    # a label value holding an escaped quote, a comma and a brace; a timestamp after the value
+    got = parse_histograms('x_bucket{note="a \\"q\\", {b}",le="1"} 3 1712345678000', names=("x",))
+    assert got["x"].buckets == {1.0: 3.0}
 
 
 def test_slo_parsing():

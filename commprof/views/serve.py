@@ -14,7 +14,10 @@ TABLE_COLUMNS = {"mode": "mode", "concurrency": "conc", "rate_rps": "req/s in", 
                  "error_kinds": "errors by kind", "ttft_ms_p50": "TTFT p50 ms", "ttft_ms_p99": "TTFT p99 ms",
                  "tpot_ms_p50": "TPOT p50 ms", "tpot_ms_p99": "TPOT p99 ms", "e2e_ms_p99": "e2e p99 ms",
                  "output_tokens_per_s": "tok/s out", "requests_per_s": "req/s", "jitter_tpot_p99_p50": "jitter",
-                 "jitter_growth": "jitter growth", "meets_slo": "SLO", "status": "status"}
+                 "jitter_growth": "jitter growth", "queue_ms_mean": "queue mean ms", "queue_ms_p99": "queue p99 ms",
+                 "meets_slo": "SLO", "status": "status"}
+#: Shown only when some level has a value (rate: open-loop levels; queue: the server reports it).
+_OPTIONAL = ("rate_rps", "error_kinds", "queue_ms_mean", "queue_ms_p99")
 
 
 class _LevelProgress:
@@ -55,6 +58,9 @@ def summary_lines(levels, meta: dict) -> list[str]:
     lines.append(f"commprof serve: {meta.get('model', '?')} at {meta.get('url', '?')}, workload "
                  f"{meta.get('workload', '?')}{label}")
     lines.append(knee_line(meta))
+    queue = meta.get("queue_time") or {}
+    if queue.get("note"):
+        lines.append(f"queue time: {queue['note'] if queue.get('source') else 'not reported: ' + queue['note']}")
     if meta.get("status") not in (None, "complete"):
         lines.append(f"status: {meta.get('status')}" + (f" ({meta['error']})" if meta.get("error") else ""))
     return lines
@@ -64,7 +70,7 @@ def render(levels, meta: dict, out: str, charts: bool = True, echo=print,
            note=lambda line: print(line, file=sys.stderr)) -> list[str]:
     """Print the level table and the knee; draw the charts into ``out``; the chart paths."""
     cols = [c for c in TABLE_COLUMNS if c in levels.columns
-            and not (c in ("rate_rps", "error_kinds") and levels[c].isna().all() | (levels[c].astype(str) == "").all())]
+            and not (c in _OPTIONAL and levels[c].isna().all() | (levels[c].astype(str) == "").all())]
     frame_table(levels[cols].rename(columns=TABLE_COLUMNS), f"commprof serve ({meta.get('kind', 'measured')}; {out})")
     for line in summary_lines(levels, meta):
         echo(line)
