@@ -534,11 +534,10 @@ def queue_figures(before, after) -> dict:
     d = after.minus(before)
     if d.count <= 0:
         return out
-    out["queue_requests"] = d.count
-    out["queue_ms_mean"] = d.mean() * 1e3
-    for p, q in _PCTS:
-        out[f"queue_ms_{p}"] = d.quantile(q / 100) * 1e3
-    return out
+    got = {"queue_requests": d.count, "queue_ms_mean": d.mean() * 1e3,
+           **{f"queue_ms_{p}": d.quantile(q / 100) * 1e3 for p, q in _PCTS}}
+    # a histogram that contradicts itself (a sum that fell while the count rose) reports nothing
+    return got if all(math.isfinite(v) and v >= 0 for v in got.values()) else out
 
 
 # ---------------------------------------------------------------------------------------------

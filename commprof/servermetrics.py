@@ -14,7 +14,8 @@ A histogram here is the sum over every series of the family (label sets such as 
 dp_rank): cumulative bucket counts by upper bound ``le``, the sum and the count. A level's figures
 are the change between two scrapes; percentiles are interpolated linearly inside the bucket that
 holds them, as Prometheus' ``histogram_quantile`` does, so they are only as fine as the buckets.
-Parsing never raises: a line that is not a sample of a wanted family is skipped.
+Parsing never raises: a line that is not a sample of a wanted family, or whose value is not a
+finite count >= 0, is skipped.
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class Histogram:
         rank = q * self.count
         lower, below = 0.0, 0.0
         for le in sorted(self.buckets):
-            cum = self.buckets[le]
+            cum = max(self.buckets[le], below)         # cumulative: never below the bucket before
             if cum >= rank:
                 if math.isinf(le):
                     return lower
@@ -71,12 +72,15 @@ class Histogram:
         return lower
 
 
-def _float(text: str) -> float | None:
+def _float(text: str, inf_ok: bool = False) -> float | None:
+    """A sample value or bucket bound: finite and not negative (a bound may be +Inf), else None."""
     try:
         v = float(text)
     except ValueError:
         return None
-    return v if not math.isnan(v) else None
+    if math.isnan(v) or v < 0 or (math.isinf(v) and not inf_ok):
+        return None
+    return v
 
 
 def parse_histograms(text: str, names=tuple(QUEUE_HISTOGRAMS)) -> dict[str, Histogram]:
@@ -98,7 +102,7 @@ def parse_histograms(text: str, names=tuple(QUEUE_HISTOGRAMS)) -> dict[str, Hist
                 h = found.setdefault(family, Histogram(family))
                 if suffix == "_bucket":
                     le = _LE.search(labels)
-                    bound = _float(le.group(1)) if le else None
+                    bound = _float(le.group(1), inf_ok=True) if le else None
                     if bound is not None:
                         h.buckets[bound] = h.buckets.get(bound, 0.0) + value
                 elif suffix == "_sum":

@@ -712,6 +712,64 @@ def check_kineto_import(case, tmp: str) -> str:
 
 # --- the targets ------------------------------------------------------------------------------------
 
+# --- a serving engine's /metrics (Prometheus text) ---------------------------------------------------
+
+_METRIC_NAMES = ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds", "tgi_request_queue_duration")
+_METRIC_VALUES = ("0", "1", "2.5", "-1", "NaN", "+Inf", "-Inf", "1e308", "1e-320", "", "x", "0x10", "1_000",
+                  "9" * 400, "3 1712345678000", "4 nope")
+
+
+def _metrics_text(rnd: random.Random, name: str) -> str:
+    """A histogram family as an engine writes it: one or two series of cumulative buckets, sum, count."""
+    lines = [f"# HELP {name} queue time", f"# TYPE {name} histogram"]
+    for series in range(rnd.randint(1, 2)):
+        total, cum = 0.0, 0
+        for le in ("0.01", "0.1", "1.0", "+Inf"):
+            cum += rnd.randint(0, 5)
+            lines.append(f'{name}_bucket{{le="{le}",model_name="m{series}"}} {cum}')
+        total = cum * rnd.random()
+        lines.append(f'{name}_sum{{model_name="m{series}"}} {total}')
+        lines.append(f'{name}_count{{model_name="m{series}"}} {cum}')
+    return "\n".join(lines) + "\n"
+
+
+def gen_metrics(rnd: random.Random) -> tuple[str, str]:
+    """(before, after) answers of GET /metrics: real-shaped histograms, then values, labels and
+    lines broken, characters edited, junk added."""
+    name = _choice(rnd, _METRIC_NAMES)
+    out = []
+    for _ in range(2):
+        lines = _metrics_text(rnd, name).splitlines()
+        for _ in range(rnd.randint(0, 4)):
+            r, i = rnd.random(), rnd.randrange(len(lines))
+            if r < 0.35:                                  # a value replaced
+                head = lines[i].rsplit(" ", 1)[0]
+                lines[i] = f"{head} {_choice(rnd, _METRIC_VALUES)}"
+            elif r < 0.5:                                 # a bucket bound replaced
+                lines[i] = lines[i].replace('le="', f'le="{_choice(rnd, _METRIC_VALUES)}', 1)
+            elif r < 0.65:
+                lines[i] = _mutate_text(rnd, lines[i])
+            elif r < 0.8:
+                lines.insert(i, _junk(rnd))
+            elif r < 0.9:
+                del lines[i]
+            else:
+                lines.insert(i, lines[i].replace(name, _choice(rnd, _METRIC_NAMES)))
+        out.append("\n".join(lines))
+    return out[0], out[1]
+
+
+def check_metrics(case, tmp: str | None = None) -> str:
+    """Parsing never raises; a level's queue figures are each not reported (NaN) or finite >= 0."""
+    from commprof.serve import queue_figures
+    from commprof.servermetrics import queue_histogram
+
+    before, after = (queue_histogram(t) for t in case)
+    figs = queue_figures(before, after)
+    assert all(v != v or (math.isfinite(v) and v >= 0) for v in figs.values()), figs
+    return "accepted" if figs["queue_requests"] == figs["queue_requests"] else "rejected"
+
+
 TARGETS = {
     # name: (what it parses, generator, check)
     "units.parse_bytes": ("--gpu-mem, p2p --size: one byte size", gen_size_token, check_size_token),
@@ -724,4 +782,5 @@ TARGETS = {
     "routing replay file": ("moe --skew file:PATH (CSV or JSON loads)", gen_replay, check_replay),
     "smitopo.parse_smi_topo": ("nvidia-smi topo -m / -p2p text", gen_smi_topo, check_smi_topo),
     "kineto.import_kineto": ("PyTorch profiler (Kineto) traces, 2 ranks", gen_kineto, check_kineto),
+    "servermetrics (serve)": ("a server's GET /metrics: queue-time histograms", gen_metrics, check_metrics),
 }

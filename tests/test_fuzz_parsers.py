@@ -254,3 +254,17 @@ def test_kineto_unmutated_is_accepted(tmp):
 
     case = tuple(json.dumps(F._kineto_doc(r)).encode() for r in (0, 1))
     assert F.check_kineto(case, tmp) == "accepted" and F.check_kineto_import(case, tmp) == "accepted"
+
+
+# --- a serving engine's /metrics ------------------------------------------------------------------
+
+@CI
+@given(RANDOMS)
+def test_server_metrics_mutated(rnd):
+    F.check_metrics(F.gen_metrics(rnd))
+
+
+@CI
+@given(st.text(max_size=300), st.text(max_size=300))
+def test_server_metrics_any_text(before, after):
+    F.check_metrics((before, after))
