@@ -451,6 +451,12 @@ def test_queue_time_from_the_servers_metrics(fake_server, cli_inproc, tmp_path):
         assert float(lv["queue_ms_p99"]) == pytest.approx(10 + 40 * 0.99)
     q = _meta(tmp_path / "out")["queue_time"]
     assert q["source"].startswith("vllm:request_queue_time_seconds") and "histogram_quantile" in q["method"]
+    from commprof.results import load
+    from commprof.views.report import serve_section
+
+    table = serve_section(load(str(tmp_path / "out")), str(tmp_path / "report")).tables[0]
+    col = table.headers.index("queue p99 ms")
+    assert [row[col] for row in table.rows] == ["49.6", "49.6"]
     # a server without /metrics: measured all the same, the columns empty and the reason in meta.json
     plain = fake_server()
     res = cli_inproc("serve", "--url", plain.url, "--model", "ok", "--concurrency", "1", "--requests", "2",

@@ -238,6 +238,10 @@ def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str
              _ms(r["ttft_ms_p99"]), _ms(r["tpot_ms_p50"]), _ms(r["tpot_ms_p99"]), _ms(r["output_tokens_per_s"]),
              _ms(r["requests_per_s"]), _ms(r["jitter_tpot_p99_p50"]), r.get("meets_slo", ""))
             for r in levels.to_dict("records")]
+    headers = list(SERVE_HEADERS)
+    if "queue_ms_p99" in levels.columns and levels["queue_ms_p99"].notna().any():   # the server reports it
+        headers.insert(-1, "queue p99 ms")
+        rows = [(*row[:-1], _ms(q), row[-1]) for row, q in zip(rows, levels["queue_ms_p99"])]
     tie = []
     if trace_res is not None and "trace_summary" in trace_res.tables:
         summ = trace_res.tables["trace_summary"]
@@ -251,7 +255,7 @@ def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str
             + (f"; {meta['label']}" if meta.get("label") else "")
             + f"; command: {' '.join(meta.get('command', [])) or '?'}")
     return Section(title, level=level, prov=prov, bullets=summary_lines(levels, meta)[1:] + tie,
-                   tables=[Table(SERVE_HEADERS, rows)],
+                   tables=[Table(headers, rows)],
                    images=[p for p in (os.path.join(charts_dir, c) for c in SERVE_CHARTS) if os.path.exists(p)])
 
 
