@@ -442,6 +442,8 @@ def test_queue_time_from_the_servers_metrics(fake_server, cli_inproc, tmp_path):
                      "--output-tokens", "3", "--prompt-tokens", "4", "--out", "out", "--no-charts")
     assert res.returncode == 0, res.stderr
     assert "queue time: vllm:request_queue_time_seconds (vLLM)" in res.stdout
+    assert "queue: at concurrency 2 requests waited 30.0 ms on average in the server's queue (p99 49.6 ms)" \
+        in res.stdout
     for lv in _levels(tmp_path / "out"):
         # the change between the scrapes around each level: its 3 requests, not the probe or warm-up
         assert float(lv["queue_requests"]) == 3

@@ -61,6 +61,15 @@ def summary_lines(levels, meta: dict) -> list[str]:
     queue = meta.get("queue_time") or {}
     if queue.get("note"):
         lines.append(f"queue time: {queue['note'] if queue.get('source') else 'not reported: ' + queue['note']}")
+    if "queue_ms_mean" in getattr(levels, "columns", ()):
+        closed = levels[(levels["mode"] == "closed") & levels["queue_ms_mean"].notna()]
+        if not closed.empty:
+            top = closed.sort_values("concurrency").iloc[-1]
+            share = (f", {100 * top['queue_ms_mean'] / top['ttft_ms_p50']:.0f}% of its TTFT p50"
+                     if top["ttft_ms_p50"] == top["ttft_ms_p50"] and top["ttft_ms_p50"] > 0 else "")
+            lines.append(f"queue: at concurrency {int(top['concurrency'])} requests waited {top['queue_ms_mean']:.1f} ms "
+                         f"on average in the server's queue (p99 {top['queue_ms_p99']:.1f} ms){share}: "
+                         "scheduling, not transfer")
     if meta.get("status") not in (None, "complete"):
         lines.append(f"status: {meta.get('status')}" + (f" ({meta['error']})" if meta.get("error") else ""))
     return lines
