@@ -280,6 +280,10 @@ class CpuStamps:
     def finish(self):
         self.t1 = time.perf_counter()
 
+    def latency_us(self) -> float:
+        """The token's time alone (an untraced step marks no segment)."""
+        return (self.t1 - self.t0) * 1e6
+
     def result_us(self):
         """(token latency, [segment start offsets], [segment durations]) in us."""
         t0 = self.t0
@@ -307,6 +311,11 @@ class CudaStamps:
     def finish(self):
         self.e1.record()
         self.e1.synchronize()
+
+    def latency_us(self) -> float:
+        """The token's time alone: an untraced step records no segment event, and elapsed_time on
+        an event never recorded raises."""
+        return self.e0.elapsed_time(self.e1) * 1e3
 
     def result_us(self):
         e0 = self.e0

@@ -70,6 +70,7 @@ class DeviceTimer:
         """The callable to time: the op (eager), or the replay of a graph that holds the start
         event, the op and the end event (graph)."""
         torch = self.torch
+        self._graph = None            # the previous cell's graph (and its memory pool) goes first
         if mode == "graph":
             if not supports_graph_events(torch):
                 raise RuntimeError("graph mode needs torch.cuda.Event(external=True) (torch >= 2.8)")
@@ -89,7 +90,6 @@ class DeviceTimer:
             self._ready = timing_event(torch)
             return graph.replay
         self.start, self.end = timing_event(torch), timing_event(torch)
-        self._graph = None
         self._ready = self.start      # eager: the start event itself follows the spin
         return op
 

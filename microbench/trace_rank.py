@@ -44,7 +44,7 @@ def run_tokens(torch, eng: DecodeEngine, tokens: int, warmup: int, mode: str, tr
         if traced:
             lat[t], offs[t], durs[t] = stamps.result_us()
         else:
-            lat[t] = stamps.result_us()[0] if cuda else (stamps.t1 - stamps.t0) * 1e6
+            lat[t] = stamps.latency_us()
         if on_token is not None:
             on_token()
     return lat, offs, durs

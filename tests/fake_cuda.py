@@ -46,6 +46,8 @@ class FakeGpu:
                     pass
 
             def elapsed_time(self, other):
+                if self.t is None or other.t is None:    # as torch (c10 CUDAEvent::elapsed_time)
+                    raise ValueError("Both events must be recorded before calculating elapsed time.")
                 return (other.t - self.t) * 1e3          # ms, as torch
 
         if external_events:

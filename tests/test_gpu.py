@@ -22,7 +22,13 @@ def test_nccl_tp1_eager_and_graph(cli, tmp_path):
     for r in rows:
         assert r["backend"] == "nccl" and r["clock"] == "cuda_event_spin"
         assert r["wrong"] == "0" and r["comm"] == "none (1 rank)"
-        assert float(r["latency_us_p50"]) > 0 and float(r["enqueue_us_p50"]) > 0
+        assert float(r["enqueue_us_p50"]) > 0
+        if r["op"] == "all_reduce":
+            # one rank, in place: NCCL does no device work at all (its one-rank path), so the two
+            # events are back to back: about the events' resolution, possibly 0
+            assert 0 <= float(r["latency_us_p50"]) < 5
+        else:
+            assert float(r["latency_us_p50"]) > 0           # all_gather copies into the output
         # device time of the op alone sits below what the host sees of one call
         assert float(r["latency_us_p50"]) < float(r["host_us_p50"])
         assert float(r["spin_us"]) > 0 and int(r["spin_short"]) < 50

@@ -100,3 +100,18 @@ def test_back_to_back_averages_a_loop_like_nccl_tests(mode):
         assert DEVICE_US - 0.5 <= per_call <= DEVICE_US + 15
     assert s.host_us is None and s.spin_us is None     # no spin, no per-call host samples
     assert gpu.sleeps == []                            # no spin kernel: nothing hides the launches
+
+
+def test_untraced_cuda_token_is_timed_without_segment_events():
+    """An untraced decode step (the tracer-overhead benchmark's other half) records only the
+    token's two events; reading the segment events it never recorded raises on a GPU."""
+    from microbench.decode_engine import CudaStamps
+
+    gpu = FakeGpu()
+    stamps = CudaStamps(FakeTorch(gpu), nseg=3)
+    stamps.begin()
+    gpu.work(DEVICE_US * 1e-6)
+    stamps.finish()
+    assert stamps.latency_us() == pytest.approx(DEVICE_US, abs=5)
+    with pytest.raises(ValueError, match="recorded"):
+        stamps.result_us()
