@@ -63,7 +63,15 @@ class GroupSet:
 
 
 def make_groups(dist, tps, world: int, backend: str) -> dict[int, GroupSet]:
-    """Create every group on every rank, in the same order (torch.distributed requires it)."""
+    """Create every group on every rank, in the same order (torch.distributed requires it).
+
+    Keep it that way on NCCL: with a device bound to the default group, torch 2.13's ``new_group``
+    makes every rank *outside* a new group take part in an ``ncclCommSplit`` with no colour, even
+    for a gloo group, while the gloo group's members make no split call at all. NCCL pairs split
+    calls by their order on each rank, so this only works because every rank makes the same number
+    of split calls (per TP degree: one per NCCL group, one per gloo group it is not in) and the
+    members of one group make theirs at the same position. Creating a group on some ranks only, or
+    in a different order, would pair the wrong calls and hang."""
     sets = {}
     for tp in sorted(set(tps)):
         groups = [list(range(g * tp, (g + 1) * tp)) for g in range(world // tp)]
