@@ -90,7 +90,9 @@ def main():
     table = ["| parser | parses | inputs | rejected | accepted | crashes | time (s) |", "|---|---|---:|---:|---:|---:|---:|"]
     table += [f"| `{r['parser']}` | {r['what']} | {r['inputs']:,} | {r['rejected']:,} | {r['accepted']:,} | "
               f"{r['crashes']} | {r['seconds']:.1f} |" for r in runs]
-    table += ["", "Real inputs mutated: " + ", ".join(f"`{s}`" for s in seeds) + "."]
+    table += ["", "Real inputs mutated: " + ", ".join(f"`{s}`" for s in seeds) + ".",
+              "", "`servermetrics (serve)`: a server's `/metrics` text is never an error; \"rejected\" there "
+              "counts the inputs from which a level's queue columns came back empty (not reported)."]
     write_result(args.out, "fuzz", "Parser fuzzing", result, table)
     if not result["met"]:
         sys.exit(1)
