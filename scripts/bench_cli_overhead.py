@@ -10,16 +10,16 @@ the bare loop's p50 of the same round, size and dtype.
 
     python scripts/bench_cli_overhead.py [--rounds 16] [--iters 100] [--cpus 0|all] [--out results/bench]
 
-On a shared 2-core VM a gloo all-reduce's samples are bimodal: most take 0.1-0.4 ms, and 20-55% of
+On a shared 2-core VM a gloo all-reduce's samples are bimodal: most take 0.1-0.4 ms, and 16-53% of
 them, in clusters, 3-4 ms, with the ranks pinned or not, with the vCPUs kept busy or not (measured
 here with a bare loop; no steal time is reported). When the slow share is near half, a run's p50
 lands in either mode, so a single round's ratio can be 0.1 or 10 with no difference in the code:
 the median over many alternating rounds is the comparison, and the table counts, for each side, the
-rounds whose p50 fell in the slow mode. The slow mode is the VM waking a rank on the other vCPU: with
-both ranks on one core it almost disappears (1-11% of samples). So by default both sides run on core
-0 (``--cpus 0``), which also makes the comparison stricter: the CLI's own threads (the parent's poll,
-each rank's pulse and watchdog) then share the one core with the ranks. ``--cpus all`` measures with
-the ranks on separate cores.
+rounds whose p50 fell in the slow mode. The slow mode is the VM waking a rank on the other vCPU:
+with both ranks on one core it almost disappears (2-16% of samples; results/bench/cpu_placement.md).
+So by default both sides run on core 0 (``--cpus 0``), which also makes the comparison stricter:
+the CLI's own threads (the parent's poll, each rank's pulse and watchdog) then share the one core
+with the ranks. ``--cpus all`` measures with the ranks on separate cores.
 
 Writes cli_overhead.json and cli_overhead.md (``cli_overhead_cpus-all.*`` with ``--cpus all``; machine, command, per-round p50s, the median ratio
 and its spread). Target: median ratio <= 1.05 at every size and dtype.

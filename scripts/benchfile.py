@@ -21,7 +21,7 @@ def measured(script: str, start_time: str, what: str) -> dict:
 def restrict_cpus(spec: str) -> list[int]:
     """Run this benchmark and every process it starts (inherited) on the cores in ``spec`` ("0",
     "0,1"; "all" leaves the affinity as it is); return the cores in use. On the shared 2-core VM
-    these benchmarks were written on, waking a rank on the other vCPU takes 3-4 ms in 20-55% of
+    these benchmarks were written on, waking a rank on the other vCPU takes 3-4 ms in 16-53% of
     gloo calls, so a p50 lands in either mode from run to run; on one core that mode almost
     disappears (see scripts/bench_cli_overhead.py)."""
     if spec != "all":
