@@ -259,7 +259,8 @@ def serve(
     out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-serve/)."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
 ):
-    """TTFT, time per output token, tokens/s and jitter of an OpenAI-compatible server under load; the knee."""
+    """TTFT, time per output token, tokens/s and jitter of an OpenAI-compatible server under load; the knee;
+    the server's queue time where it publishes it on GET /metrics (vLLM, SGLang, TGI)."""
     from . import serve as core
 
     _exit_with(lambda: core.run_serve(core.build_config(
