@@ -163,7 +163,7 @@ def run_sweep(cfg: SweepConfig, charts: bool = True) -> int:
     import sys
 
     from .errors import EXIT_WRONG
-    from .launch import torchrun_env
+    from .launch import shared_core_note, torchrun_env
     from .views.show import show
 
     trun = torchrun_env()
@@ -171,6 +171,9 @@ def run_sweep(cfg: SweepConfig, charts: bool = True) -> int:
     if lead:
         print(f"commprof: backend {cfg.backend} ({cfg.backend_reason}); {cfg.world_size} ranks ({cfg.launch}); "
               f"{cells_count(cfg)} cells; results -> {cfg.out_dir}", file=sys.stderr)
+        note = shared_core_note(cfg.backend, trun)
+        if note:
+            print(f"commprof: {note}", file=sys.stderr)
     outcome = run(cfg)
     if not lead or outcome is None:
         return 0

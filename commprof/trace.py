@@ -380,7 +380,7 @@ def run_trace(cfg: TraceConfig, charts: bool = True) -> int:
     comm_from = cfg.comm_from
     import sys
 
-    from .launch import torchrun_env
+    from .launch import shared_core_note, torchrun_env
     from .views.show import show
 
     trun = torchrun_env()
@@ -393,6 +393,9 @@ def run_trace(cfg: TraceConfig, charts: bool = True) -> int:
         print(f"commprof: trace {cfg.model['name']}: backend {cfg.backend} ({cfg.backend_reason}); "
               f"{'predicting from ' + comm_from if comm_from else str(cfg.world_size) + ' ranks'}{scaled}; "
               f"results -> {cfg.out_dir}", file=sys.stderr)
+        note = shared_core_note(cfg.backend, trun) if comm_from is None else None
+        if note:
+            print(f"commprof: {note}", file=sys.stderr)
     if comm_from is not None:
         run_predict(cfg, comm_from)
     elif not run(cfg):

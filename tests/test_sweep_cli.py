@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from commprof import runinfo
+from commprof import launch, runinfo
 from conftest import REPO, one_line_error, run_inproc
 from conftest import results_meta as meta
 from conftest import sweep_rows as rows
@@ -215,6 +215,19 @@ def test_show_on_corrupt_dir(cli_inproc, tmp_path):
     assert res.returncode == 2 and "line 2" in one_line_error(res)
 
 
+def test_shared_core_note_under_torchrun(monkeypatch):
+    trun = {"rank": 0, "world": 4, "local_rank": 0, "local_world": 4}
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(launch, "autogroup_on", lambda: True)
+    note = launch.shared_core_note("gloo", trun)
+    assert note.startswith("note: 4 gloo ranks under torchrun share 2 core(s)") and "Where CPU ranks run" in note
+    assert launch.shared_core_note("nccl", trun) is None                 # GPU ranks: one per GPU
+    assert launch.shared_core_note("gloo", None) is None                 # commprof's own launcher
+    assert launch.shared_core_note("gloo", {**trun, "local_world": 2}) is None     # a core each
+    monkeypatch.setattr(launch, "autogroup_on", lambda: False)
+    assert launch.shared_core_note("gloo", trun) is None
+
+
 def test_torchrun_uses_given_ranks(tmp_path):
     out = str(tmp_path / "tr")
     env = dict(os.environ, PYTHONPATH=REPO)
@@ -230,6 +243,7 @@ def test_torchrun_uses_given_ranks(tmp_path):
     assert m["launch"] == "torchrun" and m["world_size"] == 2
     # ranks under torchrun keep the affinity they were given
     assert {r["cpu_affinity"] for r in m["ranks"]} == {runinfo.cpu_affinity()}
+    assert ("share" in res.stderr) == (len(os.sched_getaffinity(0)) < 2 and launch.autogroup_on())
     # asking for more ranks than torchrun started is refused on every rank
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                           "-m", "commprof", "sweep", "--tp", "4", "--out", str(tmp_path / "tr4")],
