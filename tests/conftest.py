@@ -114,12 +114,17 @@ def cli_inproc(tmp_path):
     return _run
 
 
-def sweep_rows(out):
-    """The rows of a results dir's sweep.csv, as dicts of strings."""
+def csv_rows(out, name):
+    """The rows of the CSV ``name`` in the results dir ``out``, as dicts of strings."""
     import csv
 
-    with open(os.path.join(out, "sweep.csv"), newline="") as f:
+    with open(os.path.join(out, name), newline="") as f:
         return list(csv.DictReader(f))
+
+
+def sweep_rows(out):
+    """The rows of a results dir's sweep.csv, as dicts of strings."""
+    return csv_rows(out, "sweep.csv")
 
 
 def results_meta(out):

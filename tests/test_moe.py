@@ -1,5 +1,4 @@
 """commprof moe: routing, placement, rebalancing (pure), the gloo dispatch/combine and the CLI."""
-import csv
 import json
 
 import numpy as np
@@ -7,6 +6,7 @@ import pytest
 
 from commprof import routing as moe
 from commprof.errors import UsageError
+from conftest import csv_rows
 
 
 @pytest.mark.parametrize("skew", ["uniform", "zipf:1.0", "hot:4", "hot:2:0.9"])
@@ -101,11 +101,6 @@ def test_ep_must_divide_experts():
         moe.contiguous(128, 3)
 
 
-def _rows(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def test_cli_run_writes_tables_and_charts_and_bytes_match(cli_inproc, tmp_path):
     out = tmp_path / "run"
     res = cli_inproc("moe", "--ep", "2,4", "--tokens", "1,16", "--skew", "uniform,zipf:1.2,hot:2",
@@ -113,11 +108,11 @@ def test_cli_run_writes_tables_and_charts_and_bytes_match(cli_inproc, tmp_path):
     assert res.returncode == 0, res.stderr
     for f in ("meta.json", "moe_steps.csv", "moe_ranks.csv", "moe_rank_load.png", "moe_latency_vs_skew.png"):
         assert (out / f).exists(), f
-    steps = _rows(out / "moe_steps.csv")
+    steps = csv_rows(out, "moe_steps.csv")
     assert len(steps) == 2 * 2 * 3 * 2
     assert all(r["status"] == "ok" and r["wrong"] == "0" for r in steps)
     assert all(float(r["slowdown"]) == 1.0 for r in steps if r["skew"] == "uniform")
-    ranks = _rows(out / "moe_ranks.csv")
+    ranks = csv_rows(out, "moe_ranks.csv")
     assert all(r["bytes_recv"] == r["bytes_recv_expected"] for r in ranks)
     # what each rank received equals what the routing sent it
     for r in ranks:

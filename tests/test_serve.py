@@ -20,6 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from conftest import csv_rows
+from conftest import results_meta as _meta
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -120,22 +123,11 @@ def real_server(tmp_path_factory):
 
 
 def _levels(out):
-    import csv
-
-    with open(os.path.join(out, "serve_levels.csv"), newline="") as f:
-        return list(csv.DictReader(f))
+    return csv_rows(out, "serve_levels.csv")
 
 
 def _requests(out):
-    import csv
-
-    with open(os.path.join(out, "serve_requests.csv"), newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _meta(out):
-    with open(os.path.join(out, "meta.json")) as f:
-        return json.load(f)
+    return csv_rows(out, "serve_requests.csv")
 
 
 def test_levels_against_transformers_serve(real_server, cli_inproc, tmp_path):
