@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from .items import Interconnect, Item, latency_stat, verdict
 from . import results
 from .errors import CommprofError, UsageError
+from .jsonfile import read_user_bytes
 from .views.check import markdown, render
 
 EXIT_CHECK_FAILED = 8
@@ -78,15 +79,7 @@ def parse_interconnect(spec: str | None) -> list[tuple[str, str]] | None:
 # --- thresholds ------------------------------------------------------------------------------------
 
 def _read_toml(path: str) -> dict:
-    if os.path.isdir(path):
-        raise UsageError(f"thresholds file '{path}': is a directory, not a TOML file")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise UsageError(f"thresholds file '{path}': not found") from None
-    except OSError as e:
-        raise UsageError(f"thresholds file '{path}': cannot read ({e.strerror})") from None
+    data = read_user_bytes(path, f"thresholds file '{path}'", ": is a directory, not a TOML file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

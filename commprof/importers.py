@@ -26,6 +26,7 @@ from datetime import datetime
 from . import results
 from .collectives import COLLECTIVES
 from .errors import UsageError, shown, warn
+from .jsonfile import read_user_bytes
 
 # nccl-tests binary (without _perf / _mpi) -> commprof op
 NCCL_TESTS_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -688,15 +689,7 @@ def _decode(label: str, data: bytes) -> str:
 def read_nccl_tests(path: str) -> list[Section]:
     """Parse one nccl-tests output file (text or ``-J`` JSON) into its runs."""
     label = os.path.basename(path)
-    if os.path.isdir(path):
-        raise UsageError(f"'{path}' is a directory; pass the nccl-tests output files")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise UsageError(f"'{path}': file not found") from None
-    except OSError as e:
-        raise UsageError(f"'{path}': cannot read ({e.strerror})") from None
+    data = read_user_bytes(path, f"'{path}'", " is a directory; pass the nccl-tests output files")
     text = _decode(label, data)
     if not text.strip():
         raise UsageError(f"'{label}' line 1: {EXPECTED} (the file is empty)")

@@ -1,9 +1,24 @@
-"""Reading a JSON object from a user's file with one-line errors that name the file and line."""
+"""Reading a user's file (its bytes, or one JSON object) with one-line errors that name the file."""
 from __future__ import annotations
 
 import json
+import os
 
 from .errors import UsageError
+
+
+def read_user_bytes(path: str, label: str, directory_hint: str | None = None) -> bytes:
+    """The whole file, or a UsageError of one line naming it by ``label``: not found, unreadable,
+    or (with ``directory_hint``, the rest of the sentence after ``label``) a directory."""
+    if directory_hint is not None and os.path.isdir(path):
+        raise UsageError(f"{label}{directory_hint}")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise UsageError(f"{label}: file not found") from None
+    except OSError as e:
+        raise UsageError(f"{label}: cannot read ({e.strerror or e})") from None
 
 
 def read_json_object(path: str, label: str) -> dict:
@@ -13,13 +28,7 @@ def read_json_object(path: str, label: str) -> dict:
     corrupt, an integer over Python's 4,300-digit limit, nested too deep, an array or a number at
     the top) is a UsageError of one line.
     """
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise UsageError(f"{label}: file not found") from None
-    except OSError as e:
-        raise UsageError(f"{label}: cannot read ({e.strerror or e})") from None
+    raw = read_user_bytes(path, label)
     bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0      # a UTF-8 byte order mark (some Windows editors)
     try:
         data = json.loads(raw[bom:].decode("utf-8"))

@@ -20,6 +20,7 @@ import re
 from . import results
 from ._version import __version__
 from .errors import UsageError, shown
+from .jsonfile import read_user_bytes
 from .runinfo import now_iso
 from .topo import NA, TOPO_JSON, _GPU_KEYS, classify_pairs, write_topology
 
@@ -37,15 +38,7 @@ MAX_LINKS_PER_GPU = 18
 
 def _read_text(path: str) -> str:
     label = shown(path, 200)
-    if os.path.isdir(path):
-        raise UsageError(f"{label} is a directory; pass the file holding nvidia-smi topo's output")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise UsageError(f"{label}: file not found") from None
-    except OSError as e:
-        raise UsageError(f"{label}: cannot read ({e.strerror})") from None
+    data = read_user_bytes(path, label, " is a directory; pass the file holding nvidia-smi topo's output")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         try:
             return data.decode("utf-16")
