@@ -122,6 +122,24 @@ def csv_rows(out, name):
         return list(csv.DictReader(f))
 
 
+def write_sweep_dir(d, meta: dict, rows) -> str:
+    """A synthetic results dir (made if missing): ``meta`` as meta.json and ``rows`` as sweep.csv
+    under the sweep's columns (a column a row does not give stays empty); the dir's path."""
+    import csv
+    import json
+
+    from commprof.results import COLUMNS
+
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "meta.json"), "w") as f:
+        json.dump(meta, f)
+    with open(os.path.join(d, "sweep.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return str(d)
+
+
 def sweep_rows(out):
     """The rows of a results dir's sweep.csv, as dicts of strings."""
     return csv_rows(out, "sweep.csv")

@@ -1,15 +1,14 @@
 """commprof check on recorded boxes: NVML answers of real box shapes + synthetic GPU results."""
-import csv
 import json
 import os
 import subprocess
 
 import pytest
+from conftest import write_sweep_dir
 from fake_nvml import FakeNVML
 
 from commprof import topo as T
 from commprof.check import EXIT_CHECK_FAILED, gather, load_thresholds, run_items
-from commprof.results import COLUMNS
 
 H100 = "h100-sxm-8x-nvswitch.json"
 RTX5090 = "rtx5090-8x-pcie-2socket.json"
@@ -24,15 +23,12 @@ def box(tmp_path, fixture, ar_p50_us, busbw_gbps, share_pct, name="box"):
     T.write_topology(T.collect_topology(FakeNVML(fixture)), str(d / "topo.json"))
     meta = {"kind": "measured", "backend": "nccl", "hosts": ["box"], "gpus": ["g"], "start_time": "t",
             "command": ["synthetic test data"], "model": {"name": "Qwen2.5-32B"}}
-    (d / "meta.json").write_text(json.dumps(meta))
     tp = len(T.collect_topology(FakeNVML(fixture))["gpus"])
-    with open(d / "sweep.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for size, p50, bus in ((16384, ar_p50_us, 1.0), (268435456, 5000.0, busbw_gbps)):
-            w.writerow({"op": "all_reduce", "tp": tp, "group": 0, "mode": "graph", "size_bytes": size, "count": 1,
-                        "iters": 1, "warmup": 0, "concurrent": 0, "latency_us_p50": p50,
-                        "latency_us_p99": p50 * 1.2, "busbw_gbps": bus, "wrong": 0, "status": "ok"})
+    write_sweep_dir(d, meta, [
+        {"op": "all_reduce", "tp": tp, "group": 0, "mode": "graph", "size_bytes": size, "count": 1,
+         "iters": 1, "warmup": 0, "concurrent": 0, "latency_us_p50": p50,
+         "latency_us_p99": p50 * 1.2, "busbw_gbps": bus, "wrong": 0, "status": "ok"}
+        for size, p50, bus in ((16384, ar_p50_us, 1.0), (268435456, 5000.0, busbw_gbps))])
     (d / "trace_summary.csv").write_text("kind,scaled,tp,batch,mode,ms_per_token,comm_share_pct\n"
                                          f"measured,0,{tp},1,graph,20.0,{share_pct}\n")
     return str(d)

@@ -1,17 +1,15 @@
 """The GPU breakers found by review, each reproduced on CPU: a full model's engine build, the
 memory guard's one shared decision, TP=1 rows that measure no communication, a trace dir whose
 run died before its first row."""
-import csv
-import json
 import os
 import sys
 
 import pytest
+from conftest import write_sweep_dir
 from fake_nvml import FakeNVML
 
 from commprof import trace as T
 from commprof.check import gather, load_thresholds, run_items
-from commprof.results import COLUMNS
 from microbench import decode_engine
 
 TOY = os.path.join(os.path.dirname(__file__), "data", "toy-dense-config.json")
@@ -114,17 +112,13 @@ def test_memory_guard_is_one_decision_from_nvml_without_a_cuda_context(monkeypat
 
 def _dir(tmp_path, name, tp, trace_rows=True):
     d = tmp_path / name
-    d.mkdir()
     meta = {"kind": "measured", "backend": "nccl", "hosts": ["box"], "gpus": ["NVIDIA H200"], "start_time": "t",
             "command": ["synthetic test data"], "model": {"name": "Qwen2.5-32B"}}
-    (d / "meta.json").write_text(json.dumps(meta))
-    with open(d / "sweep.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for size, p50, bus in ((16384, 3.0, 0.0), (268435456, 300.0, 900.0)):
-            w.writerow({"op": "all_reduce", "tp": tp, "group": 0, "mode": "graph", "size_bytes": size, "count": 1,
-                        "iters": 1, "warmup": 0, "concurrent": 0, "comm": "none (1 rank)" if tp == 1 else "collective",
-                        "latency_us_p50": p50, "latency_us_p99": p50, "busbw_gbps": bus, "wrong": 0, "status": "ok"})
+    write_sweep_dir(d, meta, [
+        {"op": "all_reduce", "tp": tp, "group": 0, "mode": "graph", "size_bytes": size, "count": 1,
+         "iters": 1, "warmup": 0, "concurrent": 0, "comm": "none (1 rank)" if tp == 1 else "collective",
+         "latency_us_p50": p50, "latency_us_p99": p50, "busbw_gbps": bus, "wrong": 0, "status": "ok"}
+        for size, p50, bus in ((16384, 3.0, 0.0), (268435456, 300.0, 900.0))])
     head = "kind,scaled,tp,batch,mode,ms_per_token,comm_share_pct\n"
     (d / "trace_summary.csv").write_text(head + (f"measured,0,{tp},1,graph,20.0,0.0\n" if trace_rows else ""))
     return str(d)

@@ -1,6 +1,6 @@
 """--timing per-call | back-to-back: rows and meta say which method made them, a resume never
 mixes the two in one table, and flags that cannot hold together are refused."""
-from conftest import results_meta, sweep_rows
+from conftest import results_meta, sweep_rows, write_sweep_dir
 
 
 def test_back_to_back_rows_are_marked_and_resume_keeps_the_method(cli_inproc, tmp_path):
@@ -49,29 +49,19 @@ def test_flags_that_do_not_hold_together(cli_inproc, tmp_path):
 def test_check_gap_and_fits_judge_one_method(tmp_path):
     """A dir holding both methods is judged on its per-call rows, and says so; a dir holding only
     back-to-back averages (e.g. imported nccl-tests logs) is judged on them, labelled as such."""
-    import csv
-    import json
-
     from commprof.check import gather
     from commprof.costmodel import fit_sweep
     from commprof.items import latency_stat
-    from commprof.results import COLUMNS
 
     def sweep_dir(name, timings):
-        d = tmp_path / name
-        d.mkdir()
-        (d / "meta.json").write_text(json.dumps({"kind": "measured", "backend": "nccl", "hosts": ["box"],
-                                                 "gpus": ["g"], "command": ["synthetic test data"]}))
-        with open(d / "sweep.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            for timing, p50 in timings:
-                for size in (4096, 65536):
-                    w.writerow({"op": "all_reduce", "tp": 8, "group": 0, "mode": "eager", "size_bytes": size,
-                                "count": 1, "iters": 1, "warmup": 0, "concurrent": 0, "timing": timing,
-                                "loop": 20 if timing == "back-to-back" else 1, "latency_us_p50": p50 + size / 1e4,
-                                "latency_us_p99": p50 * 2, "busbw_gbps": 1.0, "wrong": 0, "status": "ok"})
-        return str(d)
+        meta = {"kind": "measured", "backend": "nccl", "hosts": ["box"], "gpus": ["g"],
+                "command": ["synthetic test data"]}
+        return write_sweep_dir(tmp_path / name, meta, [
+            {"op": "all_reduce", "tp": 8, "group": 0, "mode": "eager", "size_bytes": size,
+             "count": 1, "iters": 1, "warmup": 0, "concurrent": 0, "timing": timing,
+             "loop": 20 if timing == "back-to-back" else 1, "latency_us_p50": p50 + size / 1e4,
+             "latency_us_p99": p50 * 2, "busbw_gbps": 1.0, "wrong": 0, "status": "ok"}
+            for timing, p50 in timings for size in (4096, 65536)])
 
     both = gather([sweep_dir("both", [("per-call", 30.0), ("back-to-back", 9.0)])])
     assert set(both.sweep["timing"]) == {"per-call"} and both.sweep_timing == "per-call"

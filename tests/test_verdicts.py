@@ -11,12 +11,11 @@ import json
 import os
 
 import pytest
-from conftest import REPO, one_line_error
+from conftest import REPO, one_line_error, write_sweep_dir
 
 from commprof.check import gather, load_thresholds, parse_interconnect, resolve_interconnect, run_items
 from commprof.errors import UsageError
 from commprof.importers import import_nccl_tests
-from commprof.results import COLUMNS
 
 SHARED = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "nccl-tests"))
 A100 = os.path.join(SHARED, "a100x8_dgx_allreduce_superbench_legacy.txt")
@@ -223,18 +222,14 @@ def test_wrong_results_make_import_exit_1_and_check_fail(cli_inproc, tmp_path):
 
 
 def test_measured_wrong_row_fails_check(tmp_path):
-    d = tmp_path / "sweep"
-    d.mkdir()
-    (d / "meta.json").write_text(json.dumps({"kind": "measured", "backend": "nccl", "hosts": ["h"],
-                                             "gpus": ["NVIDIA H100 80GB HBM3"], "command": ["test"]}))
-    with open(d / "sweep.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for size, wrong in ((4096, 0), (16384, 3)):
-            w.writerow({"op": "all_reduce", "tp": 8, "group": 0, "mode": "graph", "size_bytes": size, "count": 1,
-                        "iters": 1, "warmup": 0, "concurrent": 0, "latency_us_p50": 9.0, "latency_us_p99": 10.0,
-                        "busbw_gbps": 1.0, "wrong": wrong, "status": "WRONG" if wrong else "ok", "hosts": "h"})
-    by, _ = items_of(str(d))
+    meta = {"kind": "measured", "backend": "nccl", "hosts": ["h"], "gpus": ["NVIDIA H100 80GB HBM3"],
+            "command": ["test"]}
+    d = write_sweep_dir(tmp_path / "sweep", meta, [
+        {"op": "all_reduce", "tp": 8, "group": 0, "mode": "graph", "size_bytes": size, "count": 1,
+         "iters": 1, "warmup": 0, "concurrent": 0, "latency_us_p50": 9.0, "latency_us_p99": 10.0,
+         "busbw_gbps": 1.0, "wrong": wrong, "status": "WRONG" if wrong else "ok", "hosts": "h"}
+        for size, wrong in ((4096, 0), (16384, 3))])
+    by, _ = items_of(d)
     assert by["C16"].status == "FAIL" and by["C10"].status == "PASS" and by["C10"].item.endswith("(graph mode)")
 
 
