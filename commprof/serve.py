@@ -739,10 +739,12 @@ def run_serve(cfg: ServeConfig) -> int:
     lvl_table = results.TableAppender(os.path.join(out, SERVE_LEVELS_CSV), LEVEL_COLUMNS)
     done_levels: list[dict] = []
     status, error = "complete", None
+    queue_now = queue_hist          # the server's queue histogram as the next level starts
     try:
         for level in plan:
             rows: list[dict] = []
-            before = scrape_queue(cfg.url)[0] if queue_hist is not None else None
+            # the last level's closing scrape opens this one (scraped afresh only if that one failed)
+            before = queue_now if queue_now is not None or queue_hist is None else scrape_queue(cfg.url)[0]
             bar = view.level_progress(level["requests"], level)
             t_start = time.perf_counter()
             state = "complete"
@@ -758,8 +760,8 @@ def run_serve(cfg: ServeConfig) -> int:
                 req_table.write([_csv_row(r) for r in rows])
                 if rows:
                     summary = level_summary(level, rows, wall, state)
-                    after = scrape_queue(cfg.url)[0] if before is not None and state == "complete" else None
-                    summary.update(queue_figures(before, after))
+                    queue_now = scrape_queue(cfg.url)[0] if before is not None and state == "complete" else None
+                    summary.update(queue_figures(before, queue_now))
                     done_levels.append(summary)
             if rows and all(r["status"] in ("connect", "disconnect") and not r.get("http_status") for r in rows):
                 status = "failed"
