@@ -137,6 +137,7 @@ def sweep_run(launcher: str, timing: str) -> float:
 
 
 def main():
+    from commprof.launch import autogroup_on
     from commprof.runinfo import now_iso
 
     ap = argparse.ArgumentParser()
@@ -187,9 +188,7 @@ def main():
     res = measured(__file__, start, f"two gloo ranks, fp32 all_reduce: per-call loops on one or two cores, "
                                    f"back-to-back loops in one or two sessions, commprof sweep under its own "
                                    f"launcher and torchrun; {args.rounds} alternating rounds")
-    with open("/proc/sys/kernel/sched_autogroup_enabled") if os.path.exists(
-            "/proc/sys/kernel/sched_autogroup_enabled") else open(os.devnull) as f:
-        autogroup = f.read().strip() or "n/a"
+    autogroup = "1" if autogroup_on() else "0"
     res.update(rounds=rounds, summary=summary, slow_us=SLOW_US, sched_autogroup_enabled=autogroup,
                target=None, met=None)
     table.append("")
