@@ -40,12 +40,20 @@ def _fmt(v, digits=1):
 
 
 class _Progress:
-    def __init__(self, total: int):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    """A rich progress bar on stderr, labelled with what runs (``sweep``, ``trace``, ``serve
+    concurrency 4``), with the elapsed time and an estimate of the time left. Drawn on stderr so
+    that ``commprof sweep > log`` on a terminal still shows it; off when stderr is not a terminal
+    (a CI log gets no carriage-return noise)."""
 
-        self._p = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    def __init__(self, total: int, label: str):
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
+
+        self._p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True),
                            transient=True, disable=not sys.stderr.isatty())
-        self._task = self._p.add_task("sweep", total=total)
+        self._task = self._p.add_task(label, total=total)
         self._p.start()
 
     def advance(self, n: int = 1):
@@ -58,9 +66,9 @@ class _Progress:
         self._p.stop()
 
 
-def progress_bar(total: int) -> _Progress:
-    """A rich progress bar on stderr, shown only on a terminal."""
-    return _Progress(total)
+def progress_bar(total: int, label: str) -> _Progress:
+    """A progress bar of ``total`` steps on stderr, labelled ``label``, shown only on a terminal."""
+    return _Progress(total, label)
 
 
 def frame_table(df, title: str, console=None, width: int = 160) -> None:

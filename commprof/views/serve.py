@@ -7,7 +7,7 @@ import os
 import sys
 
 from .charts import _save
-from .console import frame_table
+from .console import frame_table, progress_bar
 
 #: The console table: column in serve_levels.csv -> header (the CSV holds every column).
 TABLE_COLUMNS = {"mode": "mode", "concurrency": "conc", "rate_rps": "req/s in", "ok": "ok", "errors": "err",
@@ -20,28 +20,11 @@ TABLE_COLUMNS = {"mode": "mode", "concurrency": "conc", "rate_rps": "req/s in", 
 _OPTIONAL = ("rate_rps", "error_kinds", "queue_ms_mean", "queue_ms_p99")
 
 
-class _LevelProgress:
-    """A rich progress bar on stderr for one level (shown only on a terminal)."""
-
-    def __init__(self, total: int, label: str):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           transient=True, disable=not sys.stderr.isatty())
-        self._task = self._p.add_task(label, total=total)
-        self._p.start()
-
-    def advance(self, n: int = 1):
-        self._p.advance(self._task, n)
-
-    def close(self):
-        self._p.stop()
-
-
-def level_progress(total: int, level: dict) -> _LevelProgress:
+def level_progress(total: int, level: dict):
+    """The progress bar of one level (:func:`commprof.views.console.progress_bar`)."""
     what = (f"concurrency {level['concurrency']}" if level["mode"] == "closed"
             else f"{level['rate_rps']:g} req/s")
-    return _LevelProgress(total, f"serve {what}")
+    return progress_bar(total, f"serve {what}")
 
 
 def knee_line(meta: dict) -> str:
