@@ -88,3 +88,79 @@ def test_setup_sh_announces_each_step_when_pip_succeeds(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "installing commprof in editable mode" in p.stderr and "s so far" in p.stderr
     assert "commprof ready" in p.stdout
+
+
+def _record_console():
+    from rich.console import Console
+
+    return Console(record=True, width=200, file=io.StringIO())
+
+
+def test_sweep_table_shows_samples_the_rank_average_mean_algbw_and_nccl_tests_avg_busbw(gloo_sweep):
+    from commprof.results import load
+    from commprof.views.sweep import avg_busbw, print_table
+
+    res = load(gloo_sweep)
+    df, c = res.tables["sweep"], _record_console()
+    print_table(df, res.meta, console=c)
+    text = c.export_text()
+    for header in (" n ", "rank-avg mean us", "algbw GB/s", "busbw GB/s"):
+        assert header in text
+    d0 = df[(df["group"] == 0) & (df["op"] == "all_reduce")]
+    want = d0["busbw_gbps"].mean()
+    assert f"# Avg bus bandwidth: {want:.3f} GB/s  (all_reduce TP=2 eager, mean busbw over its {d0['size_bytes'].nunique()} sizes" in text
+    assert "p99 over 3 samples is the largest one" in text        # the fixture times --iters 3
+    avg = avg_busbw(df)
+    assert set(avg["op"]) == set(df["op"]) and (avg["sizes"] == 2).all()   # --batch 1,8: two sizes per op
+
+
+def _captured_figures(monkeypatch, module):
+    """Run a view's chart function with its ``_save`` swapped for one that keeps the figure."""
+    figs = []
+
+    def keep(fig, path, *a, **k):
+        figs.append(fig)
+        return path
+
+    monkeypatch.setattr(module, "_save", keep)
+    return figs
+
+
+def _tick_texts(axis):
+    import matplotlib.pyplot as plt
+
+    axis.axes.figure.canvas.draw()
+    return [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
+
+
+def test_sweep_charts_label_batches_draw_p95_whiskers_and_plain_log_ticks(gloo_sweep, monkeypatch, tmp_path):
+    import commprof.views.sweep as view
+    from commprof.results import load
+
+    res = load(gloo_sweep)
+    figs = _captured_figures(monkeypatch, view)
+    view.charts(res.tables["sweep"], res.meta, str(tmp_path))
+    lat, bus = figs
+    ax = lat.axes[0]
+    assert {t.get_text() for t in ax.texts} == {"b=1", "b=8"}
+    assert len(ax.containers) == 1                          # one TP: one set of p50->p95 whiskers
+    for f in figs:
+        for a in f.axes:
+            labels = _tick_texts(a.yaxis)
+            assert labels and not any("times" in t or "^" in t for t in labels), labels   # no 6x10^-1
+            assert [t.get_text() for t in a.yaxis.get_minorticklabels() if t.get_text()] == []
+    assert lat._suptitle.get_text().startswith("commprof sweep on ")
+
+
+def test_imported_charts_are_titled_by_the_tool_and_file_they_came_from(tmp_path):
+    from commprof.views.charts import _provenance, chart_source
+
+    meta = {"kind": "imported", "verb": "import", "what": "nccl-tests output imported as a sweep",
+            "hosts": ["localhost"], "gpus": ["A100-SXM4-40GB"], "backend": "nccl", "start_time": "t",
+            "source_files": [{"path": "/x/a100.txt"}], "command": ["commprof", "import"], "label": "A100 box"}
+    assert chart_source(meta) == "nccl-tests on A100-SXM4-40GB (imported) [A100 box]"
+    assert _provenance(meta).startswith("imported from a100.txt, backend nccl")
+    kineto = {"kind": "imported", "verb": "import", "source": "kineto", "hosts": [], "gpus": ["H100"],
+              "backend": "nccl", "source_files": [{"path": "/t/trace.json"}]}
+    assert chart_source(kineto) == "Kineto trace on H100 (imported)"
+    assert "imported on ," not in _provenance(kineto) and "trace.json" in _provenance(kineto)
