@@ -855,7 +855,7 @@ def serve_items(ev, th) -> list[Item]:
         p99, p50 = float(row[f"{metric}_ms_p99"]), float(row[f"{metric}_ms_p50"])
         pass_ms, warn_ms = t[f"{metric}_p99_pass_ms"], t[f"{metric}_p99_warn_ms"]
         status = "PASS" if p99 <= pass_ms else "WARN" if p99 <= warn_ms else "FAIL"
-        items.append(Item(sid, f"{name} at concurrency {t['concurrency']}", status,
+        items.append(Item(sid, f"{name} at concurrency {c}", status,
                           f"{p99:.1f} ms at concurrency {c}{note} (p50 {p50:.1f} ms) ({kind})",
                           f"PASS <= {pass_ms:g} ms, WARN <= {warn_ms:g} ms", t["source"],
                           "" if status == "PASS" else _SERVE_HINTS[metric]))
@@ -870,7 +870,7 @@ def serve_items(ev, th) -> list[Item]:
         "WARN" if growth <= t["jitter_growth_warn"] else "FAIL"
     if errors and status in ("PASS", "SKIP"):
         status = "WARN"
-    items.append(Item("S3", f"sustained output rate and jitter at concurrency {t['concurrency']}", status, value,
+    items.append(Item("S3", f"sustained output rate and jitter at concurrency {c}", status, value,
                       f"jitter growth PASS <= {t['jitter_growth_pass']:g}x, WARN <= {t['jitter_growth_warn']:g}x; "
                       "any failed request WARN", t["source"],
                       "" if status == "PASS" else "look at the failed requests (serve_requests.csv) and at queueing: "

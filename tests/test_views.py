@@ -164,3 +164,95 @@ def test_imported_charts_are_titled_by_the_tool_and_file_they_came_from(tmp_path
               "backend": "nccl", "source_files": [{"path": "/t/trace.json"}]}
     assert chart_source(kineto) == "Kineto trace on H100 (imported)"
     assert "imported on ," not in _provenance(kineto) and "trace.json" in _provenance(kineto)
+
+
+def test_frame_table_prints_fixed_decimals_per_column_with_thousands_separators():
+    import pandas as pd
+
+    from commprof.views.console import frame_table
+
+    c = _record_console()
+    frame_table(pd.DataFrame({"conc": [1, 16], "TTFT p50 ms": [40.7007, 19312.5], "jitter": [1.4172, 1.0]}), "t",
+                console=c)
+    text = c.export_text()
+    assert "e+" not in text and "19,312" in text and "41" in text and "1.42" in text and "1.00" in text
+
+
+def test_serve_latency_columns_that_run_into_thousands_of_ms_are_shown_in_seconds():
+    import pandas as pd
+
+    from commprof.views.serve import in_seconds
+
+    t = in_seconds(pd.DataFrame({"TTFT p99 ms": [83.5, 19312.0], "TPOT p99 ms": [11.0, 30.4]}))
+    assert list(t.columns) == ["TTFT p99 s", "TPOT p99 ms"]
+    assert t["TTFT p99 s"].tolist() == [0.0835, 19.312]
+
+
+def test_check_serve_titles_name_the_concurrency_actually_judged():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from commprof.check import load_thresholds, serve_items
+
+    levels = pd.DataFrame([{"mode": "closed", "concurrency": c, "ok": 8, "errors": 0, "requests": 8,
+                            "ttft_ms_p50": 50.0, "ttft_ms_p99": 90.0, "tpot_ms_p50": 8.0, "tpot_ms_p99": 12.0,
+                            "output_tokens_per_s": 100.0 * c, "requests_per_s": 3.0 * c,
+                            "jitter_tpot_p99_p50": 1.5, "jitter_growth": 1.0} for c in (1, 2, 4)])
+    th = load_thresholds()
+    assert th["serve"]["concurrency"] != 4           # the thresholds ask for another level than the dir's top
+    items = serve_items(SimpleNamespace(serve=levels, serve_meta={"kind": "measured"}), th)
+    assert [i.item.rsplit(" ", 1)[-1] for i in items] == ["4", "4", "4"]
+    assert "(the dir's nearest level, not" in items[0].value
+
+
+def test_plan_says_input_buffers_and_bytes_on_the_wire_apart():
+    from commprof.models import get_model
+    from commprof.planner import build_plan
+    from commprof.views.plan import wire_bytes_per_rank
+
+    plan = build_plan(get_model("Qwen2.5-32B"), tp=4, batch=1, context=4096)
+    ar = [s for s in plan.sites if s.op == "all_reduce"]
+    assert wire_bytes_per_rank(ar, 4) == round(sum(s.size_bytes for s in ar) * 1.5)   # 2(n-1)/n at n=4
+    ag = [s for s in plan.sites if s.op == "all_gather"]
+    assert wire_bytes_per_rank(ag, 4) == round(sum(s.size_bytes for s in ag) * 0.75)  # (n-1)/n of the output
+
+
+def _moe():
+    import os
+
+    from commprof.results import load
+
+    return load(os.path.join(os.path.dirname(__file__), "data", "moe-gloo-cpu"))
+
+
+def test_moe_summary_is_a_table_and_marks_slowdowns_below_1x_as_noise():
+    from commprof.views.moe import summary_lines, summary_table
+
+    steps = _moe().tables["moe_steps"]
+    table = summary_table(steps)
+    assert len(table) == steps.groupby(["ep", "tokens", "skew"]).ngroups
+    assert list(table.columns[:4]) == ["ep", "tokens", "skew", "imbalance"] and "rebal. slowdown" in table.columns
+    below = int((steps["slowdown"] < 1).sum())
+    cells = table[["slowdown", "rebal. slowdown"]].to_numpy().ravel()
+    assert below > 0 and sum(str(c).endswith("(noise)") for c in cells) == below
+    lines = summary_lines(steps)
+    assert lines[0].startswith("commprof moe:") and any(l.startswith(f"{below} slowdown(s) below 1x") for l in lines)
+
+
+def test_moe_latency_chart_pairs_each_token_counts_colours_on_a_log_axis(monkeypatch, tmp_path):
+    import matplotlib.colors as mc
+
+    import commprof.views.moe as view
+
+    res = _moe()
+    figs = _captured_figures(monkeypatch, view)
+    view.charts(res.tables["moe_steps"], res.tables["moe_ranks"], res.meta, str(tmp_path))
+    ax = figs[1].axes[0]
+    assert ax.get_yscale() == "log"
+    lines = {l.get_label(): mc.to_hex(l.get_color()) for l in ax.get_lines()}
+    assert len(set(lines.values())) == len(lines) == 4
+    for tok in (1, 16):               # contiguous and rebalanced of one token count: one hue, two shades
+        a = mc.rgb_to_hsv(mc.to_rgb(lines[f"{tok} tok, contiguous"]))
+        b = mc.rgb_to_hsv(mc.to_rgb(lines[f"{tok} tok, rebalanced"]))
+        assert abs(a[0] - b[0]) < 0.05 and b[1] < a[1]

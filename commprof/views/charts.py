@@ -79,7 +79,7 @@ def size_axes(ax, xlabel: str, ylabel: str, title: str | None = None) -> None:
     ax.grid(True, which="both", alpha=0.3)
 
 
-def _save(fig, path: str, provenance: str, size: float = 6, top: float = 1.0, dpi: int = 100) -> str:
+def _save(fig, path: str, provenance: str, size: float = 7.5, top: float = 1.0, dpi: int = 100) -> str:
     """Every chart carries its provenance line at the bottom; ``top`` < 1 leaves room for a suptitle."""
     import matplotlib.pyplot as plt
 

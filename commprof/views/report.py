@@ -260,13 +260,15 @@ def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str
 
 
 def moe_section(res, level: int = 2, prefix: str = "") -> Section:
-    from .moe import LATENCY_PNG as MOE_LATENCY_PNG, LOAD_PNG, charts, summary_lines
+    from .moe import LATENCY_PNG as MOE_LATENCY_PNG, LOAD_PNG, charts, noise_note, summary_table
 
     steps, ranks = res.tables["moe_steps"], res.tables.get("moe_ranks")
+    table = summary_table(steps)
     if ranks is not None and any(not os.path.exists(os.path.join(res.path, c)) for c in (LOAD_PNG, MOE_LATENCY_PNG)):
         charts(steps, ranks, res.meta, res.path)
     return Section(f"{prefix}MoE: expert-parallel all-to-all under skewed routing", level=level,
-                   prov=prov_line(res.meta, "moe"), bullets=summary_lines(steps),
+                   prov=prov_line(res.meta, "moe"), bullets=noise_note(steps),
+                   tables=[Table(tuple(table.columns), [tuple(r) for r in table.itertuples(index=False)])],
                    images=[p for p in (os.path.join(res.path, c) for c in (LOAD_PNG, MOE_LATENCY_PNG))
                            if os.path.exists(p)])
 

@@ -58,12 +58,28 @@ def summary_lines(levels, meta: dict) -> list[str]:
     return lines
 
 
+#: A latency column whose largest value reaches this many ms is shown in seconds.
+SECONDS_FROM_MS = 10_000
+
+
+def in_seconds(table):
+    """The table with each ``... ms`` column that runs into ten thousands of ms shown in seconds
+    (``TTFT p99 s``): 19.3 s reads where 19,300 ms does not."""
+    table = table.copy()
+    for c in list(table.columns):
+        if str(c).endswith(" ms") and table[c].dtype.kind in "iuf" and table[c].max() >= SECONDS_FROM_MS:
+            table[c] = table[c] / 1000.0
+            table = table.rename(columns={c: str(c)[:-3] + " s"})
+    return table
+
+
 def render(levels, meta: dict, out: str, charts: bool = True, echo=print,
            note=lambda line: print(line, file=sys.stderr)) -> list[str]:
     """Print the level table and the knee; draw the charts into ``out``; the chart paths."""
     cols = [c for c in TABLE_COLUMNS if c in levels.columns
             and not (c in _OPTIONAL and levels[c].isna().all() | (levels[c].astype(str) == "").all())]
-    frame_table(levels[cols].rename(columns=TABLE_COLUMNS), f"commprof serve ({meta.get('kind', 'measured')}; {out})")
+    frame_table(in_seconds(levels[cols].rename(columns=TABLE_COLUMNS)),
+                f"commprof serve ({meta.get('kind', 'measured')}; {out})")
     for line in summary_lines(levels, meta):
         echo(line)
     paths = serve_charts(levels, meta, out) if charts else []

@@ -215,5 +215,5 @@ def charts(df, meta: dict, out_dir: str) -> list[str]:
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8, loc="best")
         fig.suptitle(f"{chart_source(meta)}: {ylabel.split(' (')[0]} vs message size", fontsize=11)
-        written.append(_save(fig, os.path.join(out_dir, fname), _provenance(meta), size=7, top=0.95, dpi=110))
+        written.append(_save(fig, os.path.join(out_dir, fname), _provenance(meta), size=7.5, top=0.95, dpi=110))
     return written
