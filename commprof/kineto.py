@@ -24,6 +24,7 @@ On CPU-only traces (gloo) the collectives are CPU ops and the compute is the oth
 """
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -182,6 +183,7 @@ class RankTrace:
     graph: bool = False
     span: tuple = (math.inf, -math.inf)
     kernels: int = 0
+    producer: dict = field(default_factory=dict)    # commprof trace.json's own header: model, layers run
 
 
 class _Collector:
@@ -382,7 +384,8 @@ def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
     out = []
     for gpid, (rank, run) in groups.items():
         own = (lambda pid: True) if gpid is None else (lambda pid, g=gpid: pid == g)
-        rt = RankTrace(rank=rank, world=world, path=path, run=run, backend=info.get("backend"), gpus=gpus)
+        rt = RankTrace(rank=rank, world=world, path=path, run=run, backend=info.get("backend"), gpus=gpus,
+                       producer=header["commprof"] if isinstance(header.get("commprof"), dict) else {})
         rt.span = (col.span[0] + base_us, col.span[1] + base_us)
         for pid, cls, name, ts, dur, corr, args in col.gpu_events:
             if not own(pid):
@@ -795,6 +798,7 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     if not any(r.kernels or r.colls for r in ranks):
         raise UsageError(f"{', '.join(repr(p) for p in paths)}: no GPU kernels and no CPU collectives in the trace; "
                          "capture with torch.profiler activities=[CPU, CUDA] around the decode steps")
+    shape, layers_run, layers_note = _producer_shape(ranks, shape)
     runs: dict = {}
     for r in ranks:
         runs.setdefault(r.run, []).append(r)
@@ -808,8 +812,10 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         dtype = next((_DTYPE_NAMES.get(c.dtype or "", None) for c in colls if _DTYPE_NAMES.get(c.dtype or "")), "bf16")
         plan = None
         if shape is not None and run_tp > 1:
-            plan = decode_collectives(shape, run_tp, 1, dtype=dtype)
+            plan = decode_collectives(_with_layers(shape, layers_run), run_tp, 1, dtype=dtype)
         att = attribute_run(rs, step_re, plan)
+        if layers_note:
+            att["notes"].insert(0, layers_note)
         if len(rs) < run_tp:
             att["notes"].insert(0, f"{len(rs)} of the TP group's {run_tp} ranks imported: transfer and wait are "
                                    "split over these ranks only (a single rank has no wait)")
@@ -819,10 +825,11 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         batch = int(lab.get("batch", 0)) or _batch_from_sizes(shape, colls, dtype) or 1
         common = {"kind": "imported", "tp": run_tp, "batch": batch, "mode": mode, "phase": "decode"}
         L = shape.layers if shape else ""
-        tok_rows += [{**common, "scaled": 0, "layers_run": L, "layers_model": L, **t} for t in att["tokens"]]
+        ran = layers_run or L
+        tok_rows += [{**common, "scaled": 0, "layers_run": ran, "layers_model": L, **t} for t in att["tokens"]]
         lay_rows += [{**common, **r} for r in att["layers"]]
         summ = summarize(att["tokens"], batch, att["collectives_per_step"])
-        sum_rows.append({**common, "scaled": 0, "layers_run": L, "layers_model": L, **summ})
+        sum_rows.append({**common, "scaled": 0, "layers_run": ran, "layers_model": L, **summ})
         step_rows += [{**common, **r} for r in att["steps"]]
         coll_rows += [{**common, **r} for r in att["collectives"]]
         rank_rows += [{**common, **r} for r in att["ranks"]]
@@ -848,7 +855,7 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         "world_size": max((r.world or 0 for r in ranks), default=0) or len({r.rank for r in ranks}),
         "ranks": sorted({r.rank for r in ranks}),
         "model": shape.to_dict() if shape else {"name": "unknown (no --model given)"},
-        "scaled": False, "scaling": "as captured (every layer the engine ran)",
+        "scaled": False, "scaling": layers_note or "as captured (every layer the engine ran)",
         "step_marker": step_marker, "runs": accounts,
         "config": {"dtype": dtype, "tp": tp},
         "columns": {
@@ -880,6 +887,41 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     write_table(os.path.join(out_dir, KINETO_RANKS_CSV), RANK_COLUMNS, rank_rows)
     results.finish_meta(out_dir, "complete")
     return {"out_dir": out_dir, "runs": accounts, "files": files}
+
+
+def _producer_shape(ranks, shape):
+    """What a commprof ``trace.json`` says about itself: its model (used when no ``--model`` is
+    given) and how many of its layers the engine ran. Returns (shape, layers run or None, a note
+    when the timeline holds fewer layers than the model: its per-step figures are of those layers,
+    not scaled to the whole model)."""
+    from .models import ModelShape, get_model
+
+    head = next((r.producer for r in ranks if r.producer), {})
+    if shape is None and head.get("model"):
+        try:
+            shape = get_model(str(head["model"]))
+        except UsageError:
+            d = head.get("model_shape")
+            if isinstance(d, dict):
+                try:
+                    names = {f.name for f in dataclasses.fields(ModelShape)}
+                    shape = ModelShape(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()
+                                          if k in names})
+                except (TypeError, ValueError):
+                    shape = None
+    run, total = head.get("layers_run"), head.get("layers_model")
+    if not (isinstance(run, int) and isinstance(total, int) and 0 < run < total) or shape is None:
+        return shape, None, ""
+    return shape, run, (f"a commprof trace timeline of {run} of {total} layers (trace --layers {run}): per-step "
+                        f"figures are of the {run} layer(s) run, not scaled to {total}; the trace's own "
+                        "trace_summary.csv holds the scaled figures")
+
+
+def _with_layers(shape, layers: int | None):
+    """``shape`` cut to its first ``layers`` layers (the plan of a timeline that ran only those)."""
+    if not layers or layers >= shape.layers:
+        return shape
+    return dataclasses.replace(shape, layers=layers)
 
 
 def _batch_from_sizes(shape, colls, dtype: str) -> int | None:

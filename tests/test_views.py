@@ -256,3 +256,66 @@ def test_moe_latency_chart_pairs_each_token_counts_colours_on_a_log_axis(monkeyp
         a = mc.rgb_to_hsv(mc.to_rgb(lines[f"{tok} tok, contiguous"]))
         b = mc.rgb_to_hsv(mc.to_rgb(lines[f"{tok} tok, rebalanced"]))
         assert abs(a[0] - b[0]) < 0.05 and b[1] < a[1]
+
+
+def test_trace_memory_guard_shares_cpu_memory_among_the_ranks_that_build_engines_only(monkeypatch):
+    import commprof.trace as T
+    from commprof.models import get_model
+
+    model = get_model("Qwen2.5-32B").to_dict()
+    need = {tp: T.engine_bytes_per_rank(model, tp, 1, 4096, 2, "bf16")["total_bytes"] for tp in (2, 4, 8)}
+    machine = int(max(tp * n for tp, n in need.items()) * 1.01)
+    assert machine / 8 < need[2]            # dividing by all 8 ranks started would refuse TP=2
+    monkeypatch.setattr(T, "available_bytes_per_rank", lambda backend, n: (machine // n, f"test: {n} ranks"))
+    layers, report = T.memory_guard(model, [2, 4, 8], [1], 4096, 2, "bf16", "gloo", ranks_on_node=8)
+    assert layers == 2 and report["needed_bytes_per_rank"] <= report["available_bytes_per_rank"]
+    import pytest
+
+    from commprof.errors import UsageError
+
+    monkeypatch.setattr(T, "available_bytes_per_rank", lambda backend, n: (machine // (2 * n), f"test: {n} ranks"))
+    with pytest.raises(UsageError, match=r"at tp=\d+ needs .* per rank for 2 layers"):
+        T.memory_guard(model, [2, 4, 8], [1], 4096, 2, "bf16", "gloo", ranks_on_node=8)
+
+
+def test_trace_charts_integral_ticks_seconds_past_a_thousand_ms_and_legend_off_the_bars(gloo_trace, monkeypatch,
+                                                                                        tmp_path):
+    import commprof.views.trace as view
+    from commprof.results import load
+
+    res = load(gloo_trace)
+    t = res.tables
+    figs = _captured_figures(monkeypatch, view)
+    view.trace_charts(t["trace_tokens"], t["trace_layers"], t["trace_summary"], res.meta, str(tmp_path))
+    tokens, heat = figs[0], figs[1]
+    for ax in tokens.axes:
+        if ax.get_visible() and ax.has_data():
+            assert ax.get_legend() is None                   # the legend sits above the panels
+            assert all(float(v).is_integer() for v in ax.get_xticks()), ax.get_xticks()
+    assert [x.get_text() for x in tokens.legends[0].get_texts()] == ["compute", "transfer", "wait", "gaps"]
+    hax = heat.axes[0]
+    assert [x.get_text() for x in hax.get_yticklabels()] == ["0", "1"]      # --layers 2: two whole layers
+    assert "(2 of 8 layers run)" in hax.get_title()
+    scaled = t["trace_tokens"].copy()
+    for c in ("compute_us", "transfer_us", "wait_us", "gaps_us"):
+        scaled[c] = scaled[c] * 1e4                       # tokens of seconds: the axis says s
+    figs.clear()
+    view.trace_charts(scaled, t["trace_layers"], t["trace_summary"], res.meta, str(tmp_path))
+    assert figs[0].axes[0].get_ylabel().startswith("s per token")
+    assert view.time_unit(999.0) == (1.0, "ms") and view.time_unit(1000.0) == (1e3, "s")
+
+
+def test_import_kineto_reads_what_commprofs_own_trace_json_says_about_itself(gloo_trace, tmp_path):
+    import json
+    import os
+
+    from commprof.kineto import import_kineto
+
+    head = json.load(open(os.path.join(gloo_trace, "trace.json")))["commprof"]
+    assert (head["layers_run"], head["layers_model"]) == (2, 8) and head["model_shape"]["layers"] == 8
+    acc = import_kineto([os.path.join(gloo_trace, "trace.json")], str(tmp_path / "k"))   # no --model given
+    run = acc["runs"][0]
+    assert run["plan_collectives_per_step"] == 1 + 2 * 2 + 1 and run["matches_plan"]   # embed, 2 x 2 layers, logits
+    assert run["notes"][0].startswith("a commprof trace timeline of 2 of 8 layers")
+    meta = json.load(open(tmp_path / "k" / "meta.json"))
+    assert meta["model"]["layers"] == 8 and "not scaled" in meta["scaling"]

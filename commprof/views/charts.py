@@ -7,17 +7,22 @@ import os
 from ..units import human_bytes
 
 
-def _provenance(meta: dict) -> str:
-    """The provenance line of a results dir's charts: kind, hosts, backend, GPUs, time, command;
-    an imported dir names the file it came from instead of hosts it never ran on."""
-    cmd = " ".join(meta.get("command", [])) or "?"
+def where_from(meta: dict) -> str:
+    """Where a results dir's numbers come from: ``measured on vm``, or ``imported from a100.txt``
+    (an import names its file, not hosts it never ran on)."""
     hosts = [h for h in (meta.get("hosts") or []) if h]
-    gpus = [g for g in (meta.get("gpus") or []) if g]
     kind = meta.get("kind", "measured")
     files = [os.path.basename(f.get("path", "")) for f in meta.get("source_files") or [] if isinstance(f, dict)]
-    where = (f"imported from {', '.join(f for f in files if f) or 'a file'}" if kind == "imported"
-             else f"{kind} on {', '.join(hosts) or '?'}")
-    return (f"{where}, backend {meta.get('backend') or '?'}, GPUs {', '.join(gpus) or '?'}, "
+    if kind == "imported":
+        return f"imported from {', '.join(f for f in files if f) or 'a file'}"
+    return f"{kind} on {', '.join(hosts) or '?'}"
+
+
+def _provenance(meta: dict) -> str:
+    """The provenance line of a results dir's charts: where from, backend, GPUs, time, command."""
+    cmd = " ".join(meta.get("command", [])) or "?"
+    gpus = [g for g in (meta.get("gpus") or []) if g]
+    return (f"{where_from(meta)}, backend {meta.get('backend') or '?'}, GPUs {', '.join(gpus) or '?'}, "
             f"{meta.get('start_time', '?')}; command: {cmd}")
 
 
@@ -25,11 +30,11 @@ def chart_source(meta: dict) -> str:
     """Who made a results dir's numbers, for a chart's title: ``commprof sweep on vm`` for a
     measured run, ``nccl-tests on A100-SXM4-40GB (imported)`` for an import, with its ``--label``."""
     label = f" [{meta['label']}]" if meta.get("label") else ""
-    gpus = ", ".join(dict.fromkeys(g for g in (meta.get("gpus") or []) if g))
+    gpus = ", ".join(dict.fromkeys(g for g in (meta.get("gpus") or []) if g and not str(g).startswith("unknown")))
     if meta.get("kind") == "imported" or meta.get("verb") == "import":
         tool = ("Kineto trace" if meta.get("source") == "kineto" else
                 "nccl-tests" if "nccl-tests" in str(meta.get("what", "")) else "a file")
-        return f"{tool} on {gpus or '?'} (imported){label}"
+        return f"{tool}{' on ' + gpus if gpus else ''} (imported){label}"
     hosts = ", ".join(h for h in (meta.get("hosts") or []) if h) or "?"
     return f"commprof {meta.get('verb') or 'sweep'} on {hosts}{label}"
 
