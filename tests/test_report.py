@@ -74,5 +74,5 @@ def test_report_has_a_moe_section(cli_inproc, gloo_sweep, tmp_path):
     assert res.returncode == 0, res.stderr
     html = (tmp_path / "rep" / "report.html").read_text()
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "MoE: expert-parallel all-to-all under skewed routing" in html and "ep 2 tokens 8 hot:2" in md
+    assert "MoE: expert-parallel all-to-all under skewed routing" in html and "| 2 | 8 | hot:2 |" in md
     assert html.count("data:image/png;base64,") == 5          # 2 sweep charts + the gap chart + 2 MoE charts

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .charts import _save
+from .charts import _save, plain_log_ticks
 from .console import frame_table, progress_bar
 
 #: The console table: column in serve_levels.csv -> header (the CSV holds every column).
@@ -128,31 +128,35 @@ def serve_charts(levels, meta: dict, out: str) -> list[str]:
         ax.set_xticks(list(x))
         ax.set_xticklabels([f"{int(v)}" for v in x])
         ax.set_xlabel("concurrency (requests in flight, closed loop)")
-        ax.set_ylabel("ms")
-        ax.set_ylim(bottom=0)
+        if name == "ttft":
+            # TTFT grows by orders of magnitude with queueing: a log axis keeps concurrency 1 visible
+            ax.set_yscale("log")
+            plain_log_ticks(ax.yaxis)
+            ax.set_ylabel("ms (log)")
+        else:
+            ax.set_ylabel("ms")
+            ax.set_ylim(bottom=0)
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     paths.append(_save(fig, os.path.join(out, "serve_latency.png"), _provenance(meta)))
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(x, df["output_tokens_per_s"], "o-", color="C0", label="output tokens/s")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(x))
-    ax.set_xticklabels([f"{int(v)}" for v in x])
-    ax.set_xlabel("concurrency (requests in flight, closed loop)")
-    ax.set_ylabel("output tokens/s")
-    ax2 = ax.twinx()
-    ax2.plot(x, df["requests_per_s"], "s--", color="C1", label="requests/s")
-    ax2.set_ylabel("requests/s")
-    ax.set_ylim(bottom=0, top=float(df["output_tokens_per_s"].max()) * 1.25)
-    ax2.set_ylim(bottom=0, top=float(df["requests_per_s"].max()) * 1.25)
-    if knee is not None:
-        ax.axvline(knee, color="C2", lw=1.5, label=f"knee: {knee} (highest level meeting the SLOs)")
-    ax.set_title("Sustained output rate vs concurrency")
-    ax.grid(alpha=0.3)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+    # two panels, each on its own scale: on one twin-axis plot the two rates (requests/s times the
+    # tokens per request) drew as one line
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, col, what, style, color in ((axes[0], "output_tokens_per_s", "output tokens/s", "o-", "C0"),
+                                        (axes[1], "requests_per_s", "requests/s", "s--", "C1")):
+        ax.plot(x, df[col], style, color=color, label=what)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([f"{int(v)}" for v in x])
+        ax.set_xlabel("concurrency (requests in flight, closed loop)")
+        ax.set_ylabel(what)
+        ax.set_ylim(bottom=0, top=float(df[col].max()) * 1.15)
+        if knee is not None:
+            ax.axvline(knee, color="C2", lw=1.5, label=f"knee: {knee} (highest level meeting the SLOs)")
+        ax.set_title(f"Sustained {what} vs concurrency", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
     paths.append(_save(fig, os.path.join(out, "serve_throughput.png"), _provenance(meta)))
     return paths
