@@ -91,8 +91,38 @@ def driver_version() -> str:
         return "n/a"
 
 
+def commprof_commit() -> str:
+    """The git commit commprof runs from when it is a checkout (``abc123...``, ``+ local changes``
+    when tracked files differ from it), else ``n/a (not a git checkout)``: two runs of the same
+    version number from different commits are told apart."""
+    return _commit(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _commit(root: str, _cache: dict = {}) -> str:  # noqa: B006 - one answer per process
+    if root in _cache:
+        return _cache[root]
+    import subprocess
+
+    answer = "n/a (not a git checkout)"
+    if os.path.exists(os.path.join(root, ".git")):
+        try:
+            head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                  timeout=5)
+            if head.returncode == 0 and head.stdout.strip():
+                answer = head.stdout.strip()
+                dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                                       capture_output=True, text=True, timeout=5)
+                if dirty.returncode == 0 and dirty.stdout.strip():
+                    answer += " + local changes"
+        except (OSError, subprocess.SubprocessError):
+            answer = "n/a (git not runnable)"
+    _cache[root] = answer
+    return answer
+
+
 def versions() -> dict:
-    out = {"commprof": __version__, "python": sys.version.split()[0], "torch": "n/a",
+    out = {"commprof": __version__, "commprof_commit": commprof_commit(), "python": sys.version.split()[0],
+           "torch": "n/a",
            "cuda_runtime": "n/a", "nccl": "n/a", "driver": driver_version()}
     try:
         import torch
@@ -110,6 +140,17 @@ def versions() -> dict:
 def machine() -> dict:
     return {"host": socket.gethostname(), "platform": platform.platform(), "cpu": cpu_model(),
             "cpu_cores": os.cpu_count()}
+
+
+#: Variables outside NCCL's own that change what a run measures: which GPUs it sees, how many
+#: threads each CPU rank's ops use.
+RUN_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_DEVICE_MAX_CONNECTIONS",
+                "PYTORCH_CUDA_ALLOC_CONF")
+
+
+def run_env() -> dict:
+    """The :data:`RUN_ENV_VARS` set in this process (unset ones left out: "unset" is the default)."""
+    return {k: os.environ[k] for k in RUN_ENV_VARS if k in os.environ}
 
 
 def nccl_env() -> dict:

@@ -319,3 +319,104 @@ def test_import_kineto_reads_what_commprofs_own_trace_json_says_about_itself(glo
     assert run["notes"][0].startswith("a commprof trace timeline of 2 of 8 layers")
     meta = json.load(open(tmp_path / "k" / "meta.json"))
     assert meta["model"]["layers"] == 8 and "not scaled" in meta["scaling"]
+
+
+def test_serve_charts_ttft_on_a_log_axis_and_each_rate_on_its_own_scale(monkeypatch, tmp_path):
+    import os
+
+    import commprof.views.serve as view
+    from commprof.results import load
+
+    res = load(os.path.join(os.path.dirname(__file__), "data", "serve-cpu"))
+    figs = _captured_figures(monkeypatch, view)
+    view.serve_charts(res.tables["serve_levels"], res.meta, str(tmp_path))
+    lat, thr = figs
+    assert lat.axes[0].get_yscale() == "log" and lat.axes[1].get_yscale() == "linear"
+    tok, req = thr.axes
+    assert tok.get_ylabel() == "output tokens/s" and req.get_ylabel() == "requests/s"
+    levels = res.tables["serve_levels"]
+    closed = levels[levels["mode"] == "closed"]
+    for ax, col in ((tok, "output_tokens_per_s"), (req, "requests_per_s")):
+        assert abs(ax.get_ylim()[1] - closed[col].max() * 1.15) < 1e-6     # scaled to its own series
+    assert tok.get_ylim()[1] > 10 * req.get_ylim()[1]
+
+
+def test_gap_chart_draws_references_in_greys_apart_from_the_boxes_with_short_legends(tmp_path, monkeypatch):
+    import os
+
+    import matplotlib.colors as mc
+
+    import commprof.views.gap as view
+    from commprof.gap import compute_gap
+    from conftest import run_inproc
+
+    dirs = []
+    for name, log in (("a", "all_reduce_perf_8xA100.log"), ("b", "all_reduce_perf_8xA100_v3.json")):
+        out = str(tmp_path / name)
+        assert run_inproc(["import", "nccl-tests", os.path.join(os.path.dirname(__file__), "data", "nccl-tests", log),
+                           "--out", out], cwd=tmp_path).returncode == 0
+        dirs.append(out)
+    g = compute_gap(dirs, "nvlink4", labels="A100,A100 v3")
+    figs = _captured_figures(monkeypatch, view)
+    view.gap_chart(g, str(tmp_path / "gap.png"), "prov")
+    ax = figs[0].axes[0]
+    lines = {l.get_label(): l for l in ax.get_lines()}
+    refs = [l for name, l in lines.items() if name.startswith("ref ")]
+    boxes = [l for name, l in lines.items() if name.startswith(("A100 TP", "A100 v3 TP"))]
+    assert len(refs) == 1 and len(boxes) == 2           # one reference, drawn once for both boxes
+    r, gr, b = mc.to_rgb(refs[0].get_color())
+    assert r == gr == b                                  # a grey
+    assert all(len(set(mc.to_rgb(l.get_color()))) > 1 for l in boxes)   # the boxes in colour
+    assert all(len(name) < 45 for name in lines)
+
+
+def test_dir_commprof_lists_the_api_for_tab_completion():
+    import commprof
+
+    names = dir(commprof)
+    for name in ("load", "plan", "fit", "compare", "checklist", "reference", "import_kineto", "Results",
+                 "__version__"):
+        assert name in names
+    assert set(commprof.__all__) <= set(names) and callable(commprof.plan)
+
+
+def test_meta_json_records_commprofs_own_commit_and_the_run_environment(monkeypatch):
+    import os
+    import re
+    import subprocess
+
+    from commprof import results
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    m = results.provenance("sweep", "measured", "x", command=["commprof"])
+    assert m["env"]["OMP_NUM_THREADS"] == "3" and m["env"]["CUDA_VISIBLE_DEVICES"] == "1,0"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    commit = m["versions"]["commprof_commit"]
+    if os.path.exists(os.path.join(root, ".git")):
+        head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        assert re.fullmatch(r"[0-9a-f]{40}( \+ local changes)?", commit) and commit.startswith(head)
+    else:
+        assert commit.startswith("n/a")
+    assert results.normalize({"kind": "measured"}, "sweep")["env"] == {}     # an older dir loads with {}
+
+
+def test_box_labels_come_from_label_then_import_label_then_the_dir_name(tmp_path):
+    import os
+
+    import pytest
+
+    from commprof.check import gather_boxes
+    from commprof.errors import UsageError
+    from conftest import run_inproc
+
+    log = os.path.join(os.path.dirname(__file__), "data", "nccl-tests", "all_reduce_perf_8xA100.log")
+    a, b = str(tmp_path / "import-a100-long-dir-name"), str(tmp_path / "b")
+    assert run_inproc(["import", "nccl-tests", log, "--out", a, "--label", "A100"], cwd=tmp_path).returncode == 0
+    assert run_inproc(["import", "nccl-tests", log, "--out", b], cwd=tmp_path).returncode == 0
+    assert [x.label for x in gather_boxes([a, b])] == ["A100", "b"]
+    assert [x.label for x in gather_boxes([a, b], "one,two")] == ["one", "two"]
+    with pytest.raises(UsageError, match="3 names for 2 box"):
+        gather_boxes([a, b], "x,y,z")
+    res = run_inproc(["gap", a, b, "--label", "x,x"], cwd=tmp_path)
+    assert res.returncode == 2 and "the same name twice" in res.stderr
