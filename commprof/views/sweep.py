@@ -167,19 +167,22 @@ def draw_lines(ax, d0, ycol: str, prefix: str = "", band: bool = True):
 
 
 def label_batches(ax, d) -> list[str]:
-    """Name each size's decode batch along the top of ``ax`` (``b=8``): the sizes of a decode sweep
-    are the model's batches, and a reader looks for the batch, not the byte count. Returns the
-    labels written (none when the rows carry no batch)."""
+    """Name each size's decode batch along the top of ``ax`` (``b=8``; a prefill chunk's tokens,
+    ``128 tok``): the sizes of a model's sweep are its batches, and a reader looks for the batch,
+    not the byte count. Returns the labels written (none when the rows carry no batch)."""
     if "batch" not in d.columns:
         return []
-    pairs = d[["size_bytes", "batch"]].dropna().drop_duplicates("size_bytes")
+    cols = ["size_bytes", "batch"] + (["site"] if "site" in d.columns else [])
+    pairs = d[cols].dropna(subset=["batch"]).drop_duplicates("size_bytes")
     labels = []
-    for size, batch in pairs.itertuples(index=False):
+    for row in pairs.itertuples(index=False):
+        size, batch = row[0], row[1]
         try:
             b = int(float(batch))
         except (TypeError, ValueError):
             continue
-        text = f"b={b}"
+        # a prefill sweep's batch column counts the chunk's tokens, not sequences
+        text = f"{b} tok" if len(row) > 2 and str(row[2]).startswith("prefill") else f"b={b}"
         ax.annotate(text, xy=(size, 1.0), xycoords=("data", "axes fraction"), xytext=(0, -3),
                     textcoords="offset points", ha="center", va="top", fontsize=7, color="0.3")
         labels.append(text)
