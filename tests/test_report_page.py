@@ -6,24 +6,12 @@ finds one headline per box. Skipped where Chromium is missing (.ci/run installs 
 import os
 import re
 import shutil
-import subprocess
 
 import pytest
 
-from conftest import REPO, run_inproc
+from helpers import CHROMIUM, REPO, dump_dom, run_inproc
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DATA = os.path.join(REPO, "tests", "data")
-
-
-def _dom(path: str, width: int = 1280) -> str:
-    res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                          f"--user-data-dir={os.path.dirname(path)}/chrome-{width}", f"--window-size={width},3000",
-                          "--virtual-time-budget=5000", "--dump-dom", f"file://{path}"],
-                         capture_output=True, text=True, timeout=180)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return res.stdout
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +47,7 @@ def test_report_sections_labels_and_the_moe_table(five_section_report):
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium not installed (.ci/run installs it)")
 @pytest.mark.parametrize("width", [1280, 900])
 def test_report_in_chromium_has_a_toc_a_headline_per_box_and_no_overflowing_text(five_section_report, width):
-    dom = _dom(str(five_section_report / "report.html"), width)
+    dom = dump_dom(str(five_section_report / "report.html"), width)
     body = re.search(r"<body([^>]*)>", dom).group(1)
     loaded = re.search(r'data-charts-loaded="(\d+)/(\d+)"', body)
     assert loaded and loaded.group(1) == loaded.group(2) and int(loaded.group(2)) >= 10

@@ -348,7 +348,7 @@ def test_gap_chart_draws_references_in_greys_apart_from_the_boxes_with_short_leg
 
     import commprof.views.gap as view
     from commprof.gap import compute_gap
-    from conftest import run_inproc
+    from helpers import run_inproc
 
     dirs = []
     for name, log in (("a", "all_reduce_perf_8xA100.log"), ("b", "all_reduce_perf_8xA100_v3.json")):
@@ -408,7 +408,7 @@ def test_box_labels_come_from_label_then_import_label_then_the_dir_name(tmp_path
 
     from commprof.check import gather_boxes
     from commprof.errors import UsageError
-    from conftest import run_inproc
+    from helpers import run_inproc
 
     log = os.path.join(os.path.dirname(__file__), "data", "nccl-tests", "all_reduce_perf_8xA100.log")
     a, b = str(tmp_path / "import-a100-long-dir-name"), str(tmp_path / "b")
