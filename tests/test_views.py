@@ -356,14 +356,19 @@ def test_gap_chart_draws_references_in_greys_apart_from_the_boxes_with_short_leg
         assert run_inproc(["import", "nccl-tests", os.path.join(os.path.dirname(__file__), "data", "nccl-tests", log),
                            "--out", out], cwd=tmp_path).returncode == 0
         dirs.append(out)
-    g = compute_gap(dirs, "nvlink4", labels="A100,A100 v3")
+    vm = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "sweep-default-vm")
+    g = compute_gap(dirs + [vm], "nvlink4", labels="A100,A100 v3,vm")     # the vm box: TP 2, 4 and 8
     figs = _captured_figures(monkeypatch, view)
     view.gap_chart(g, str(tmp_path / "gap.png"), "prov")
     ax = figs[0].axes[0]
     lines = {l.get_label(): l for l in ax.get_lines()}
     refs = [l for name, l in lines.items() if name.startswith("ref ")]
     boxes = [l for name, l in lines.items() if name.startswith(("A100 TP", "A100 v3 TP"))]
-    assert len(refs) == 1 and len(boxes) == 2           # one reference, drawn once for both boxes
+    assert len(boxes) == 2
+    # one curve per reference and TP degree, drawn once however many boxes meet it, each its own style
+    assert sorted(name for name in lines if name.startswith("ref ")) == [
+        f"ref nvlink4 TP={tp} (modelled)" for tp in (2, 4, 8)]
+    assert len({(l.get_color(), str(l.get_linestyle())) for l in refs}) == 3
     r, gr, b = mc.to_rgb(refs[0].get_color())
     assert r == gr == b                                  # a grey
     assert all(len(set(mc.to_rgb(l.get_color()))) > 1 for l in boxes)   # the boxes in colour

@@ -92,9 +92,9 @@ def gap_chart(g, out_path: str, provenance: str) -> str:
                 if key not in refs:
                     refs[key] = REF_STYLES[len(refs) % len(REF_STYLES)]
                     rcolor, rdash = refs[key]
-                    axes[0].plot(c["size_bytes"], c["reference_us"], rdash, color=rcolor, lw=1.6,
+                    axes[0].plot(c["size_bytes"], c["reference_us"], linestyle=rdash, color=rcolor, lw=1.6,
                                  label=f"ref {key[0]} TP={key[1]} (modelled)")
-                    axes[1].plot(c["size_bytes"], c["reference_busbw_gbps"], rdash, color=rcolor, lw=1.6,
+                    axes[1].plot(c["size_bytes"], c["reference_busbw_gbps"], linestyle=rdash, color=rcolor, lw=1.6,
                                  label=f"ref {key[0]} TP={key[1]} (modelled)")
             fit = next((f for f in b.fits if f.op == "all_reduce" and f.tp == tp and f.mode == mode), None)
             if fit is not None and sizes:
