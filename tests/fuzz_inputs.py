@@ -29,7 +29,7 @@ from commprof.units import MAX_BYTES, MAX_LIST_INT, parse_bytes, parse_int_list
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "tests", "data")
-SHARED_LOGS = os.path.join(REPO, "..", "shared", "data", "nccl-tests")
+SHARED_LOGS = os.path.join(REPO, "tests", "data", "nccl-tests")   # the real-box corpus (SOURCE.md)
 
 # Placeholders put into JSON before it is written: json.dumps cannot write an integer over
 # Python's 4,300-digit limit, and a deep nest is easier to splice in as text.
@@ -40,7 +40,7 @@ DEEP = "__COMMPROF_FUZZ_DEEP__"
 # --- real inputs ------------------------------------------------------------------------------------
 
 def real_log_paths() -> list[str]:
-    """Every real nccl-tests text log: tests/data's, and shared/data's when it is there."""
+    """Every real nccl-tests text log under tests/data/nccl-tests (the real-box corpus)."""
     return (sorted(glob.glob(os.path.join(DATA, "nccl-tests", "*.log")))
             + sorted(glob.glob(os.path.join(SHARED_LOGS, "*.txt"))))
 
