@@ -85,7 +85,7 @@ def sweep_section(sweep, meta: dict, sweep_dir: str, out_dir: str, level: int = 
     tails = [c for c in ("latency_us_p99",) if c in df.columns and df[c].notna().any()]
     rows = []
     for r in df.itertuples():
-        wrong = int(r.wrong)
+        wrong = int(r.wrong) if r.wrong == r.wrong else 0     # NaN: not checked
         status = str(getattr(r, "status", ""))
         rows.append((r.op, r.tp, r.mode, human_bytes(int(r.size_bytes)), f"{r.latency_us_p50:.1f}",
                      *(f"{getattr(r, c):.1f}" for c in tails), f"{r.busbw_gbps:.3f}",
