@@ -45,7 +45,7 @@ MAX_VALUE_CHARS = 64 << 20
 _CHUNK_CHARS = 4 << 20
 
 #: Communication kernels by name: NCCL/RCCL, vLLM's custom all-reduce, FlashInfer/TRT-LLM fusions,
-#: symmetric-memory and one/two-shot kernels (research/tracer-anchors.md, 4.2).
+#: symmetric-memory and one/two-shot kernels (the kernel names in NCCL's src/device and PyTorch's SymmetricMemory sources).
 COMM_KERNEL_RE = re.compile(r"nccl|rccl|cross_device_reduce|allreduce_fusion|one_shot_all_reduce|two_shot_all_reduce|"
                             r"multimem|pcie_ipc|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all", re.IGNORECASE)
 #: CPU-side collectives (gloo on CPU-only traces): c10d ops and the backends' annotations.
