@@ -1095,11 +1095,11 @@ def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list
     for b in boxes:
         mine = [i for i in items if i.box in ("", b.label)] if len(boxes) > 1 else items
         ic = b.interconnect or resolve_interconnect(b)
-        per_box.append({"box": b.label, "dirs": [os.path.abspath(d) for d in b.dirs],
+        per_box.append({"box": b.label, "dirs": list(b.dirs),
                         "interconnect": ic.to_dict(), "interconnect_evidence": ic.evidence or "none",
                         "verdict": verdict(mine), "items": [i.to_dict() for i in mine]})
     data = {"kind": "checklist", "created": now_iso(), "thresholds_version": th.get("version"),
-            "evidence_dirs": [os.path.abspath(d) for b in boxes for d in b.dirs],
+            "evidence_dirs": [d for b in boxes for d in b.dirs],
             "items": [i.to_dict() for i in items], "verdict": verdict(items), "boxes": per_box}
     if len(boxes) == 1:
         data["interconnect"] = per_box[0]["interconnect"]

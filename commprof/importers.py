@@ -654,7 +654,7 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
                 bad = ", ".join(f"{q} #wrong = {c}" for q, c in counts.items() if c)
                 wrong_rows.append(f"'{label}' {where}: {bad} at {r['size']} B")
     info = {
-        "file": os.path.abspath(sec.path), "format": sec.fmt, "first_line": sec.start_line,
+        "file": sec.path, "format": sec.fmt, "first_line": sec.start_line,
         "nccl_tests_binary": f"{sec.op_name}_perf", "op": op, "tp": tp, "tp_from": tp_from, "mode": mode,
         "graph_launches": sec.graph, "iters": sec.iters, "warmup_iters": sec.warmup, "agg_iters": sec.agg_iters,
         "nccl_tests_version": sec.version or None,
@@ -790,7 +790,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
     for p in paths:
         secs = read_nccl_tests(p)
         sections.extend(secs)
-        files.append({"path": os.path.abspath(p), "sha256": results.file_sha256(p), "format": secs[0].fmt,
+        files.append({"path": p, "sha256": results.file_sha256(p), "format": secs[0].fmt,
                       "runs": len(secs)})
     check_one_box(sections)
     rows, infos = [], []
