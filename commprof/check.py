@@ -448,6 +448,9 @@ def item_interconnect(ev, th) -> Item:
                     f"what would decide: {DECIDING_EVIDENCE}")
     exp = t["expected_class"]
     value = ic.describe() + multi
+    if ic.nodes > 1 and ev.sweep is not None and len(ev.sweep) and int(ev.sweep["tp"].max()) <= ic.nodes:
+        value = (f"network: its largest TP group has one GPU per host ({ic.nodes} hosts: {', '.join(ic.hosts[:4])}), "
+                 f"so every collective crosses the network; the GPUs' own links ({ic.describe()}) carry none of it")
     if ic.conflict:
         return Item("C2", name, "FAIL", f"{value}; but {ic.conflict}", exp or "consistent evidence", t["source"],
                     "NVLink down or the box is not what its GPU names say: check nvidia-smi nvlink -s and "

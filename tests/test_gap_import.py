@@ -175,3 +175,7 @@ def test_gap_across_hosts_says_so_and_one_gpu_per_host_is_the_network(tmp_path):
                for n in net.notes)
     lines = pair_lines(g)
     assert lines and all("across hosts: net's TP group spans 2 hosts" in ln for ln in lines)
+    from commprof.check import gather, load_thresholds, run_items
+
+    c2 = {i.id: i for i in run_items(gather([d]), load_thresholds())}["C2"]
+    assert c2.value.startswith("network: its largest TP group has one GPU per host (2 hosts: nodea, nodeb)")
