@@ -10,7 +10,7 @@ import tomllib
 
 import pandas as pd
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from commprof.check import gather, load_thresholds, run_items
 from commprof.errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE

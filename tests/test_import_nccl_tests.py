@@ -11,7 +11,7 @@ import os
 
 import pandas as pd
 import pytest
-from conftest import one_line_error
+from helpers import one_line_error
 
 from commprof import importers, results
 from commprof.errors import EXIT_USAGE, UsageError

@@ -6,7 +6,7 @@ import pytest
 
 from commprof import results
 from commprof.errors import UsageError
-from conftest import REPO
+from helpers import REPO
 
 NCCL_LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "a100x8_dgx_allreduce_superbench_legacy.txt")
 

@@ -11,17 +11,16 @@ import json
 import os
 
 import pytest
-from conftest import REPO, one_line_error, write_sweep_dir
+from helpers import REPO, one_line_error, write_sweep_dir
 
 from commprof.check import gather, load_thresholds, parse_interconnect, resolve_interconnect, run_items
 from commprof.errors import UsageError
 from commprof.importers import import_nccl_tests
 
-SHARED = os.path.join(REPO, "tests", "data", "nccl-tests")      # the real-box corpus (SOURCE.md)
-A100 = os.path.join(SHARED, "a100x8_dgx_allreduce_superbench_legacy.txt")
-RTX8 = os.path.join(SHARED, "rtx4090x8_pcie_allreduce_chlc_blog.txt")
-RTX2 = os.path.join(SHARED, "rtx4090x2_pcie_allreduce_kalavai.txt")
-needs_shared = pytest.mark.skipif(not os.path.isdir(SHARED), reason="tests/data/nccl-tests missing")
+LOGS = os.path.join(REPO, "tests", "data", "nccl-tests")
+A100 = os.path.join(LOGS, "a100x8_dgx_allreduce_superbench_legacy.txt")
+RTX8 = os.path.join(LOGS, "rtx4090x8_pcie_allreduce_chlc_blog.txt")
+RTX2 = os.path.join(LOGS, "rtx4090x2_pcie_allreduce_kalavai.txt")
 
 
 def nccl_log(path, gpu, ranks=8, hosts=("boxa",), alpha_us=20.0, busbw_gbps=100.0, op="all_reduce", graph=0,
@@ -66,7 +65,6 @@ def items_of(*dirs, interconnect=None, th=None):
 
 # --- each box by its own interconnect: the real logs ------------------------------------------------
 
-@needs_shared
 def test_real_a100_nvswitch_box_is_judged_on_nvlink(tmp_path):
     """37.8 us at 64 KiB FAILed under one NVLink threshold anchored on H100 graph figures; judged
     against the healthy NVLink 3 NVSwitch boxes measured the same way (nccl-tests, eager) it passes,
@@ -88,7 +86,6 @@ def test_real_a100_nvswitch_box_is_judged_on_nvlink(tmp_path):
     assert by["C16"].status == "SKIP" and "N/A (validation off) on all 32 rows" in by["C16"].value
 
 
-@needs_shared
 def test_real_4090_boxes_are_judged_on_pcie(tmp_path):
     """The 8x RTX 4090 box without P2P (45.7 us) WARNed on a fixed PCIe threshold: it is as fast as
     the healthy boxes of its class. The 2x box's 2.2 GB/s busbw is 1/8 of the class's profile: FAIL."""
@@ -103,7 +100,6 @@ def test_real_4090_boxes_are_judged_on_pcie(tmp_path):
     assert by2["C10"].status == "PASS" and "sizes <= 4KiB" in by2["C10"].value      # its decode reference stops at 4 KiB
 
 
-@needs_shared
 def test_real_logs_exit_codes_and_check_json(cli_inproc, tmp_path):
     a, r8 = imported(tmp_path, "a100", A100), imported(tmp_path, "r8", RTX8)
     res = cli_inproc("check", r8, "--out", str(tmp_path / "c1"))
@@ -276,7 +272,6 @@ def test_import_refuses_logs_of_different_boxes(tmp_path):
         import_nccl_tests([a, d], str(tmp_path / "dup"))
 
 
-@needs_shared
 def test_real_logs_of_two_boxes_are_refused_in_one_dir(cli_inproc, tmp_path):
     res = cli_inproc("import", "nccl-tests", A100, RTX8, "--out", str(tmp_path / "o"))
     assert res.returncode == 2
@@ -286,7 +281,6 @@ def test_real_logs_of_two_boxes_are_refused_in_one_dir(cli_inproc, tmp_path):
 
 # --- several boxes side by side ------------------------------------------------------------------------
 
-@needs_shared
 def test_gap_of_two_real_boxes_side_by_side(cli_inproc, tmp_path):
     a, r8 = imported(tmp_path, "a100", A100), imported(tmp_path, "r8", RTX8)
     out = tmp_path / "gap"
@@ -309,7 +303,6 @@ def test_gap_of_two_real_boxes_side_by_side(cli_inproc, tmp_path):
     assert "fit all_reduce tp=8 eager: latency = " in res.stdout and "sizes 4B-8GiB)" in res.stdout
 
 
-@needs_shared
 def test_report_of_two_real_boxes(cli_inproc, tmp_path):
     a, r8 = imported(tmp_path, "a100", A100), imported(tmp_path, "r8", RTX8)
     out = tmp_path / "rep"
