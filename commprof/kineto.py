@@ -393,6 +393,8 @@ def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
         groups = {pid: (r, col.pid_labels.get(pid, "")) for pid, r in named.items()}
     else:
         m = _RANK_FILE_RE.search(os.path.basename(path))
+        if not m and not (col.gpu_events or col.cpu_comm or col.rpc or col.by_pid):
+            return []          # no rank and nothing to attribute: a front-end process's trace (vLLM's async_llm)
         if not m:
             raise UsageError(f"{label}: names no rank (no distributedInfo in the trace, no 'rank<N>' or 'TP-<N>' in "
                              "the file name); rename it, e.g. rank0.json.gz")
@@ -430,7 +432,7 @@ def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
             rt.colls = _cpu_colls([e for e in col.cpu_comm if own(e[0])], [e for e in col.rpc if own(e[0])])
         else:
             _sizes_from_rpc(rt.colls, [e for e in col.rpc if own(e[0])])
-        rt.backend = rt.backend or backend_of_ops(rt) or None
+        rt.backend = backend_of_ops(rt) or rt.backend or None   # the ops say which; the process group may not
         out.append(rt)
     return out
 
@@ -829,13 +831,19 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         raise UsageError(f"--step-marker '{step_marker}': not a regular expression ({e})") from None
     shape = get_model(model) if model else None
     results.check_out_dir(out_dir, resume=False)
-    ranks, files = [], []
+    ranks, files, skipped = [], [], []
     for p in paths:
         rts = read_file(p, step_marker)
+        if not rts:
+            skipped.append(os.path.basename(p))
+            continue
         ranks.extend(rts)
         files.append({"path": os.path.abspath(p), "sha256": results.file_sha256(p), "bytes": os.path.getsize(p),
                       "ranks": sorted({r.rank for r in rts})})
     if not any(r.kernels or r.colls for r in ranks):
+        if skipped and not ranks:
+            raise UsageError(f"{', '.join(repr(p) for p in paths)}: no rank's trace (only traces that name no rank "
+                             "and hold no kernels or CPU ops, as vLLM's front-end async_llm trace)")
         raise UsageError(f"{', '.join(repr(p) for p in paths)}: no GPU kernels and no CPU collectives in the trace; "
                          "capture with torch.profiler activities=[CPU, CUDA] around the decode steps")
     runs: dict = {}
@@ -887,6 +895,7 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
                          "ranks": sorted(r.rank for r in rs), "steps": len(att["tokens"]) // len(rs),
                          "steps_by_phase": {ph: len(v) // len(rs) for ph, v in phases.items()},
                          "dropped_steps": att["dropped_steps"],
+                         "backend": "+".join(sorted({r.backend for r in rs if r.backend})),
                          "batch_source": ("run label" if lab.get("batch") else "vLLM iteration marks (decode requests, "
                                           "median over decode steps)" if decode_batch else
                                           "first all-reduce's size / hidden" if batch > 1 else "assumed 1"),
@@ -903,7 +912,7 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         gpus=sorted({g for r in ranks for g in r.gpus}) or ["unknown (the trace names no device)"],
         status="running")
     meta.update({
-        "source": "kineto", "source_files": files,
+        "source": "kineto", "source_files": files, "skipped_files": skipped,
         "backend": backends[0] if len(backends) == 1 else (backends or None),
         "world_size": max((r.world or 0 for r in ranks), default=0) or len({r.rank for r in ranks}),
         "ranks": sorted({r.rank for r in ranks}),
@@ -941,19 +950,20 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     write_table(os.path.join(out_dir, KINETO_COLLECTIVES_CSV), COLL_COLUMNS, coll_rows)
     write_table(os.path.join(out_dir, KINETO_RANKS_CSV), RANK_COLUMNS, rank_rows)
     results.finish_meta(out_dir, "complete")
-    return {"out_dir": out_dir, "runs": accounts, "files": files}
+    return {"out_dir": out_dir, "runs": accounts, "files": files, "skipped": skipped}
 
 
 def backend_of_ops(rt: RankTrace) -> str:
     """The communication backend a rank's collectives name: NCCL/RCCL kernels, vLLM's custom
     all-reduce kernels, vLLM's CPU shared-memory ops, gloo's or c10d's CPU ops ('' when none)."""
     names = {c.name for c in rt.colls}
+    found = []
     for pat, backend in ((r"^_C::shm_", "vllm-cpu-shm"), (r"nccl", "nccl"), (r"rccl", "rccl"),
                          (r"cross_device_reduce|one_shot|two_shot|allreduce_fusion", "vllm-custom-allreduce"),
-                         (r"^gloo:", "gloo"), (r"^c10d::|record_param_comms", "gloo" if not rt.kernels else "")):
-        if any(re.search(pat, n, re.IGNORECASE) for n in names):
-            return backend
-    return ""
+                         (r"^gloo:", "gloo"), (r"^c10d::|record_param_comms", "" if rt.kernels else "gloo")):
+        if backend and backend not in found and any(re.search(pat, n, re.IGNORECASE) for n in names):
+            found.append(backend)
+    return "+".join(found)
 
 
 def _median(values) -> int | None:
@@ -984,11 +994,13 @@ def run_import_kineto(paths: list[str], out: str, step_marker: str | None = None
         if a["plan_collectives_per_step"] is not None:
             plan = (f" (plan: {a['plan_collectives_per_step']}, "
                     f"{'matches' if a['matches_plan'] else 'DIFFERS'})")
+        cpu_ops = f" (CPU ops, {a['backend'] or 'backend unknown'})" if a["cpu_only"] else ""
         print(f"imported {a['run']}: rank{'s' if len(a['ranks']) > 1 else ''} {', '.join(map(str, a['ranks']))}; "
               f"{a['steps']} step{'s' if a['steps'] != 1 else ''} ({a['step_source']}), "
               f"{a['collectives_per_step']} collectives/step{plan}, "
               f"{a['ms_per_step']:.3f} ms/step, communication {a['comm_share_pct']:.1f}% exposed"
-              f"{' (CPU ops, gloo)' if a['cpu_only'] else ''} into {acc['out_dir']}")
-        for n in a["notes"][:5]:
+              f"{cpu_ops} into {acc['out_dir']}")
+        for n in (([f"skipped {', '.join(acc['skipped'])}: names no rank and holds no kernels or CPU ops "
+                       "(a front-end process's trace)"] if acc.get("skipped") else []) + a["notes"])[:5]:
             print(f"  note: {n}", file=sys.stderr)
     return 0

@@ -52,7 +52,7 @@ start() {   # DIR PORT TP [PROFILE_DIR]: returns when /health answers, or fails 
   local log="$STATE/vllm-$port.log" pidf="$STATE/vllm-$port.pid"
   local -a args=(serve "$dir" --host 127.0.0.1 --port "$port" --dtype bfloat16 --max-model-len 2048
                  --served-model-name tiny --tensor-parallel-size "$tp")
-  [ -n "$prof" ] && args+=(--profiler-config "{\"profiler\":\"torch\",\"torch_profiler_dir\":\"$prof\"}")
+  [ -n "$prof" ] && args+=(--profiler-config "{\"profiler\":\"torch\",\"torch_profiler_dir\":\"$prof\",\"torch_profiler_with_stack\":false}")
   local bind="${VLLM_CPU_OMP_THREADS_BIND:-}"
   if [ -z "$bind" ]; then
     if [ "$tp" -gt 1 ]; then bind="$(seq -s '|' 0 $((tp - 1)))"; else bind="auto"; fi

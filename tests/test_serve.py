@@ -485,7 +485,8 @@ def test_queue_histogram_parsing_and_quantiles():
     assert h.name == "sglang:queue_time_seconds"
     assert h.buckets == {0.1: 4.0, 1.0: 8.0, float("inf"): 10.0} and h.count == 10 and h.sum == pytest.approx(9.6)
     assert h.mean() == pytest.approx(0.96)
-    assert h.quantile(0.2) == pytest.approx(0.05)                  # rank 2 of 4 in [0, 0.1]
+    assert h.quantile(0.2) == pytest.approx(0.1)                   # in the first bucket: only "<= 0.1" is known
+    assert h.first_bound() == 0.1
     assert h.quantile(0.6) == pytest.approx(0.1 + 0.9 * (6 - 4) / 4)   # rank 6: 2 of the 4 in (0.1, 1]
     assert h.quantile(0.99) == pytest.approx(1.0)                   # in the +Inf bucket: the last finite bound
     before = Histogram(h.name, {0.1: 4.0, 1.0: 4.0, float("inf"): 4.0}, 0.2, 4.0)
