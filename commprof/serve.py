@@ -369,9 +369,11 @@ def _chunk_text(obj: dict, api: str) -> str | None:
 
 
 async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool, t0: float) -> dict:
-    """Send one streaming request and time it. Never raises for a server's failure: the row's
-    ``status`` is ``ok`` or one of :data:`ERROR_KINDS`, ``error`` a short reason."""
-    httpx = _httpx()
+    """Send one streaming request on ``client`` (a :class:`commprof.httpstream.Pool`) and time it.
+    Never raises for a server's failure: the row's ``status`` is ``ok`` or one of
+    :data:`ERROR_KINDS`, ``error`` a short reason."""
+    from . import httpstream as hs
+
     path, body = request_body(cfg, spec["prompt"], spec["max_tokens"], ignore_eos)
     row = {"session": spec["session"], "turn": spec["turn"], "max_tokens": spec["max_tokens"],
            "status": "ok", "error": "", "http_status": "", "tokens_in": spec["prompt_words"],
@@ -383,62 +385,65 @@ async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool,
     finished = False
     start = time.perf_counter()
     row["start_s"] = start - t0
+    resp = None
     try:
         async with asyncio.timeout(cfg.timeout_s):
-            async with client.stream("POST", cfg.url + path, json=body) as resp:
-                row["http_status"] = resp.status_code
-                if resp.status_code >= 400:
-                    raw = (await resp.aread())[:300].decode("utf-8", "replace")
-                    row["status"] = "http_5xx" if resp.status_code >= 500 else "http_4xx"
-                    row["error"] = f"HTTP {resp.status_code}: {' '.join(raw.split())[:160]}"
+            resp = await client.post_json(path, body)
+            row["http_status"] = resp.status
+            if resp.status >= 400:
+                raw = (await resp.read(300))[:300].decode("utf-8", "replace")
+                row["status"] = "http_5xx" if resp.status >= 500 else "http_4xx"
+                row["error"] = f"HTTP {resp.status}: {' '.join(raw.split())[:160]}"
+                return row
+            async for line in resp.lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    finished = True
+                    await resp.finish()           # the stream's end, so that the connection is kept
+                    break
+                now = time.perf_counter()
+                try:
+                    obj = json.loads(payload)
+                except json.JSONDecodeError:
+                    row["status"], row["error"] = "malformed", f"chunk not JSON: {payload[:60]!r}"
                     return row
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        finished = True
-                        break
-                    now = time.perf_counter()
-                    try:
-                        obj = json.loads(payload)
-                    except json.JSONDecodeError:
-                        row["status"], row["error"] = "malformed", f"chunk not JSON: {payload[:60]!r}"
-                        return row
-                    if not isinstance(obj, dict):
-                        row["status"], row["error"] = "malformed", f"chunk not an object: {payload[:60]!r}"
-                        return row
-                    if "error" in obj:
-                        err = obj["error"]
-                        msg = err.get("message", err) if isinstance(err, dict) else err
-                        row["status"], row["error"] = "server_error", f"error in stream: {str(msg)[:120]}"
-                        return row
-                    text = _chunk_text(obj, cfg.api)
-                    if text is None:
-                        row["status"], row["error"] = "malformed", f"chunk without choices: {payload[:60]!r}"
-                        return row
-                    usage = obj.get("usage")
-                    if isinstance(usage, dict):
-                        if isinstance(usage.get("completion_tokens"), int):
-                            row["tokens_out"], row["tokens_out_source"] = usage["completion_tokens"], "usage"
-                        if isinstance(usage.get("prompt_tokens"), int):
-                            row["tokens_in"], row["tokens_in_source"] = usage["prompt_tokens"], "usage"
-                    if text:
-                        stamps.append(now)
-                        text_parts.append(text)
-                    ch = obj.get("choices") or [{}]
-                    if isinstance(ch[0], dict) and ch[0].get("finish_reason"):
-                        finished = True
+                if not isinstance(obj, dict):
+                    row["status"], row["error"] = "malformed", f"chunk not an object: {payload[:60]!r}"
+                    return row
+                if "error" in obj:
+                    err = obj["error"]
+                    msg = err.get("message", err) if isinstance(err, dict) else err
+                    row["status"], row["error"] = "server_error", f"error in stream: {str(msg)[:120]}"
+                    return row
+                text = _chunk_text(obj, cfg.api)
+                if text is None:
+                    row["status"], row["error"] = "malformed", f"chunk without choices: {payload[:60]!r}"
+                    return row
+                usage = obj.get("usage")
+                if isinstance(usage, dict):
+                    if isinstance(usage.get("completion_tokens"), int):
+                        row["tokens_out"], row["tokens_out_source"] = usage["completion_tokens"], "usage"
+                    if isinstance(usage.get("prompt_tokens"), int):
+                        row["tokens_in"], row["tokens_in_source"] = usage["prompt_tokens"], "usage"
+                if text:
+                    stamps.append(now)
+                    text_parts.append(text)
+                ch = obj.get("choices") or [{}]
+                if isinstance(ch[0], dict) and ch[0].get("finish_reason"):
+                    finished = True
     except TimeoutError:
         row["status"], row["error"] = "timeout", f"no end of stream within --timeout {cfg.timeout_s:g}s"
-    except httpx.ConnectError as e:
+    except hs.ConnectFailed as e:
         row["status"], row["error"] = "connect", f"cannot connect: {str(e)[:120] or type(e).__name__}"
-    except httpx.TimeoutException as e:
-        row["status"], row["error"] = "timeout", f"{type(e).__name__}"
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
-        row["status"], row["error"] = "disconnect", f"{type(e).__name__}: {str(e)[:100]}"
-    except httpx.HTTPError as e:
-        row["status"], row["error"] = "client", f"{type(e).__name__}: {str(e)[:100]}"
+    except hs.ConnectTimeout as e:
+        row["status"], row["error"] = "timeout", f"ConnectTimeout: {str(e)[:100]}"
+    except hs.Disconnected as e:
+        row["status"], row["error"] = "disconnect", f"{str(e)[:120]}"
+    finally:
+        if resp is not None:
+            resp.release()
     end = time.perf_counter()
     row["chunks"] = len(stamps)
     row["text"] = "".join(text_parts)
@@ -503,11 +508,17 @@ async def _preflight(cfg: ServeConfig) -> dict:
         probe = dict(cfg.__dict__)
         probe["timeout_s"] = min(cfg.timeout_s, 60.0)
         probe_cfg = ServeConfig(**probe)
-        row = await stream_request(client, probe_cfg, spec, True, time.perf_counter())
-        if row["status"] == "http_4xx" and "ignore_eos" in row["error"]:
-            row = await stream_request(client, probe_cfg, spec, False, time.perf_counter())
-        else:
-            info["ignore_eos"] = row["status"] in ("ok", "disconnect", "no_tokens")
+        from .httpstream import Pool
+
+        pool = Pool(cfg.url, min(10.0, cfg.timeout_s))
+        try:
+            row = await stream_request(pool, probe_cfg, spec, True, time.perf_counter())
+            if row["status"] == "http_4xx" and "ignore_eos" in row["error"]:
+                row = await stream_request(pool, probe_cfg, spec, False, time.perf_counter())
+            else:
+                info["ignore_eos"] = row["status"] in ("ok", "disconnect", "no_tokens")
+        finally:
+            pool.close()
         status, err = row["status"], row["error"]
         if status == "http_4xx" and row["http_status"] in (404, 405) and "model" not in err.lower():
             raise EndpointError(f"--url {cfg.url}: POST {request_body(cfg, '', 1, False)[0]} answered "
@@ -610,15 +621,14 @@ def server_latency_figures(before: Scrape | None, after: Scrape | None, level: d
 
 async def _run_level(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, on_done) -> None:
     """Run one level; appends each finished request's row to ``rows`` (so an interrupt keeps them)."""
-    httpx = _httpx()
+    from .httpstream import Pool
+
     conc, rate = level["concurrency"], level["rate_rps"]
     n_requests = level["requests"]
     workload = Workload(cfg, cfg.seed * 1000 + level["level"])
     t0 = time.perf_counter()
     deadline = t0 + cfg.duration_s
     issued = 0
-    limits = httpx.Limits(max_connections=max(conc, 1) + 4, max_keepalive_connections=max(conc, 1) + 4)
-    timeout = httpx.Timeout(cfg.timeout_s, connect=min(10.0, cfg.timeout_s))
 
     async def one(client, c: int, idx: int):
         spec = workload.next(c)
@@ -628,7 +638,8 @@ async def _run_level(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list
         rows.append(row)
         on_done()
 
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+    client = Pool(cfg.url, min(10.0, cfg.timeout_s))
+    try:
         if level["mode"] == "closed":
             async def worker(c: int):
                 nonlocal issued
@@ -659,18 +670,24 @@ async def _run_level(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list
                 t.add_done_callback(tasks.discard)
             if tasks:
                 await asyncio.gather(*tasks)
+    finally:
+        client.close()
 
 
 async def _warmup(cfg: ServeConfig, ignore_eos: bool) -> dict:
     """``cfg.warmup`` requests one after another at the workload's lengths, not recorded: a server's
     first requests pay one-off costs (allocations, compilation) that are no level's figures."""
-    httpx = _httpx()
+    from .httpstream import Pool
+
     workload = Workload(cfg, cfg.seed * 1000 - 1)
     ok = 0
-    async with httpx.AsyncClient(timeout=httpx.Timeout(cfg.timeout_s), trust_env=False) as client:
+    client = Pool(cfg.url, min(10.0, cfg.timeout_s))
+    try:
         for _ in range(cfg.warmup):
             row = await stream_request(client, cfg, workload.next(0), ignore_eos, time.perf_counter())
             ok += row["status"] == "ok"
+    finally:
+        client.close()
     return {"requests": cfg.warmup, "ok": ok}
 
 

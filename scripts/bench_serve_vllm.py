@@ -33,7 +33,8 @@ VENV = os.environ.get("COMMPROF_VLLM_VENV", os.path.join(REPO, ".venv-vllm"))
 
 
 def run_commprof(url: str, c: int, n: int, args, d: str) -> dict:
-    out = os.path.join(d, f"commprof-c{c}")
+    out = tempfile.mkdtemp(prefix=f"commprof-c{c}-", dir=d)
+    os.rmdir(out)
     cmd = [sys.executable, "-m", "commprof", "serve", "--url", url, "--model", args.served_name, "--concurrency",
            str(c), "--requests", str(n), "--prompt-tokens", str(args.input_len), "--output-tokens",
            str(args.output_len), "--warmup", "0", "--no-charts", "--timeout", "300", "--out", out]
@@ -49,7 +50,7 @@ def run_commprof(url: str, c: int, n: int, args, d: str) -> dict:
 
 
 def run_peer(url: str, c: int, n: int, args, d: str) -> dict:
-    name = f"peer-c{c}.json"
+    name = os.path.basename(tempfile.mkstemp(prefix=f"peer-c{c}-", suffix=".json", dir=d)[1])
     cmd = [os.path.join(VENV, "bin", "vllm"), "bench", "serve", "--backend", "openai", "--base-url", url,
            "--endpoint", "/v1/completions", "--model", args.served_name, "--tokenizer", args.model_dir,
            "--dataset-name", "random", "--random-input-len", str(args.input_len), "--random-output-len",
