@@ -111,7 +111,8 @@ def main():
                 for name, fn in (order if first == "commprof" else order[::-1]):
                     got[name] = fn(args.url, c, n, args, tmp)
                 mine, peer = got["commprof"], got["vllm bench"]
-                row = {"concurrency": c, "round": rnd, "first": first, "requests": n, "commprof": mine,
+                row = {"concurrency": c, "round": rnd, "first": first, "requests": n,
+                       "load_avg_1min": round(os.getloadavg()[0], 2), "commprof": mine,
                        "vllm_bench": peer,
                        "tokens_per_s_ratio": mine["output_tokens_per_s"] / peer["output_tokens_per_s"],
                        "ttft_p50_ratio": mine["ttft_ms_p50"] / peer["ttft_ms_p50"]}

