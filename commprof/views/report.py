@@ -51,7 +51,7 @@ def box_headline(label: str, items, meta: dict | None = None, interconnect=None)
     gpus = ", ".join(dict.fromkeys(g for g in meta.get("gpus") or [] if g)) or "GPUs not named"
     ic = f", {interconnect.cls}" + (f" ({interconnect.link})" if interconnect.link else "") if interconnect else ""
     parts = [f"{label}: {v} ({counts(items)}); {gpus}, {meta.get('kind', '?')}{ic}"]
-    for status in ("FAIL", "WARN"):
+    for status in ("FAIL", "INSUFFICIENT", "WARN"):
         bad = [i for i in items if i.status == status]
         if bad:
             more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
