@@ -149,6 +149,8 @@ def versions() -> dict:
     out = {"commprof": __version__, "commprof_commit": commprof_commit(), "python": sys.version.split()[0],
            "torch": "n/a",
            "cuda_runtime": "n/a", "nccl": "n/a", "driver": driver_version()}
+    if "torch" in sys.modules and sys.modules["torch"] is None:   # its import is blocked: not available
+        return out
     torch = sys.modules.get("torch")
     if torch is None:
         try:
