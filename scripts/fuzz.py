@@ -3,8 +3,8 @@
     python scripts/fuzz.py [--inputs 10000] [--seed 0] [--out results/bench]
 
 The generators and the property are tests/fuzz_inputs.py's, the same ones tests/test_fuzz_parsers.py
-runs under hypothesis with 200 examples: mutated real inputs (nccl-tests logs from tests/data and
-shared/data, the -J fixture, the built-in models as config.json) and inputs built from each
+runs under hypothesis with 200 examples: mutated real inputs (nccl-tests logs from
+tests/data/nccl-tests, the -J fixture, the built-in models as config.json) and inputs built from each
 format's grammar. Input ``i`` of parser ``P`` comes from ``random.Random(f"{seed}:{P}:{i}")``, so
 a crash listed in fuzz.json is reproduced by that seed alone.
 

@@ -393,7 +393,7 @@ def _check_rows(secs) -> None:
         rows, info = _section_rows(sec, in_place=True)
         json.dumps(info, allow_nan=False)                       # meta.json: no NaN or inf
         for row in rows:
-            assert row["size_bytes"] >= 1 and row["tp"] >= 1 and row["latency_us_p50"] > 0, row
+            assert row["size_bytes"] >= 1 and row["tp"] >= 1 and (row["latency_us_p50"] or row["latency_us_avg"]) > 0, row
             for k, v in row.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     assert math.isfinite(v) and v >= 0, (k, v)
