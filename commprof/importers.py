@@ -26,7 +26,7 @@ from datetime import datetime
 from . import results
 from .collectives import COLLECTIVES
 from .errors import UsageError, shown, warn
-from .jsonfile import read_user_bytes
+from .fileio import read_user_bytes, remove_quietly, write_atomic
 
 # nccl-tests binary (without _perf / _mpi) -> commprof op
 NCCL_TESTS_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -779,8 +779,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
     w.writeheader()
     for r in rows:
         w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    with open(os.path.join(out_dir, results.SWEEP_CSV), "w", encoding="utf-8", newline="") as f:
-        f.write(buf.getvalue())
+    write_atomic(os.path.join(out_dir, results.SWEEP_CSV), buf.getvalue())
     all_ranks = [r for s in sections for r in s.ranks]
     hosts = sorted({r["host"] for r in all_ranks if r.get("host")})
     gpus = sorted({r["gpu"] for r in all_ranks if r.get("gpu")})
@@ -825,7 +824,11 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
                      "with -I)",
         },
     })
-    results.write_meta(out_dir, meta)
+    try:
+        results.write_meta(out_dir, meta)
+    except UsageError:      # a full disk: no table left without the meta.json that says what it holds
+        remove_quietly(os.path.join(out_dir, results.SWEEP_CSV))
+        raise
     return out_dir
 
 

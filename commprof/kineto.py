@@ -868,7 +868,14 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     })
     os.makedirs(out_dir, exist_ok=True)
     results.write_meta(out_dir, meta)
-    from .results.trace import LAYERS_CSV, SUMMARY_CSV, TOKENS_CSV
+    with results.failing(out_dir, "import kineto"):     # a full disk: meta.json says failed, not running
+        _write_tables(out_dir, tok_rows, lay_rows, sum_rows, step_rows, coll_rows, rank_rows)
+    results.finish_meta(out_dir, "complete")
+    return {"out_dir": out_dir, "runs": accounts, "files": files}
+
+
+def _write_tables(out_dir, tok_rows, lay_rows, sum_rows, step_rows, coll_rows, rank_rows) -> None:
+    from .results.trace import LAYER_COLUMNS, LAYERS_CSV, SUMMARY_COLUMNS, SUMMARY_CSV, TOKEN_COLUMNS, TOKENS_CSV
 
     write_table(os.path.join(out_dir, TOKENS_CSV), TOKEN_COLUMNS, tok_rows)
     write_table(os.path.join(out_dir, LAYERS_CSV), LAYER_COLUMNS,
@@ -878,8 +885,6 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     write_table(os.path.join(out_dir, KINETO_STEPS_CSV), STEP_COLUMNS, step_rows)
     write_table(os.path.join(out_dir, KINETO_COLLECTIVES_CSV), COLL_COLUMNS, coll_rows)
     write_table(os.path.join(out_dir, KINETO_RANKS_CSV), RANK_COLUMNS, rank_rows)
-    results.finish_meta(out_dir, "complete")
-    return {"out_dir": out_dir, "runs": accounts, "files": files}
 
 
 def _batch_from_sizes(shape, colls, dtype: str) -> int | None:

@@ -784,8 +784,9 @@ def run_serve(cfg: ServeConfig) -> int:
         if done_levels:
             import pandas as pd
 
-            view.render(pd.DataFrame(done_levels, columns=LEVEL_COLUMNS), results.read_meta(out), out,
-                        charts=cfg.charts)
+            with results.failing(out):
+                view.render(pd.DataFrame(done_levels, columns=LEVEL_COLUMNS), results.read_meta(out), out,
+                            charts=cfg.charts)
     if error:
         raise EndpointError(error + f"; finished levels are kept in {out}")
     return 0

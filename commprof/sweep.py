@@ -177,7 +177,8 @@ def run_sweep(cfg: SweepConfig, charts: bool = True) -> int:
     outcome = run(cfg)
     if not lead or outcome is None:
         return 0
-    show(results.load(cfg.out_dir), charts=charts)
+    with results.failing(cfg.out_dir):
+        show(results.load(cfg.out_dir), charts=charts)
     for line in refusal_lines(outcome.refused or []):
         print(f"commprof: {line}", file=sys.stderr)
     if outcome.wrong_rows:

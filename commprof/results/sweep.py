@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from ..errors import UsageError
-from ..sweepconfig import CUSTOM, SweepConfig, row_key
+from ..sweepconfig import CUSTOM, SweepConfig, plan_cells, row_key
 from ..runinfo import machine, nccl_env, now_iso, versions
 from .meta import META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, write_meta
 from .table import TableAppender, read_table_rows
@@ -88,6 +88,18 @@ def read_rows(path: str) -> list[dict]:
     if not os.path.exists(cp):
         return []
     return read_table_rows(cp, required=("op", "tp", "size_bytes", "mode", "latency_us_p50"))[1]
+
+
+def cells_done(rows: list[dict]) -> int:
+    """How many cells ``rows`` (of ``sweep.csv``, as read) answer: the keys of their group-0 rows."""
+    keys = set()
+    for r in rows:
+        try:
+            if str(r.get("group", "0")) in ("0", "0.0"):
+                keys.add(row_key(r))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return len(keys)
 
 
 def load_frame(path: str, impl: str = "baseline"):
@@ -222,6 +234,6 @@ def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
     meta.update(rank_fields(rank_infos))
     meta.update(backend=cfg.backend, backend_reason=cfg.backend_reason, launch=cfg.launch,
                 machine=machine(), versions=versions(), nccl_env=nccl_env(), config=cfg.to_dict(),
-                columns=COLUMN_DOCS)
+                columns=COLUMN_DOCS, cells_planned=len(plan_cells(cfg)))
     write_meta(path, meta)
     return SweepWriter(path, cfg, meta, done)
