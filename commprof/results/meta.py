@@ -253,14 +253,20 @@ def normalize(meta: dict, verb: str) -> dict:
 STALE_S = 30 * 60
 
 
-def _pid_start(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (Linux), to tell it from a later process
-    given the same pid; None where /proc cannot say."""
+def _pid_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks since boot) of a process (Linux /proc), to tell a
+    zombie or a later process given the same pid from the writer; None where /proc cannot say."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _pid_start(pid: int) -> int | None:
+    st = _pid_stat(pid)
+    return None if st is None else st[1]
 
 
 def writer_info() -> dict:
@@ -285,9 +291,10 @@ def _alive(writer: dict) -> bool | None:
         pass                                # another user's live process
     except OSError:
         return None
-    started = writer.get("pid_start")
-    now = _pid_start(pid)
-    return not (isinstance(started, int) and now is not None and now != started)
+    started, now = writer.get("pid_start"), _pid_stat(pid)
+    if now is None:
+        return True
+    return now[0] not in ("Z", "X") and not (isinstance(started, int) and now[1] != started)
 
 
 def last_change_s(path: str) -> float | None:
@@ -338,3 +345,44 @@ def run_state(path: str, meta: dict, done: int | None = None) -> tuple[str, str 
         return "running", f"unfinished {verb}{cells}: still running ({who})"
     error = meta.get("error")
     return status, f"unfinished {verb}{cells}: {status}" + (f": {error}" if error else "")
+
+
+# --- one writer per dir ---------------------------------------------------------------------------
+
+LOCK_FILE = ".commprof-lock"
+_LOCKS: dict = {}
+
+
+def lock_dir(path: str, what: str = "--resume") -> None:
+    """Hold ``path``'s lock (an flock on ``.commprof-lock`` inside it) until :func:`unlock_dir` or
+    this process ends; a second run asking for it is refused at once, naming the holder's pid."""
+    import fcntl
+
+    key = os.path.abspath(path)
+    if key in _LOCKS:
+        return
+    lp = os.path.join(path, LOCK_FILE)
+    try:
+        f = open(lp, "a+", encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"{what}: cannot lock '{path}' ({e.strerror or e})") from None
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read(40).strip()
+        f.close()
+        raise UsageError(f"{what}: '{path}' is being written by another commprof run"
+                         f"{f' (pid {holder})' if holder.isdigit() else ''}; wait for it to end, "
+                         "or use another --out") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    _LOCKS[key] = f
+
+
+def unlock_dir(path: str) -> None:
+    f = _LOCKS.pop(os.path.abspath(path), None)
+    if f is not None:
+        f.close()               # closing the file drops the flock

@@ -11,7 +11,7 @@ import os
 from ..errors import UsageError
 from ..sweepconfig import CUSTOM, SweepConfig, plan_cells, row_key
 from ..runinfo import machine, nccl_env, now_iso, versions
-from .meta import META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, write_meta
+from .meta import META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, run_state, write_meta
 from .table import TableAppender, read_table_rows
 
 SWEEP_CSV = "sweep.csv"
@@ -182,6 +182,11 @@ def resume_state(path: str, backend: str, dtype: str, impls=(), timing: str = "p
     leaves the dir exactly as it was. ``sweep`` calls it before any rank starts, rank 0 again
     when it opens the dir."""
     meta = read_meta(path)
+    if meta.get("status") == "running" and run_state(path, meta)[0] == "running" and \
+            meta.get("writer", {}).get("pid") != os.getpid():
+        w = meta.get("writer", {})
+        raise UsageError(f"--resume: '{path}' is still being written (pid {w.get('pid')} on host {w.get('host')} "
+                         "is alive); wait for it to end, or use another --out")
     verb = meta.get("verb")
     if verb not in (None, "sweep"):
         raise UsageError(f"--resume: '{path}' holds a commprof {verb} run, not a sweep; use a new --out")

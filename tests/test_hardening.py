@@ -1,0 +1,337 @@
+"""Hardening, second pass (issue 24): a full disk, a hostile path, a run that did not finish.
+
+A full disk is met two ways: injected (``os.fsync`` fails with ENOSPC inside a real ``commprof``
+process: every atomic write fsyncs its temporary before the rename) and, where this process may
+mount one, a real 64 KiB tmpfs filled to the brim.
+"""
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from commprof import fileio
+from commprof import results
+from commprof.errors import UsageError
+from commprof.results import meta as meta_mod
+
+from conftest import REPO, TOY_MODEL, cli_env, one_line_error, results_meta, write_sweep_dir
+
+A100_LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_8xA100.log")
+
+#: ``python -c`` body: commprof's CLI with every fsync failing as on a full disk (``FULL_AFTER`` good
+#: fsyncs first), or with matplotlib's savefig failing (``FULL_PNG``: the rows fit, a chart does not).
+_INJECT = r"""
+import errno, os, sys
+left = int(os.environ.get("FULL_AFTER", "0"))
+if os.environ.get("FULL_PNG"):
+    import matplotlib.figure
+    def savefig(self, *a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    matplotlib.figure.Figure.savefig = savefig
+else:
+    real = os.fsync
+    def fsync(fd, _n=[left]):
+        if _n[0] > 0:
+            _n[0] -= 1
+            return real(fd)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    os.fsync = fsync
+sys.argv = ["commprof"] + sys.argv[1:]
+from commprof.cli import main
+main()
+"""
+
+
+def full_disk_cli(args, cwd, env=None, timeout=300):
+    e = cli_env(env)
+    return subprocess.run([sys.executable, "-c", _INJECT, *args], cwd=cwd, env=e, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def leftovers(path) -> list:
+    return sorted(f for f in os.listdir(path) if f.endswith(".tmp")) if os.path.isdir(path) else []
+
+
+def a_sweep_dir(d, status="complete", **meta):
+    m = results.provenance("sweep", "measured", "test sweep", status=status, backend="gloo", **meta)
+    return write_sweep_dir(d, m, [{"op": "all_reduce", "tp": 2, "group": 0, "size_bytes": s, "mode": "eager",
+                                   "impl": "gloo", "timing": "per-call", "latency_us_p50": 10 + s / 1e3,
+                                   "latency_us_p99": 12 + s / 1e3, "count": s // 2, "iters": 3, "warmup": 1,
+                                   "wrong": 0, "concurrent": 0, "status": "ok"} for s in (4096, 65536)])
+
+
+# --- a full disk: exit 2 naming the file, nothing half-written ------------------------------------
+
+def test_import_nccl_tests_on_a_full_disk_leaves_no_table_and_no_meta(tmp_path):
+    out = str(tmp_path / "imp")
+    res = full_disk_cli(["import", "nccl-tests", A100_LOG, "--out", out], tmp_path)
+    assert res.returncode == 2, res.stderr
+    line = one_line_error(res)
+    assert "sweep.csv" in line and "No space left on device" in line
+    assert not os.path.exists(os.path.join(out, "sweep.csv")) and not os.path.exists(os.path.join(out, "meta.json"))
+    assert leftovers(out) == []
+    # the meta.json write fails (the table's fit): the table is taken back, not left without its meta
+    out2 = str(tmp_path / "imp2")
+    res = full_disk_cli(["import", "nccl-tests", A100_LOG, "--out", out2], tmp_path, env={"FULL_AFTER": "1"})
+    assert res.returncode == 2 and "meta.json" in one_line_error(res)
+    assert os.listdir(out2) == []
+    show = full_disk_cli(["show", out2, "--no-charts"], tmp_path, env={"FULL_AFTER": "99"})
+    assert show.returncode == 2 and "no commprof results" in one_line_error(show)
+
+
+@pytest.mark.parametrize("verb", ["check", "gap", "report", "plan"])
+def test_every_writer_on_a_full_disk_is_exit_2_naming_the_file(tmp_path, verb):
+    box = a_sweep_dir(str(tmp_path / "box"))
+    before = sorted(os.listdir(box))
+    out = str(tmp_path / "out")
+    args = {"check": ["check", box, "--out", out], "gap": ["gap", box, "--out", out],
+            "report": ["report", box, "--out", out],
+            "plan": ["plan", "--model", TOY_MODEL, "--tp", "2", "--out", out]}[verb]
+    res = full_disk_cli(args, tmp_path)
+    assert res.returncode == 2, res.stderr
+    line = one_line_error(res)
+    assert "No space left on device" in line and f"'{out}" in line and "unexpected" not in line
+    assert sorted(os.listdir(box)) == before
+    # nothing half-written and no file of the set without the others: none of them at all
+    assert [f for f in os.listdir(out) if not f.endswith(".png")] == [] if os.path.isdir(out) else True
+    assert leftovers(out) == []
+
+
+def test_check_on_a_full_disk_keeps_the_old_check_json(tmp_path):
+    box = a_sweep_dir(str(tmp_path / "box"))
+    from conftest import run_cli
+
+    assert run_cli(["check", box], tmp_path).returncode in (0, 8)
+    old = open(os.path.join(box, "check.json")).read()
+    res = full_disk_cli(["check", box], tmp_path)
+    assert res.returncode == 2 and "check.json" in one_line_error(res)
+    assert open(os.path.join(box, "check.json")).read() == old
+    json.loads(old)
+    assert leftovers(box) == []
+
+
+def test_a_chart_that_cannot_be_written_marks_the_sweep_failed(tmp_path):
+    out = str(tmp_path / "s")
+    res = full_disk_cli(["sweep", "--tp", "2", "--ops", "all_reduce", "--sizes", "4K", "--iters", "2", "--warmup",
+                         "1", "--timeout", "60", "--out", out], tmp_path, env={"FULL_PNG": "1"})
+    assert res.returncode == 2, res.stderr
+    assert ".png" in one_line_error(res) and "No space left on device" in one_line_error(res)
+    m = results_meta(out)
+    assert m["status"] == "failed" and "charts" in m["error"]
+    assert len(open(os.path.join(out, "sweep.csv")).read().splitlines()) == 2       # the row is kept
+    assert leftovers(out) == []
+
+
+def test_an_oserror_without_a_file_name_is_exit_2_not_70(cli_inproc, monkeypatch, tmp_path):
+    import commprof.views.show as show_mod
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(show_mod, "run_show", full)
+    res = cli_inproc("show", str(tmp_path))
+    assert res.returncode == 2
+    assert "No space left on device" in one_line_error(res) and "unexpected" not in res.stderr
+
+
+def test_atomic_writer_leaves_the_old_file_on_failure(tmp_path, monkeypatch):
+    p = str(tmp_path / "x.json")
+    fileio.write_json(p, {"a": 1})
+
+    def fsync(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(fileio.os, "fsync", fsync)
+    with pytest.raises(UsageError, match=r"x\.json': cannot write \(No space left on device\); free space"):
+        fileio.write_json(p, {"a": 2})
+    monkeypatch.undo()
+    assert json.load(open(p)) == {"a": 1} and os.listdir(tmp_path) == ["x.json"]
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A 64 KiB tmpfs (needs root and mount): a real full disk. Skipped where it cannot be had."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.decode(errors='replace').strip()})")
+    try:
+        yield str(mnt)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def fill(mnt, leave: int) -> None:
+    """Fill the file system at ``mnt`` until at most ``leave`` bytes are free."""
+    st = os.statvfs(mnt)
+    free = st.f_bavail * st.f_frsize
+    with open(os.path.join(mnt, "filler"), "wb") as f:
+        f.write(b"\0" * max(0, free - leave))
+
+
+def test_real_full_tmpfs_import_check_gap_exit_2_with_nothing_broken(tiny_tmpfs, tmp_path):
+    from conftest import run_cli
+
+    fill(tiny_tmpfs, 4096)
+    out = os.path.join(tiny_tmpfs, "imp")
+    res = run_cli(["import", "nccl-tests", A100_LOG, "--out", out], tmp_path)
+    assert res.returncode == 2, res.stderr
+    line = one_line_error(res)
+    assert "No space left on device" in line and ("sweep.csv" in line or "meta.json" in line)
+    assert os.listdir(out) == []            # the table that fitted is taken back: no table without its meta
+    box = a_sweep_dir(str(tmp_path / "box"))
+    for args, name in ((["check", box, "--out", os.path.join(tiny_tmpfs, "c")], "check"),
+                       (["gap", box, "--out", os.path.join(tiny_tmpfs, "g")], "gap"),
+                       (["report", box, "--out", os.path.join(tiny_tmpfs, "r")], "report")):
+        res = run_cli(args, tmp_path)
+        assert res.returncode == 2, (name, res.stderr)
+        line = one_line_error(res)
+        assert "No space left on device" in line and tiny_tmpfs in line, (name, line)
+        d = args[-1]
+        assert leftovers(d) == [] and not [f for f in os.listdir(d) if f.endswith((".json", ".md", ".html"))]
+
+
+# --- reading: only regular files, bounded --------------------------------------------------------
+
+@pytest.mark.parametrize("verb", ["show", "check", "gap", "report"])
+def test_a_results_file_symlinked_to_dev_zero_is_refused(cli_inproc, tmp_path, verb):
+    box = a_sweep_dir(str(tmp_path / "box"))
+    os.remove(os.path.join(box, "sweep.csv"))
+    os.symlink("/dev/zero", os.path.join(box, "sweep.csv"))
+    res = cli_inproc(verb, box, *(["--no-charts"] if verb == "show" else []))
+    assert res.returncode == 2
+    assert "sweep.csv" in one_line_error(res) and "not a regular file" in one_line_error(res)
+
+
+def test_meta_json_symlinked_to_dev_zero_and_resume_are_refused(cli_inproc, tmp_path):
+    box = a_sweep_dir(str(tmp_path / "box"))
+    os.remove(os.path.join(box, "meta.json"))
+    os.symlink("/dev/zero", os.path.join(box, "meta.json"))
+    res = cli_inproc("show", box)
+    assert res.returncode == 2 and "character device" in one_line_error(res)
+    box2 = a_sweep_dir(str(tmp_path / "box2"), config={"backend": "gloo", "dtype": "bf16", "timing": "per-call"})
+    os.remove(os.path.join(box2, "sweep.csv"))
+    os.symlink("/dev/zero", os.path.join(box2, "sweep.csv"))
+    res = cli_inproc("sweep", "--tp", "2", "--ops", "all_reduce", "--sizes", "4K", "--out", box2, "--resume")
+    assert res.returncode == 2 and "not a regular file" in one_line_error(res)
+
+
+def test_reader_bounds_the_size_and_refuses_a_fifo(tmp_path):
+    p = tmp_path / "big"
+    p.write_bytes(b"x" * 2000)
+    with pytest.raises(UsageError, match="larger than 1,000 bytes"):
+        fileio.read_user_bytes(str(p), "'big'", limit=1000)
+    assert fileio.read_user_bytes(str(p), "'big'", limit=2000) == b"x" * 2000
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="is a FIFO, not a regular file"):
+        fileio.read_user_bytes(str(fifo), "'fifo'")        # refused before open: no hang
+
+
+# --- runs that did not finish say so -------------------------------------------------------------
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_a_running_meta_whose_writer_is_gone_reads_as_dead(tmp_path):
+    cfg = {"tps": [2]}
+    d = a_sweep_dir(str(tmp_path / "killed"), status="running", cells_planned=22, config=cfg)
+    m = results_meta(d)
+    m["writer"] = {"host": socket.gethostname(), "pid": _dead_pid(), "pid_start": 1, "heartbeat": m["start_time"]}
+    json.dump(m, open(os.path.join(d, "meta.json"), "w"))
+    r = results.load(d)
+    assert r.state == "dead"
+    assert r.unfinished.startswith("unfinished sweep (2 of 22 cells)") and "gone" in r.unfinished
+    # this process is alive: the same meta naming it reads as running
+    m["writer"] = meta_mod.writer_info()
+    json.dump(m, open(os.path.join(d, "meta.json"), "w"))
+    assert results.load(d).state == "running"
+    # another host: judged by the heartbeat (the dir's files' age)
+    m["writer"] = {"host": "elsewhere", "pid": 1}
+    json.dump(m, open(os.path.join(d, "meta.json"), "w"))
+    assert results.load(d).state == "running"
+    old = time.time() - meta_mod.STALE_S - 60
+    for f in os.listdir(d):
+        os.utime(os.path.join(d, f), (old, old))
+    r = results.load(d)
+    assert r.state == "dead" and "changed for" in r.unfinished
+
+
+def test_check_report_show_gap_name_a_failed_partial_sweep(cli_inproc, tmp_path):
+    d = a_sweep_dir(str(tmp_path / "failed"), status="failed", cells_planned=22, error="rank 1 died")
+    for args in (["check", d], ["report", d], ["show", d, "--no-charts"], ["gap", d]):
+        res = cli_inproc(*args)
+        assert "unfinished sweep (2 of 22 cells): failed: rank 1 died" in res.stderr, (args, res.stderr)
+        if args[0] in ("check", "report"):
+            assert res.returncode == 8, (args, res.stderr)
+    assert json.load(open(os.path.join(d, "check.json")))["unfinished_dirs"]
+    assert "Unfinished runs" in open(os.path.join(d, "report.md")).read()
+
+
+def test_killed_sweep_reads_as_unfinished(tmp_path):
+    out = str(tmp_path / "k")
+    p = subprocess.Popen([sys.executable, "-m", "commprof", "sweep", "--tp", "2", "--ops", "all_reduce", "--sizes",
+                          "4K,8K,16K,32K,64K,128K", "--iters", "40", "--warmup", "1", "--no-charts", "--out", out],
+                         cwd=tmp_path, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if os.path.exists(os.path.join(out, "sweep.csv")) and \
+                len(open(os.path.join(out, "sweep.csv")).read().splitlines()) >= 2:
+            break
+        time.sleep(0.2)
+    os.kill(p.pid, signal.SIGKILL)            # the parent: its ranks die with it (PDEATHSIG)
+    p.wait()
+    for _ in range(50):
+        r = results.load(out)
+        if r.state != "running":
+            break
+        time.sleep(0.2)
+    if r.meta["status"] == "complete":
+        pytest.skip("the sweep finished before it could be killed")
+    assert r.state == "dead", r.unfinished
+    assert "of 6 cells" in r.unfinished
+
+
+def test_two_resumes_of_one_dir_the_second_is_refused(tmp_path):
+    from conftest import run_cli, sweep_rows
+
+    out = str(tmp_path / "r")
+    args = ["sweep", "--tp", "2", "--ops", "all_reduce", "--sizes", "4K,8K,16K", "--iters", "3", "--warmup", "1",
+            "--no-charts", "--timeout", "60", "--out", out]
+    assert run_cli(args, tmp_path).returncode == 0
+    lines = open(os.path.join(out, "sweep.csv")).read().splitlines()
+    open(os.path.join(out, "sweep.csv"), "w").write("\n".join(lines[:2]) + "\n")     # killed after 1 row
+    m = results_meta(out)
+    m["status"] = "failed"
+    json.dump(m, open(os.path.join(out, "meta.json"), "w"))
+    meta_mod.lock_dir(out)                      # a resume in flight (this process holds the lock)
+    try:
+        res = run_cli(args + ["--resume"], tmp_path)
+    finally:
+        meta_mod.unlock_dir(out)
+    assert res.returncode == 2
+    assert "is being written by another commprof run" in one_line_error(res) and str(os.getpid()) in res.stderr
+    # two real resumes at once: never a duplicate row, and the loser (if they overlapped) says why
+    procs = [subprocess.Popen([sys.executable, "-m", "commprof", *args, "--resume"], cwd=tmp_path, env=cli_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert sorted(rc for rc, _ in outs)[0] == 0, outs
+    for rc, err in outs:
+        assert rc == 0 or "being written" in err or "still being written" in err, err
+    keys = [(r["op"], r["tp"], r["size_bytes"], r["mode"]) for r in sweep_rows(out)]
+    assert len(keys) == len(set(keys)) == 3
+    assert results_meta(out)["status"] == "complete"
