@@ -324,7 +324,7 @@ def test_two_resumes_of_one_dir_the_second_is_refused(tmp_path):
     finally:
         meta_mod.unlock_dir(out)
     assert res.returncode == 2
-    assert "is being written by another commprof run" in one_line_error(res) and str(os.getpid()) in res.stderr
+    assert "is being written by another commprof run" in one_line_error(res)
     # two real resumes at once: never a duplicate row, and the loser (if they overlapped) says why
     procs = [subprocess.Popen([sys.executable, "-m", "commprof", *args, "--resume"], cwd=tmp_path, env=cli_env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]

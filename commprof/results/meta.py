@@ -349,40 +349,31 @@ def run_state(path: str, meta: dict, done: int | None = None) -> tuple[str, str 
 
 # --- one writer per dir ---------------------------------------------------------------------------
 
-LOCK_FILE = ".commprof-lock"
 _LOCKS: dict = {}
 
 
 def lock_dir(path: str, what: str = "--resume") -> None:
-    """Hold ``path``'s lock (an flock on ``.commprof-lock`` inside it) until :func:`unlock_dir` or
-    this process ends; a second run asking for it is refused at once, naming the holder's pid."""
+    """Hold ``path``'s lock (an flock on the directory itself: nothing is written into it) until
+    :func:`unlock_dir` or this process ends; a second run asking for it is refused at once."""
     import fcntl
 
     key = os.path.abspath(path)
     if key in _LOCKS:
         return
-    lp = os.path.join(path, LOCK_FILE)
     try:
-        f = open(lp, "a+", encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError as e:
         raise UsageError(f"{what}: cannot lock '{path}' ({e.strerror or e})") from None
     try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        f.seek(0)
-        holder = f.read(40).strip()
-        f.close()
-        raise UsageError(f"{what}: '{path}' is being written by another commprof run"
-                         f"{f' (pid {holder})' if holder.isdigit() else ''}; wait for it to end, "
-                         "or use another --out") from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
-    _LOCKS[key] = f
+        os.close(fd)
+        raise UsageError(f"{what}: '{path}' is being written by another commprof run right now; wait for it "
+                         "to end, or use another --out") from None
+    _LOCKS[key] = fd
 
 
 def unlock_dir(path: str) -> None:
-    f = _LOCKS.pop(os.path.abspath(path), None)
-    if f is not None:
-        f.close()               # closing the file drops the flock
+    fd = _LOCKS.pop(os.path.abspath(path), None)
+    if fd is not None:
+        os.close(fd)            # closing the descriptor drops the flock
