@@ -105,7 +105,14 @@ class ServeConfig:
 def base_url(url: str) -> str:
     """``http://host:port`` (or with a path prefix) from what a user types; ``/v1`` is added per call."""
     text = (url or "").strip()
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        _ = parts.hostname              # an unclosed IPv6 bracket fails only here or in urlsplit
+    except ValueError as e:
+        raise UsageError(f"--url {shown(url)}: not a URL ({e}); expected http://HOST:PORT, "
+                         "e.g. http://127.0.0.1:8000") from None
+    if any(ch.isspace() or ord(ch) < 32 for ch in text):
+        raise UsageError(f"--url {shown(url)}: holds a space or a control character")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"--url {shown(url)}: expected http://HOST:PORT of an OpenAI-compatible server, "
                          "e.g. http://127.0.0.1:8000")
@@ -346,6 +353,14 @@ def _chunk_text(obj: dict, api: str) -> str | None:
     return text if isinstance(text, str) else None
 
 
+#: The largest token count a server's ``usage`` may report (no model's context is near it).
+MAX_USAGE_TOKENS = 1 << 24
+
+
+def _token_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_USAGE_TOKENS
+
+
 async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool, t0: float) -> dict:
     """Send one streaming request and time it. Never raises for a server's failure: the row's
     ``status`` is ``ok`` or one of :data:`ERROR_KINDS`, ``error`` a short reason."""
@@ -397,9 +412,11 @@ async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool,
                         return row
                     usage = obj.get("usage")
                     if isinstance(usage, dict):
-                        if isinstance(usage.get("completion_tokens"), int):
+                        # a count the server reports is taken only when it can be one (never negative,
+                        # never past any context window); else the chunks counted here stand
+                        if _token_count(usage.get("completion_tokens")):
                             row["tokens_out"], row["tokens_out_source"] = usage["completion_tokens"], "usage"
-                        if isinstance(usage.get("prompt_tokens"), int):
+                        if _token_count(usage.get("prompt_tokens")):
                             row["tokens_in"], row["tokens_in_source"] = usage["prompt_tokens"], "usage"
                     if text:
                         stamps.append(now)
@@ -454,7 +471,11 @@ async def _preflight(cfg: ServeConfig) -> dict:
     timeout = httpx.Timeout(min(10.0, cfg.timeout_s))
     async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
         try:
-            r = await client.get(cfg.url + "/v1/models")
+            async with asyncio.timeout(timeout.read):      # the whole answer, not each read: a drip ends too
+                r = await client.get(cfg.url + "/v1/models")
+        except TimeoutError:
+            raise EndpointError(f"--url {cfg.url}: no whole answer to GET /v1/models within {timeout.read:g}s "
+                                "(the server is too slow or stalled)") from None
         except httpx.ConnectError:
             raise EndpointError(f"--url {cfg.url}: cannot connect (no server listening there?)") from None
         except httpx.TimeoutException:
@@ -507,18 +528,30 @@ async def _preflight(cfg: ServeConfig) -> dict:
 # The server's own queue-time histogram (GET /metrics), where it publishes one
 
 
+#: The most of a /metrics answer read (bytes): a real vLLM page is tens of KiB.
+MAX_METRICS_BYTES = 16 << 20
+
+
 def scrape_queue(url: str, timeout_s: float = 5.0) -> tuple[servermetrics.Histogram | None, str]:
     """The server's queue-time histogram now, and a note on where it came from or why there is
     none. Never raises: a server without ``/metrics`` is measured all the same."""
     httpx = _httpx()
+    deadline = time.monotonic() + timeout_s
+    body = bytearray()
     try:
         with httpx.Client(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
-            r = client.get(url + "/metrics")
+            with client.stream("GET", url + "/metrics") as r:
+                if r.status_code != 200:
+                    return None, f"GET {url}/metrics answered {r.status_code}"
+                for chunk in r.iter_bytes():        # httpx bounds each read; this bounds the whole answer
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        return None, f"GET {url}/metrics: no whole answer within {timeout_s:g}s"
+                    if len(body) > MAX_METRICS_BYTES:
+                        return None, f"GET {url}/metrics: larger than {MAX_METRICS_BYTES >> 20} MiB"
     except httpx.HTTPError as e:
         return None, f"GET {url}/metrics failed ({type(e).__name__})"
-    if r.status_code != 200:
-        return None, f"GET {url}/metrics answered {r.status_code}"
-    h = servermetrics.queue_histogram(r.text)
+    h = servermetrics.queue_histogram(body.decode("utf-8", "replace"))
     if h is None:
         return None, (f"GET {url}/metrics has no queue-time histogram (looked for "
                       f"{', '.join(servermetrics.QUEUE_HISTOGRAMS)})")
@@ -545,7 +578,25 @@ def queue_figures(before, after) -> dict:
 
 
 async def _run_level(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, on_done) -> None:
-    """Run one level; appends each finished request's row to ``rows`` (so an interrupt keeps them)."""
+    """Run one level; appends each finished request's row to ``rows`` (so an interrupt keeps them).
+    The whole level has a deadline too: --duration, then --timeout for the last requests, plus a
+    margin; past it the requests still in flight are cancelled."""
+    try:
+        async with asyncio.timeout(level_deadline_s(cfg)):
+            await _level_body(cfg, level, ignore_eos, rows, on_done)
+    except TimeoutError:
+        raise LevelTimeout(level_deadline_s(cfg)) from None
+
+
+def level_deadline_s(cfg: ServeConfig) -> float:
+    return cfg.duration_s + cfg.timeout_s + 30.0
+
+
+class LevelTimeout(Exception):
+    """A level ran past :func:`level_deadline_s` (a request ignored its own deadline)."""
+
+
+async def _level_body(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, on_done) -> None:
     httpx = _httpx()
     conc, rate = level["concurrency"], level["rate_rps"]
     n_requests = level["requests"]
@@ -709,7 +760,7 @@ def run_serve(cfg: ServeConfig) -> int:
     results.check_out_dir(out, resume=False)
     info = asyncio.run(_preflight(cfg))
     warm = asyncio.run(_warmup(cfg, info["ignore_eos"])) if cfg.warmup else {"requests": 0, "ok": 0}
-    queue_hist, queue_source = scrape_queue(cfg.url)
+    queue_hist, queue_source = scrape_queue(cfg.url, min(5.0, cfg.timeout_s))
     host = urlsplit(cfg.url).hostname or "?"
     hosts = [socket.gethostname()] if host in ("127.0.0.1", "localhost", "::1") else [host]
     plan = level_plan(cfg)
@@ -744,7 +795,7 @@ def run_serve(cfg: ServeConfig) -> int:
         for level in plan:
             rows: list[dict] = []
             # the last level's closing scrape opens this one (scraped afresh only if that one failed)
-            before = queue_now if queue_now is not None or queue_hist is None else scrape_queue(cfg.url)[0]
+            before = queue_now if queue_now is not None or queue_hist is None else scrape_queue(cfg.url, min(5.0, cfg.timeout_s))[0]
             bar = view.level_progress(level["requests"], level)
             t_start = time.perf_counter()
             state = "complete"
@@ -753,6 +804,10 @@ def run_serve(cfg: ServeConfig) -> int:
             except KeyboardInterrupt:
                 state = "interrupted"
                 raise
+            except LevelTimeout as e:
+                state = "timeout"
+                status, error = "failed", (f"{cfg.url}: level {level['level']} ran past its deadline of {e.args[0]:g}s "
+                                           "(--duration + --timeout + 30 s); its requests in flight were cancelled")
             finally:
                 bar.close()
                 wall = time.perf_counter() - t_start
@@ -760,7 +815,7 @@ def run_serve(cfg: ServeConfig) -> int:
                 req_table.write([_csv_row(r) for r in rows])
                 if rows:
                     summary = level_summary(level, rows, wall, state)
-                    queue_now = scrape_queue(cfg.url)[0] if before is not None and state == "complete" else None
+                    queue_now = scrape_queue(cfg.url, min(5.0, cfg.timeout_s))[0] if before is not None and state == "complete" else None
                     summary.update(queue_figures(before, queue_now))
                     done_levels.append(summary)
             if rows and all(r["status"] in ("connect", "disconnect") and not r.get("http_status") for r in rows):
@@ -768,8 +823,17 @@ def run_serve(cfg: ServeConfig) -> int:
                 error = (f"{cfg.url}: no request of level {level['level']} got an answer (connection refused or "
                          "closed): the server died?")
                 break
+            if state == "timeout":
+                break
+        if status == "complete" and done_levels and not any(lv["ok"] for lv in done_levels):
+            kinds = sorted({k.split(":")[0] for lv in done_levels for k in lv["error_kinds"].split(";") if k})
+            status, error = "failed", (f"{cfg.url}: no request succeeded in any level ({', '.join(kinds) or 'errors'}):"
+                                       " nothing was measured")
     except KeyboardInterrupt:
         status = "interrupted"
+        raise
+    except BaseException as e:      # a full disk under a table, or any other failure: meta says failed
+        status, error = "failed", (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise
     finally:
         knee = judge(done_levels, cfg.slo)

@@ -335,3 +335,149 @@ def test_two_resumes_of_one_dir_the_second_is_refused(tmp_path):
     keys = [(r["op"], r["tp"], r["size_bytes"], r["mode"]) for r in sweep_rows(out)]
     assert len(keys) == len(set(keys)) == 3
     assert results_meta(out)["status"] == "complete"
+
+
+# --- serve: no hang on a slow server, nothing measured is a failure ------------------------------
+
+class _Hostile:
+    """A tiny HTTP server: ``mode`` drip-models (GET /v1/models answered one byte a second),
+    drip-metrics (/metrics so), all500 (every path HTTP 500) or negusage (a good stream whose
+    ``usage`` reports -403 tokens)."""
+
+    def __init__(self, mode):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *a):
+                pass
+
+            def _drip(self, body: bytes):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                for i in range(len(body)):
+                    if outer.stopped:
+                        return
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(1.0)
+
+            def _json(self, code, obj):
+                body = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                models = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+                if mode == "all500":
+                    return self._json(500, {"error": "boom"})
+                if self.path == "/v1/models":
+                    return self._drip(models * 40) if mode == "drip-models" else self._json(200, json.loads(models))
+                if self.path == "/metrics" and mode == "drip-metrics":
+                    return self._drip(b"# TYPE x counter\n" * 100)
+                self._json(404, {})
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if mode == "all500":
+                    return self._json(500, {"error": "boom"})
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for i in range(3):
+                    obj = {"choices": [{"index": 0, "text": " the", "finish_reason": "length" if i == 2 else None}]}
+                    self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+                if mode == "negusage":
+                    obj = {"choices": [], "usage": {"prompt_tokens": -7, "completion_tokens": -403}}
+                    self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+
+        self.stopped = False
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.srv.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def stop(self):
+        self.stopped = True
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+@pytest.fixture
+def hostile():
+    made = []
+
+    def make(mode):
+        made.append(_Hostile(mode))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.stop()
+
+
+SERVE_SMALL = ["--model", "m", "--concurrency", "1", "--requests", "2", "--prompt-tokens", "4", "--output-tokens", "3",
+               "--warmup", "0", "--no-charts"]
+
+
+def test_serve_against_a_dripping_models_endpoint_ends_at_its_timeout(hostile, cli, tmp_path):
+    srv = hostile("drip-models")
+    t = time.monotonic()
+    res = cli("serve", "--url", srv.url, *SERVE_SMALL, "--timeout", "3", "--out", str(tmp_path / "o"), timeout=60)
+    took = time.monotonic() - t
+    assert res.returncode == 3, res.stderr
+    assert "GET /v1/models within 3s" in one_line_error(res)
+    assert took < 20, took          # python start-up + 3 s, not the 400 s the drip would take
+
+
+def test_serve_against_a_dripping_metrics_endpoint_is_measured_all_the_same(hostile, cli, tmp_path):
+    srv = hostile("drip-metrics")
+    t = time.monotonic()
+    out = str(tmp_path / "o")
+    res = cli("serve", "--url", srv.url, *SERVE_SMALL, "--timeout", "3", "--out", out, timeout=90)
+    assert res.returncode == 0, res.stderr
+    assert time.monotonic() - t < 40
+    m = results_meta(out)
+    assert m["status"] == "complete" and "within 3s" in m["queue_time"]["note"]
+
+
+def test_serve_against_a_server_answering_500_to_everything_fails(hostile, cli_inproc, tmp_path):
+    srv = hostile("all500")
+    out = str(tmp_path / "o")
+    res = cli_inproc("serve", "--url", srv.url, *SERVE_SMALL, "--timeout", "3", "--out", out)
+    assert res.returncode != 0
+    line = one_line_error(res)
+    assert "500" in line or "http_5xx" in line or "nothing was measured" in line, line
+    if os.path.exists(os.path.join(out, "meta.json")):
+        assert results_meta(out)["status"] == "failed"
+
+
+def test_serve_takes_no_negative_usage(hostile, cli_inproc, tmp_path):
+    from conftest import csv_rows
+
+    srv = hostile("negusage")
+    out = str(tmp_path / "o")
+    res = cli_inproc("serve", "--url", srv.url, *SERVE_SMALL, "--timeout", "3", "--out", out)
+    assert res.returncode == 0, res.stderr
+    for r in csv_rows(out, "serve_requests.csv"):
+        assert int(r["tokens_out"]) == 3 and r["tokens_out_source"] != "usage"
+    for lv in csv_rows(out, "serve_levels.csv"):
+        assert float(lv["output_tokens_per_s"]) > 0
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://[::1]:99999", "http://a b:80", "http://h\x01:80", "ftp://x",
+                                 "http://", "http://h:-1"])
+def test_serve_malformed_url_is_one_line_exit_2(cli_inproc, url):
+    res = cli_inproc("serve", "--url", url, "--model", "m")
+    assert res.returncode == 2, res.stderr
+    assert "--url" in one_line_error(res)
