@@ -225,19 +225,21 @@ def load_replay(path: str) -> list[dict]:
     """A replay file: one JSON object per line with prompt_tokens (or input_tokens) and
     output_tokens (or max_tokens); blank lines and lines starting with # are skipped."""
     rows = []
+    from .fileio import read_user_bytes
+
+    raw = read_user_bytes(path, f"--workload '{path}'", limit=256 << 20)
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--workload '{path}': cannot read ({getattr(e, 'strerror', None) or e})") from None
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--workload '{path}': cannot read (not UTF-8 text: byte {e.start})") from None
     for i, line in enumerate(lines, start=1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
-            raise UsageError(f"--workload '{path}' line {i}: not JSON") from None
+        except (ValueError, RecursionError):      # also a number over 4,300 digits, or nested too deep
+            raise UsageError(f"--workload '{path}' line {i}: not JSON (or not JSON commprof reads)") from None
         if not isinstance(obj, dict):
             raise UsageError(f"--workload '{path}' line {i}: expected an object with prompt_tokens and output_tokens")
         p = obj.get("prompt_tokens", obj.get("input_tokens"))
