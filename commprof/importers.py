@@ -889,6 +889,10 @@ def import_command(kind: str, paths, out: str | None = None, in_place: bool = Fa
                    model: str | None = None, tp: int | None = None) -> int:
     """``commprof import KIND FILE...``: import, print one line, return the exit code (0).
     ``step_marker``, ``model`` and ``tp`` are for ``kineto`` only."""
+    given = [f for f, v in (("--step-marker", step_marker), ("--model", model), ("--tp", tp)) if v is not None]
+    if given and kind in ("nvidia-smi-topo", "nccl-tests"):
+        raise UsageError(f"import {kind}: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for "
+                         "'import kineto' only; drop it")
     if kind == "nvidia-smi-topo":
         from .smitopo import run_import_smi_topo
 

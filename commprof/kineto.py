@@ -234,8 +234,11 @@ class _Collector:
             return
         try:
             ts, dur = float(ev.get("ts")), float(ev.get("dur", 0) or 0)
-        except (TypeError, ValueError, OverflowError):      # OverflowError: an integer of hundreds of digits
+        except (TypeError, ValueError):
             return
+        except OverflowError:           # an integer of hundreds of digits: no time, and no event to drop silently
+            raise UsageError(f"{self.label}: an event ({shown(ev.get('name'), 40)}) has ts {shown(ev.get('ts'))} and "
+                             f"dur {shown(ev.get('dur'))}: not a time a profiler records; the trace is corrupt") from None
         if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:
             return
         if not 0 <= ts <= MAX_TS_US or dur > MAX_SPAN_US:

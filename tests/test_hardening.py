@@ -481,3 +481,221 @@ def test_serve_malformed_url_is_one_line_exit_2(cli_inproc, url):
     res = cli_inproc("serve", "--url", url, "--model", "m")
     assert res.returncode == 2, res.stderr
     assert "--url" in one_line_error(res)
+
+
+# --- parsers refuse what is not physical ---------------------------------------------------------
+
+KINETO_REAL = [os.path.join(REPO, "tests", "data", "kineto", f"hta_trace_filter_rank{r}_subsampled.json.gz")
+               for r in (0, 1)]
+
+
+def _kineto_docs():
+    import gzip
+
+    return [json.load(gzip.open(p)) for p in KINETO_REAL]
+
+
+def _write_kineto(tmp_path, docs, raw=None):
+    paths = []
+    for r, d in enumerate(docs):
+        p = tmp_path / f"rank{r}.json"
+        p.write_text(raw[r] if raw else json.dumps(d))
+        paths.append(str(p))
+    return paths
+
+
+def _first(doc, pred):
+    return next(e for e in doc["traceEvents"] if pred(e))
+
+
+def _is_nccl(e):
+    return e.get("cat") == "kernel" and "nccl" in e.get("name", "").lower()
+
+
+def test_real_kineto_traces_import(cli_inproc, tmp_path):
+    res = cli_inproc("import", "kineto", *KINETO_REAL, "--out", str(tmp_path / "k"))
+    assert res.returncode == 0, res.stderr
+    assert results.load(str(tmp_path / "k")).state == "complete"
+
+
+@pytest.mark.parametrize("case, words", [
+    ("huge int ts", "not a time"),
+    ("ts 1e308", "not a time"),
+    ("ts 0 in an epoch trace", "span"),
+    ("dur 1e300", "not a time"),
+    ("negative ts", "not a time"),
+    ("base time huge", "baseTimeNanoseconds"),
+    ("label tp=x", "tp='x'"),
+    ("label batch=-3", "batch='-3'"),
+])
+def test_kineto_refuses_nonsense(cli_inproc, tmp_path, case, words):
+    docs = _kineto_docs()
+    k = _first(docs[0], _is_nccl)
+    raw = None
+    if case == "huge int ts":
+        raw = [json.dumps(docs[0]).replace(json.dumps(k["ts"]), "9" * 400, 1), json.dumps(docs[1])]
+    elif case == "ts 1e308":
+        k["ts"] = 1e308
+    elif case == "ts 0 in an epoch trace":
+        k["ts"] = 0
+    elif case == "dur 1e300":
+        k["dur"] = 1e300
+    elif case == "negative ts":
+        k["ts"] = -5
+    elif case == "base time huge":
+        docs[0]["baseTimeNanoseconds"] = 1e300
+    else:                       # a commprof trace.json whose process label is nonsense
+        label = "tp=x batch=1 mode=eager" if "tp=x" in case else "tp=2 batch=-3 mode=eager"
+        ev = [{"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}} for r in (0, 1)]
+        ev += [{"ph": "M", "name": "process_labels", "pid": r, "args": {"labels": label}} for r in (0, 1)]
+        ev += [{"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce", "pid": r, "tid": 1, "ts": 10.0 + r,
+                "dur": 5.0} for r in (0, 1)]
+        docs = [{"commprof": {"format": "commprof trace timeline", "world_size": 2}, "traceEvents": ev}]
+    paths = _write_kineto(tmp_path, docs, raw)
+    res = cli_inproc("import", "kineto", *paths, "--out", str(tmp_path / "o"))
+    assert res.returncode == 2, (case, res.stderr)
+    assert words in one_line_error(res), (case, res.stderr)
+    assert not os.path.exists(tmp_path / "o" / "meta.json")
+
+
+@pytest.mark.parametrize("case", ["list correlation", "dict correlation", "backend list", "backend int",
+                                  "deviceProperties 5", "deviceProperties dict", "huge nelems"])
+def test_kineto_wrong_types_are_not_a_crash(cli_inproc, tmp_path, case):
+    docs = _kineto_docs()
+    k = _first(docs[0], _is_nccl)
+    k.setdefault("args", {})
+    if case == "list correlation":
+        k["args"]["correlation"] = [1, 2]
+        _first(docs[0], lambda e: e.get("cat") == "cuda_runtime").setdefault("args", {})["correlation"] = {"a": 1}
+    elif case == "dict correlation":
+        for e in docs[0]["traceEvents"]:
+            if isinstance(e.get("args"), dict) and "correlation" in e["args"]:
+                e["args"]["correlation"] = {"id": e["args"]["correlation"]}
+    elif case == "backend list":
+        docs[0]["distributedInfo"]["backend"] = ["nccl"]
+        docs[1]["distributedInfo"]["backend"] = 7
+    elif case == "backend int":
+        docs[0]["distributedInfo"]["backend"] = 7
+    elif case == "deviceProperties 5":
+        docs[0]["deviceProperties"] = 5
+    elif case == "deviceProperties dict":
+        docs[0]["deviceProperties"] = {"name": "H100"}
+    elif case == "huge nelems":
+        k["args"].update({"In msg nelems": 10 ** 400 if False else 2 ** 80, "Out msg nelems": -1,
+                          "dtype": "Float", "Collective name": "allreduce"})
+    res = cli_inproc("import", "kineto", *_write_kineto(tmp_path, docs), "--out", str(tmp_path / "o"))
+    assert res.returncode in (0, 2), (case, res.stderr)
+    assert "unexpected" not in res.stderr and "Traceback" not in res.stderr
+    if res.returncode == 2:
+        one_line_error(res)
+
+
+def test_kineto_corrupt_gzip_and_tp_bounds(cli_inproc, tmp_path):
+    import gzip
+
+    data = bytearray(open(KINETO_REAL[0], "rb").read())
+    for i in range(200, 260):
+        data[i] ^= 0x5A                      # the deflate stream corrupt, the gzip header intact
+    p = tmp_path / "rank0.json.gz"
+    p.write_bytes(bytes(data))
+    res = cli_inproc("import", "kineto", str(p), "--out", str(tmp_path / "o"))
+    assert res.returncode == 2 and "rank0.json.gz" in one_line_error(res), res.stderr
+    for tp in ("99999999999", "3000000", "0", "-2"):
+        res = cli_inproc("import", "kineto", KINETO_REAL[0], "--tp", tp, "--out", str(tmp_path / f"t{tp}"))
+        assert res.returncode == 2 and "--tp" in one_line_error(res), (tp, res.stderr)
+        assert len(res.stderr) < 400
+    gzip.open(tmp_path / "z.json.gz", "wb").write(b"{" + b" " * 10)
+    res = cli_inproc("import", "kineto", str(tmp_path / "z.json.gz"), "--out", str(tmp_path / "z"))
+    assert res.returncode == 2
+
+
+NCCL_HEAD = ("# nThread 1 nGpus 2 minBytes 8 maxBytes 64 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
+             "validation: 1 graph: 0\n#\n# Using devices\n#\n"
+             "#                                                              out-of-place                       "
+             "in-place          \n"
+             "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   "
+             "algbw   busbw #wrong\n"
+             "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  "
+             "(GB/s)  (GB/s)       \n")
+
+
+def _log(rows):
+    return NCCL_HEAD + "".join(r + "\n" for r in rows) + "# Out of bounds values : 0 OK\n"
+
+
+GOOD_ROW = "           8             2     float     sum      -1    10.00    0.00    0.00      0    10.00    0.00    0.00      0"
+
+
+@pytest.mark.parametrize("row, words", [
+    (GOOD_ROW.replace("10.00    0.00    0.00      0    10", "1e308    0.00    0.00      0    10", 1), "time"),
+    (GOOD_ROW.replace("0.00    0.00      0    10", "1e308    0.00      0    10", 1), "algbw"),
+    (GOOD_ROW.replace("0.00      0    10", "2e5      0    10", 1), "busbw"),
+    (GOOD_ROW.replace("           8 ", "         \u0661\u0662\u0663 ", 1), "line 9"),
+    (GOOD_ROW.replace("   2     float", "  2x     float", 1), "line 9"),
+    (GOOD_ROW.replace("           8 ", "          8q ", 1), "line 9"),
+])
+def test_nccl_tests_refuses_nonsense(cli_inproc, tmp_path, row, words):
+    p = tmp_path / "all_reduce_perf.log"
+    p.write_text(_log([GOOD_ROW.replace("   8 ", "  16 ").replace("     2 ", "     4 "), row]), encoding="utf-8")
+    res = cli_inproc("import", "nccl-tests", str(p), "--out", str(tmp_path / "o"))
+    assert res.returncode == 2, res.stderr
+    assert words in one_line_error(res) and "all_reduce_perf.log" in one_line_error(res)
+
+
+def test_nccl_tests_good_row_still_imports(cli_inproc, tmp_path):
+    p = tmp_path / "all_reduce_perf.log"
+    p.write_text(_log([GOOD_ROW]), encoding="utf-8")
+    assert cli_inproc("import", "nccl-tests", str(p), "--out", str(tmp_path / "o")).returncode == 0
+
+
+SMI = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\n"
+       "GPU0\t X \t{c}\t0-31\t{n}\nGPU1\t{c}\t X \t0-31\t{n}\n")
+
+
+@pytest.mark.parametrize("cell, numa, words", [("NV0", "0", "NV0"), ("NV99", "0", "NV99"),
+                                               ("NV4", "100000000000000000000", "NUMA"), ("NV4", "\u00b2", "NUMA"),
+                                               ("NV\u0664", "0", "NV")])
+def test_smi_topo_refuses_nonsense(cli_inproc, tmp_path, cell, numa, words):
+    p = tmp_path / "topo.txt"
+    p.write_text(SMI.format(c=cell, n=numa), encoding="utf-8")
+    res = cli_inproc("import", "nvidia-smi-topo", str(p), "--out", str(tmp_path / "o"))
+    assert res.returncode == 2, res.stderr
+    assert words in one_line_error(res)
+    p.write_text(SMI.format(c="NV4", n="0"), encoding="utf-8")
+    assert cli_inproc("import", "nvidia-smi-topo", str(p), "--out", str(tmp_path / "ok")).returncode == 0
+
+
+def test_moe_replay_of_huge_loads_is_refused(tmp_path):
+    from commprof.routing import _load_file
+
+    p = tmp_path / "loads.json"
+    p.write_text(json.dumps([1e308] * 8))
+    with pytest.raises(UsageError, match="load 1e\\+308 must be a number from 0 to 1e\\+15"):
+        _load_file(str(p), 8, f"file:{p}")
+    p2 = tmp_path / "loads.csv"
+    p2.write_text("expert,load\n\u0661,5\n")
+    with pytest.raises(UsageError, match="expected an expert id"):
+        _load_file(str(p2), 8, f"file:{p2}")
+
+
+@pytest.mark.parametrize("kind, path", [("nvidia-smi-topo", os.path.join(REPO, "tests", "data", "nvidia-smi",
+                                                                          "h100x8-nvswitch-topo-m.txt")),
+                                        ("nccl-tests", A100_LOG)])
+@pytest.mark.parametrize("flag", [["--tp", "2"], ["--model", "Qwen2.5-32B"], ["--step-marker", "x"]])
+def test_a_kineto_only_flag_on_another_importer_is_refused(cli_inproc, tmp_path, kind, path, flag):
+    res = cli_inproc("import", kind, path, *flag, "--out", str(tmp_path / "o"))
+    assert res.returncode == 2
+    assert flag[0] in one_line_error(res) and "import kineto" in one_line_error(res)
+
+
+def test_failure_lines_name_their_verb(cli, tmp_path):
+    from commprof import launch
+
+    class Cfg:
+        pass
+
+    for name, verb in (("SweepConfig", "sweep"), ("TraceConfig", "trace"), ("MoeConfig", "moe")):
+        assert launch.verb_of(type(name, (), {})()) == verb
+    res = cli("moe", "--ep", "2", "--tokens", "8", "--skew", "uniform", "--iters", "2", "--warmup", "0",
+              "--out", str(tmp_path / "m"), env={"COMMPROF_TEST_FAULT": "die:rank=1,mode=rebalanced"})
+    assert res.returncode == 4 and "the moe stopped" in res.stderr and "sweep" not in res.stderr, res.stderr
