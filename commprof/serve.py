@@ -117,9 +117,11 @@ def base_url(url: str) -> str:
         raise UsageError(f"--url {shown(url)}: expected http://HOST:PORT of an OpenAI-compatible server, "
                          "e.g. http://127.0.0.1:8000")
     try:
-        _ = parts.port                  # urllib checks the port only when asked
+        port = parts.port               # urllib checks the port only when asked
     except ValueError:
-        raise UsageError(f"--url {shown(url)}: the port is not a number in 1..65535") from None
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise UsageError(f"--url {shown(url)}: the port is not a number in 1..65535")
     path = parts.path.rstrip("/")
     for tail in ("/chat/completions", "/completions", "/v1"):
         if path.endswith(tail):

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from datetime import datetime
 
-from ..errors import CommprofError, UsageError
+from ..errors import CommprofError, UsageError, shown
 from ..fileio import TMP_SUFFIX, remove_quietly, write_json
 from ..jsonfile import read_json_object
 from ..runinfo import machine, nccl_env, now_iso, versions
@@ -319,10 +319,10 @@ def run_state(path: str, meta: dict, done: int | None = None) -> tuple[str, str 
     ``running`` (its writer is alive) or ``dead`` (meta says running but its writer is gone, or on
     another host nothing changed for :data:`STALE_S`), with one line for a reader to print unless
     complete, e.g. "unfinished sweep (2 of 22 cells): failed: ..." (``done``: cells written)."""
-    status = str(meta.get("status", "unknown"))
-    if status in ("complete", "unknown"):
-        return status, None
-    verb = meta.get("verb") or "run"
+    status = meta.get("status", "unknown")
+    if status not in ("failed", "interrupted", "running"):     # complete, or no status commprof writes
+        return ("complete" if status == "complete" else "unknown"), None
+    verb = meta.get("verb") if meta.get("verb") in VERBS else "run"
     planned = meta.get("cells_planned")
     cells = ""
     if isinstance(done, int) and isinstance(planned, int) and not isinstance(planned, bool) and planned > 0:
@@ -330,7 +330,8 @@ def run_state(path: str, meta: dict, done: int | None = None) -> tuple[str, str 
     elif isinstance(done, int):
         cells = f" ({done} cells written)"
     writer = meta.get("writer") if isinstance(meta.get("writer"), dict) else {}
-    who = f"pid {writer.get('pid')} on host {writer.get('host')}" if writer else "its writer"
+    who = (f"pid {shown(writer.get('pid'), 24)} on host {shown(writer.get('host'), 60)}".replace("'", "")
+           if writer else "its writer")
     if status == "running":
         alive = _alive(writer)
         if alive is None:
@@ -343,7 +344,7 @@ def run_state(path: str, meta: dict, done: int | None = None) -> tuple[str, str 
             return "dead", (f"unfinished {verb}{cells}: meta.json says running but its writer ({who}) is "
                             "gone: it was killed")
         return "running", f"unfinished {verb}{cells}: still running ({who})"
-    error = meta.get("error")
+    error = " ".join(str(meta.get("error") or "").split())[:300]      # one line, whatever the file holds
     return status, f"unfinished {verb}{cells}: {status}" + (f": {error}" if error else "")
 
 

@@ -137,8 +137,9 @@ def load_frame(path: str, impl: str = "baseline"):
         elif c in ("tp", "group", "size_bytes", "count", "iters", "warmup", "wrong", "concurrent"):
             try:
                 df[c] = pd.to_numeric(df[c], errors="raise").astype("int64")
-            except (ValueError, TypeError):
-                raise UsageError(f"'{os.path.join(path, SWEEP_CSV)}': column {c} holds a non-number") from None
+            except (ValueError, TypeError, OverflowError):      # OverflowError: a number past int64
+                raise UsageError(f"'{os.path.join(path, SWEEP_CSV)}': column {c} holds a non-number or a "
+                                 "whole number past 2^63") from None
     return df
 
 
