@@ -78,13 +78,15 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     seeds = ([os.path.relpath(p, REPO) for p in F.real_log_paths()]
              + ["tests/data/nccl-tests/all_reduce_perf_8xA100_v3.json", "tests/data/toy-dense-config.json",
+                *[os.path.relpath(p, REPO) for p in F.KINETO_REAL],
+                "tests/data/nccl-tests/all_reduce_perf_8xA100.log imported as a results dir",
                 "the built-in models of commprof/models.py written as config.json"])
     result = {
         **measured(__file__, start, f"{args.inputs:,} generated inputs per parser (seed {args.seed}): mutated real "
                                     "inputs and inputs built from each format's grammar "
                                     "(tests/fuzz_inputs.py). Rejected = commprof's own one-line error "
-                                    "(exit 2); accepted = a result with no NaN, infinite or negative "
-                                    "figure; crash = any other exception or a broken property"),
+                                    "(exit 2); accepted = a result with no NaN, infinite, negative or "
+                                    "non-physical figure; crash = any other exception or a broken property"),
         "seed": args.seed, "inputs_per_parser": args.inputs, "real_inputs_mutated": seeds, "parsers": runs,
         "target": "0 crashes for every parser", "met": all(r["crashes"] == 0 for r in runs),
     }
