@@ -556,18 +556,41 @@ def _ranks_from_ratio(op: str, rows: list[dict]) -> int | None:
 
 
 def _section_ranks(sec: Section, op: str) -> tuple[int, str]:
+    """The number of ranks from every signal the log gives: the rank lines (how many, and the
+    highest rank index + 1: a log may print only some, e.g. a rack log shows only its last rank),
+    the busbw/algbw ratio (nccl-tests' bus factor) and nThread x nGpus (ranks per process: the total
+    is a multiple of it; with one process and every rank line, equal). Signals that disagree are
+    refused with one line naming them."""
+    label = f"'{os.path.basename(sec.path)}' line {sec.start_line}"
+    ratio = _ranks_from_ratio(op, sec.rows)
+    per_proc = (sec.nthreads or 1) * (sec.ngpus or 1) if (sec.nthreads or sec.ngpus) else None
     if sec.ranks:
         if sec.fmt == "json":
             n = len(sec.ranks) * (sec.nthreads or 1) * (sec.ngpus or 1)
-            return n, "config.devices (one entry per process) x nthreads x ngpus"
-        per_group: dict = {}
-        for r in sec.ranks:
-            per_group.setdefault(r["group"], set()).add(r["rank"])
-        n = max(len(v) for v in per_group.values())
-        return n, "rank lines" + (" (ranks per group)" if len(per_group) > 1 else "")
-    n = _ranks_from_ratio(op, sec.rows)
-    if n:
-        return n, "busbw/algbw ratio (no rank lines in the log)"
+            how = "config.devices (one entry per process) x nthreads x ngpus"
+        else:
+            per_group: dict = {}
+            for r in sec.ranks:
+                per_group.setdefault(r["group"], set()).add(r["rank"])
+            lines = max(len(v) for v in per_group.values())
+            highest = max(max(v) for v in per_group.values()) + 1
+            n = max(lines, highest)
+            how = "rank lines" + (" (ranks per group)" if len(per_group) > 1 else "")
+            if highest > lines:
+                how = (f"highest rank index + 1 (the log prints {lines} of its {highest} rank lines"
+                       + (", ranks per group" if len(per_group) > 1 else "") + ")")
+        if ratio and ratio != n:
+            raise UsageError(f"{label}: the rank count is ambiguous: the {how.split(' (')[0]} say {n} ranks, busbw/algbw "
+                             f"says {ratio}; give a log with every '# Rank' line (or fix the file)")
+        if per_proc and n % per_proc:
+            raise UsageError(f"{label}: the rank count is ambiguous: the {how.split(' (')[0]} say {n} ranks, not a "
+                             f"multiple of nThread x nGpus = {per_proc} ranks per process")
+        return n, how + ("; busbw/algbw agrees" if ratio else "")
+    if ratio:
+        if per_proc and ratio % per_proc:
+            raise UsageError(f"{label}: the rank count is ambiguous: busbw/algbw says {ratio} ranks, not a multiple of "
+                             f"nThread x nGpus = {per_proc} ranks per process")
+        return ratio, "busbw/algbw ratio (no rank lines in the log)"
     if sec.nthreads and sec.ngpus:
         return sec.nthreads * sec.ngpus, "nThread x nGpus (no rank lines; assumes one process)"
     raise UsageError(f"'{os.path.basename(sec.path)}' line {sec.start_line}: cannot tell the number of ranks "
@@ -616,7 +639,7 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
             # row its own. None = not checked (N/A): unknown, never 0.
             mine = [counts.get(q) for q in (("out-of-place", "in-place") if place == "out-of-place" else ("in-place",))]
             known = [c for c in mine if c is not None]
-            wrong = sum(known)
+            wrong = sum(known) if known else ""             # empty: not checked (unknown, never 0)
             status = "WRONG" if wrong else ("ok" if e["wrong"] is not None else "unchecked")
             site = place + (f"; wrong: {e['wrong_note']}" if e.get("wrong_note") else "")
             out.append({
@@ -627,10 +650,12 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
                 "iters": sec.iters, "warmup": sec.warmup, "concurrent": 0,
                 # nccl-tests times a loop of back-to-back calls and prints the average per call
                 "timing": "back-to-back", "loop": sec.iters if isinstance(sec.iters, int) else "",
-                "latency_us_p50": e.get("p50", t), "latency_us_p95": e.get("p95", ""),
+                # nccl-tests' average goes in latency_us_avg (and _mean): never in a p50 column. Readers
+                # of latency_us_p50 get it through results.load, labelled by latency_stat.
+                "latency_us_p50": e.get("p50", ""), "latency_us_p95": e.get("p95", ""),
                 "latency_us_p99": e.get("p99", ""), "latency_us_min": e.get("min", ""),
                 "latency_us_max": e.get("max", ""), "latency_us_mean": e.get("avg", t),
-                "latency_us_rankavg_p50": t, "latency_us_rankavg_mean": t,
+                "latency_us_rankavg_p50": "", "latency_us_rankavg_mean": t, "latency_us_avg": t,
                 "enqueue_us_p50": "", "enqueue_us_p99": "",
                 "algbw_gbps": e["algbw"], "busbw_gbps": e["busbw"], "wrong": wrong,
                 "status": status, "hosts": ";".join(hosts),
@@ -643,7 +668,7 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
                 bad = ", ".join(f"{q} #wrong = {c}" for q, c in counts.items() if c)
                 wrong_rows.append(f"'{label}' {where}: {bad} at {r['size']} B")
     info = {
-        "file": os.path.abspath(sec.path), "format": sec.fmt, "first_line": sec.start_line,
+        "file": sec.path, "format": sec.fmt, "first_line": sec.start_line,
         "nccl_tests_binary": f"{sec.op_name}_perf", "op": op, "tp": tp, "tp_from": tp_from, "mode": mode,
         "graph_launches": sec.graph, "iters": sec.iters, "warmup_iters": sec.warmup, "agg_iters": sec.agg_iters,
         "nccl_tests_version": sec.version or None,
@@ -758,7 +783,7 @@ def check_one_box(sections: list[Section]) -> None:
 
 #: Columns an import writes beyond the sweep's: how each latency figure was reported, and each
 #: placement's ``#wrong`` (empty = not checked, nccl-tests printed N/A).
-IMPORT_COLUMNS = ["latency_stat", "wrong_out_of_place", "wrong_in_place"]
+IMPORT_COLUMNS = ["latency_stat", "wrong_out_of_place", "wrong_in_place", "latency_us_avg"]
 
 
 def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, command=None) -> str:
@@ -779,7 +804,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
     for p in paths:
         secs = read_nccl_tests(p)
         sections.extend(secs)
-        files.append({"path": os.path.abspath(p), "sha256": results.file_sha256(p), "format": secs[0].fmt,
+        files.append({"path": p, "sha256": results.file_sha256(p), "format": secs[0].fmt,
                       "runs": len(secs)})
     check_one_box(sections)
     rows, infos = [], []
@@ -818,18 +843,22 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
         "unchecked_rows": sum(i["unchecked_rows"] for i in infos),
         "columns": {
             "latency_us_*": "nccl-tests reports one time per size: the average over its timed iterations "
-                            "(by default also averaged over ranks, -a 1). latency_us_p50 and latency_us_mean hold "
-                            "that average (latency_stat says 'avg (nccl-tests)'): it is not a percentile. "
-                            "p95, p99, min and max are empty unless the run reported them (-I 1: i_min, i_max, "
-                            "i_p99; -J: p50/p95/p99/min/max, then latency_stat is 'p50 (nccl-tests -I)')",
-            "latency_stat": "what latency_us_p50 holds: 'avg (nccl-tests)' or 'p50 (nccl-tests -I)'",
-            "latency_us_rankavg_*": "the reported average time",
+                            "(by default also averaged over ranks, -a 1). latency_us_avg and latency_us_mean hold "
+                            "that average; it is not a percentile, so latency_us_p50 is empty unless the run "
+                            "reported per-iteration figures (-I 1: i_min, i_max, i_p99; -J: p50/p95/p99/min/max, "
+                            "then latency_stat is 'p50 (nccl-tests -I)'). commprof's readers (results.load) take "
+                            "latency_us_avg where latency_us_p50 is empty and label it by latency_stat",
+            "latency_us_avg": "nccl-tests' reported average time per call of its back-to-back loop",
+            "latency_stat": "the statistic readers take as the row's latency: 'avg (nccl-tests)' "
+                            "(latency_us_avg) or 'p50 (nccl-tests -I)' (latency_us_p50)",
+            "latency_us_rankavg_*": "the reported average time (rankavg_p50 empty: not a percentile)",
             "mode": "eager: no CUDA graph; graph: a -G run; *-in-place: the in-place measurement",
             "site": "placement (out-of-place / in-place) and how #wrong was reported",
             "size_bytes": "nccl-tests size column, the same convention as commprof sweep",
             "algbw_gbps": "as reported by nccl-tests", "busbw_gbps": "as reported by nccl-tests",
             "wrong": "#wrong as reported: an out-of-place row sums its size's out-of-place and in-place "
-                     "counts, an in-place row its own; counts not checked (N/A) add nothing",
+                     "counts, an in-place row its own; counts not checked (N/A) add nothing; empty when "
+                     "neither placement was checked (validation off): unknown, never 0",
             "wrong_out_of_place": "the out-of-place #wrong; empty where nccl-tests printed N/A (validation "
                                   "off): unknown, not 0",
             "wrong_in_place": "the in-place #wrong; empty where not checked",

@@ -3,8 +3,8 @@
 This module is the one place the decode step is modelled: ``commprof plan`` prints it, and the trace
 engine imports :func:`decode_collectives` to know which collectives a step must contain.
 
-The model is Megatron-style tensor parallelism (TP) as vLLM runs it (``shared/FACTS.md``,
-"Collectives per decoded token"): a vocab-parallel embedding ends in one all-reduce, each layer
+The model is Megatron-style tensor parallelism (TP) as vLLM runs it (Megatron-LM's
+tensor-parallel layers, arXiv:1909.08053; vLLM's VocabParallelEmbedding and RowParallelLinear): a vocab-parallel embedding ends in one all-reduce, each layer
 ends its attention (o_proj) and its MLP (down_proj) in one all-reduce each, and the logits are
 all-gathered. Dense, no sequence parallelism: ``2 x layers + 2`` collectives per step, whatever the
 TP degree. Sizes are in nccl-tests' meaning (``commprof.collectives``) and rounded the way the

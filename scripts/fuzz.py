@@ -5,7 +5,8 @@
 The generators and the property are tests/fuzz_inputs.py's, the same ones tests/test_fuzz_parsers.py
 runs under hypothesis with 200 examples: mutated real inputs (nccl-tests logs of real boxes, the -J
 fixture, two real Kineto traces, a real imported results dir, the built-in models as config.json,
-all under tests/data with their SOURCE notes) and inputs built from each format's grammar. Input ``i`` of parser ``P`` comes from ``random.Random(f"{seed}:{P}:{i}")``, so
+all under tests/data with their SOURCE notes) and inputs built from each format's grammar.
+Input ``i`` of parser ``P`` comes from ``random.Random(f"{seed}:{P}:{i}")``, so
 a crash listed in fuzz.json is reproduced by that seed alone.
 
 Per parser: inputs, rejected (commprof's own one-line error), accepted (a result with no NaN,

@@ -4,8 +4,8 @@ Each target pairs a generator ``gen(rnd) -> input`` (``rnd`` is a ``random.Rando
 ``check(input, tmp_dir) -> "accepted" | "rejected"``. The check runs the parser and asserts the
 property: the parser either raises commprof's own error (a ``CommprofError`` of one line) or
 returns a result with no NaN, infinite or negative figure. Any other exception propagates: that
-is a crash. Generators mutate real inputs (the nccl-tests logs under tests/data and
-shared/data, the -J fixture, the built-in models written out as config.json) and build
+is a crash. Generators mutate real inputs (the nccl-tests logs under tests/data
+(public logs with their SOURCE.md), the -J fixture, the built-in models written out as config.json) and build
 synthetic ones from the grammar of each format.
 
 tests/test_fuzz_parsers.py lets hypothesis drive ``rnd`` (a few hundred examples, shrinking on
@@ -29,7 +29,6 @@ from commprof.units import MAX_BYTES, MAX_LIST_INT, parse_bytes, parse_int_list
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "tests", "data")
-REAL_LOGS = os.path.join(DATA, "nccl-tests", "real")     # public logs of real boxes (SOURCE.md there)
 
 # Placeholders put into JSON before it is written: json.dumps cannot write an integer over
 # Python's 4,300-digit limit, and a deep nest is easier to splice in as text.
@@ -40,9 +39,9 @@ DEEP = "__COMMPROF_FUZZ_DEEP__"
 # --- real inputs ------------------------------------------------------------------------------------
 
 def real_log_paths() -> list[str]:
-    """Every real nccl-tests text log under tests/data (nccl-tests/*.log and nccl-tests/real/*.txt)."""
+    """Every real nccl-tests text log in tests/data/nccl-tests (``*.log`` and the public ``*.txt``)."""
     return (sorted(glob.glob(os.path.join(DATA, "nccl-tests", "*.log")))
-            + sorted(glob.glob(os.path.join(REAL_LOGS, "*.txt"))))
+            + sorted(glob.glob(os.path.join(DATA, "nccl-tests", "*.txt"))))
 
 
 @functools.cache
@@ -394,8 +393,9 @@ def _check_rows(secs) -> None:
         rows, info = _section_rows(sec, in_place=True)
         json.dumps(info, allow_nan=False)                       # meta.json: no NaN or inf
         for row in rows:
-            assert row["size_bytes"] >= 1 and row["tp"] >= 1 and row["latency_us_p50"] > 0, row
-            assert row["latency_us_p50"] <= MAX_TIME_US and row["algbw_gbps"] <= MAX_BW_GBPS \
+            lat = row["latency_us_p50"] or row["latency_us_avg"]
+            assert row["size_bytes"] >= 1 and row["tp"] >= 1 and lat > 0, row
+            assert lat <= MAX_TIME_US and row["algbw_gbps"] <= MAX_BW_GBPS \
                 and row["busbw_gbps"] <= MAX_BW_GBPS, row                  # physical, not merely finite
             for k, v in row.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):

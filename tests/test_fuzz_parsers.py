@@ -5,7 +5,7 @@ and ``-J`` JSON output (``importers``).
 The property, for every input: the parser raises commprof's own error (a ``CommprofError`` whose
 message is one line) or returns a result with no NaN, infinite or negative figure. Any other
 exception is a crash and fails the test. Inputs are mutated real ones (the logs under tests/data
-and shared/data, the built-in models as config.json) and hypothesis' own text, bytes and JSON.
+(public, with their SOURCE.md), the built-in models as config.json) and hypothesis' own text, bytes and JSON.
 
 Bounded for CI: 200 examples per test, derandomized (the same inputs on every run), no deadline.
 ``scripts/fuzz.py`` runs the same generators with 10,000 inputs per parser. Every input comes from
@@ -183,11 +183,12 @@ def test_real_inputs_are_accepted(tmp):
     assert F.check_url("http://127.0.0.1:8000/v1") == "accepted"
 
 
-def test_real_logs_of_real_boxes_are_imported():
-    names = sorted(n for n in os.listdir(F.REAL_LOGS) if n.endswith(".txt"))
+def test_public_real_logs_are_imported():
+    logs = os.path.join(F.DATA, "nccl-tests")
+    names = sorted(n for n in os.listdir(logs) if n.endswith(".txt"))
     assert len(names) >= 6
     for n in names:
-        assert read_nccl_tests(os.path.join(F.REAL_LOGS, n))[0].rows, n
+        assert read_nccl_tests(os.path.join(logs, n))[0].rows, n
 
 
 # --- thresholds, MoE replay files, nvidia-smi topo text ---------------------------------------------

@@ -108,7 +108,7 @@ def test_check_on_a_full_disk_keeps_the_old_check_json(tmp_path):
     box = a_sweep_dir(str(tmp_path / "box"))
     from conftest import run_cli
 
-    assert run_cli(["check", box], tmp_path).returncode in (0, 8)
+    assert run_cli(["check", box], tmp_path).returncode in (0, 8, 9)
     old = open(os.path.join(box, "check.json")).read()
     res = full_disk_cli(["check", box], tmp_path)
     assert res.returncode == 2 and "check.json" in one_line_error(res)
@@ -275,8 +275,8 @@ def test_check_report_show_gap_name_a_failed_partial_sweep(cli_inproc, tmp_path)
     for args in (["check", d], ["report", d], ["show", d, "--no-charts"], ["gap", d]):
         res = cli_inproc(*args)
         assert "unfinished sweep (2 of 22 cells): failed: rank 1 died" in res.stderr, (args, res.stderr)
-        if args[0] in ("check", "report"):
-            assert res.returncode == 8, (args, res.stderr)
+        if args[0] in ("check", "report"):     # no pass: 8 (FAIL / unfinished) or 9 (insufficient evidence)
+            assert res.returncode in (8, 9), (args, res.stderr)
     assert json.load(open(os.path.join(d, "check.json")))["unfinished_dirs"]
     assert "Unfinished runs" in open(os.path.join(d, "report.md")).read()
 

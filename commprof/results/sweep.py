@@ -125,6 +125,12 @@ def load_frame(path: str, impl: str = "baseline"):
     df["timing"] = df["timing"].replace("", "per-call").fillna("per-call")
     df["impl"] = df["impl"].fillna("").astype(str)
     df["fallback"] = df["fallback"].fillna("").astype(str)
+    if "latency_us_avg" in df.columns:      # imported nccl-tests rows: the average, not a percentile
+        avg = pd.to_numeric(df["latency_us_avg"], errors="coerce")
+        for c in ("latency_us_p50", "latency_us_rankavg_p50"):
+            if c in df.columns:         # readers of the p50 columns get the average, labelled by latency_stat
+                cur = pd.to_numeric(df[c], errors="coerce")
+                df[c] = cur.where(cur.notna(), avg)
     if impl == "baseline":
         df = df[df["impl"] != CUSTOM].reset_index(drop=True)
     elif impl == "custom":
@@ -134,7 +140,13 @@ def load_frame(path: str, impl: str = "baseline"):
             df[c] = pd.to_numeric(df[c], errors="coerce")
         elif c == "loop":
             df[c] = pd.to_numeric(df[c], errors="coerce")
-        elif c in ("tp", "group", "size_bytes", "count", "iters", "warmup", "wrong", "concurrent"):
+        elif c == "wrong":              # empty = not checked (imported with validation off): NaN, never 0
+            raw = df[c].fillna("").astype(str).str.strip()
+            num = pd.to_numeric(raw.where(raw != "", None), errors="coerce")
+            if (num.isna() & (raw != "")).any():
+                raise UsageError(f"'{os.path.join(path, SWEEP_CSV)}': column wrong holds a non-number")
+            df[c] = num.astype("int64") if not num.isna().any() else num
+        elif c in ("tp", "group", "size_bytes", "count", "iters", "warmup", "concurrent"):
             try:
                 df[c] = pd.to_numeric(df[c], errors="raise").astype("int64")
             except (ValueError, TypeError, OverflowError):      # OverflowError: a number past int64
