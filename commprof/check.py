@@ -981,6 +981,10 @@ def serve_items(ev, th) -> list[Item]:
         "WARN" if growth <= t["jitter_growth_warn"] else "FAIL"
     if errors and status in ("PASS", "SKIP"):
         status = "WARN"
+    bursts = int(row.get("burst_requests") or 0) if row.get("burst_requests") == row.get("burst_requests") else 0
+    if bursts:
+        value += f"; {row.get('burst_note')}"
+        status = "WARN" if status in ("PASS", "SKIP") else status
     items.append(Item("S3", f"sustained output rate and jitter at concurrency {t['concurrency']}", status, value,
                       f"jitter growth PASS <= {t['jitter_growth_pass']:g}x, WARN <= {t['jitter_growth_warn']:g}x; "
                       "any failed request WARN", t["source"],

@@ -241,7 +241,10 @@ def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str
     headers = list(SERVE_HEADERS)
     if "queue_ms_p99" in levels.columns and levels["queue_ms_p99"].notna().any():   # the server reports it
         headers.insert(-1, "queue p99 ms")
-        rows = [(*row[:-1], _ms(q), row[-1]) for row, q in zip(rows, levels["queue_ms_p99"])]
+        from .serve import queue_ms_text
+
+        rows = [(*row[:-1], queue_ms_text(r, "queue_ms_p99"), row[-1])
+                for row, r in zip(rows, levels.to_dict("records"))]
     tie = []
     if trace_res is not None and "trace_summary" in trace_res.tables:
         summ = trace_res.tables["trace_summary"]
