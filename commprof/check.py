@@ -591,6 +591,8 @@ def _latency_value(sub, t, label) -> tuple:
     return tp, mode, worst, value
 
 
+MULTINODE_MAX_NODES = 2         # the [multinode] latency anchor: 2 nodes x 8 H20 (NVIDIA/nccl#1244)
+FIXED_MAX_TP = 8                # the fixed C10 thresholds' anchors are 8-GPU boxes (H100 TP8, 8x RTX 4090)
 _FIXED_LATENCY = ("nvlink_pass_us", "nvlink_warn_us", "pcie_pass_us", "pcie_warn_us")
 _FIXED_BUSBW = ("pass_fraction", "warn_fraction")
 
@@ -677,6 +679,12 @@ def item_allreduce_latency(ev, th) -> Item:
         item = _latency_vs_healthy(ev, t, sub, label, ic)
         if item is not None:
             return item
+        if tp > FIXED_MAX_TP:
+            return Item("C10", name, "SKIP", value + f"; no healthy box or reference profile of {ic.cls} "
+                        f"{ic.link or '(generation unknown)'} at TP={tp}", f"healthy boxes at TP={tp}", t["source"],
+                        f"the fixed thresholds were set for groups of up to {FIXED_MAX_TP} GPUs, so they do not judge "
+                        f"TP={tp}; give the vendor's figure in a --thresholds file ([allreduce_latency] nvlink_pass_us "
+                        "/ nvlink_warn_us or pcie_*)")
     nv = ic.family == "nvlink"
     p, w = (t["nvlink_pass_us"], t["nvlink_warn_us"]) if nv else (t["pcie_pass_us"], t["pcie_warn_us"])
     status = "PASS" if worst <= p else "WARN" if worst <= w else "FAIL"
@@ -779,10 +787,19 @@ def _multinode_items(ev, th) -> list[Item]:
         tp, mode, worst, value = _latency_value(small, tl, label)
         p, w = t["latency_pass_us"], t["latency_warn_us"]
         status = "PASS" if worst <= p else "WARN" if worst <= w else "FAIL"
-        out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
-                        f"network: PASS <= {p} us, WARN <= {w} us", t["source"],
-                        "" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
-                        "network's latency on every collective"))
+        user = _user_fixed(th, "multinode", ("latency_pass_us", "latency_warn_us"))
+        if nodes > MULTINODE_MAX_NODES and not user:
+            out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", "SKIP", value,
+                            f"network: thresholds set for {MULTINODE_MAX_NODES} hosts", t["source"],
+                            f"the [multinode] latency thresholds were anchored on {MULTINODE_MAX_NODES} nodes "
+                            f"(NVIDIA/nccl#1244); a group over {nodes} hosts pays more steps or tree levels: give the "
+                            "vendor's figure in a --thresholds file ([multinode] latency_pass_us / latency_warn_us)"))
+            status = None
+        if status is not None:
+            out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
+                            f"network: PASS <= {p} us, WARN <= {w} us", t["source"],
+                            "" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
+                            "network's latency on every collective"))
     big = sub[(sub["op"] == "all_reduce") & (sub["size_bytes"] >= th["busbw"]["min_bytes"])]
     name = f"large-message busbw between nodes ({nodes} hosts)"
     if big.empty:
