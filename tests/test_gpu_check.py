@@ -108,6 +108,7 @@ def no_device(monkeypatch, tmp_path):
     monkeypatch.delenv("COMMPROF_TEST_ONESHOT", raising=False)
     monkeypatch.setattr(commprof.launch, "choose_world",
                         lambda backend, n, flag: (n, "nccl", "test: one H200", None))
+    monkeypatch.setattr(commprof.launch, "cuda_device_count", lambda: 1)     # trace --predict checks it
     monkeypatch.setattr(cuda_ext.loader, "require_gpu", lambda *a, **k: None)
     monkeypatch.setattr(commprof.trace, "available_bytes_per_rank", lambda *a: (int(141e9 * 0.9), "test"))
     monkeypatch.setattr(commprof.sweep, "run_sweep", lambda cfg, charts=True: calls.append(("sweep", cfg)) or 0)
