@@ -201,3 +201,59 @@ class FakeTorch:
 
     def __getattr__(self, name):
         return getattr(self._torch, name)
+
+
+class FakeCupy:
+    """cupy's stream and event API (``cupy.cuda.Event``'s ``done``, ``get_elapsed_time``) over the
+    same modelled stream, with ``kernels.get_function("commprof_spin")`` holding it for ``ns``:
+    enough for the probes' timing loop (``cuda_ext.probes._timed``). cupy's ``get_elapsed_time`` on
+    an event not yet completed raises (cudaErrorNotReady), as here."""
+
+    def __init__(self, gpu: FakeGpu):
+        class Event:
+            def __init__(self, block=False, disable_timing=False, interprocess=False):
+                self.e = gpu.Event(enable_timing=not disable_timing)
+
+            def record(self, stream=None):
+                self.e.record()
+
+            @property
+            def done(self):
+                return self.e.query()
+
+            def synchronize(self):
+                self.e.synchronize()
+
+        class Stream:
+            def __init__(self, non_blocking=False):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *a):
+                return None
+
+            def synchronize(self):
+                gpu.cuda.synchronize()
+
+        class Device(Stream):
+            def __init__(self, i=0):
+                self.id = i
+
+        def get_elapsed_time(a, b):
+            if not (a.done and b.done):
+                raise RuntimeError("cudaErrorNotReady: device not ready")
+            return a.e.elapsed_time(b.e)
+
+        self.cuda = SimpleNamespace(Event=Event, Stream=Stream, Device=Device, get_elapsed_time=get_elapsed_time)
+        self.launches = []
+
+        def get_function(name):
+            assert name == "commprof_spin", name
+
+            def spin(grid, block, args):
+                self.launches.append((name, grid, block))
+                gpu.work(int(args[0]) * 1e-9)
+            return spin
+        self.kernels = SimpleNamespace(get_function=get_function)

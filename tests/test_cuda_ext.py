@@ -525,6 +525,10 @@ class _SimCupy:
         class Event:
             t = None
 
+            @property
+            def done(self_):                 # cupy: cudaEventQuery == success (no flush: no sync)
+                return self_.t is not None
+
             def record(self_, stream):
                 def op():
                     self_.t = sim.clock
@@ -680,7 +684,8 @@ class _SimCupy:
                 vals.append(int(a))
         self.launches.append((name, self.dev_stack[-1], grid, block))
         assert self._current_stream().device == self.dev_stack[-1], (name, "launched on another GPU's stream")
-        model = {"commprof_p2p_copy": self._copy, "commprof_pingpong": self._pingpong}.get(name, self._oneshot)
+        model = {"commprof_p2p_copy": self._copy, "commprof_pingpong": self._pingpong,
+                 "commprof_spin": self._spin}.get(name, self._oneshot)
         run = model(name, grid[0], *vals)
         if name == "commprof_p2p_copy":
             run = self._logged_copy(self.dev_stack[-1], vals, run)
@@ -690,6 +695,10 @@ class _SimCupy:
         src, dst, nbytes = vals
         self.copies.append((next(self.seq), device, src, dst, nbytes, self.ct.string_at(src, nbytes)))
         yield from run
+
+    def _spin(self, name, blocks, ns):
+        for _ in range(min(ns // 1000, 50)):      # a few scheduler steps: other streams run meanwhile
+            yield
 
     def _copy(self, name, blocks, src, dst, nbytes):
         self.ct.memmove(dst, src, nbytes)
@@ -786,6 +795,7 @@ def test_sim_kernel_signatures_are_parsed():
     assert _kernel_params() == {
         "commprof_p2p_copy": ["ptr", "ptr", "u64"],
         "commprof_pingpong": ["ptr", "ptr", "int", "int", "u64", "ptr"],
+        "commprof_spin": ["u64"],
         **{f"commprof_oneshot_allreduce_{d}": ["ptr", "ptr", "ptr", "u64", "int", "int", "u32", "u32", "u64", "ptr"]
            for d in ("bf16", "fp16", "fp32")}}
 

@@ -259,3 +259,48 @@ def test_traced_graph_step_offsets_with_and_without_mixed_events(mixed):
     assert durs == pytest.approx([1000, 1000], abs=150)
     assert offs[1] - offs[0] == pytest.approx(1000, abs=150)
     assert offs[0] >= 0 and offs[1] + durs[1] <= lat + 1
+
+
+def test_p2p_probe_timing_is_spin_first_not_launch_inclusive():
+    """cuda_ext.probes times every copy behind commprof_spin: a 200 us launch of a 30 us copy reads
+    30 us, where an event pair recorded on the idle stream around the launch reads 230 us."""
+    from cuda_ext.probes import _timed
+    from fake_cuda import FakeCupy
+
+    gpu = FakeGpu()
+    cp = FakeCupy(gpu)
+
+    def enqueue(stream):
+        gpu.op(200.0, 30.0)()
+    res = _timed(cp, 0, enqueue, iters=15, warmup=3, kernels=cp.kernels)
+    assert len(cp.launches) == 15 and all(g == (1,) and b == (1,) for _, g, b in cp.launches)
+    assert np.median(res["times_ms"]) * 1e3 == pytest.approx(30.0, abs=3)
+    assert res["spin_us"] >= 2 * 200.0
+    # the old method, side by side: start on an idle stream, so the launch is inside the figure
+    a, b = cp.cuda.Event(), cp.cuda.Event()
+    a.record()
+    enqueue(None)
+    b.record()
+    b.synchronize()
+    assert cp.cuda.get_elapsed_time(a, b) * 1e3 >= 200.0
+    a.record()
+    gpu.op(0.0, 20000.0)()
+    b.record()
+    with pytest.raises(RuntimeError, match="not ready"):
+        cp.cuda.get_elapsed_time(a, b)               # cupy never waits either
+
+
+def test_p2p_probe_counts_and_leaves_out_short_spins():
+    from cuda_ext.probes import _timed
+    from fake_cuda import FakeCupy
+
+    gpu = FakeGpu()
+    cp = FakeCupy(gpu)
+    n = [0]
+
+    def enqueue(stream):
+        n[0] += 1
+        gpu.op(8000.0 if n[0] == 6 else 100.0, 30.0)()      # the 3rd timed launch takes 8 ms
+    res = _timed(cp, 0, enqueue, iters=10, warmup=3, kernels=cp.kernels)
+    assert res["spin_short"] >= 1 and len(res["times_ms"]) == 10 - res["spin_short"]
+    assert max(res["times_ms"]) * 1e3 < 100.0                # the uncovered sample is not among them
