@@ -888,6 +888,25 @@ def _check_sim_allreduce(inputs, dtype, calls=3):
     return outs
 
 
+@pytest.mark.parametrize("world", [1, 8])
+def test_sim_oneshot_timed_emulation_spins_first_and_verifies(sim, world):
+    """time_on_one_gpu (the GPU check's custom-vs-NCCL figure): every rank's stream is held by
+    commprof_spin before its launch, each call is timed per rank, and the outputs still verify."""
+    import oneshot_reference as ref
+
+    n = 10240 // 2
+    inputs = [ref.to_storage(oneshot.rank_pattern(r, n), "bf16") for r in range(world)]
+    res = oneshot.time_on_one_gpu([sim.asarray(x) for x in inputs], "bf16", iters=3, spin_us=200)
+    ref.assert_allreduce_outputs(res["outputs"], inputs, "bf16", what=f"timed, {world} ranks: ")
+    assert len(res["transfer_us"]) == len(res["slowest_us"]) == 3
+    assert all(0 <= a <= b for a, b in zip(res["transfer_us"], res["slowest_us"]))
+    names = [entry[0] for entry in sim.launches]
+    assert names.count("commprof_spin") == 3 * world
+    for i, name in enumerate(names):                 # each rank's kernel right after its spin
+        if name.startswith("commprof_oneshot"):
+            assert names[i - 1] == "commprof_spin"
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("world", [1, 2, 3, 8])
 def test_sim_oneshot_emulation_verifies(sim, dtype, world):
