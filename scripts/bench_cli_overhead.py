@@ -54,8 +54,6 @@ DTYPES = ("fp32", "bf16")
 
 
 def bare_rank(rank, world, dtype: str, iters: int, warmup: int):
-    import time
-
     import torch
     import torch.distributed as dist
 
@@ -64,18 +62,25 @@ def bare_rank(rank, world, dtype: str, iters: int, warmup: int):
     out = {}
     for size in SIZES:
         x = torch.zeros(size // (4 if dtype == "fp32" else 2), dtype=tdt)
-        for _ in range(warmup):
-            dist.barrier(group=g)
-            dist.all_reduce(x, group=g)
-        lat = torch.empty(iters, dtype=torch.float64)
-        for i in range(iters):
-            dist.barrier(group=g)
-            t0 = time.perf_counter()
-            dist.all_reduce(x, group=g)
-            lat[i] = (time.perf_counter() - t0) * 1e6
-        dist.all_reduce(lat, op=dist.ReduceOp.MAX, group=g)       # the slowest rank, per iteration
-        out[size] = float(np.percentile(lat.numpy(), 50))
+        out[size] = bare_p50(torch, dist, x, g, iters, warmup)
     return out
+
+
+def bare_p50(torch, dist, x, g, iters: int, warmup: int) -> float:
+    """The bare loop: barrier, perf_counter, all_reduce, perf_counter; p50 of the slowest rank's."""
+    import time
+
+    for _ in range(warmup):
+        dist.barrier(group=g)
+        dist.all_reduce(x, group=g)
+    lat = torch.empty(iters, dtype=torch.float64)
+    for i in range(iters):
+        dist.barrier(group=g)
+        t0 = time.perf_counter()
+        dist.all_reduce(x, group=g)
+        lat[i] = (time.perf_counter() - t0) * 1e6
+    dist.all_reduce(lat, op=dist.ReduceOp.MAX, group=g)       # the slowest rank, per iteration
+    return float(np.percentile(lat.numpy(), 50))
 
 
 ATTRIBUTE_SIZE = 1 << 20
@@ -84,7 +89,6 @@ VARIANTS = ("bare", "pulse", "runner", "cli")
 
 def variant_rank(rank, world, variant: str, iters: int, warmup: int, slots):
     """fp32 1 MiB in-place all_reduce, barrier-aligned: the bare loop, or with commprof's parts."""
-    import time
     from types import SimpleNamespace
 
     import torch
@@ -105,18 +109,7 @@ def variant_rank(rank, world, variant: str, iters: int, warmup: int, slots):
         cell = Cell("all_reduce", world, ATTRIBUTE_SIZE, n, 0, "eager", None, "")
         s = CellRunner(torch, dist, cfg, rank, torch.device("cpu"), hb, None).measure(cell, list(range(world)), g, g)
         return float(np.percentile(_aggregate(torch, dist, s, g, world)["latency_us"], 50))
-    x = torch.zeros(ATTRIBUTE_SIZE // 4, dtype=torch.float32)
-    for _ in range(warmup):
-        dist.barrier(group=g)
-        dist.all_reduce(x, group=g)
-    lat = torch.empty(iters, dtype=torch.float64)
-    for i in range(iters):
-        dist.barrier(group=g)
-        t0 = time.perf_counter()
-        dist.all_reduce(x, group=g)
-        lat[i] = (time.perf_counter() - t0) * 1e6
-    dist.all_reduce(lat, op=dist.ReduceOp.MAX, group=g)
-    return float(np.percentile(lat.numpy(), 50))
+    return bare_p50(torch, dist, torch.zeros(ATTRIBUTE_SIZE // 4, dtype=torch.float32), g, iters, warmup)
 
 
 def attribute(args, cpus, start) -> int:

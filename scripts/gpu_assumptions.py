@@ -130,44 +130,40 @@ def check_graph_events_time(ctx):
 
     if not supports_graph_events(torch):
         raise Refuted("torch.cuda.Event has no external=True: graph mode is refused")
-    a = torch.cuda.Event(enable_timing=True, external=True)
-    b = torch.cuda.Event(enable_timing=True, external=True)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        a.record()
-        torch.cuda._sleep(2_000_000)
-        b.record()
-    torch.cuda.synchronize()
-    g.replay()
-    torch.cuda.synchronize()
-    try:
-        ms = a.elapsed_time(b)
-    except RuntimeError as err:
-        raise Refuted(f"elapsed_time between two graph-recorded events raised: {err} (the sweep falls back to "
-                      "clock cuda_event_spin_outer)") from None
+    ms = _time_around_graph_spin(torch, inside_start=True, fallback="the sweep falls back to clock "
+                                 "cuda_event_spin_outer")
     if not ms > 0:
         raise Refuted(f"graph-recorded events gave {ms} ms around a 2M-cycle spin")
     return f"{ms * 1e3:.1f} us around a 2M-cycle spin inside the graph"
 
 
 def check_graph_events_mixed(ctx):
-    torch = ctx.torch
-    a = torch.cuda.Event(enable_timing=True, external=True)
-    inner = torch.cuda.Event(enable_timing=True, external=True)
+    ms = _time_around_graph_spin(ctx.torch, inside_start=False, fallback="the trace falls back to offsets "
+                                 "from the first segment")
+    return f"outside -> graph-recorded: {ms * 1e3:.1f} us around a 2M-cycle spin"
+
+
+def _time_around_graph_spin(torch, inside_start: bool, fallback: str) -> float:
+    """ms from a start event to an end event a graph node records after a 2M-cycle spin; the start
+    is recorded by a node too (``inside_start``) or outside, before the replay."""
+    start = torch.cuda.Event(enable_timing=True, external=True)
+    end = torch.cuda.Event(enable_timing=True, external=True)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
+        if inside_start:
+            start.record()
         torch.cuda._sleep(2_000_000)
-        inner.record()
+        end.record()
     torch.cuda.synchronize()
-    a.record()
+    if not inside_start:
+        start.record()
     g.replay()
     torch.cuda.synchronize()
     try:
-        ms = a.elapsed_time(inner)
+        return start.elapsed_time(end)
     except RuntimeError as err:
-        raise Refuted(f"elapsed_time(outside event, graph-recorded event) raised: {err} (the trace falls back to "
-                      "offsets from the first segment)") from None
-    return f"outside -> graph-recorded: {ms * 1e3:.1f} us around a 2M-cycle spin"
+        where = "two graph-recorded events" if inside_start else "an outside and a graph-recorded event"
+        raise Refuted(f"elapsed_time between {where} raised: {err} ({fallback})") from None
 
 
 def check_sync_in_capture(ctx):
