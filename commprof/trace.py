@@ -396,7 +396,8 @@ def run_trace(cfg: TraceConfig, charts: bool = True) -> int:
         run_predict(cfg, comm_from)
     elif not run(cfg):
         return 0
-    show(results.load(cfg.out_dir), charts=charts)
+    with results.failing(cfg.out_dir):
+        show(results.load(cfg.out_dir), charts=charts)
     return 0
 
 
