@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from ..fileio import atomic_path
 from ..units import human_bytes
 
 
@@ -90,6 +91,9 @@ def _save(fig, path: str, provenance: str, size: float = 7.5, top: float = 1.0, 
 
     bottom = footer(fig, provenance, fontsize=size)
     fig.tight_layout(rect=(0, bottom, 1, top))
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=dpi, format=os.path.splitext(path)[1].lstrip(".") or "png")
+    finally:
+        plt.close(fig)
     return path
