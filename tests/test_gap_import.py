@@ -159,7 +159,7 @@ def test_gap_leaves_wrong_rows_out_of_every_ratio_and_says_so(tmp_path):
 def test_gap_across_hosts_says_so_and_one_gpu_per_host_is_the_network(tmp_path):
     """Two hosts with one GPU each: the TP group is joined by the network, never 'nvlink', and every
     comparison says it crosses hosts (not only when the TP degrees differ)."""
-    from test_verdicts import nccl_log
+    from helpers import nccl_log
 
     from commprof.gap import compute_gap
     from commprof.views.gap import pair_lines
