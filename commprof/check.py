@@ -25,7 +25,7 @@ from .items import DECIDING_ITEMS, INSUFFICIENT, Interconnect, Item, latency_sta
 from . import results
 from .errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE, CommprofError, UsageError
 from .expect import busbw_expectation, decode_expectation, method_of
-from .jsonfile import read_user_bytes
+from .fileio import all_or_none, read_user_bytes, write_atomic, write_json
 from .views.check import markdown, render
 
 DEFAULT_THRESHOLDS = os.path.join(os.path.dirname(__file__), "data", "thresholds.toml")
@@ -167,6 +167,7 @@ class Evidence:
     boxes: list = field(default_factory=list)
     sweep_timing: str = "per-call"  # the one timing method the box's sweep rows are judged by
     notes: list = field(default_factory=list)
+    unfinished: list = field(default_factory=list)  # one line per dir whose run did not finish
 
     def all_boxes(self) -> list:
         return self.boxes or [self]
@@ -178,6 +179,8 @@ def _absorb(ev: Evidence, r, d: str) -> bool:
     ev.dirs = ev.dirs + (d,)
     ev.metas.append(r.meta)
     ev.loaded.append(r)
+    if r.unfinished:
+        ev.unfinished.append(f"'{d}': {r.unfinished}")
     if "topo" in r.docs:
         ev.topo, ev.topo_meta, found = r.docs["topo"], r.meta, True
     if "hostbw" in r.docs:
@@ -588,6 +591,8 @@ def _latency_value(sub, t, label) -> tuple:
     return tp, mode, worst, value
 
 
+MULTINODE_MAX_NODES = 2         # the [multinode] latency anchor: 2 nodes x 8 H20 (NVIDIA/nccl#1244)
+FIXED_MAX_TP = 8                # the fixed C10 thresholds' anchors are 8-GPU boxes (H100 TP8, 8x RTX 4090)
 _FIXED_LATENCY = ("nvlink_pass_us", "nvlink_warn_us", "pcie_pass_us", "pcie_warn_us")
 _FIXED_BUSBW = ("pass_fraction", "warn_fraction")
 
@@ -674,6 +679,12 @@ def item_allreduce_latency(ev, th) -> Item:
         item = _latency_vs_healthy(ev, t, sub, label, ic)
         if item is not None:
             return item
+        if tp > FIXED_MAX_TP:
+            return Item("C10", name, "SKIP", value + f"; no healthy box or reference profile of {ic.cls} "
+                        f"{ic.link or '(generation unknown)'} at TP={tp}", f"healthy boxes at TP={tp}", t["source"],
+                        f"the fixed thresholds were set for groups of up to {FIXED_MAX_TP} GPUs, so they do not judge "
+                        f"TP={tp}; give the vendor's figure in a --thresholds file ([allreduce_latency] nvlink_pass_us "
+                        "/ nvlink_warn_us or pcie_*)")
     nv = ic.family == "nvlink"
     p, w = (t["nvlink_pass_us"], t["nvlink_warn_us"]) if nv else (t["pcie_pass_us"], t["pcie_warn_us"])
     status = "PASS" if worst <= p else "WARN" if worst <= w else "FAIL"
@@ -776,10 +787,19 @@ def _multinode_items(ev, th) -> list[Item]:
         tp, mode, worst, value = _latency_value(small, tl, label)
         p, w = t["latency_pass_us"], t["latency_warn_us"]
         status = "PASS" if worst <= p else "WARN" if worst <= w else "FAIL"
-        out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
-                        f"network: PASS <= {p} us, WARN <= {w} us", t["source"],
-                        "" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
-                        "network's latency on every collective"))
+        user = _user_fixed(th, "multinode", ("latency_pass_us", "latency_warn_us"))
+        if nodes > MULTINODE_MAX_NODES and not user:
+            out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", "SKIP", value,
+                            f"network: thresholds set for {MULTINODE_MAX_NODES} hosts", t["source"],
+                            f"the [multinode] latency thresholds were anchored on {MULTINODE_MAX_NODES} nodes "
+                            f"(NVIDIA/nccl#1244); a group over {nodes} hosts pays more steps or tree levels: give the "
+                            "vendor's figure in a --thresholds file ([multinode] latency_pass_us / latency_warn_us)"))
+            status = None
+        if status is not None:
+            out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
+                            f"network: PASS <= {p} us, WARN <= {w} us", t["source"],
+                            "" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
+                            "network's latency on every collective"))
     big = sub[(sub["op"] == "all_reduce") & (sub["size_bytes"] >= th["busbw"]["min_bytes"])]
     name = f"large-message busbw between nodes ({nodes} hosts)"
     if big.empty:
@@ -1094,23 +1114,23 @@ def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list
                         "verdict": verdict(mine), "items": [i.to_dict() for i in mine]})
     data = {"kind": "checklist", "created": now_iso(), "thresholds_version": th.get("version"),
             "evidence_dirs": [d for b in boxes for d in b.dirs],
-            "items": [i.to_dict() for i in items], "verdict": verdict(items), "boxes": per_box}
+            "items": [i.to_dict() for i in items], "verdict": verdict(items), "boxes": per_box,
+            "unfinished_dirs": [u for b in boxes for u in b.unfinished]}
     if len(boxes) == 1:
         data["interconnect"] = per_box[0]["interconnect"]
     jp = os.path.join(out_dir, "check.json")
-    with open(jp, "w") as f:
-        json.dump(data, f, indent=2)
-    metas = [m for b in boxes for m in b.metas]
-    results.stamp(out_dir, results.provenance(
-        "check", "checklist", "pre-purchase checklist over results dirs (commprof check)", status="complete",
-        hosts=sorted({h for d in metas for h in d.get("hosts", [])}) or None,
-        gpus=sorted({g for d in metas for g in d.get("gpus", [])}) or None,
-        evidence_dirs=data["evidence_dirs"], verdict=data["verdict"],
-        boxes=[{"box": p["box"], "verdict": p["verdict"], "interconnect": p["interconnect"]["cls"],
-                "interconnect_evidence": p["interconnect_evidence"]} for p in per_box]))
     mp = os.path.join(out_dir, "check.md")
-    with open(mp, "w") as f:
-        f.write(markdown(items, data))
+    with all_or_none(jp, mp, os.path.join(out_dir, results.META_JSON)):
+        write_json(jp, data)
+        metas = [m for b in boxes for m in b.metas]
+        results.stamp(out_dir, results.provenance(
+            "check", "checklist", "pre-purchase checklist over results dirs (commprof check)", status="complete",
+            hosts=sorted({h for d in metas for h in d.get("hosts", [])}) or None,
+            gpus=sorted({g for d in metas for g in d.get("gpus", [])}) or None,
+            evidence_dirs=data["evidence_dirs"], verdict=data["verdict"],
+            boxes=[{"box": p["box"], "verdict": p["verdict"], "interconnect": p["interconnect"]["cls"],
+                    "interconnect_evidence": p["interconnect_evidence"]} for p in per_box]))
+        write_atomic(mp, markdown(items, data))
     return [jp, mp]
 
 
@@ -1175,8 +1195,7 @@ def measure(root: str, model: str) -> list[str]:
         write_topology(topo, os.path.join(sweep_dir, "topo.json"))
     bw = measure_host_bw()
     if bw is not None:
-        with open(os.path.join(sweep_dir, "hostbw.json"), "w") as f:
-            json.dump(bw, f, indent=2)
+        write_json(os.path.join(sweep_dir, "hostbw.json"), bw)
     return [sweep_dir, trace_dir]
 
 
@@ -1220,6 +1239,7 @@ def check_command(dirs: list[str], thresholds: str | None = None, model: str | N
     for b in ev.all_boxes():
         for note in b.notes:
             print(f"commprof: note: {note}", file=sys.stderr)
+    partial = unfinished_lines(ev)
     for p in write_check(items, th, ev, out or dirs[0]):
         print(f"wrote {p}")
     v = verdict(items)
@@ -1228,4 +1248,17 @@ def check_command(dirs: list[str], thresholds: str | None = None, model: str | N
             if i.status == "INSUFFICIENT":
                 print(f"commprof check: INSUFFICIENT EVIDENCE{f' for box {i.box!r}' if i.box else ''}: {i.value}; "
                       f"{i.hint}", file=sys.stderr)
+    if partial and v not in ("FAIL", INSUFFICIENT):
+        print("commprof: error: the checklist judged an unfinished run's partial figures; it is no pass "
+              "(finish the run, e.g. sweep --resume, and check again)", file=sys.stderr)
+        return EXIT_CHECK_FAILED
     return EXIT_CHECK_FAILED if v == "FAIL" else EXIT_INSUFFICIENT_EVIDENCE if v == INSUFFICIENT else 0
+
+
+def unfinished_lines(ev) -> list[str]:
+    """Warn (stderr) about every dir whose run did not finish; returns the lines (``check.json``
+    and the report carry them too)."""
+    lines = [u for b in ev.all_boxes() for u in b.unfinished]
+    for line in lines:
+        print(f"commprof: warning: {line}", file=sys.stderr)
+    return lines

@@ -166,3 +166,31 @@ def test_healthy_box_table_is_generated_from_the_corpus():
     assert all(r["source"].startswith("https://") for r in hb["decode"] + hb["busbw"])
     assert {(r["class"], r["link"]) for r in hb["decode"]} >= {("nvswitch", "nvlink3"), ("pcie-no-p2p", "pcie4"),
                                                                ("pcie-p2p", "pcie5"), ("pcie-no-p2p", "pcie5")}
+
+
+def test_a_rack_sized_group_is_not_judged_by_8_gpu_fixed_thresholds(tmp_path):
+    """72 GPUs in one NVLink domain (the rank lines show only 'Rank 71'): no healthy box or profile
+    at TP=72, and the fixed thresholds were set on 8-GPU boxes, so C10 SKIPs and says what to give."""
+    from test_import_nccl_tests import _rank_log
+
+    d = str(tmp_path / "rack")
+    import_nccl_tests([_rank_log(tmp_path, [71], 72, points=((8192, 0.27), (1048576, 20.0), (1073741824, 600.0)))], d)
+    by, ev = _items(d)
+    assert int(ev.sweep["tp"].max()) == 72
+    assert by["C10"].status == "SKIP" and "at TP=72" in by["C10"].value and "--thresholds" in by["C10"].hint
+
+
+def test_multinode_latency_beyond_the_anchor_is_not_judged_by_it(tmp_path):
+    """The [multinode] latency thresholds come from 2 nodes (nccl#1244); 32 ranks on 4 hosts SKIP C10n
+    unless a thresholds file gives the vendor's figure."""
+    from test_verdicts import nccl_log
+
+    d = str(tmp_path / "four")
+    import_nccl_tests([nccl_log(str(tmp_path), "NVIDIA H100 80GB HBM3", ranks=32, hosts=("n1", "n2", "n3", "n4"),
+                                alpha_us=80.0, busbw_gbps=40.0)], d)
+    by, _ = _items(d)
+    assert by["C10n"].status == "SKIP" and "--thresholds" in by["C10n"].hint
+    f = tmp_path / "t.toml"
+    f.write_text("[multinode]\nlatency_pass_us = 100.0\nlatency_warn_us = 200.0\n")
+    by = {i.id: i for i in run_items(gather([d]), load_thresholds(str(f)))}
+    assert by["C10n"].status == "PASS"
