@@ -183,7 +183,7 @@ def test_a_rack_sized_group_is_not_judged_by_8_gpu_fixed_thresholds(tmp_path):
 def test_multinode_latency_beyond_the_anchor_is_not_judged_by_it(tmp_path):
     """The [multinode] latency thresholds come from 2 nodes (nccl#1244); 32 ranks on 4 hosts SKIP C10n
     unless a thresholds file gives the vendor's figure."""
-    from test_verdicts import nccl_log
+    from helpers import nccl_log
 
     d = str(tmp_path / "four")
     import_nccl_tests([nccl_log(str(tmp_path), "NVIDIA H100 80GB HBM3", ranks=32, hosts=("n1", "n2", "n3", "n4"),
