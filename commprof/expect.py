@@ -34,6 +34,8 @@ def healthy_boxes() -> dict:
 def class_title(cls: str, link: str) -> str:
     """'NVLink 3 NVSwitch', 'PCIe 4.0 without P2P', 'PCIe 5.0 (P2P not known)'."""
     gen = _LINK_TITLE.get(link, link or "link generation unknown")
+    if cls == "multi-node":
+        return "multi-node (TP group across hosts)"
     return {"nvswitch": f"{gen} NVSwitch", "nvlink": f"{gen} (no NVSwitch)", "pcie-p2p": f"{gen} with P2P",
             "pcie-no-p2p": f"{gen} without P2P", "pcie": f"{gen} (P2P not known)"}.get(cls, f"{gen} {cls}")
 

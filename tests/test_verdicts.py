@@ -198,8 +198,8 @@ def test_two_node_h100_run_is_judged_by_the_network_and_gap_answers(cli_inproc, 
     assert "spans 2 hosts" in by["C2"].value and "between nodes the network decides" in by["C2"].value
     assert by["C10"].status == "SKIP" and "spans hosts" in by["C10"].value          # no PCIe/NVLink guess
     assert by["C9"].status == "SKIP"
-    assert by["C10n"].status == "PASS" and by["C10n"].threshold == "network: PASS <= 50.0 us, WARN <= 100.0 us"
-    assert "nccl#1244" in by["C10n"].source
+    assert by["C10n"].status == "PASS" and "healthy multi-node (TP group across hosts) boxes at TP=16" in by["C10n"].threshold
+    assert "nccl/issues/1244" in by["C10n"].source
     assert by["C9n"].status == "SKIP" and "busbw_pass_gbps" in by["C9n"].hint
     f = tmp_path / "net.toml"
     f.write_text("[multinode]\nbusbw_pass_gbps = 150.0\nbusbw_warn_gbps = 50.0\n")
