@@ -25,7 +25,7 @@ from .items import DECIDING_ITEMS, INSUFFICIENT, Interconnect, Item, latency_sta
 from . import results
 from .errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE, CommprofError, UsageError
 from .expect import busbw_expectation, decode_expectation, method_of
-from .jsonfile import read_user_bytes
+from .fileio import all_or_none, read_user_bytes, write_atomic, write_json
 from .views.check import markdown, render
 
 DEFAULT_THRESHOLDS = os.path.join(os.path.dirname(__file__), "data", "thresholds.toml")
@@ -167,6 +167,7 @@ class Evidence:
     boxes: list = field(default_factory=list)
     sweep_timing: str = "per-call"  # the one timing method the box's sweep rows are judged by
     notes: list = field(default_factory=list)
+    unfinished: list = field(default_factory=list)  # one line per dir whose run did not finish
 
     def all_boxes(self) -> list:
         return self.boxes or [self]
@@ -178,6 +179,8 @@ def _absorb(ev: Evidence, r, d: str) -> bool:
     ev.dirs = ev.dirs + (d,)
     ev.metas.append(r.meta)
     ev.loaded.append(r)
+    if r.unfinished:
+        ev.unfinished.append(f"'{d}': {r.unfinished}")
     if "topo" in r.docs:
         ev.topo, ev.topo_meta, found = r.docs["topo"], r.meta, True
     if "hostbw" in r.docs:
@@ -1124,23 +1127,23 @@ def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list
                         "verdict": verdict(mine), "items": [i.to_dict() for i in mine]})
     data = {"kind": "checklist", "created": now_iso(), "thresholds_version": th.get("version"),
             "evidence_dirs": [d for b in boxes for d in b.dirs],
-            "items": [i.to_dict() for i in items], "verdict": verdict(items), "boxes": per_box}
+            "items": [i.to_dict() for i in items], "verdict": verdict(items), "boxes": per_box,
+            "unfinished_dirs": [u for b in boxes for u in b.unfinished]}
     if len(boxes) == 1:
         data["interconnect"] = per_box[0]["interconnect"]
     jp = os.path.join(out_dir, "check.json")
-    with open(jp, "w") as f:
-        json.dump(data, f, indent=2)
-    metas = [m for b in boxes for m in b.metas]
-    results.stamp(out_dir, results.provenance(
-        "check", "checklist", "pre-purchase checklist over results dirs (commprof check)", status="complete",
-        hosts=sorted({h for d in metas for h in d.get("hosts", [])}) or None,
-        gpus=sorted({g for d in metas for g in d.get("gpus", [])}) or None,
-        evidence_dirs=data["evidence_dirs"], verdict=data["verdict"],
-        boxes=[{"box": p["box"], "verdict": p["verdict"], "interconnect": p["interconnect"]["cls"],
-                "interconnect_evidence": p["interconnect_evidence"]} for p in per_box]))
     mp = os.path.join(out_dir, "check.md")
-    with open(mp, "w") as f:
-        f.write(markdown(items, data))
+    with all_or_none(jp, mp, os.path.join(out_dir, results.META_JSON)):
+        write_json(jp, data)
+        metas = [m for b in boxes for m in b.metas]
+        results.stamp(out_dir, results.provenance(
+            "check", "checklist", "pre-purchase checklist over results dirs (commprof check)", status="complete",
+            hosts=sorted({h for d in metas for h in d.get("hosts", [])}) or None,
+            gpus=sorted({g for d in metas for g in d.get("gpus", [])}) or None,
+            evidence_dirs=data["evidence_dirs"], verdict=data["verdict"],
+            boxes=[{"box": p["box"], "verdict": p["verdict"], "interconnect": p["interconnect"]["cls"],
+                    "interconnect_evidence": p["interconnect_evidence"]} for p in per_box]))
+        write_atomic(mp, markdown(items, data))
     return [jp, mp]
 
 
@@ -1205,8 +1208,7 @@ def measure(root: str, model: str) -> list[str]:
         write_topology(topo, os.path.join(sweep_dir, "topo.json"))
     bw = measure_host_bw()
     if bw is not None:
-        with open(os.path.join(sweep_dir, "hostbw.json"), "w") as f:
-            json.dump(bw, f, indent=2)
+        write_json(os.path.join(sweep_dir, "hostbw.json"), bw)
     return [sweep_dir, trace_dir]
 
 
@@ -1250,6 +1252,7 @@ def check_command(dirs: list[str], thresholds: str | None = None, model: str | N
     for b in ev.all_boxes():
         for note in b.notes:
             print(f"commprof: note: {note}", file=sys.stderr)
+    partial = unfinished_lines(ev)
     for p in write_check(items, th, ev, out or dirs[0]):
         print(f"wrote {p}")
     v = verdict(items)
@@ -1258,4 +1261,17 @@ def check_command(dirs: list[str], thresholds: str | None = None, model: str | N
             if i.status == "INSUFFICIENT":
                 print(f"commprof check: INSUFFICIENT EVIDENCE{f' for box {i.box!r}' if i.box else ''}: {i.value}; "
                       f"{i.hint}", file=sys.stderr)
+    if partial and v not in ("FAIL", INSUFFICIENT):
+        print("commprof: error: the checklist judged an unfinished run's partial figures; it is no pass "
+              "(finish the run, e.g. sweep --resume, and check again)", file=sys.stderr)
+        return EXIT_CHECK_FAILED
     return EXIT_CHECK_FAILED if v == "FAIL" else EXIT_INSUFFICIENT_EVIDENCE if v == INSUFFICIENT else 0
+
+
+def unfinished_lines(ev) -> list[str]:
+    """Warn (stderr) about every dir whose run did not finish; returns the lines (``check.json``
+    and the report carry them too)."""
+    lines = [u for b in ev.all_boxes() for u in b.unfinished]
+    for line in lines:
+        print(f"commprof: warning: {line}", file=sys.stderr)
+    return lines

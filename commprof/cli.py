@@ -1,6 +1,7 @@
 """The commprof command line: parse options, call the core, render, map errors to one line."""
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import Optional
@@ -276,6 +277,10 @@ def _is(exc: BaseException, name: str) -> bool:
     return any(cls.__name__ == name for cls in type(exc).__mro__)
 
 
+#: OSErrors of a file system that refuses a write (full, over quota, read-only, failing, too big).
+_DISK_ERRNOS = {getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EROFS", "EIO", "EFBIG") if hasattr(errno, n)}
+
+
 def main():
     """Console entry: every failure, flag errors included, ends as one line and an exit code."""
     debug = os.environ.get("COMMPROF_DEBUG") == "1"
@@ -299,6 +304,11 @@ def main():
             target = f"'{e.filename}'" + (f" -> '{e.filename2}'" if e.filename2 else "")
             typer.echo(f"commprof: error: {target}: {e.strerror or e} (COMMPROF_DEBUG=1 shows the traceback)",
                        err=True)
+            sys.exit(2)
+        elif isinstance(e, OSError) and e.errno in _DISK_ERRNOS and not debug:
+            # The same without a file name (a library's own write): still exit 2, with the reason.
+            typer.echo(f"commprof: error: cannot write a file: {e.strerror or os.strerror(e.errno)} "
+                       "(COMMPROF_DEBUG=1 shows the traceback)", err=True)
             sys.exit(2)
         else:
             if debug:

@@ -26,6 +26,7 @@ import os
 from dataclasses import dataclass, field
 
 from .errors import UsageError
+from .fileio import all_or_none, atomic_path, write_atomic
 
 DECODE_MAX_BYTES = 2 << 20
 LARGE_MIN_BYTES = 64 << 20
@@ -636,36 +637,40 @@ def write_gap(g: Gap, out_dir: str, dirs: list[str]) -> list[str]:
 
     results.check_out_dir(out_dir, resume=False)
     os.makedirs(out_dir, exist_ok=True)
-    paths = []
-    t = g.table
-    p = os.path.join(out_dir, "gap.csv")
-    t.to_csv(p, index=False, float_format="%.6g")
-    paths.append(p)
-    p = os.path.join(out_dir, "gap_boxes.csv")
-    (g.pairs if len(g.pairs) else pd.DataFrame(columns=g.pairs.columns)).to_csv(p, index=False, float_format="%.6g")
-    paths.append(p)
-    png = gap_chart(g, os.path.join(out_dir, "gap.png"), provenance_line(g))
-    p = os.path.join(out_dir, "gap.md")
-    with open(p, "w", encoding="utf-8") as f:
-        f.write(markdown(g, chart=os.path.basename(png)))
-    paths += [p, png]
-    kinds = sorted({b.meta.get("kind", "measured") for b in g.boxes})
-    verb = "gap" if "gap" in results_meta.VERBS else "report"
-    meta = results.provenance(
-        verb, kinds[0] if len(kinds) == 1 and kinds[0] in results_meta.KINDS else "measured",
-        "boxes against each other and against modelled reference profiles (commprof gap)", status="complete",
-        hosts=sorted({h for b in g.boxes for h in b.meta.get("hosts", [])}),
-        gpus=sorted({x for b in g.boxes for x in b.meta.get("gpus", [])}),
-        gap=True, evidence_dirs=list(dirs),
-        boxes=[{"box": b.label, "interconnect": b.interconnect.to_dict() if b.interconnect else None,
-                "reference": b.reference, "latency_stat": b.stat, "ttft": b.ttft} for b in g.boxes],
-        reference_kind="modelled (commprof/profiles.py, every parameter with its source)",
-        files={"gap.csv": "each box against its reference: this_box (measured/imported), reference (modelled), "
-                          "ratio = this box / reference",
-               "gap_boxes.csv": "box against box: a = the first box, b = the other, ratio = b / a, sizes matched "
-                                "exactly or interpolated log-log inside b's measured range"})
-    results.write_meta(out_dir, meta)
-    paths.append(os.path.join(out_dir, results.META_JSON))
+    with all_or_none(*(os.path.join(out_dir, n) for n in ("gap.csv", "gap_boxes.csv", "gap.png", "gap.md",
+                                                           results.META_JSON))):
+        paths = []
+        t = g.table
+        p = os.path.join(out_dir, "gap.csv")
+        with atomic_path(p) as tmp:
+            t.to_csv(tmp, index=False, float_format="%.6g")
+        paths.append(p)
+        p = os.path.join(out_dir, "gap_boxes.csv")
+        with atomic_path(p) as tmp:
+            (g.pairs if len(g.pairs) else pd.DataFrame(columns=g.pairs.columns)).to_csv(tmp, index=False,
+                                                                                        float_format="%.6g")
+        paths.append(p)
+        png = gap_chart(g, os.path.join(out_dir, "gap.png"), provenance_line(g))
+        p = os.path.join(out_dir, "gap.md")
+        write_atomic(p, markdown(g, chart=os.path.basename(png)))
+        paths += [p, png]
+        kinds = sorted({b.meta.get("kind", "measured") for b in g.boxes})
+        verb = "gap" if "gap" in results_meta.VERBS else "report"
+        meta = results.provenance(
+            verb, kinds[0] if len(kinds) == 1 and kinds[0] in results_meta.KINDS else "measured",
+            "boxes against each other and against modelled reference profiles (commprof gap)", status="complete",
+            hosts=sorted({h for b in g.boxes for h in b.meta.get("hosts", [])}),
+            gpus=sorted({x for b in g.boxes for x in b.meta.get("gpus", [])}),
+            gap=True, evidence_dirs=list(dirs),
+            boxes=[{"box": b.label, "interconnect": b.interconnect.to_dict() if b.interconnect else None,
+                    "reference": b.reference, "latency_stat": b.stat, "ttft": b.ttft} for b in g.boxes],
+            reference_kind="modelled (commprof/profiles.py, every parameter with its source)",
+            files={"gap.csv": "each box against its reference: this_box (measured/imported), reference (modelled), "
+                              "ratio = this box / reference",
+                   "gap_boxes.csv": "box against box: a = the first box, b = the other, ratio = b / a, sizes matched "
+                                    "exactly or interpolated log-log inside b's measured range"})
+        results.write_meta(out_dir, meta)
+        paths.append(os.path.join(out_dir, results.META_JSON))
     return paths
 
 
@@ -691,11 +696,20 @@ def gap_command(dirs: list[str], reference: str | None = None, interconnect: str
 
     from .check import gather_boxes
 
+    seen = {}
+    for d in dirs:
+        real = os.path.realpath(d)
+        if real in seen:
+            raise UsageError(f"gap: '{d}' and '{seen[real]}' are the same dir: a box compared with itself "
+                             "says nothing; pass each box's dir once")
+        seen[real] = d
     g = compute_gap(dirs, reference, interconnect=interconnect)
     render_gap(g)
     for b in gather_boxes(dirs):
         for note in b.notes:
             print(f"commprof: note: {note}", file=sys.stderr)
+        for line in b.unfinished:
+            print(f"commprof: warning: {line}", file=sys.stderr)
     if out:
         for p in write_gap(g, out, dirs):
             print(f"wrote {p}")

@@ -26,7 +26,7 @@ from datetime import datetime
 from . import results
 from .collectives import COLLECTIVES
 from .errors import UsageError, shown, warn
-from .jsonfile import read_user_bytes
+from .fileio import read_user_bytes, remove_quietly, write_atomic
 
 # nccl-tests binary (without _perf / _mpi) -> commprof op
 NCCL_TESTS_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -39,18 +39,18 @@ NCCL_TYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16", "double": "fp
 EXIT_WRONG_RESULTS = 1          # the exit code of any run whose results were checked and found wrong
 EXPECTED = "not nccl-tests output (expected a data line with size, count, type, redop, root, time, algbw, busbw, #wrong, ...)"
 
-_PREFIX_RE = re.compile(r"^(?:\[\d+(?:,\d+)*\]<std(?:out|err)>:|\s*\d+:\s|\[\d+\]\s)")
+_PREFIX_RE = re.compile(r"^(?:\[\d+(?:,\d+)*\]<std(?:out|err)>:|\s*\d+:\s|\[\d+\]\s)", re.ASCII)
 _RANK_RE = re.compile(r"^Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
-                      r"\[([^\]]*)\]\s*(.*)$")
+                      r"\[([^\]]*)\]\s*(.*)$", re.ASCII)
 _VERSION_RE = re.compile(r"nccl-tests version\s+(\S+)(?:\s+\([^)]*\))?(?:\s+nccl-headers=(\d+))?"
-                         r"(?:\s+nccl-library=(\d+))?")
+                         r"(?:\s+nccl-library=(\d+))?", re.ASCII)
 _BINARY_RE = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|broadcast|sendrecv|"
                         r"reduce|gather|scatter|hypercube)_perf(?:_mpi)?\b")
 _NCCL_LOG_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b|^NCCL version\b")
-_INT_RE = re.compile(r"^-?\d+$")
-_NUM_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^-?(?:nan|inf)$", re.IGNORECASE)
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_TIME_RE = re.compile(r"^\d{2}:\d{2}:\d{2}$")
+_INT_RE = re.compile(r"^-?\d+$", re.ASCII)
+_NUM_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^-?(?:nan|inf)$", re.IGNORECASE | re.ASCII)
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
+_TIME_RE = re.compile(r"^\d{2}:\d{2}:\d{2}$", re.ASCII)
 
 
 @dataclass
@@ -125,6 +125,11 @@ def _num(tok: str) -> float:
 MAX_SIZE = 1 << 53
 MAX_HEADER_INT = (1 << 31) - 1
 _FIGURE_RULE = "must be a finite number >= 0, or nan (not measured)"
+# Upper bounds of what a measurement can be: a bandwidth over 100,000 GB/s is ~50x NVLink 5's
+# 1,800 GB/s per GPU (NVIDIA's Blackwell datasheet); one collective lasting over 1e10 us is 2.8 h.
+MAX_BW_GBPS = 1e5
+MAX_TIME_US = 1e10
+_BOUND_WHY = {"GB/s": "50x NVLink 5's 1,800 GB/s per GPU", "us": "2.8 hours for one collective"}
 
 
 class _Bad(ValueError):
@@ -170,6 +175,11 @@ def _check_entry(entry: dict, size: int, names: dict) -> None:
         v = entry.get(key)
         if v is not None and not math.isnan(v) and (math.isinf(v) or v < 0):
             raise _Bad(f"{names[key]} = {v:g}: {_FIGURE_RULE}")
+        hi = MAX_BW_GBPS if key in ("algbw", "busbw") else MAX_TIME_US
+        if v is not None and v > hi:
+            unit = "GB/s" if key in ("algbw", "busbw") else "us"
+            raise _Bad(f"{names[key]} = {v:g} {unit}: not a physical figure (at most {hi:g} {unit}: "
+                       f"{_BOUND_WHY[unit]})")
     if entry["time"] > 0 and size > 0:              # nan > 0 is False: a nan time is left out later
         for key in ("algbw", "busbw"):
             if math.isnan(entry[key]):
@@ -290,12 +300,12 @@ def parse_text(path: str, text: str) -> list[Section]:
                 if sec is None or sec.rows or sec.nthreads is not None:
                     sec = _new_section(sections, path, lineno)
                 for key, attr in (("nThread", "nthreads"), ("nGpus", "ngpus")):
-                    mm = re.search(rf"\b{key}\s+(\d+)", body)
+                    mm = re.search(rf"\b{key}\s+(\d+)", body, re.ASCII)
                     if mm:
                         setattr(sec, attr, _line_int(mm.group(1), label, lineno, key))
                 for pat, attr in ((r"\bgraph:\s*(\d+)", "graph"), (r"(?<!warmup )\biters:\s*(\d+)", "iters"),
                                   (r"warmup iters:\s*(\d+)", "warmup"), (r"agg iters:\s*(\d+)", "agg_iters")):
-                    mm = re.search(pat, body)
+                    mm = re.search(pat, body, re.ASCII)
                     if mm:
                         setattr(sec, attr, _line_int(mm.group(1), label, lineno, attr))
                 continue
@@ -330,7 +340,11 @@ def parse_text(path: str, text: str) -> list[Section]:
         if _NCCL_LOG_RE.search(line):
             continue
         toks = line.split()
-        if _INT_RE.match(toks[0]) and len(toks) > 1 and _INT_RE.match(toks[1]):
+        # a data line: size and count first; or, after a column header, a line of a data line's
+        # shape whose size or count is corrupt (reported, never dropped silently)
+        looks_data = sec is not None and sec.fields is not None and len(toks) >= 7 and \
+            (_INT_RE.match(toks[0]) or _INT_RE.match(toks[1])) and _NUM_RE.match(toks[-1] if toks[-1] != "N/A" else "0")
+        if (_INT_RE.match(toks[0]) and len(toks) > 1 and _INT_RE.match(toks[1])) or looks_data:
             if sec is None:
                 sec = _new_section(sections, path, lineno)
             try:
@@ -804,8 +818,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
     w.writeheader()
     for r in rows:
         w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    with open(os.path.join(out_dir, results.SWEEP_CSV), "w", encoding="utf-8", newline="") as f:
-        f.write(buf.getvalue())
+    write_atomic(os.path.join(out_dir, results.SWEEP_CSV), buf.getvalue())
     all_ranks = [r for s in sections for r in s.ranks]
     hosts = sorted({r["host"] for r in all_ranks if r.get("host")})
     gpus = sorted({r["gpu"] for r in all_ranks if r.get("gpu")})
@@ -854,7 +867,11 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
                      "with -I)",
         },
     })
-    results.write_meta(out_dir, meta)
+    try:
+        results.write_meta(out_dir, meta)
+    except UsageError:      # a full disk: no table left without the meta.json that says what it holds
+        remove_quietly(os.path.join(out_dir, results.SWEEP_CSV))
+        raise
     return out_dir
 
 
@@ -901,6 +918,10 @@ def import_command(kind: str, paths, out: str | None = None, in_place: bool = Fa
                    model: str | None = None, tp: int | None = None) -> int:
     """``commprof import KIND FILE...``: import, print one line, return the exit code (0).
     ``step_marker``, ``model`` and ``tp`` are for ``kineto`` only."""
+    given = [f for f, v in (("--step-marker", step_marker), ("--model", model), ("--tp", tp)) if v is not None]
+    if given and kind in ("nvidia-smi-topo", "nccl-tests"):
+        raise UsageError(f"import {kind}: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for "
+                         "'import kineto' only; drop it")
     if kind == "nvidia-smi-topo":
         from .smitopo import run_import_smi_topo
 

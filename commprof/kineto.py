@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 import math
 import os
 import re
@@ -34,12 +35,18 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from . import results
-from .errors import UsageError
+from .errors import UsageError, shown
 from .results.table import write_table
 
 #: Events a file may keep (kernels, collectives, steps, CPU ops) before it is refused: about 0.2 KB
 #: each in memory. A monkeypatchable module value: tests lower it.
 MAX_KEPT_EVENTS = 5_000_000
+#: The latest event start a trace may hold (us since the epoch or the capture's base: year 2286), and
+#: the longest an event or a whole capture may last (us): a profiler captures seconds to minutes.
+MAX_TS_US = 1e16
+MAX_SPAN_US = 24 * 3600 * 1e6
+#: The largest TP degree ``--tp`` or a run label may name.
+MAX_TP = 4096
 #: The longest single JSON value (one event, or a header entry) read whole.
 MAX_VALUE_CHARS = 64 << 20
 _CHUNK_CHARS = 4 << 20
@@ -110,7 +117,7 @@ class _Reader:
             return False
         try:
             chunk = self.f.read(_CHUNK_CHARS)
-        except (OSError, EOFError) as e:          # gzip: bad header, CRC, a cut stream
+        except (OSError, EOFError, zlib.error) as e:          # gzip: bad header, CRC, a cut or corrupt stream
             raise UsageError(f"{self.label}: cannot read it ({e}); not a complete .json or .json.gz file") from None
         except UnicodeDecodeError as e:
             raise UsageError(f"{self.label}: not JSON (not UTF-8 text: {e.reason})") from None
@@ -158,6 +165,9 @@ class _Reader:
 
 
 def _open_text(path: str, label: str):
+    from .fileio import check_regular
+
+    check_regular(path, label, ": is a directory; pass the trace files (e.g. DIR/*.json.gz)")   # a FIFO would block
     try:
         with open(path, "rb") as f:
             magic = f.read(2)
@@ -248,12 +258,21 @@ class _Collector:
             ts, dur = float(ev.get("ts")), float(ev.get("dur", 0) or 0)
         except (TypeError, ValueError):
             return
+        except OverflowError:           # an integer of hundreds of digits: no time, and no event to drop silently
+            raise UsageError(f"{self.label}: an event ({shown(ev.get('name'), 40)}) has ts {shown(ev.get('ts'))} and "
+                             f"dur {shown(ev.get('dur'))}: not a time a profiler records; the trace is corrupt") from None
         if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:
             return
+        if not 0 <= ts <= MAX_TS_US or dur > MAX_SPAN_US:
+            raise UsageError(f"{self.label}: an event ({shown(ev.get('name'), 40)}) at ts {ts:g} us lasting "
+                             f"{dur:g} us: not a time a profiler records (ts from 0 to {MAX_TS_US:g} us, at most "
+                             f"{MAX_SPAN_US / 3.6e9:g} h long); the trace is corrupt")
         cat, name, pid = str(ev.get("cat", "")), str(ev.get("name", "")), ev.get("pid")
         if not isinstance(pid, (int, str)) or isinstance(pid, bool):
             pid = str(pid)                      # a process id is a number or a name; anything else keyed as text
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        if "correlation" in args and not _is_key(args["correlation"]):
+            args = {**args, "correlation": None}        # a list or a dict cannot link a launch to its kernel
         self.span = (min(self.span[0], ts), max(self.span[1], ts + dur))
         if cat in _GPU_CATS:
             self._keep()
@@ -292,6 +311,11 @@ class _Collector:
                 self.by_pid.setdefault(pid, {"marks": [], "cpu": []})["cpu"].append((ts, dur))
 
 
+def _is_key(v) -> bool:
+    """A usable correlation id: a whole number or a short string (not a list, dict, float or bool)."""
+    return (isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 63) or (isinstance(v, str) and len(v) < 64)
+
+
 def _size_text(label: str) -> str:
     path = label.strip("'")
     try:
@@ -305,7 +329,9 @@ def _msg_bytes(args: dict) -> tuple[int | None, str | None]:
     dtype = str(args.get("dtype", "") or "").lower() or None
     per = _DTYPE_BYTES.get(dtype or "", None)
     def count(x):                       # a finite whole number >= 0 (2^53 at most), else not a size
-        ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 <= x <= 2 ** 53
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            return None
+        ok = (0 <= x <= 2 ** 53) if isinstance(x, int) else (math.isfinite(x) and 0 <= x <= 2 ** 53)
         return int(x) if ok else None
 
     n = [c for c in (count(args.get("In msg nelems")), count(args.get("Out msg nelems"))) if c is not None]
@@ -379,10 +405,18 @@ def _events(rd: _Reader, col: _Collector) -> None:
 def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
     label = f"'{path}'"
     info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
-    gpus = [str(d.get("name")) for d in header.get("deviceProperties") or [] if isinstance(d, dict) and d.get("name")]
+    props = header.get("deviceProperties")
+    gpus = [shown(d.get("name"), 80).strip("'\"") if not isinstance(d.get("name"), str) else d["name"][:120]
+            for d in (props if isinstance(props, list) else []) if isinstance(d, dict) and d.get("name")]
     base_us = 0.0
-    if isinstance(header.get("baseTimeNanoseconds"), (int, float)):
-        base_us = float(header["baseTimeNanoseconds"]) / 1e3
+    base = header.get("baseTimeNanoseconds")
+    if isinstance(base, (int, float)) and not isinstance(base, bool):
+        if not (0 <= base <= MAX_TS_US * 1e3):
+            raise UsageError(f"{label}: baseTimeNanoseconds {shown(base)} is not a time (0 to {MAX_TS_US * 1e3:g} ns)")
+        base_us = float(base) / 1e3
+    if col.span[0] < col.span[1] and col.span[1] - col.span[0] > MAX_SPAN_US:
+        raise UsageError(f"{label}: its events span {(col.span[1] - col.span[0]) / 3.6e9:,.0f} h (ts {col.span[0]:g} to "
+                         f"{col.span[1]:g} us); a capture lasts seconds to minutes: an event's ts or dur is corrupt")
     named = {pid: int(m.group(1)) for pid, n in col.pid_names.items() if (m := re.match(r"^rank (\d+)\b", n))}
     if "rank" in info:
         rank = info["rank"]
@@ -406,7 +440,8 @@ def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
     out = []
     for gpid, (rank, run) in groups.items():
         own = (lambda pid: True) if gpid is None else (lambda pid, g=gpid: pid == g)
-        rt = RankTrace(rank=rank, world=world, path=path, run=run, backend=info.get("backend"), gpus=gpus)
+        backend = info.get("backend") if isinstance(info.get("backend"), str) else None
+        rt = RankTrace(rank=rank, world=world, path=path, run=run, backend=backend and backend[:40], gpus=gpus)
         rt.span = (col.span[0] + base_us, col.span[1] + base_us)
         for pid, cls, name, ts, dur, corr, args in col.gpu_events:
             if not own(pid):
@@ -761,6 +796,12 @@ def rank_totals(rt: RankTrace, cpu: bool, until: float | None = None) -> dict:
 
 # --- checks across files -----------------------------------------------------------------------------------
 
+def _few(ranks: list, n: int = 8) -> str:
+    """Rank numbers for a one-line message: the first ``n``, then how many more."""
+    text = ", ".join(map(str, ranks[:n]))
+    return text + (f", ... ({len(ranks):,} in all)" if len(ranks) > n else "")
+
+
 def check_ranks(ranks: list[RankTrace], tp: int | None) -> None:
     """One run's ranks: no rank twice, none missing, all from one run (same world size, captures
     that overlap in time)."""
@@ -781,8 +822,8 @@ def check_ranks(ranks: list[RankTrace], tp: int | None) -> None:
         want |= set(range(first, first + tp))
     missing = sorted(want - set(have))
     if missing:
-        raise UsageError(f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing: the traces "
-                         f"hold ranks {', '.join(map(str, have))}; pass every rank's trace of the TP group")
+        raise UsageError(f"rank{'s' if len(missing) > 1 else ''} {_few(missing)} missing: the traces "
+                         f"hold ranks {_few(have)}; pass every rank's trace of the TP group")
     if worlds and have[-1] >= worlds[0]:
         raise UsageError(f"rank {have[-1]} in '{seen[have[-1]].path}' but the world size is {worlds[0]}: "
                          "the traces come from different runs")
@@ -809,7 +850,16 @@ RANK_COLUMNS = ["tp", "batch", "mode", "rank", "file", "backend", "comm_kernels"
 
 
 def _run_label(label: str) -> dict:
-    return {k: v for k, v in re.findall(r"(\w+)=(\S+)", label or "")}
+    """A run label's fields ("tp=2 batch=8 mode=eager"); tp and batch must be whole numbers in range."""
+    lab = {k: v for k, v in re.findall(r"(\w+)=(\S+)", label or "")}
+    for key, hi in (("tp", MAX_TP), ("batch", 1 << 20)):
+        if key in lab:
+            v = lab[key]
+            if not (v.isascii() and v.isdigit() and 1 <= int(v) <= hi):
+                raise UsageError(f"run label {shown(label)}: {key}={shown(v)} is not a whole number in 1..{hi:,}")
+    if "mode" in lab and lab["mode"] not in ("eager", "graph"):
+        raise UsageError(f"run label {shown(label)}: mode={shown(lab['mode'])}: expected eager or graph")
+    return lab
 
 
 def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None, model: str | None = None,
@@ -823,8 +873,8 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
 
     if not paths:
         raise UsageError("import kineto: no trace files given")
-    if tp is not None and tp < 1:
-        raise UsageError(f"--tp {tp}: must be a positive integer")
+    if tp is not None and not 1 <= tp <= MAX_TP:
+        raise UsageError(f"--tp {shown(tp)}: must be a whole number in 1..{MAX_TP:,}")
     try:
         step_re = re.compile(step_marker) if step_marker else None
     except re.error as e:
@@ -939,7 +989,14 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     })
     os.makedirs(out_dir, exist_ok=True)
     results.write_meta(out_dir, meta)
-    from .results.trace import LAYERS_CSV, SUMMARY_CSV, TOKENS_CSV
+    with results.failing(out_dir, "import kineto"):     # a full disk: meta.json says failed, not running
+        _write_tables(out_dir, tok_rows, lay_rows, sum_rows, step_rows, coll_rows, rank_rows)
+    results.finish_meta(out_dir, "complete")
+    return {"out_dir": out_dir, "runs": accounts, "files": files, "skipped": skipped}
+
+
+def _write_tables(out_dir, tok_rows, lay_rows, sum_rows, step_rows, coll_rows, rank_rows) -> None:
+    from .results.trace import LAYER_COLUMNS, LAYERS_CSV, SUMMARY_COLUMNS, SUMMARY_CSV, TOKEN_COLUMNS, TOKENS_CSV
 
     write_table(os.path.join(out_dir, TOKENS_CSV), TOKEN_COLUMNS, tok_rows)
     write_table(os.path.join(out_dir, LAYERS_CSV), LAYER_COLUMNS,
@@ -949,10 +1006,6 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     write_table(os.path.join(out_dir, KINETO_STEPS_CSV), STEP_COLUMNS, step_rows)
     write_table(os.path.join(out_dir, KINETO_COLLECTIVES_CSV), COLL_COLUMNS, coll_rows)
     write_table(os.path.join(out_dir, KINETO_RANKS_CSV), RANK_COLUMNS, rank_rows)
-    results.finish_meta(out_dir, "complete")
-    return {"out_dir": out_dir, "runs": accounts, "files": files, "skipped": skipped}
-
-
 def backend_of_ops(rt: RankTrace) -> str:
     """The communication backend a rank's collectives name: NCCL/RCCL kernels, vLLM's custom
     all-reduce kernels, vLLM's CPU shared-memory ops, gloo's or c10d's CPU ops ('' when none)."""

@@ -122,14 +122,23 @@ class ServeConfig:
 def base_url(url: str) -> str:
     """``http://host:port`` (or with a path prefix) from what a user types; ``/v1`` is added per call."""
     text = (url or "").strip()
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        _ = parts.hostname              # an unclosed IPv6 bracket fails only here or in urlsplit
+    except ValueError as e:
+        raise UsageError(f"--url {shown(url)}: not a URL ({e}); expected http://HOST:PORT, "
+                         "e.g. http://127.0.0.1:8000") from None
+    if any(ch.isspace() or ord(ch) < 32 for ch in text):
+        raise UsageError(f"--url {shown(url)}: holds a space or a control character")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"--url {shown(url)}: expected http://HOST:PORT of an OpenAI-compatible server, "
                          "e.g. http://127.0.0.1:8000")
     try:
-        _ = parts.port                  # urllib checks the port only when asked
+        port = parts.port               # urllib checks the port only when asked
     except ValueError:
-        raise UsageError(f"--url {shown(url)}: the port is not a number in 1..65535") from None
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise UsageError(f"--url {shown(url)}: the port is not a number in 1..65535")
     path = parts.path.rstrip("/")
     for tail in ("/chat/completions", "/completions", "/v1"):
         if path.endswith(tail):
@@ -240,19 +249,21 @@ def load_replay(path: str) -> list[dict]:
     """A replay file: one JSON object per line with prompt_tokens (or input_tokens) and
     output_tokens (or max_tokens); blank lines and lines starting with # are skipped."""
     rows = []
+    from .fileio import read_user_bytes
+
+    raw = read_user_bytes(path, f"--workload '{path}'", limit=256 << 20)
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--workload '{path}': cannot read ({getattr(e, 'strerror', None) or e})") from None
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--workload '{path}': cannot read (not UTF-8 text: byte {e.start})") from None
     for i, line in enumerate(lines, start=1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
-            raise UsageError(f"--workload '{path}' line {i}: not JSON") from None
+        except (ValueError, RecursionError):      # also a number over 4,300 digits, or nested too deep
+            raise UsageError(f"--workload '{path}' line {i}: not JSON (or not JSON commprof reads)") from None
         if not isinstance(obj, dict):
             raise UsageError(f"--workload '{path}' line {i}: expected an object with prompt_tokens and output_tokens")
         p = obj.get("prompt_tokens", obj.get("input_tokens"))
@@ -368,6 +379,14 @@ def _chunk_text(obj: dict, api: str) -> str | None:
     return text if isinstance(text, str) else None
 
 
+#: The largest token count a server's ``usage`` may report (no model's context is near it).
+MAX_USAGE_TOKENS = 1 << 24
+
+
+def _token_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_USAGE_TOKENS
+
+
 async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool, t0: float) -> dict:
     """Send one streaming request on ``client`` (a :class:`commprof.httpstream.Pool`) and time it.
     Never raises for a server's failure: the row's ``status`` is ``ok`` or one of
@@ -423,9 +442,11 @@ async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool,
                     return row
                 usage = obj.get("usage")
                 if isinstance(usage, dict):
-                    if isinstance(usage.get("completion_tokens"), int):
+                    # a count the server reports is taken only when it can be one (never negative,
+                    # never past any context window); else the chunks counted here stand
+                    if _token_count(usage.get("completion_tokens")):
                         row["tokens_out"], row["tokens_out_source"] = usage["completion_tokens"], "usage"
-                    if isinstance(usage.get("prompt_tokens"), int):
+                    if _token_count(usage.get("prompt_tokens")):
                         row["tokens_in"], row["tokens_in_source"] = usage["prompt_tokens"], "usage"
                 if text:
                     stamps.append(now)
@@ -483,7 +504,11 @@ async def _preflight(cfg: ServeConfig) -> dict:
     timeout = httpx.Timeout(min(10.0, cfg.timeout_s))
     async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
         try:
-            r = await client.get(cfg.url + "/v1/models")
+            async with asyncio.timeout(timeout.read):      # the whole answer, not each read: a drip ends too
+                r = await client.get(cfg.url + "/v1/models")
+        except TimeoutError:
+            raise EndpointError(f"--url {cfg.url}: no whole answer to GET /v1/models within {timeout.read:g}s "
+                                "(the server is too slow or stalled)") from None
         except httpx.ConnectError:
             raise EndpointError(f"--url {cfg.url}: cannot connect (no server listening there?)") from None
         except httpx.TimeoutException:
@@ -542,6 +567,10 @@ async def _preflight(cfg: ServeConfig) -> dict:
 # The server's own queue-time histogram (GET /metrics), where it publishes one
 
 
+#: The most of a /metrics answer read (bytes): a real vLLM page is tens of KiB.
+MAX_METRICS_BYTES = 16 << 20
+
+
 @dataclass
 class Scrape:
     """One ``GET /metrics``: the queue-time histogram and the server's own latency histograms."""
@@ -552,17 +581,28 @@ class Scrape:
 
 def scrape(url: str, timeout_s: float = 5.0) -> Scrape:
     """The server's histograms now, and a note on where the queue time came from or why there is
-    none. Never raises: a server without ``/metrics`` is measured all the same."""
+    none. Never raises: a server without ``/metrics`` is measured all the same. The whole answer
+    has a deadline of ``timeout_s`` (httpx bounds each read: a server dripping a byte a second
+    would pass that) and at most :data:`MAX_METRICS_BYTES` are read."""
     httpx = _httpx()
+    deadline = time.monotonic() + timeout_s
+    body = bytearray()
     try:
         with httpx.Client(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
-            r = client.get(url + "/metrics")
+            with client.stream("GET", url + "/metrics") as r:
+                if r.status_code != 200:
+                    return Scrape(note=f"GET {url}/metrics answered {r.status_code}")
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        return Scrape(note=f"GET {url}/metrics: no whole answer within {timeout_s:g}s")
+                    if len(body) > MAX_METRICS_BYTES:
+                        return Scrape(note=f"GET {url}/metrics: larger than {MAX_METRICS_BYTES >> 20} MiB")
     except httpx.HTTPError as e:
         return Scrape(note=f"GET {url}/metrics failed ({type(e).__name__})")
-    if r.status_code != 200:
-        return Scrape(note=f"GET {url}/metrics answered {r.status_code}")
-    h, note = _queue_of(url, r.text)
-    return Scrape(h, servermetrics.latency_histograms(r.text), note)
+    text = body.decode("utf-8", "replace")
+    h, note = _queue_of(url, text)
+    return Scrape(h, servermetrics.latency_histograms(text), note)
 
 
 def scrape_queue(url: str, timeout_s: float = 5.0) -> tuple[servermetrics.Histogram | None, str]:
@@ -620,7 +660,25 @@ def server_latency_figures(before: Scrape | None, after: Scrape | None, level: d
 
 
 async def _run_level(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, on_done) -> None:
-    """Run one level; appends each finished request's row to ``rows`` (so an interrupt keeps them)."""
+    """Run one level; appends each finished request's row to ``rows`` (so an interrupt keeps them).
+    The whole level has a deadline too: --duration, then --timeout for the last requests, plus a
+    margin; past it the requests still in flight are cancelled."""
+    try:
+        async with asyncio.timeout(level_deadline_s(cfg)):
+            await _level_body(cfg, level, ignore_eos, rows, on_done)
+    except TimeoutError:
+        raise LevelTimeout(level_deadline_s(cfg)) from None
+
+
+def level_deadline_s(cfg: ServeConfig) -> float:
+    return cfg.duration_s + cfg.timeout_s + 30.0
+
+
+class LevelTimeout(Exception):
+    """A level ran past :func:`level_deadline_s` (a request ignored its own deadline)."""
+
+
+async def _level_body(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, on_done) -> None:
     from .httpstream import Pool
 
     conc, rate = level["concurrency"], level["rate_rps"]
@@ -893,7 +951,7 @@ def run_serve(cfg: ServeConfig) -> int:
     results.check_out_dir(out, resume=False)
     info = asyncio.run(_preflight(cfg))
     warm = asyncio.run(_warmup(cfg, info["ignore_eos"])) if cfg.warmup else {"requests": 0, "ok": 0}
-    first = scrape(cfg.url)
+    first = scrape(cfg.url, min(5.0, cfg.timeout_s))
     queue_hist, queue_source = first.queue, first.note
     host = urlsplit(cfg.url).hostname or "?"
     hosts = [socket.gethostname()] if host in ("127.0.0.1", "localhost", "::1") else [host]
@@ -947,7 +1005,7 @@ def run_serve(cfg: ServeConfig) -> int:
         for level in plan:
             rows: list[dict] = []
             # the last level's closing scrape opens this one (scraped afresh only if that one failed)
-            before = metrics_now if metrics_now is not None or not has_metrics else scrape(cfg.url)
+            before = metrics_now if metrics_now is not None or not has_metrics else scrape(cfg.url, min(5.0, cfg.timeout_s))
             bar = view.level_progress(level["requests"], level)
             t_start, cpu_start = time.perf_counter(), time.process_time()
             state = "complete"
@@ -956,6 +1014,10 @@ def run_serve(cfg: ServeConfig) -> int:
             except KeyboardInterrupt:
                 state = "interrupted"
                 raise
+            except LevelTimeout as e:
+                state = "timeout"
+                status, error = "failed", (f"{cfg.url}: level {level['level']} ran past its deadline of {e.args[0]:g}s "
+                                           "(--duration + --timeout + 30 s); its requests in flight were cancelled")
             finally:
                 bar.close()
                 wall = time.perf_counter() - t_start
@@ -965,7 +1027,7 @@ def run_serve(cfg: ServeConfig) -> int:
                     summary = level_summary(level, rows, wall, state)
                     summary["client_cpu_ms_per_request"] = (time.process_time() - cpu_start) * 1e3 / len(rows)
                     goodput(summary, rows, cfg.slo)
-                    metrics_now = scrape(cfg.url) if has_metrics and state == "complete" else None
+                    metrics_now = scrape(cfg.url, min(5.0, cfg.timeout_s)) if has_metrics and state == "complete" else None
                     summary.update(queue_figures(before.queue if before else None,
                                                  metrics_now.queue if metrics_now else None))
                     summary.update(server_latency_figures(before, metrics_now, summary))
@@ -975,6 +1037,12 @@ def run_serve(cfg: ServeConfig) -> int:
                 error = (f"{cfg.url}: no request of level {level['level']} got an answer (connection refused or "
                          "closed): the server died?")
                 break
+            if state == "timeout":
+                break
+        if status == "complete" and done_levels and not any(lv["ok"] for lv in done_levels):
+            kinds = sorted({k.split(":")[0] for lv in done_levels for k in lv["error_kinds"].split(";") if k})
+            status, error = "failed", (f"{cfg.url}: no request succeeded in any level ({', '.join(kinds) or 'errors'}):"
+                                       " nothing was measured")
         if cfg.profile_dir and status == "complete":
             closed = [lv for lv in plan if lv["mode"] == "closed"] or plan
             top = max(closed, key=lambda lv: lv["concurrency"])
@@ -997,6 +1065,9 @@ def run_serve(cfg: ServeConfig) -> int:
     except KeyboardInterrupt:
         status = "interrupted"
         raise
+    except BaseException as e:      # a full disk under a table, or any other failure: meta says failed
+        status, error = "failed", (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise
     finally:
         knee = judge(done_levels, cfg.slo)
         lvl_table.write([_csv_row(r) for r in done_levels])
@@ -1010,8 +1081,9 @@ def run_serve(cfg: ServeConfig) -> int:
         if done_levels:
             import pandas as pd
 
-            view.render(pd.DataFrame(done_levels, columns=LEVEL_COLUMNS), results.read_meta(out), out,
-                        charts=cfg.charts)
+            with results.failing(out):
+                view.render(pd.DataFrame(done_levels, columns=LEVEL_COLUMNS), results.read_meta(out), out,
+                            charts=cfg.charts)
     if error:
         raise EndpointError(error + f"; finished levels are kept in {out}")
     return 0

@@ -34,6 +34,7 @@ from collections import Counter
 
 from ._version import __version__
 from .errors import EXIT_OK, NoGpuError, UsageError, where
+from .fileio import write_json
 from .runinfo import cpu_ranges, now_iso
 from .views.console import emit
 from .views.topo import render_topology
@@ -437,12 +438,7 @@ def write_topology(topo: dict, path: str) -> str:
     """Write ``topo`` as JSON to ``path`` (its folder is created); returns the path."""
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(topo, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
-    return path
+    return write_json(path, topo)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Verdicts a buyer can trust (issue 11): every box judged by its own interconnect, several boxes
+"""Verdicts a buyer can trust: every box judged by its own interconnect, several boxes
 side by side, wrong results never pass, labels that say what a number is.
 
 Two kinds of input: the real nccl-tests logs in tests/data/nccl-tests (8x A100 SXM on NVSwitch,

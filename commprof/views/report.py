@@ -7,6 +7,7 @@ import base64
 import os
 from dataclasses import dataclass, field
 
+from ..fileio import write_atomic
 from ..items import verdict as _verdict
 from ..units import human_bytes
 from . import gap as gapviews
@@ -358,7 +359,6 @@ def write_report(out_dir: str, title: str, sources: list[str], sections: list[Se
     for env, name, fname in ((env_html, "report.html.j2", REPORT_HTML), (env_md, "report.md.j2", REPORT_MD)):
         text = env.get_template(name).render(title=title, sources=sources, sections=ctx)
         path = os.path.join(out_dir, fname)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_atomic(path, text)
         paths.append(path)
     return paths
