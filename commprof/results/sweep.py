@@ -31,15 +31,19 @@ COLUMN_DOCS = {
     "latency_us_*": "per-op latency in microseconds; each iteration's sample is the max "
                     "across the group's ranks; percentiles by linear interpolation. NCCL "
                     "(clock cuda_event_spin): the op's GPU time alone, CUDA events with the op "
-                    "enqueued behind a spin kernel (graph mode: events inside the graph); "
+                    "enqueued behind a spin kernel (graph mode: events inside the graph; clock "
+                    "cuda_event_spin_outer: events outside it, after the spin and after the replay, "
+                    "where events inside did not time); "
                     "gloo (clock perf_counter): host time around the call",
     "skew_us_*": "per iteration max - min over the group's ranks of their own latency: the "
                  "arrival skew the slowest rank's sample holds",
     "host_us_*": "GPU only: host time from issuing one call on an idle GPU until it is seen "
                  "complete (what an eager engine waiting on each op pays); max over ranks",
     "spin_us": "GPU only: the spin kernel's length at the end of the cell",
-    "spin_short": "GPU only: timed samples (summed over ranks) whose spin ended before the op "
-                  "was enqueued (the sample may hold host time); the spin doubles after each",
+    "spin_short": "GPU only: timed iterations in which some rank's spin ended before the op was "
+                  "enqueued (the sample may hold host time): left out of latency_us_*, "
+                  "latency_us_rankavg_* and skew_us_* (kept only if every iteration was short); the "
+                  "spin doubles after each",
     "comm": "collective, or 'none (1 rank)' at TP=1, where no communication happens",
     "timing": "per-call: one barrier-aligned call per sample (what a decode step pays); back-to-back: "
               "nccl-tests' method, a loop of `loop` calls timed as one on the host clock (and the GPU "
