@@ -130,7 +130,8 @@ def predict(
     batch: str = typer.Option("1,8,32", "--batch", help="Sequences decoded together."),
     context: int = typer.Option(4096, "--context", help="Tokens each sequence attends over (KV cache)."),
     prompt: Optional[int] = typer.Option(None, "--prompt", help="Prompt tokens: adds the time to first token."),
-    dtype: str = typer.Option("bf16", "--dtype", help="bf16 or fp16 (weights, activations and KV cache)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16 or fp16 (activations, KV cache, collectives)."),
+    weights: str = typer.Option("bf16", "--weights", help="bf16, fp16 or fp8 (1-byte weights, GEMMs at the GPU's FP8 rate)."),
     mode: str = typer.Option("graph", "--mode", help="graph (CUDA graphs, as engines decode) or eager."),
     mem_util: float = typer.Option(0.9, "--mem-util", help="Share of GPU memory for weights and KV cache."),
     out: Optional[str] = typer.Option(None, "--out", help="Write predict.csv, meta.json and predict.png into this new dir."),
@@ -146,7 +147,7 @@ def predict(
 
     _exit_with(lambda: run_predict(PredictConfig(
         model=model, gpus=parts(gpu), comms=parts(comm), tps=parse_int_list(tp, "--tp"),
-        batches=parse_int_list(batch, "--batch"), context=context, prompt=prompt, dtype=dtype, mode=mode,
+        batches=parse_int_list(batch, "--batch"), context=context, prompt=prompt, dtype=dtype, weights=weights, mode=mode,
         mem_util=mem_util, out=out, charts=not no_charts, as_json=as_json)))
 
 

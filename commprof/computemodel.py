@@ -32,13 +32,13 @@ from .planner import check_tp, dtype_bytes, kv_bytes_per_sequence_per_rank, kv_h
 #: on the published figures of ``scripts/predict_figures.toml`` (median and worst error stated in
 #: ``results/bench/predict_calibration.md``); the values here are what that fit printed.
 CALIBRATION = {
-    "bw_frac": 0.80,            # achieved / datasheet memory bandwidth of a decode GEMM or attention kernel
+    "bw_frac": 0.62,            # achieved / datasheet memory bandwidth of a decode GEMM or attention kernel
     "flop_frac": 0.60,          # achieved / datasheet dense tensor FLOP/s (decode GEMMs at large batch)
     "prefill_flop_frac": 0.60,  # the same for prefill GEMMs
     "floor_us": 2.5,            # a kernel's shortest run on the GPU (graph replay)
     "eager_gap_us": 4.0,        # host launch gap per kernel without CUDA graphs
     "small_kernels_per_layer": 5,   # norms, rotary, activation, residual adds: floor-bound
-    "step_overhead_us": 300.0,  # host work per step: scheduler, sampling, input preparation
+    "step_overhead_us": 0.0,    # host work per step: scheduler, sampling, input preparation
 }
 CALIBRATION_SOURCE = ("fitted by scripts/bench_predict.py on published measured decode figures "
                       "(scripts/predict_figures.toml); see results/bench/predict_calibration.md")
@@ -55,6 +55,16 @@ class Kernel:
     flops: float        # per run
     us: float           # modelled time per run, including its floor
     bound: str          # "memory", "compute" or "floor"
+
+
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8")
+
+
+def weight_bytes_per_elem(weights: str, dtype: str) -> float:
+    """Bytes of one weight: 1 for fp8 weights, else the activation dtype's."""
+    if weights not in WEIGHT_DTYPES:
+        raise ValueError(f"weights {weights!r}: use one of {WEIGHT_DTYPES}")
+    return 1.0 if weights == "fp8" else float(dtype_bytes(dtype))
 
 
 def _price(name, count, nbytes, flops, gpu: GpuSpec, dtype: str, cal: dict, flop_frac: float) -> Kernel:
@@ -100,25 +110,29 @@ def causal_pairs(tokens: int, window: int) -> float:
 
 
 def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: int, context: int,
-                 dtype: str = "bf16", cal: dict | None = None, prefill: bool = False) -> list[Kernel]:
+                 dtype: str = "bf16", cal: dict | None = None, prefill: bool = False,
+                 weights: str = "bf16") -> list[Kernel]:
     """The kernels of one forward step on one rank: ``tokens`` tokens of ``seqs`` sequences, each
     attending to ``context`` tokens (decode: tokens = seqs = batch; prefill: tokens = prompt,
-    seqs = 1, causal attention over the prompt)."""
+    seqs = 1, causal attention over the prompt). ``dtype`` is the activations' and KV cache's;
+    ``weights="fp8"`` reads 1-byte weights and runs the GEMMs at the GPU's FP8 rate."""
     cal = {**CALIBRATION, **(cal or {})}
     check_tp(model, tp)
     e = dtype_bytes(dtype)
+    we = weight_bytes_per_elem(weights, dtype)
+    gemm_dtype = "fp8" if weights == "fp8" else dtype
     ff = cal["prefill_flop_frac"] if prefill else cal["flop_frac"]
     h, L = model.hidden, model.layers
     qkv, o = _attn_proj_elems(model, tp)
     heads = model.q_heads // tp
     out: list[Kernel] = []
 
-    def add(name, count, nbytes, flops):
+    def add(name, count, nbytes, flops, gemm=True):
         if count:
-            out.append(_price(name, count, nbytes, flops, gpu, dtype, cal, ff))
+            out.append(_price(name, count, nbytes, flops, gpu, gemm_dtype if gemm else dtype, cal, ff))
 
     act = tokens * h * e          # activations in and out of a GEMM: small beside the weights at decode
-    add("qkv_proj", L, qkv * e + act, 2.0 * tokens * qkv)
+    add("qkv_proj", L, qkv * we + act, 2.0 * tokens * qkv)
     # attention: every sequence reads its KV cache; sliding layers only their window
     if model.is_mla:
         qk_dim, v_dim = model.kv_lora_rank + model.qk_rope_head_dim, model.kv_lora_rank
@@ -130,25 +144,25 @@ def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: in
                          ("attention_sliding", n_slide, min(context, model.sliding_window or context))):
         if prefill:      # causal: the i-th token attends to i tokens (or its window)
             pairs = causal_pairs(tokens, ctx)
-            add(name, n, seqs * ctx * kv_tok_layer, 2.0 * pairs * heads * (qk_dim + v_dim))
+            add(name, n, seqs * ctx * kv_tok_layer, 2.0 * pairs * heads * (qk_dim + v_dim), gemm=False)
         else:
-            add(name, n, seqs * ctx * kv_tok_layer, 2.0 * seqs * ctx * heads * (qk_dim + v_dim))
-    add("o_proj", L, o * e + act, 2.0 * tokens * o)
+            add(name, n, seqs * ctx * kv_tok_layer, 2.0 * seqs * ctx * heads * (qk_dim + v_dim), gemm=False)
+    add("o_proj", L, o * we + act, 2.0 * tokens * o)
     moe_layers = sum(1 for i in range(L) if is_moe_layer(model, i))
     dense = L - moe_layers
     ffn_r = _shard(model.ffn, tp)
-    add("gate_up_proj", dense, 2 * h * ffn_r * e + act, 4.0 * tokens * h * ffn_r)
-    add("down_proj", dense, ffn_r * h * e + act, 2.0 * tokens * h * ffn_r)
+    add("gate_up_proj", dense, 2 * h * ffn_r * we + act, 4.0 * tokens * h * ffn_r)
+    add("down_proj", dense, ffn_r * h * we + act, 2.0 * tokens * h * ffn_r)
     if moe_layers:
         ef = _shard(model.expert_ffn, tp)
         touched = experts_touched(model.experts, model.top_k, tokens)
         add("moe_router", moe_layers, h * model.experts * e, 2.0 * tokens * h * model.experts)
-        add("moe_experts", moe_layers, touched * 3 * h * ef * e, 6.0 * tokens * model.top_k * h * ef)
+        add("moe_experts", moe_layers, touched * 3 * h * ef * we, 6.0 * tokens * model.top_k * h * ef)
         if model.shared_experts:
             sf = _shard(model.shared_expert_ffn or model.expert_ffn, tp)
-            add("moe_shared", moe_layers, model.shared_experts * 3 * h * sf * e,
+            add("moe_shared", moe_layers, model.shared_experts * 3 * h * sf * we,
                 6.0 * tokens * model.shared_experts * h * sf)
-    add("small", L * int(cal["small_kernels_per_layer"]), 2 * act, 0.0)
+    add("small", L * int(cal["small_kernels_per_layer"]), 2 * act, 0.0, gemm=False)
     vocab_r = _shard(model.vocab, tp)
     logit_tokens = seqs
     add("lm_head", 1, vocab_r * h * e + logit_tokens * vocab_r * e, 2.0 * logit_tokens * h * vocab_r)
@@ -156,15 +170,17 @@ def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: in
 
 
 def step_compute(model: ModelShape, gpu: GpuSpec, tp: int, batch: int, context: int, dtype: str = "bf16",
-                 mode: str = "graph", cal: dict | None = None) -> dict:
+                 mode: str = "graph", cal: dict | None = None, weights: str = "bf16", mixed_tokens: int = 0) -> dict:
     """One decode step of ``batch`` sequences at ``context`` tokens on one rank, modelled (us):
+    ``mixed_tokens`` prompt tokens of other requests riding in the same step (chunked prefill under
+    continuous batching) add their GEMM work (their attention is left out);
     ``kernel_us`` (the rooflines), ``floor_us`` (what the kernel floors add above them),
     ``gap_us`` (eager launch gaps and the step's host overhead), ``compute_us`` (their sum), with
     the bytes and FLOPs they come from and the kernel list."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: use one of {MODES}")
     cal = {**CALIBRATION, **(cal or {})}
-    ks = step_kernels(model, gpu, tp, batch, batch, context, dtype, cal)
+    ks = step_kernels(model, gpu, tp, batch + int(mixed_tokens), batch, context, dtype, cal, weights=weights)
     return _totals(ks, mode, cal)
 
 
@@ -183,9 +199,9 @@ def _totals(ks: list[Kernel], mode: str, cal: dict) -> dict:
 
 
 def prefill_compute(model: ModelShape, gpu: GpuSpec, tp: int, prompt: int, dtype: str = "bf16",
-                    mode: str = "eager", cal: dict | None = None) -> dict:
+                    mode: str = "eager", cal: dict | None = None, weights: str = "bf16") -> dict:
     """One ``prompt``-token prefill step on one rank (the whole prompt in one step), modelled: the
     same totals as :func:`step_compute`. Engines run prefill eagerly, so ``mode`` defaults to eager."""
     cal = {**CALIBRATION, **(cal or {})}
-    ks = step_kernels(model, gpu, tp, prompt, 1, prompt, dtype, cal, prefill=True)
+    ks = step_kernels(model, gpu, tp, prompt, 1, prompt, dtype, cal, prefill=True, weights=weights)
     return _totals(ks, mode, cal)

@@ -13,12 +13,13 @@ import os
 from dataclasses import dataclass, field
 
 from . import results
-from .computemodel import CALIBRATION, CALIBRATION_SOURCE, MODES, prefill_compute, step_compute
+from .computemodel import (CALIBRATION, CALIBRATION_SOURCE, MODES, WEIGHT_DTYPES, prefill_compute, step_compute,
+                           weight_bytes_per_elem)
 from .errors import EXIT_OK, UsageError, shown
 from .gpus import GpuSpec, get_gpu
 from .models import DEFAULT_MODEL, ModelShape, get_model
-from .planner import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_tp, decode_collectives, dtype_bytes, kv_budget,
-                      kv_bytes_per_sequence_per_rank, prefill_comm_us, weights_per_rank)
+from .planner import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_tp, dtype_bytes, kv_budget, kv_bytes_per_sequence_per_rank,
+                      prefill_comm_us, step_collectives, weights_per_rank)
 
 PREDICT_CSV = "predict.csv"
 PREDICT_CHART = "predict.png"
@@ -63,6 +64,7 @@ class PredictConfig:
     context: int = 4096
     prompt: int | None = None
     dtype: str = "bf16"
+    weights: str = "bf16"
     mode: str = "graph"
     mem_util: float = 0.9
     out: str | None = None
@@ -143,15 +145,16 @@ def _check_list(values, flag: str, maximum: int) -> list[int]:
 
 def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommPrices, tp: int, batch: int, context: int,
                   prompt: int | None = None, dtype: str = "bf16", mode: str = "graph", mem_util: float = 0.9,
-                  cal: dict | None = None) -> dict:
-    """One (box, TP, batch): a row of :data:`CSV_COLUMNS`."""
+                  cal: dict | None = None, weights: str = "bf16", mixed_tokens: int = 0) -> dict:
+    """One (box, TP, batch): a row of :data:`CSV_COLUMNS`. ``mixed_tokens``: prompt tokens of other
+    requests sharing each decode step (continuous batching), priced in compute and collectives."""
     cal = {**CALIBRATION, **(cal or {})}
-    comp = step_compute(model, gpu, tp, batch, context, dtype, mode, cal)
-    sites = decode_collectives(model, tp, batch, dtype)
+    comp = step_compute(model, gpu, tp, batch, context, dtype, mode, cal, weights, mixed_tokens)
+    sites = step_collectives(model, tp, batch + int(mixed_tokens), batch, dtype)
     price = comm.price(tp, mode) if tp > 1 else (lambda op, s: 0.0)
     comm_us = sum(price(s.op, s.size_bytes) for s in sites)
     step_us = comp["compute_us"] + comm_us
-    w = weights_per_rank(model, tp, dtype)["total"]
+    w = int(weights_per_rank(model, tp, dtype)["total"] * weight_bytes_per_elem(weights, dtype) / dtype_bytes(dtype))
     kv_seq = kv_bytes_per_sequence_per_rank(model, tp, context, dtype)
     _, _, fit, max_seq = kv_budget(gpu.memory_bytes, mem_util, w, kv_seq)
     row = {
@@ -168,7 +171,7 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommPrices, tp: int, ba
         "note": "" if fit else f"weights ({w / 1e9:.1f} GB per rank) do not fit in {gpu.memory_gb} GB x {mem_util}",
     }
     if prompt:
-        pre = prefill_compute(model, gpu, tp, prompt, dtype, "eager", cal)
+        pre = prefill_compute(model, gpu, tp, prompt, dtype, "eager", cal, weights)
         pc = prefill_comm_us(model, tp, prompt, prompt, price, dtype=dtype) if tp > 1 else 0.0
         row["ttft_ms"] = (pre["compute_us"] + pc + step_us) / 1e3
         row["ttft_comm_ms"] = pc / 1e3
@@ -177,7 +180,7 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommPrices, tp: int, ba
 
 def predict_rows(model: ModelShape, boxes: list[tuple[GpuSpec, CommPrices]], tps, batches, context: int,
                  prompt: int | None = None, dtype: str = "bf16", mode: str = "graph", mem_util: float = 0.9,
-                 cal: dict | None = None) -> tuple[list[dict], list[str]]:
+                 cal: dict | None = None, weights: str = "bf16") -> tuple[list[dict], list[str]]:
     """Every (box, TP, batch) the comm input covers; (rows, notes on what was skipped)."""
     rows, notes = [], []
     for gpu, comm in boxes:
@@ -187,7 +190,8 @@ def predict_rows(model: ModelShape, boxes: list[tuple[GpuSpec, CommPrices]], tps
                              f"tp={tp} skipped for {gpu.key}")
                 continue
             for batch in batches:
-                rows.append(predict_point(model, gpu, comm, tp, batch, context, prompt, dtype, mode, mem_util, cal))
+                rows.append(predict_point(model, gpu, comm, tp, batch, context, prompt, dtype, mode, mem_util, cal,
+                                          weights))
     if not rows:
         raise UsageError("predict: no TP degree of --tp is covered by the --comm input(s): " + "; ".join(notes))
     return rows, notes
@@ -244,12 +248,14 @@ def run_predict(cfg: PredictConfig, console=None) -> int:
     for tp in tps:
         check_tp(model, tp)
     boxes = _boxes(list(cfg.gpus), list(cfg.comms))
+    if cfg.weights not in WEIGHT_DTYPES:
+        raise UsageError(f"--weights {shown(cfg.weights)}: use one of {', '.join(WEIGHT_DTYPES)}")
     rows, notes = predict_rows(model, boxes, tps, batches, cfg.context, cfg.prompt, cfg.dtype, cfg.mode,
-                               cfg.mem_util, cfg.calibration)
+                               cfg.mem_util, cfg.calibration, cfg.weights)
     comms = {c.spec: c for _, c in boxes}
     notes += [n for c in comms.values() for n in c.notes]
     meta_extra = {
-        "gpus": sorted({g.name for g, _ in boxes}), "model": model.to_dict(), "dtype": cfg.dtype, "mode": cfg.mode,
+        "gpus": sorted({g.name for g, _ in boxes}), "model": model.to_dict(), "dtype": cfg.dtype, "weights": cfg.weights, "mode": cfg.mode,
         "context": cfg.context, "prompt": cfg.prompt, "mem_util": cfg.mem_util,
         "boxes": [{"box": f"{g.key} + {c.label}", "gpu": g.to_dict(), "comm": c.describe()} for g, c in boxes],
         "calibration": {**CALIBRATION, **cfg.calibration}, "calibration_source": CALIBRATION_SOURCE,
