@@ -101,6 +101,7 @@ class CommPrices:
         df = self.table.df
         self.have = {(str(o), int(t)) for o, t in zip(df["op"], df["tp"])}
         self.notes: list[str] = []
+        self._memo: dict = {}
 
     def tps(self) -> list[int]:
         return sorted({t for _, t in self.have})
@@ -117,7 +118,10 @@ class CommPrices:
                 if note not in self.notes:
                     self.notes.append(note)
                 op = "all_reduce"
-            return self.table.latency_us(op, tp, mode, int(size_bytes))
+            key = (op, tp, mode, int(size_bytes))
+            if key not in self._memo:       # a step repeats the same few sizes 2L+2 times
+                self._memo[key] = self.table.latency_us(*key)
+            return self._memo[key]
         return price
 
     def describe(self) -> dict:

@@ -1,0 +1,192 @@
+"""commprof predict: the GPU table, the compute model against hand-computed bytes and FLOPs, and the
+verb end to end (reference profiles, an imported nccl-tests log, bad input)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from commprof.computemodel import CALIBRATION, causal_pairs, experts_touched, step_kernels
+from commprof.errors import UsageError
+from commprof.gpus import FIGURES, get_gpu, gpu_table
+from commprof.models import get_model
+
+from conftest import csv_rows
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "nccl-tests")
+REQUIRED_SKUS = ("rtx4090", "rtx5090", "rtx-pro-6000", "l40s", "l20", "a100-sxm", "a100-pcie", "h100-sxm",
+                 "h100-pcie", "h800", "h20", "h200", "b200")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_gpu_table_has_every_sku_with_a_source_beside_every_figure():
+    t = gpu_table()
+    for sku in REQUIRED_SKUS:
+        g = t[sku]
+        assert set(g.sources) == set(FIGURES)
+        assert all(isinstance(s, str) and len(s) >= 8 for s in g.sources.values())
+        assert g.mem_bandwidth_gbps > 0 and g.bf16_tflops > 0 and g.memory_gb > 0 and g.sm_count > 0
+    assert get_gpu("H100").key == "h100-sxm" and get_gpu("5090").key == "rtx5090"
+    with pytest.raises(UsageError, match="unknown GPU"):
+        get_gpu("rtx9090")
+
+
+def _by_name(ks):
+    return {k.name: k for k in ks}
+
+
+def test_decode_kernels_of_qwen25_32b_tp8_match_hand_computed_bytes_and_flops():
+    # Qwen2.5-32B: hidden 5120, 40 query / 8 KV heads of 128, FFN 27648, 64 layers, vocab 152064.
+    # TP=8: 5 query heads (640 columns) and 1 KV head (128) per rank, FFN 3456 per rank; bf16.
+    m, g = get_model("Qwen2.5-32B"), get_gpu("h100-sxm")
+    ks = _by_name(step_kernels(m, g, tp=8, tokens=1, seqs=1, context=4096))
+    act = 5120 * 2
+    assert ks["qkv_proj"].count == 64
+    assert ks["qkv_proj"].bytes_read == 5120 * (640 + 2 * 128) * 2 + act == 9_185_280
+    assert ks["qkv_proj"].flops == 2 * 5120 * 896 == 9_175_040
+    assert ks["o_proj"].bytes_read == 640 * 5120 * 2 + act
+    assert ks["gate_up_proj"].bytes_read == 2 * 5120 * 3456 * 2 + act == 70_789_120
+    assert ks["down_proj"].flops == 2 * 5120 * 3456
+    # attention: one KV head per rank, K and V of 128 bf16 each = 512 bytes per token and layer
+    assert ks["attention"].bytes_read == 4096 * 512 == 2_097_152
+    assert ks["attention"].flops == 2 * 4096 * 5 * (128 + 128)
+    assert "attention_sliding" not in ks
+    assert ks["lm_head"].bytes_read == 19008 * 5120 * 2 + 19008 * 2      # 152064 / 8 = 19008 rows
+    # at batch 1 every GEMM is memory bound: time = bytes / (bandwidth x bw_frac), or the floor
+    bw_us = ks["gate_up_proj"].bytes_read / (3350 * 1e3 * CALIBRATION["bw_frac"])
+    assert ks["gate_up_proj"].bound == "memory" and ks["gate_up_proj"].us == pytest.approx(bw_us)
+
+
+def test_decode_kernels_of_gemma3_27b_cap_sliding_layers_at_their_window():
+    # Gemma-3-27B: 62 layers, every 6th global (10), the other 52 slide over 1024 tokens; 16 KV heads
+    # of 128 -> 2 per rank at TP=8: K+V = 2 x 2 x 128 x 2 bytes = 1024 bytes per token and layer.
+    m, g = get_model("Gemma-3-27B"), get_gpu("rtx5090")
+    ks = _by_name(step_kernels(m, g, tp=8, tokens=2, seqs=2, context=4096))
+    assert ks["attention"].count == 10 and ks["attention_sliding"].count == 52
+    assert ks["attention"].bytes_read == 2 * 4096 * 1024
+    assert ks["attention_sliding"].bytes_read == 2 * 1024 * 1024
+    assert ks["attention"].flops == 2 * 2 * 4096 * 4 * 256          # 32 / 8 = 4 query heads per rank
+    vocab_r = -(-262208 // 8)
+    assert ks["lm_head"].bytes_read == vocab_r * 5376 * 2 + 2 * vocab_r * 2   # tied: read once as lm_head
+    assert ks["qkv_proj"].flops == 2 * 2 * 5376 * (4 * 128 + 2 * 2 * 128)
+
+
+def test_fp8_weights_halve_the_weight_bytes_and_use_the_fp8_rate():
+    m, g = get_model("Llama-3.1-70B"), get_gpu("h100-sxm")
+    bf = _by_name(step_kernels(m, g, 2, 1, 1, 1024))
+    f8 = _by_name(step_kernels(m, g, 2, 1, 1, 1024, weights="fp8"))
+    act = 8192 * 2
+    assert f8["down_proj"].bytes_read - act == (bf["down_proj"].bytes_read - act) / 2
+    assert f8["attention"].bytes_read == bf["attention"].bytes_read           # the KV cache stays bf16
+
+
+def test_large_batch_turns_gemms_compute_bound_and_floors_hold_tiny_kernels():
+    m, g = get_model("Qwen2.5-32B"), get_gpu("rtx4090")
+    ks = _by_name(step_kernels(m, g, 8, 4096, 1, 4096, prefill=True))
+    assert ks["gate_up_proj"].bound == "compute"
+    fl = ks["gate_up_proj"].flops / (165.2 * 1e6 * CALIBRATION["prefill_flop_frac"])
+    assert ks["gate_up_proj"].us == pytest.approx(fl)
+    small = _by_name(step_kernels(m, g, 8, 1, 1, 16))["small"]
+    assert small.bound == "floor" and small.us == CALIBRATION["floor_us"]
+
+
+def test_helpers():
+    assert causal_pairs(4, 10) == 10 and causal_pairs(4, 2) == 3 + 2 * 2
+    assert experts_touched(128, 8, 1) == pytest.approx(8)
+    assert 8 < experts_touched(128, 8, 32) < 128
+
+
+def test_predict_every_gpu_on_every_reference_profile():
+    from commprof.predict import CommPrices, predict_point
+    from commprof.profiles import list_profiles
+
+    m = get_model("Qwen2.5-32B")
+    for p in list_profiles():
+        comm = CommPrices(f"reference:{p['name']}")
+        for g in gpu_table().values():
+            r = predict_point(m, g, comm, 8, 8, 2048, prompt=512)
+            assert r["ms_per_token"] == pytest.approx(r["compute_ms"] + r["comm_ms"])
+            assert 0 < r["comm_share_pct"] < 100 and r["ttft_ms"] > r["ttft_comm_ms"] > 0
+            assert r["collectives_per_step"] == 2 * 64 + 2
+
+
+def test_comm_ms_is_the_plans_collectives_priced_by_the_profile():
+    from commprof.costmodel import profile_latency_us
+    from commprof.planner import decode_collectives
+    from commprof.predict import CommPrices, predict_point
+
+    m, g = get_model("Gemma-3-27B"), get_gpu("rtx5090")
+    r = predict_point(m, g, CommPrices("reference:pcie5-nop2p"), 8, 1, 4096, mode="eager")
+    direct = sum(profile_latency_us("pcie5-nop2p", s.op, 8, s.size_bytes) for s in decode_collectives(m, 8, 1))
+    assert r["comm_ms"] * 1e3 == pytest.approx(direct, rel=0.03)     # the cached sweep interpolates log-log
+
+
+def test_predict_cli_writes_csv_meta_and_chart(cli_inproc, tmp_path):
+    out = tmp_path / "p"
+    r = cli_inproc("predict", "--model", "Gemma-3-27B", "--gpu", "rtx5090,h100-sxm",
+                   "--comm", "reference:pcie5-nop2p,reference:nvlink4", "--tp", "4,8", "--batch", "1,8",
+                   "--prompt", "1024", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "ms/token = compute" in r.stdout and "communication" in r.stdout
+    rows = csv_rows(str(out), "predict.csv")
+    assert len(rows) == 2 * 2 * 2
+    assert {x["comm_kind"] for x in rows} == {"modelled"}
+    meta = json.load(open(out / "meta.json"))
+    assert meta["verb"] == "predict" and meta["kind"] == "predicted"
+    assert meta["column_kinds"]["compute_ms"] == "modelled" and meta["column_kinds"]["comm_ms"] == "comm_kind"
+    assert meta["boxes"][0]["gpu"]["sources"]["mem_bandwidth_gbps"].startswith("https://")
+    assert os.path.getsize(out / "predict.png") > 1000
+    from commprof import results
+    assert results.load(str(out)).verb == "predict"
+
+
+def test_predict_from_an_imported_log_skips_tp_it_lacks(cli_inproc, tmp_path):
+    imp = tmp_path / "imp"
+    r = cli_inproc("import", "nccl-tests", os.path.join(DATA, "rtx5090x4_pcie5_nop2p_allreduce_nccltests287.txt"),
+                   "--out", str(imp))
+    assert r.returncode == 0, r.stderr
+    r = cli_inproc("predict", "--model", "Qwen2.5-32B", "--gpu", "rtx5090", "--comm", str(imp), "--tp", "4,8",
+                   "--batch", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [x["tp"] for x in doc["rows"]] == [4]
+    assert doc["rows"][0]["comm_kind"] == "imported" and doc["rows"][0]["comm_timing"] == "back-to-back"
+    assert any("tp=8 skipped" in n for n in doc["notes"]) and any("all_gather" in n for n in doc["notes"])
+    r = cli_inproc("predict", "--gpu", "rtx5090", "--comm", str(imp), "--tp", "8")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no TP degree" in r.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--gpu", "rtx9090"], "unknown GPU"),
+    (["--comm", "no/such/dir"], "no/such/dir"),
+    (["--comm", "reference:nope"], "unknown reference profile"),
+    (["--gpu", "h100,rtx5090,l40s", "--comm", "reference:nvlink4,reference:pcie5-p2p"], "as many of each"),
+    (["--weights", "int3"], "--weights"),
+    (["--mode", "fast"], "--mode"),
+    (["--tp", "3"], "--tp 3"),
+])
+def test_predict_bad_input_is_one_line_and_exit_2(cli_inproc, args, words):
+    r = cli_inproc("predict", *args)
+    assert r.returncode == 2
+    assert words in r.stderr and r.stderr.strip().count("\n") == 0
+
+
+def test_benchmark_figures_reproduce_from_their_inputs():
+    """The committed benchmark's commprof figures follow from its inputs with today's model."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts"))
+    import bench_predict
+
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "results", "bench", "predict_calibration.json")
+    doc = json.load(open(path))
+    assert doc["calibration"] == CALIBRATION
+    for row in doc["figures"]:
+        f = next(x for x in bench_predict.FIGURES if x["id"] == row["id"])
+        assert f["measured_ms"] == row["measured_ms"]
+        assert bench_predict.commprof_ms(f)["ms"] == pytest.approx(row["commprof_ms"], rel=1e-3)
