@@ -190,3 +190,38 @@ def test_benchmark_figures_reproduce_from_their_inputs():
         f = next(x for x in bench_predict.FIGURES if x["id"] == row["id"])
         assert f["measured_ms"] == row["measured_ms"]
         assert bench_predict.commprof_ms(f)["ms"] == pytest.approx(row["commprof_ms"], rel=1e-3)
+
+
+def test_gap_prices_one_token_box_by_box_from_each_boxs_own_log(cli_inproc, tmp_path):
+    from commprof.gap import compute_gap
+    from commprof.models import get_model
+    from commprof.planner import decode_collectives
+    from commprof.predict import CommPrices
+    from commprof.views.gap import token_box_lines
+
+    dirs = []
+    for name in ("all_reduce_perf_8xA100.log", "rtx5090x8_pcie5_p2p_allreduce_aikitoria.txt"):
+        d = tmp_path / name.split(".")[0]
+        assert cli_inproc("import", "nccl-tests", os.path.join(DATA, name), "--out", str(d)).returncode == 0
+        dirs.append(str(d))
+    g = compute_gap(dirs, reference="nvlink4")
+    tb = g.token_boxes
+    row = tb[(tb["tp"] == 8) & (tb["batch"] == 1)]
+    assert len(row) == 2 and set(row["collectives"]) == {130}
+    for d, ms in zip(dirs, row["comm_ms_per_token"]):
+        price = CommPrices(d).price(8, "eager")         # the predict path: an independent lookup
+        want = sum(price(s.op, s.size_bytes) for s in decode_collectives(get_model("Qwen2.5-32B"), 8, 1)) / 1e3
+        assert ms == pytest.approx(want, rel=0.01)
+    text = "\n".join(token_box_lines(g))
+    assert "TP=8 batch 1 (130 collectives" in text and "x)" in text and "priced as all_reduce" in text
+
+
+def test_trace_summary_line_prints_the_communication_in_ms():
+    import pandas as pd
+
+    from commprof.views.trace import summary_lines
+
+    df = pd.DataFrame([{"kind": "predicted", "tp": 8, "batch": 1, "mode": "graph", "ms_per_token": 10.0,
+                        "tokens_per_s": 100.0, "collectives_per_step": 130, "collectives_per_token": 130,
+                        "comm_share_pct": 25.0, "transfer_share_pct": 20.0, "wait_share_pct": 5.0}])
+    assert "communication 25.0% = 2.500 ms" in summary_lines(df)[0]
