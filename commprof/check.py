@@ -47,10 +47,6 @@ INTERCONNECT_HELP = ("nvswitch, nvlink, nvlink2..nvlink5, pcie, pcie3..pcie6, ea
                      "-p2p or -no-p2p (e.g. pcie4-no-p2p), mixed; a comma list gives one per box, in order")
 
 
-class CheckFailed(CommprofError):
-    exit_code = EXIT_CHECK_FAILED
-
-
 def parse_interconnect(spec: str | None) -> list[tuple[str, str]] | None:
     """``--interconnect`` -> [(class, link)] (one per box, or one for all); None when not given.
     ``nvlink4`` -> ("nvswitch", "nvlink4"); ``pcie4-no-p2p`` -> ("pcie-no-p2p", "pcie4")."""
@@ -397,11 +393,6 @@ def _ic(ev: Evidence) -> Interconnect:
     return ev.interconnect
 
 
-def _link_kind(ev: Evidence) -> str:
-    """The link generation the box is judged by (nvlink3, pcie4, ...); "" when unknown."""
-    return _ic(ev).link
-
-
 def _no_topo(id_, name, threshold, src, what="no topo.json") -> Item:
     return Item(id_, name, "SKIP", what, threshold, src,
                 "run 'commprof topo --out DIR' on the box, or import its 'nvidia-smi topo -m' text "
@@ -544,10 +535,6 @@ def item_host_bw(ev, th) -> Item:
 
 NO_COMM_VALUE = "only TP=1 rows: one rank runs no communication"
 NO_COMM_HINT = "measure TP >= 2 (or import a vendor's multi-GPU logs)"
-
-
-def _largest_tp(df):
-    return int(df["tp"].max()) if df is not None and len(df) else None
 
 
 def stat_label(df) -> str:

@@ -1,8 +1,11 @@
 """Provenance recorded with every run: machine, versions, backend, environment, command line."""
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
 import platform
+import re
 import socket
 import sys
 from datetime import datetime, timezone
@@ -91,12 +94,40 @@ def driver_version() -> str:
         return "n/a"
 
 
+def _torch_cuda_from_metadata() -> str:
+    """The CUDA version torch was built for, read from its ``torch/version.py`` without importing
+    torch (a 1 s import for a verb that never uses it); "n/a" for a CPU build or no torch."""
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            return "n/a"
+        for d in spec.submodule_search_locations:
+            try:
+                with open(os.path.join(d, "version.py"), encoding="utf-8") as f:
+                    m = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
+            except OSError:
+                continue
+            return m.group(1) if m else "n/a"
+    except (ImportError, ValueError):
+        pass
+    return "n/a"
+
+
 def versions() -> dict:
+    """commprof, Python, torch, CUDA runtime, NCCL and driver versions. torch is asked only when
+    this process has already imported it (the verbs that run ranks); otherwise its version comes
+    from the installed package's metadata and NCCL, which only a loaded torch can tell, is "n/a"."""
     out = {"commprof": __version__, "python": sys.version.split()[0], "torch": "n/a",
            "cuda_runtime": "n/a", "nccl": "n/a", "driver": driver_version()}
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            out["torch"] = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            return out
+        out["cuda_runtime"] = _torch_cuda_from_metadata()
+        return out
     try:
-        import torch
-
         out["torch"] = torch.__version__
         out["cuda_runtime"] = torch.version.cuda or "n/a"
         if torch.cuda.is_available():

@@ -477,11 +477,9 @@ def run_topo(cfg: TopoConfig, *, nvml=None, console=None) -> int:
 
 # --- interconnect class helpers: what decides how a box is judged ---------------------------------
 
-#: Interconnect classes a box can have. ``nvswitch``/``nvlink``: GPUs talk over NVLink (all pairs);
-#: ``pcie-p2p``/``pcie-no-p2p``/``pcie`` (P2P not known): over PCIe; ``mixed``: some pairs NVLink
-#: (bridges), the rest PCIe; ``unknown``: no evidence.
-NVLINK_CLASSES = ("nvswitch", "nvlink")
-PCIE_CLASSES = ("pcie-p2p", "pcie-no-p2p", "pcie")
+# Interconnect classes a box can have. ``nvswitch``/``nvlink``: GPUs talk over NVLink (all pairs);
+# ``pcie-p2p``/``pcie-no-p2p``/``pcie`` (P2P not known): over PCIe; ``mixed``: some pairs NVLink
+# (bridges), the rest PCIe; ``unknown``: no evidence.
 
 # GPU product names (as nvidia-smi, NVML, torch and nccl-tests' rank lines print them) -> how the
 # GPUs of such a box talk to each other and at which link generation. First match wins, so the
@@ -535,17 +533,6 @@ def class_from_gpu_names(names) -> dict | None:
         return None
     family, link, detail, _ = found[0]
     return {"family": family, "link": link, "detail": detail, "names": sorted({n for *_, n in found})}
-
-
-def topo_family(cls: str) -> str:
-    """nvlink / pcie / mixed / unknown for an ``interconnect_class``."""
-    if cls in NVLINK_CLASSES:
-        return "nvlink"
-    if cls in PCIE_CLASSES:
-        return "pcie"
-    if cls == "mixed":
-        return "mixed"
-    return "unknown"
 
 
 def nvlink_link_from_topo(topo: dict) -> str:

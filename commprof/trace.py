@@ -167,12 +167,6 @@ def memory_guard(model: dict, tps, batches, context: int, layers: int | None, dt
                      f"but {gb(avail)} are available ({how}); {hint}")
 
 
-# --- attribution -----------------------------------------------------------------------------------
-
-
-# --- results dir -----------------------------------------------------------------------------------
-
-
 # --- configuration and running ---------------------------------------------------------------------
 
 def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, warmup: int,

@@ -75,7 +75,7 @@ def main():
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--hta-python", required=True, help="python of an environment with HolisticTraceAnalysis")
-    ap.add_argument("--traces", default=os.path.join(REPO, "..", "shared", "data", "kineto"))
+    ap.add_argument("--traces", default=os.path.join(REPO, "tests", "data", "kineto"))
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
     start = now_iso()

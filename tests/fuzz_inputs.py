@@ -4,8 +4,8 @@ Each target pairs a generator ``gen(rnd) -> input`` (``rnd`` is a ``random.Rando
 ``check(input, tmp_dir) -> "accepted" | "rejected"``. The check runs the parser and asserts the
 property: the parser either raises commprof's own error (a ``CommprofError`` of one line) or
 returns a result with no NaN, infinite or negative figure. Any other exception propagates: that
-is a crash. Generators mutate real inputs (the nccl-tests logs under tests/data and
-shared/data, the -J fixture, the built-in models written out as config.json) and build
+is a crash. Generators mutate real inputs (the nccl-tests logs under tests/data
+(public logs with their SOURCE.md), the -J fixture, the built-in models written out as config.json) and build
 synthetic ones from the grammar of each format.
 
 tests/test_fuzz_parsers.py lets hypothesis drive ``rnd`` (a few hundred examples, shrinking on
@@ -29,7 +29,6 @@ from commprof.units import MAX_BYTES, MAX_LIST_INT, parse_bytes, parse_int_list
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "tests", "data")
-SHARED_LOGS = os.path.join(REPO, "..", "shared", "data", "nccl-tests")
 
 # Placeholders put into JSON before it is written: json.dumps cannot write an integer over
 # Python's 4,300-digit limit, and a deep nest is easier to splice in as text.
@@ -40,9 +39,9 @@ DEEP = "__COMMPROF_FUZZ_DEEP__"
 # --- real inputs ------------------------------------------------------------------------------------
 
 def real_log_paths() -> list[str]:
-    """Every real nccl-tests text log: tests/data's, and shared/data's when it is there."""
+    """Every real nccl-tests text log in tests/data/nccl-tests (``*.log`` and the public ``*.txt``)."""
     return (sorted(glob.glob(os.path.join(DATA, "nccl-tests", "*.log")))
-            + sorted(glob.glob(os.path.join(SHARED_LOGS, "*.txt"))))
+            + sorted(glob.glob(os.path.join(DATA, "nccl-tests", "*.txt"))))
 
 
 @functools.cache

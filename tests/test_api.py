@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import commprof
-from conftest import REPO
+from helpers import REPO
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO
+from helpers import REPO
 
 
 def test_import_linter_contracts_are_kept():

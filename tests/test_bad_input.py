@@ -17,6 +17,7 @@ from commprof.errors import EXIT_USAGE, CommprofError
 from commprof.models import get_model
 from commprof.sizes import parse_sizes
 from commprof.units import parse_bytes, parse_int_list
+from helpers import sweep_rows
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 AR8 = os.path.join(DATA, "nccl-tests", "all_reduce_perf_8xA100.log")
@@ -253,7 +254,10 @@ def test_text_utf16_log_is_read(tmp_path):
     p = tmp_path / "all_reduce_perf.log"
     p.write_bytes(text.encode("utf-16"))                                 # PowerShell's '>'
     out = importers.import_nccl_tests([str(p)], str(tmp_path / "out"))
-    assert os.path.exists(os.path.join(out, "sweep.csv"))
+    same = importers.import_nccl_tests([AR8], str(tmp_path / "utf8"))    # the same log as UTF-8
+    keys = ("op", "tp", "size_bytes", "latency_us_p50", "algbw_gbps", "busbw_gbps", "wrong")
+    rows16 = [{k: r[k] for k in keys} for r in sweep_rows(out)]
+    assert rows16 and rows16 == [{k: r[k] for k in keys} for r in sweep_rows(same)]
 
 
 def test_text_stray_latin1_byte_warns_and_imports(tmp_path, capsys):

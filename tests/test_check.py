@@ -4,7 +4,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import write_sweep_dir
+from helpers import TOY_MODEL, write_sweep_dir
 from fake_nvml import FakeNVML
 
 from commprof import topo as T
@@ -113,7 +113,7 @@ def test_check_without_dirs_measures_what_it_needs(cli_inproc, tmp_path, monkeyp
     """check with no dirs runs commprof sweep and trace as subprocesses and judges what they wrote.
     The commands it issues are recorded and checked; each then runs for real at TP=2 with few
     iterations (the verdicts below do not depend on the TP degrees or the iteration counts)."""
-    toy = os.path.join(os.path.dirname(__file__), "data", "toy-dense-config.json")
+    toy = TOY_MODEL
     out = tmp_path / "measured"
     issued = []
     real_run = subprocess.run

@@ -26,7 +26,7 @@ from commprof import launch, results
 from commprof.errors import UsageError
 from commprof.results import meta as meta_mod
 from commprof.results import table as table_mod
-from conftest import REPO, TOY_MODEL, cli_env, one_line_error, results_meta, sweep_rows
+from helpers import REPO, TOY_MODEL, cli_env, one_line_error, results_meta, sweep_rows
 
 SMALL = ["--ops", "all_reduce", "--sizes", "4K,8K", "--iters", "3", "--warmup", "1", "--no-charts"]
 # The flags the session's gloo_sweep fixture was measured with: a --resume must repeat them.
@@ -298,11 +298,16 @@ def test_launcher_survives_a_meta_it_cannot_write(tmp_path, monkeypatch):
     results.write_meta(d, {"status": "running"})
     cfg = type("Cfg", (), {"out_dir": d})()
 
+    calls = []
+
     def full(*a, **k):
+        calls.append(a)
         raise UsageError(f"'{d}/meta.json': cannot write (No space left on device)")
 
     monkeypatch.setattr(results, "finish_meta", full)
     launch._finish(cfg, None, "failed", "disk full")        # best effort: no second error over the first
+    assert calls == [(d, "failed", "disk full")]            # it did try to mark the run failed
+    assert results_meta(d)["status"] == "running"           # and the meta.json already there is intact
 
 
 def test_temp_files_of_a_killed_writer_are_removed(tmp_path):

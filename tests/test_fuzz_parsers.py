@@ -5,7 +5,7 @@ and ``-J`` JSON output (``importers``).
 The property, for every input: the parser raises commprof's own error (a ``CommprofError`` whose
 message is one line) or returns a result with no NaN, infinite or negative figure. Any other
 exception is a crash and fails the test. Inputs are mutated real ones (the logs under tests/data
-and shared/data, the built-in models as config.json) and hypothesis' own text, bytes and JSON.
+(public, with their SOURCE.md), the built-in models as config.json) and hypothesis' own text, bytes and JSON.
 
 Bounded for CI: 200 examples per test, derandomized (the same inputs on every run), no deadline.
 ``scripts/fuzz.py`` runs the same generators with 10,000 inputs per parser.
@@ -169,7 +169,7 @@ def test_log_json_any_value_anywhere(data, tmp):
 
 def test_real_inputs_are_accepted(tmp):
     """The unmutated inputs every generator starts from parse cleanly (the checks are not so strict
-    that they refuse real output); the shared logs count when shared/data is there."""
+    that they refuse real output)."""
     for name, text in F.real_logs():
         if "malformed" not in name:
             assert F.check_log((name, text.encode()), tmp) == "accepted", name
@@ -178,13 +178,12 @@ def test_real_inputs_are_accepted(tmp):
         assert F.check_config(json.dumps(cfg).encode(), tmp) == "accepted", cfg
 
 
-def test_shared_real_logs_are_imported():
-    if not os.path.isdir(F.SHARED_LOGS):
-        pytest.skip("shared/data/nccl-tests is not next to this checkout")
-    names = sorted(n for n in os.listdir(F.SHARED_LOGS) if n.endswith(".txt"))
-    assert names
+def test_public_real_logs_are_imported():
+    logs = os.path.join(F.DATA, "nccl-tests")
+    names = sorted(n for n in os.listdir(logs) if n.endswith(".txt"))
+    assert len(names) >= 6
     for n in names:
-        assert read_nccl_tests(os.path.join(F.SHARED_LOGS, n))[0].rows, n
+        assert read_nccl_tests(os.path.join(logs, n))[0].rows, n
 
 
 # --- thresholds, MoE replay files, nvidia-smi topo text ---------------------------------------------

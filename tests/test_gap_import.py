@@ -2,12 +2,12 @@
 import json
 import os
 
-from conftest import REPO
+from helpers import REPO
+from helpers import TOY_MODEL as TOY
 
 from commprof.costmodel import write_profile_sweep
 
 NCCL_LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_8xA100.log")
-TOY = os.path.join(REPO, "tests", "data", "toy-dense-config.json")
 
 
 def test_gap_pcie_box_vs_nvlink_reference(cli_inproc, tmp_path):

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import sweep_rows as _rows
+from helpers import sweep_rows as _rows
 
 pytestmark = pytest.mark.gpu
 

@@ -9,9 +9,9 @@ import warnings
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from cuda_ext import loader
-from test_cuda_ext import TorchStream, _SimCupy, sim  # noqa: F401 - sim is a fixture
+from fake_cupy import SimCupy, TorchStream, sim_custom_setup
 
 
 # ---- commprof p2p: host_staged_bandwidth compared a cupy array with a numpy array ------------------
@@ -145,7 +145,7 @@ def test_two_cupys_installed_is_one_line_naming_them(monkeypatch):
 
 
 def test_cupy_already_imported_skips_the_distribution_scan(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", _SimCupy.__new__(_SimCupy))   # any imported cupy
+    monkeypatch.setitem(sys.modules, "cupy", SimCupy.__new__(SimCupy))   # any imported cupy
     monkeypatch.setattr(loader, "installed_cupy_distributions", lambda: pytest.fail("scanned again"))
     assert loader._import_cupy() is sys.modules["cupy"]
 
@@ -207,11 +207,10 @@ def test_sweep_custom_bind_on_old_cupy_runs_on_torchs_stream(sim, monkeypatch):
     """The whole timed call through ExternalStream (cupy 13), on a one-GPU TP=1 group."""
     from cuda_ext import oneshot
     from cuda_ext.oneshot import verify
-    from test_cuda_ext import _sim_custom_setup
 
     monkeypatch.delattr(sim.cuda.Stream, "from_external")
     sim.devices = 1
-    (rank,), cells = _sim_custom_setup(1, 1, (4096,))
+    (rank,), cells = sim_custom_setup(1, 1, (4096,))
     cell = next(c for c in cells if c.custom)
     n = 4096 // 2
     host = oneshot.rank_pattern(0, n)

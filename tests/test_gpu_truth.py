@@ -1,18 +1,17 @@
 """The GPU breakers found by review, each reproduced on CPU: a full model's engine build, the
 memory guard's one shared decision, TP=1 rows that measure no communication, a trace dir whose
 run died before its first row."""
-import os
 import sys
 
 import pytest
-from conftest import write_sweep_dir
+from helpers import TOY_MODEL as TOY
+from helpers import write_sweep_dir
 from fake_nvml import FakeNVML
 
 from commprof import trace as T
 from commprof.check import gather, load_thresholds, run_items
 from microbench import decode_engine
 
-TOY = os.path.join(os.path.dirname(__file__), "data", "toy-dense-config.json")
 GIB = 1 << 30
 
 
@@ -146,7 +145,7 @@ def test_trace_dir_whose_run_died_is_a_skip_with_a_reason(tmp_path, cli):
 
 
 def test_gloo_rows_say_tp1_has_no_communication(cli, tmp_path):
-    from conftest import sweep_rows
+    from helpers import sweep_rows
 
     out = str(tmp_path / "s")
     res = cli("sweep", "--tp", "1,2", "--ops", "all_reduce", "--sizes", "4K", "--iters", "3", "--warmup", "1",

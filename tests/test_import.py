@@ -2,7 +2,7 @@
 import subprocess
 import sys
 
-from conftest import REPO
+from helpers import REPO
 
 BLOCK = """
 import sys

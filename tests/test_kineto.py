@@ -1,7 +1,7 @@
 """commprof import kineto: PyTorch profiler (Kineto) traces attributed per step, and commprof
 trace's own trace.json (Trace Event format) read back with the same attribution.
 
-Real traces: ../shared/data/kineto/ (HTA's test data, GPU training jobs; skipped when absent),
+Real traces: tests/data/kineto/ (HTA's test data, GPU training jobs; see its SOURCE.md),
 and a decode-shaped one made here with torch.profiler around a 2-rank gloo decode loop.
 Bad inputs are small synthetic files: one line each, exit 2.
 """
@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO, TOY_MODEL, cli_env, one_line_error
+from helpers import REPO, TOY_MODEL, cli_env, one_line_error
 
-KINETO = os.path.join(REPO, "..", "shared", "data", "kineto")
+KINETO = os.path.join(REPO, "tests", "data", "kineto")
 NCCL_DATA = os.path.join(KINETO, "nccl_parser_config__nccl_data.json.gz")
 RANK0 = os.path.join(KINETO, "trace_filter__sampled_rank-0.json.gz")
 RANK1 = os.path.join(KINETO, "trace_filter__sampled_rank-1.json.gz")

@@ -6,7 +6,7 @@ import pytest
 
 from commprof import routing as moe
 from commprof.errors import UsageError
-from conftest import csv_rows
+from helpers import csv_rows
 
 
 @pytest.mark.parametrize("skew", ["uniform", "zipf:1.0", "hot:4", "hot:2:0.9"])

@@ -1,11 +1,10 @@
 """Prefill and mixed steps (chunked prefill): what the engine sends and computes per step."""
-import os
 
 import pytest
+from helpers import TOY_MODEL as TOY
 
 from microbench.decode_engine import DecodeEngine, no_mark
 
-TOY = os.path.join(os.path.dirname(__file__), "data", "toy-dense-config.json")
 
 
 class RecordingDist:

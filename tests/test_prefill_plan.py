@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import one_line_error
+from helpers import one_line_error
 
 import commprof
 from commprof.errors import UsageError

@@ -6,8 +6,8 @@ import os
 import pandas as pd
 import pytest
 
-from conftest import TOY_MODEL as TOY     # 8 layers, hidden 1024, 16/4 heads, vocab 8192
-from conftest import one_line_error
+from helpers import TOY_MODEL as TOY     # 8 layers, hidden 1024, 16/4 heads, vocab 8192
+from helpers import one_line_error
 
 FAST = ["--model", TOY, "--warmup", "1", "--no-charts"]
 PROMPT, CHUNK = 64, 16                    # 4 chunk steps
@@ -16,7 +16,7 @@ PROMPT, CHUNK = 64, 16                    # 4 chunk steps
 @pytest.fixture(scope="module")
 def prefill_dirs(tmp_path_factory):
     """A gloo prefill trace and a gloo sweep at the same prefill sizes (one box), TP=2."""
-    from conftest import run_inproc
+    from helpers import run_inproc
 
     base = tmp_path_factory.mktemp("prefill")
     tr, sw = str(base / "trace"), str(base / "sweep")

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import results_meta
+from helpers import results_meta
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -29,7 +29,7 @@ def dump_dom(path: str) -> str:
 @pytest.fixture(scope="module")
 def sweep_trace_report(gloo_sweep, gloo_trace, tmp_path_factory):
     """report over the session's sweep and trace, built once for the tests that read it."""
-    from conftest import run_inproc
+    from helpers import run_inproc
 
     out = tmp_path_factory.mktemp("report")
     res = run_inproc(["report", gloo_sweep, gloo_trace, "--out", str(out)], cwd=out)

@@ -6,9 +6,9 @@ import pytest
 
 from commprof import results
 from commprof.errors import UsageError
-from conftest import REPO
+from helpers import REPO
 
-NCCL_LOG = os.path.join(REPO, "..", "shared", "data", "nccl-tests", "a100x8_dgx_allreduce_superbench_legacy.txt")
+NCCL_LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "a100x8_dgx_allreduce_superbench_legacy.txt")
 
 
 def _committed_results_dirs():

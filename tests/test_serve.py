@@ -20,8 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import csv_rows
-from conftest import results_meta as _meta
+from helpers import csv_rows
+from helpers import results_meta as _meta
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -347,7 +347,7 @@ def test_server_dies_mid_run_keeps_finished_level(fake_server, cli_inproc, tmp_p
 
 
 def test_ctrl_c_keeps_finished_levels(tmp_path):
-    from conftest import cli_env
+    from helpers import cli_env
 
     srv = FakeServer()
     try:

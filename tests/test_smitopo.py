@@ -2,7 +2,7 @@
 and ``check`` judges the box by it (saying that this evidence decided).
 
 Fixtures in tests/data/nvidia-smi/: the 8x RTX 4090 rows are real (published with the box of the
-shared rtx4090x8 nccl-tests log, source on the file's first lines); the others are synthetic, in
+rtx4090x8 nccl-tests log in tests/data/nccl-tests, source on the file's first lines); the others are synthetic, in
 nvidia-smi's layout, and say so."""
 import json
 import os
@@ -20,7 +20,7 @@ RTX_P2P = os.path.join(DATA, "rtx4090x8-p2p-r-stock.txt")
 H100_M = os.path.join(DATA, "h100x8-nvswitch-topo-m.txt")
 A100X4_M = os.path.join(DATA, "a100x4-nvlink-topo-m.txt")
 L40S = os.path.join(DATA, "l40sx4-pix-topo-m-p2p-rw.txt")
-SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "nccl-tests")
+LOGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nccl-tests")
 
 
 def test_real_rtx4090_topo_m_alone_is_pcie_with_p2p_unknown():
@@ -104,11 +104,10 @@ def test_import_cli_writes_topo_json_and_check_says_what_decided(cli_inproc, tmp
     assert by["C6"]["status"] == "SKIP" and "not in nvidia-smi topo text" in by["C6"]["value"]
 
 
-@pytest.mark.skipif(not os.path.isdir(SHARED), reason="shared/data/nccl-tests is not next to this checkout")
 def test_smi_topology_plus_the_real_log_judge_the_4090_box(cli_inproc, tmp_path):
     """The vendor's topo text and its nccl-tests log together: the class from the text, the PCIe
     generation (for the busbw ceiling) from the GPU names in the log."""
-    log = os.path.join(SHARED, "rtx4090x8_pcie_allreduce_chlc_blog.txt")
+    log = os.path.join(LOGS, "rtx4090x8_pcie_allreduce_chlc_blog.txt")
     assert cli_inproc("import", "nccl-tests", log, "--out", str(tmp_path / "log")).returncode == 0
     assert cli_inproc("import", "nvidia-smi-topo", RTX_M, RTX_P2P, "--out", str(tmp_path / "smi")).returncode == 0
     items = run_items(gather([str(tmp_path / "log"), str(tmp_path / "smi")]), load_thresholds())

@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from commprof import launch, runinfo
-from conftest import REPO, one_line_error, run_inproc
-from conftest import results_meta as meta
-from conftest import sweep_rows as rows
+from helpers import REPO, one_line_error, run_inproc
+from helpers import results_meta as meta
+from helpers import sweep_rows as rows
 
 SMALL = ["--sizes", "4K,64K", "--iters", "8", "--warmup", "1", "--timeout", "60"]
 

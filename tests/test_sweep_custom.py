@@ -16,9 +16,9 @@ from commprof.errors import DeviceError, UsageError
 from commprof.sizes import SizePoint
 from commprof.sweep import parse_impls, refusal_lines
 from commprof.sweepconfig import SweepConfig, plan_cells, row_key
-from conftest import one_line_error
-from conftest import results_meta as meta
-from conftest import sweep_rows as rows
+from helpers import one_line_error
+from helpers import results_meta as meta
+from helpers import sweep_rows as rows
 
 FAST = ["--iters", "3", "--warmup", "1", "--timeout", "60", "--no-charts"]
 

@@ -1,6 +1,6 @@
 """--timing per-call | back-to-back: rows and meta say which method made them, a resume never
 mixes the two in one table, and flags that cannot hold together are refused."""
-from conftest import results_meta, sweep_rows, write_sweep_dir
+from helpers import results_meta, sweep_rows, write_sweep_dir
 
 
 def test_back_to_back_rows_are_marked_and_resume_keeps_the_method(cli_inproc, tmp_path):

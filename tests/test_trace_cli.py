@@ -10,8 +10,8 @@ import os
 import pandas as pd
 import pytest
 
-from conftest import TOY_MODEL as TOY     # 8 layers, 16/4 heads
-from conftest import one_line_error
+from helpers import TOY_MODEL as TOY     # 8 layers, 16/4 heads
+from helpers import one_line_error
 
 TOKENS = 4
 FAST = ["--model", TOY, "--context", "64", "--tokens", str(TOKENS), "--warmup", "1", "--no-charts"]

@@ -1,7 +1,7 @@
 """Verdicts a buyer can trust (issue 11): every box judged by its own interconnect, several boxes
 side by side, wrong results never pass, labels that say what a number is.
 
-Two kinds of input: the real nccl-tests logs in shared/data/nccl-tests (8x A100 SXM on NVSwitch,
+Two kinds of input: the real nccl-tests logs in tests/data/nccl-tests (8x A100 SXM on NVSwitch,
 8x and 2x RTX 4090 on PCIe; see its SOURCE.md), and synthetic logs written here in nccl-tests'
 2.1x layout for boxes not at hand (H100, B200, L40S, RTX 5090, an unknown GPU, 16 ranks on 2 nodes,
 wrong results). The synthetic figures are made up to land on a chosen side of a threshold; only
@@ -11,17 +11,16 @@ import json
 import os
 
 import pytest
-from conftest import REPO, one_line_error, write_sweep_dir
+from helpers import REPO, one_line_error, write_sweep_dir
 
 from commprof.check import gather, load_thresholds, parse_interconnect, resolve_interconnect, run_items
 from commprof.errors import UsageError
 from commprof.importers import import_nccl_tests
 
-SHARED = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "nccl-tests"))
-A100 = os.path.join(SHARED, "a100x8_dgx_allreduce_superbench_legacy.txt")
-RTX8 = os.path.join(SHARED, "rtx4090x8_pcie_allreduce_chlc_blog.txt")
-RTX2 = os.path.join(SHARED, "rtx4090x2_pcie_allreduce_kalavai.txt")
-needs_shared = pytest.mark.skipif(not os.path.isdir(SHARED), reason="shared/data/nccl-tests is not next to this checkout")
+LOGS = os.path.join(REPO, "tests", "data", "nccl-tests")
+A100 = os.path.join(LOGS, "a100x8_dgx_allreduce_superbench_legacy.txt")
+RTX8 = os.path.join(LOGS, "rtx4090x8_pcie_allreduce_chlc_blog.txt")
+RTX2 = os.path.join(LOGS, "rtx4090x2_pcie_allreduce_kalavai.txt")
 
 
 def nccl_log(path, gpu, ranks=8, hosts=("boxa",), alpha_us=20.0, busbw_gbps=100.0, op="all_reduce", graph=0,
@@ -66,7 +65,6 @@ def items_of(*dirs, interconnect=None, th=None):
 
 # --- each box by its own interconnect: the real logs ------------------------------------------------
 
-@needs_shared
 def test_real_a100_nvswitch_box_is_judged_on_nvlink(tmp_path):
     """37.8 us at 64 KiB passed as 'PCIe <= 40 us' when the class was unknown; by its GPU names it
     is an NVSwitch box, and NVLink thresholds fail it. Its large-message busbw is judged (C9)."""
@@ -84,7 +82,6 @@ def test_real_a100_nvswitch_box_is_judged_on_nvlink(tmp_path):
     assert by["C16"].status == "SKIP" and "N/A (validation off) on all 32 rows" in by["C16"].value
 
 
-@needs_shared
 def test_real_4090_boxes_are_judged_on_pcie(tmp_path):
     by8, ev8 = items_of(imported(tmp_path, "r8", RTX8))
     assert (ev8.interconnect.cls, ev8.interconnect.link) == ("pcie", "pcie4")
@@ -96,7 +93,6 @@ def test_real_4090_boxes_are_judged_on_pcie(tmp_path):
     assert by2["C10"].status == "WARN" and by2["C10"].value.startswith("TP=2 eager: avg (nccl-tests) up to 60.2 us")
 
 
-@needs_shared
 def test_real_logs_exit_codes_and_check_json(cli_inproc, tmp_path):
     a, r8 = imported(tmp_path, "a100", A100), imported(tmp_path, "r8", RTX8)
     res = cli_inproc("check", r8, "--out", str(tmp_path / "c1"))
@@ -264,7 +260,6 @@ def test_import_refuses_logs_of_different_boxes(tmp_path):
         import_nccl_tests([a, d], str(tmp_path / "dup"))
 
 
-@needs_shared
 def test_real_logs_of_two_boxes_are_refused_in_one_dir(cli_inproc, tmp_path):
     res = cli_inproc("import", "nccl-tests", A100, RTX8, "--out", str(tmp_path / "o"))
     assert res.returncode == 2
@@ -274,7 +269,6 @@ def test_real_logs_of_two_boxes_are_refused_in_one_dir(cli_inproc, tmp_path):
 
 # --- several boxes side by side ------------------------------------------------------------------------
 
-@needs_shared
 def test_gap_of_two_real_boxes_side_by_side(cli_inproc, tmp_path):
     a, r8 = imported(tmp_path, "a100", A100), imported(tmp_path, "r8", RTX8)
     out = tmp_path / "gap"
@@ -297,7 +291,6 @@ def test_gap_of_two_real_boxes_side_by_side(cli_inproc, tmp_path):
     assert "fit all_reduce tp=8 eager: latency = " in res.stdout and "sizes 4B-8GiB)" in res.stdout
 
 
-@needs_shared
 def test_report_of_two_real_boxes(cli_inproc, tmp_path):
     a, r8 = imported(tmp_path, "a100", A100), imported(tmp_path, "r8", RTX8)
     out = tmp_path / "rep"

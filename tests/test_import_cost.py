@@ -1,0 +1,53 @@
+"""Verbs that only read files never import torch: its import costs about a second on every run,
+and their meta.json still records its version (from the package's metadata)."""
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+
+from helpers import REPO, cli_env
+
+LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_8xA100.log")
+
+# import, gap and check in one process, as the CLI runs them; what it imported, and each exit code
+SCRIPT = r"""
+import json, sys
+from commprof.cli import main
+codes = []
+for argv in sys.argv[1:]:
+    sys.argv = ["commprof", *argv.split("\x1f")]
+    try:
+        main()
+        codes.append(0)
+    except SystemExit as e:
+        codes.append(e.code)
+print(json.dumps({"codes": codes, "torch": "torch" in sys.modules}))
+"""
+
+
+def test_import_gap_and_check_do_not_import_torch(tmp_path):
+    imp, gap, chk = (str(tmp_path / n) for n in ("imp", "gap", "chk"))
+    runs = [["import", "nccl-tests", LOG, "--out", imp], ["gap", imp, "--out", gap], ["check", imp, "--out", chk]]
+    res = subprocess.run([sys.executable, "-c", SCRIPT, *("\x1f".join(r) for r in runs)], cwd=tmp_path,
+                         env=cli_env(), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["codes"][:2] == [0, 0] and got["codes"][2] in (0, 8), res.stderr   # check: 8 = a FAIL found
+    assert got["torch"] is False
+    with open(os.path.join(imp, "meta.json")) as f:
+        versions = json.load(f)["versions"]
+    assert versions["torch"] == importlib.metadata.version("torch")
+    assert versions["nccl"] == "n/a"
+
+
+def test_versions_from_a_loaded_torch_match_the_metadata(monkeypatch):
+    import torch
+
+    from commprof import runinfo
+
+    loaded = runinfo.versions()
+    monkeypatch.delitem(sys.modules, "torch")
+    unloaded = runinfo.versions()
+    assert unloaded["torch"] == loaded["torch"] == torch.__version__
+    assert unloaded["cuda_runtime"] == loaded["cuda_runtime"] == (torch.version.cuda or "n/a")
