@@ -16,9 +16,10 @@ Per layer and rank at TP=N, every kernel of the step is priced as a roofline wit
 Prefill (TTFT) is the same sum over a ``prompt``-token step, compute bound: its GEMMs carry
 ``prompt`` tokens and attention is causal (``prompt^2 / 2`` per head).
 
-The fractions and floors are :data:`CALIBRATION`: fitted on published measured decode figures
-(``scripts/bench_predict.py``, results in ``results/bench/predict_calibration.*``); every number this
-module returns is *modelled*. Only the standard library is imported here.
+The fractions and floors are :data:`CALIBRATION`: ``bw_frac`` and ``step_overhead_us`` fitted on
+published measured decode figures (``scripts/bench_predict.py --fit``, results in
+``results/bench/predict_calibration.*``), the others set; every number this module returns is
+*modelled*. Only the standard library is imported here.
 """
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ from .gpus import GpuSpec
 from .models import ModelShape, is_moe_layer, is_sliding
 from .planner import check_tp, dtype_bytes, kv_bytes_per_sequence_per_rank, kv_heads_per_rank
 
-#: The modelled GPU's achievable fractions and floors. Fitted by ``scripts/bench_predict.py --fit``
-#: on the published figures of ``scripts/predict_figures.toml`` (median and worst error stated in
-#: ``results/bench/predict_calibration.md``); the values here are what that fit printed.
+#: The modelled GPU's achievable fractions and floors. ``bw_frac`` and ``step_overhead_us`` are what
+#: ``scripts/bench_predict.py --fit`` printed on the published figures of its ``FIGURES`` (NVIDIA
+#: NIM, 2x H100, Llama-3.3-70B fp8; median and worst error in ``results/bench/predict_calibration.md``);
+#: ``flop_frac``, ``prefill_flop_frac``, ``floor_us`` and ``eager_gap_us`` are set, not fitted.
 CALIBRATION = {
     "bw_frac": 0.62,            # achieved / datasheet memory bandwidth of a decode GEMM or attention kernel
     "flop_frac": 0.60,          # achieved / datasheet dense tensor FLOP/s (decode GEMMs at large batch)
@@ -40,8 +42,9 @@ CALIBRATION = {
     "small_kernels_per_layer": 5,   # norms, rotary, activation, residual adds: floor-bound
     "step_overhead_us": 0.0,    # host work per step: scheduler, sampling, input preparation
 }
-CALIBRATION_SOURCE = ("fitted by scripts/bench_predict.py on published measured decode figures "
-                      "(scripts/predict_figures.toml); see results/bench/predict_calibration.md")
+CALIBRATION_SOURCE = ("bw_frac and step_overhead_us fitted by scripts/bench_predict.py --fit on NVIDIA NIM's "
+                      "published ITL (https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance: Llama-3.3-70B "
+                      "fp8 TP2 on 2x H100 80G); the other constants set; see results/bench/predict_calibration.md")
 MODES = ("graph", "eager")
 
 

@@ -225,3 +225,17 @@ def test_trace_summary_line_prints_the_communication_in_ms():
                         "tokens_per_s": 100.0, "collectives_per_step": 130, "collectives_per_token": 130,
                         "comm_share_pct": 25.0, "transfer_share_pct": 20.0, "wait_share_pct": 5.0}])
     assert "communication 25.0% = 2.500 ms" in summary_lines(df)[0]
+
+
+def test_the_seed_box_result_reproduces_from_its_inputs():
+    """results/predict-seed-rtx5090x8 (quoted in the README) follows from today's model and profile."""
+    from commprof.predict import CommPrices, predict_point
+
+    root = os.path.join(os.path.dirname(os.path.dirname(__file__)), "results", "predict-seed-rtx5090x8")
+    rows = csv_rows(os.path.join(root, "gemma-3-27b"), "predict.csv")
+    row = next(r for r in rows if r["comm"] == "reference:pcie5-nop2p" and r["tp"] == "8" and r["batch"] == "1")
+    r = predict_point(get_model("Gemma-3-27B"), get_gpu("rtx5090"), CommPrices("reference:pcie5-nop2p"), 8, 1, 4096,
+                      prompt=4096)
+    assert float(row["compute_ms"]) == pytest.approx(r["compute_ms"], rel=1e-4)
+    assert float(row["comm_ms"]) == pytest.approx(r["comm_ms"], rel=1e-4)
+    assert float(row["comm_share_pct"]) == pytest.approx(43.7, abs=0.05)          # the README's figure
