@@ -239,3 +239,13 @@ def test_the_seed_box_result_reproduces_from_its_inputs():
     assert float(row["compute_ms"]) == pytest.approx(r["compute_ms"], rel=1e-4)
     assert float(row["comm_ms"]) == pytest.approx(r["comm_ms"], rel=1e-4)
     assert float(row["comm_share_pct"]) == pytest.approx(43.7, abs=0.05)          # the README's figure
+
+
+def test_show_reads_a_predict_dir_back(cli_inproc, tmp_path):
+    out = tmp_path / "p"
+    assert cli_inproc("predict", "--gpu", "l40s", "--comm", "reference:pcie4-nop2p", "--tp", "2", "--batch", "1",
+                      "--no-charts", "--out", str(out)).returncode == 0
+    r = cli_inproc("show", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "l40s TP=2 batch 1:" in r.stdout and "TTFT" not in r.stdout and "KV fits" in r.stdout
+    assert os.path.exists(out / "predict.png")                    # show redraws the chart

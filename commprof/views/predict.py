@@ -6,7 +6,8 @@ from .console import _fmt, stdout_console
 
 def predict_line(r: dict) -> str:
     """One row as the sentence a buyer reads: ms/token, its communication in ms and in share."""
-    ttft = f"; TTFT {_fmt(r['ttft_ms'])} ms (collectives {_fmt(r['ttft_comm_ms'])} ms)" if r.get("ttft_ms") not in ("", None) else ""
+    has_ttft = _fmt(r.get("ttft_ms")) != "-"        # no --prompt: empty in the row, NaN read back
+    ttft = f"; TTFT {_fmt(r['ttft_ms'])} ms (collectives {_fmt(r['ttft_comm_ms'])} ms)" if has_ttft else ""
     kv = (f"; KV fits {r['kv_max_sequences']:,} sequences of {r['context']:,} tokens" if r["weights_fit"]
           else "; weights do not fit")
     return (f"{r['gpu']} TP={r['tp']} batch {r['batch']}: {_fmt(r['ms_per_token'], 2)} ms/token = compute "
