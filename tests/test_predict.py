@@ -228,11 +228,11 @@ def test_trace_summary_line_prints_the_communication_in_ms():
 
 
 def test_the_seed_box_result_reproduces_from_its_inputs():
-    """results/predict-seed-rtx5090x8 (quoted in the README) follows from today's model and profile."""
+    """results/predict-seed-rtx5090x8-gemma-3-27b (quoted in the README) follows from today's model and profile."""
     from commprof.predict import CommPrices, predict_point
 
-    root = os.path.join(os.path.dirname(os.path.dirname(__file__)), "results", "predict-seed-rtx5090x8")
-    rows = csv_rows(os.path.join(root, "gemma-3-27b"), "predict.csv")
+    root = os.path.join(os.path.dirname(os.path.dirname(__file__)), "results")
+    rows = csv_rows(os.path.join(root, "predict-seed-rtx5090x8-gemma-3-27b"), "predict.csv")
     row = next(r for r in rows if r["comm"] == "reference:pcie5-nop2p" and r["tp"] == "8" and r["batch"] == "1")
     r = predict_point(get_model("Gemma-3-27B"), get_gpu("rtx5090"), CommPrices("reference:pcie5-nop2p"), 8, 1, 4096,
                       prompt=4096)
