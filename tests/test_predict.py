@@ -249,3 +249,23 @@ def test_show_reads_a_predict_dir_back(cli_inproc, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "l40s TP=2 batch 1:" in r.stdout and "TTFT" not in r.stdout and "KV fits" in r.stdout
     assert os.path.exists(out / "predict.png")                    # show redraws the chart
+
+
+def test_predict_from_a_measured_sweep_dir_sums_its_latencies(cli_inproc, tmp_path):
+    """A sweep of the real box: flat synthetic latencies (50 us all-reduce, 30 us all-gather at every
+    size) make the step's 2L+2 collectives exactly 129 x 50 + 30 us."""
+    from helpers import write_sweep_dir
+
+    meta = {"kind": "measured", "verb": "sweep", "backend": "nccl", "hosts": ["box"], "gpus": ["g"],
+            "start_time": "t", "command": ["synthetic test data"]}
+    rows = [{"op": op, "tp": 2, "group": 0, "mode": "graph", "size_bytes": size, "count": 1, "iters": 1,
+             "warmup": 0, "concurrent": 0, "latency_us_p50": us, "latency_us_mean": us,
+             "latency_us_rankavg_mean": us, "busbw_gbps": 1.0, "wrong": 0, "status": "ok", "timing": "per-call"}
+            for op, us in (("all_reduce", 50.0), ("all_gather", 30.0)) for size in (1024, 1 << 20, 64 << 20)]
+    d = write_sweep_dir(tmp_path / "sweep", meta, rows)
+    r = cli_inproc("predict", "--model", "Qwen2.5-32B", "--gpu", "h100", "--comm", d, "--tp", "2", "--batch", "1",
+                   "--json")
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout)["rows"][0]
+    assert row["comm_kind"] == "measured" and row["comm_timing"] == "per-call"
+    assert row["comm_ms"] == pytest.approx((129 * 50 + 30) / 1e3)
