@@ -148,7 +148,8 @@ def aic_ms(f: dict, exe: str) -> dict | None:
         return None
     with tempfile.TemporaryDirectory() as d:
         _hf_config(f, d)
-        cmd = [exe, "cli", "estimate", "--model-path", d, "--system", system, "--backend", "trtllm",
+        backend = "vllm" if "vllm" in f["engine"].lower() else "trtllm"      # the figure's engine
+        cmd = [exe, "cli", "estimate", "--model-path", d, "--system", system, "--backend", backend,
                "--tp-size", str(f["tp"]), "--batch-size", str(f["batch"]), "--isl", str(f["isl"]),
                "--osl", str(f["osl"]), "--estimate-mode", "agg"]
         if f["weights"] == "fp8":
@@ -161,6 +162,17 @@ def aic_ms(f: dict, exe: str) -> dict | None:
     if not m:
         return {"error": (res.stderr.strip().splitlines() or ["no TPOT in output"])[-1][:200]}
     return {"ms": float(m.group(1)), "command": " ".join(cmd[1:]).replace(d, "<config dir>")}
+
+
+def aic_version(exe: str) -> str | None:
+    """The aiconfigurator package's version, from the venv its executable lives in."""
+    py = os.path.join(os.path.dirname(exe), "python")
+    try:
+        res = subprocess.run([py, "-c", "import importlib.metadata as m; print(m.version('aiconfigurator'))"],
+                             capture_output=True, text=True, timeout=60)
+    except OSError:
+        return None
+    return res.stdout.strip() or None
 
 
 def _summary(ratios: list[float]) -> dict:
@@ -214,6 +226,7 @@ def main() -> int:
                                           "against published measured decode TPOT/ITL, AIConfigurator beside it"),
               "kind": "modelled-vs-published", "calibration": CALIBRATION, "figures": rows,
               "commprof": ours_s, "commprof_held_out": held_s, "aiconfigurator": aic_s,
+              "aiconfigurator_version": aic_version(args.aic) if args.aic else None,
               "fitted_on": [f["id"] for f in FIGURES],
               "target": "at least 8 figures, PCIe boxes among them: median |error| <= 15% and every figure within 35%",
               "met": met, "pcie_tp_figures": len(pcie)}
@@ -229,7 +242,8 @@ def main() -> int:
     table += ["", f"commprof: median ratio {ours_s.get('median_ratio')}, median |error| "
                   f"{ours_s.get('median_abs_err_pct')}%, worst {ours_s.get('worst_abs_err_pct')}% over {ours_s.get('n')} figures.",
               f"commprof on the held-out figures only: {held_s}.",
-              f"AIConfigurator: {aic_s or 'not run'}.",
+              f"AIConfigurator{' ' + str(result['aiconfigurator_version']) if result.get('aiconfigurator_version') else ''}: "
+              f"{aic_s or 'not run'}.",
               "The fit (bw_frac, step_overhead_us) used only the figures without *; so every figure without * is "
               "in-sample."]
     write_result(args.out, "predict_calibration", "commprof predict vs published decode figures", result, table)
