@@ -21,21 +21,24 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 
-from .items import Interconnect, Item, latency_stat, verdict
+from .items import DECIDING_ITEMS, INSUFFICIENT, Interconnect, Item, latency_stat, verdict
 from . import results
-from .errors import CommprofError, UsageError
-from .jsonfile import read_user_bytes
+from .errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE, CommprofError, UsageError
+from .expect import busbw_expectation, decode_expectation, method_of
+from .fileio import all_or_none, read_user_bytes, write_atomic, write_json
 from .views.check import markdown, render
 
-EXIT_CHECK_FAILED = 8
 DEFAULT_THRESHOLDS = os.path.join(os.path.dirname(__file__), "data", "thresholds.toml")
-# Per-direction link ceilings in GB/s, shared/FACTS.md "Link ceilings"; NVLink 2 (V100 SXM2, 6
-# links) and H800's 8-link NVLink 4 from research/validation-anchors.md section 4.2.
+# Per-direction link ceilings in GB/s: PCIe x16 per direction (PCI-SIG: 8/16/32/64 GT/s per lane,
+# 128b/130b; Gen6 PAM4 with FLIT), NVLink per GPU per direction (NVIDIA A100/H100/B200 datasheets:
+# 600/900/1800 GB/s bidirectional; V100 SXM2 300 GB/s over 6 links; H800 400 GB/s over 8 links).
 LINK_CEILING_GBPS = {"pcie3": 15.75, "pcie4": 31.5, "pcie5": 63.0, "pcie6": 118.0,
                      "nvlink2": 150.0, "nvlink3": 300.0, "nvlink4": 450.0, "nvlink4-h800": 200.0,
                      "nvlink5": 900.0}
-LINK_CEILING_SOURCE = ("shared/FACTS.md link ceilings (PCIe x16 per direction; NVLink 3/4/5 per GPU per direction; "
-                       "NVLink 2 and H800 from research/validation-anchors.md 4.2)")
+LINK_CEILING_SOURCE = ("link ceilings per direction: PCIe x16 from the PCI-SIG line rates (Gen4 16 GT/s, Gen5 32 GT/s "
+                       "per lane, 128b/130b); NVLink per GPU: half the bidirectional figure of NVIDIA's A100 (600 GB/s), "
+                       "H100 SXM (900 GB/s), B200 (1.8 TB/s) and V100 SXM2 (300 GB/s) datasheets; H800 400 GB/s "
+                       "(NVIDIA H800 product brief); tabulated in stas00/ml-engineering network/README.md")
 DECIDING_EVIDENCE = ("--interconnect CLASS, a topo.json ('commprof topo --out DIR' on the box), "
                      "'commprof import nvidia-smi-topo FILE' of the vendor's 'nvidia-smi topo -m' (and '-p2p r') "
                      "output, or nccl-tests logs whose '# Rank ... device' lines name the GPUs")
@@ -103,13 +106,15 @@ def load_thresholds(path: str | None = None) -> dict:
     infinite numbers and unreadable files (a directory, not UTF-8, not TOML) are refused with one
     line naming the file and the key."""
     base = _read_toml(DEFAULT_THRESHOLDS)
+    base["_user"] = []                  # "table.key" the user's file set (fixed thresholds override)
     if not path:
         return base
     user = _read_toml(path)
     merged = copy.deepcopy(base)
     for key, val in user.items():
-        if key not in base:
-            raise UsageError(f"thresholds file '{path}': unknown key '{key}' (known: {', '.join(base)})")
+        if key not in base or key == "_user":
+            raise UsageError(f"thresholds file '{path}': unknown key '{key}' "
+                             f"(known: {', '.join(k for k in base if k != '_user')})")
         if not isinstance(base[key], dict):
             if type(val) is not type(base[key]):
                 raise UsageError(f"thresholds file '{path}': key '{key}' must be {type(base[key]).__name__}")
@@ -130,6 +135,7 @@ def load_thresholds(path: str | None = None) -> dict:
                                  f"got {type(v).__name__}")
             _check_number(path, f"{key}.{k}", v)
             merged[key][k] = v
+            merged["_user"].append(f"{key}.{k}")
     return merged
 
 
@@ -161,6 +167,7 @@ class Evidence:
     boxes: list = field(default_factory=list)
     sweep_timing: str = "per-call"  # the one timing method the box's sweep rows are judged by
     notes: list = field(default_factory=list)
+    unfinished: list = field(default_factory=list)  # one line per dir whose run did not finish
 
     def all_boxes(self) -> list:
         return self.boxes or [self]
@@ -172,6 +179,8 @@ def _absorb(ev: Evidence, r, d: str) -> bool:
     ev.dirs = ev.dirs + (d,)
     ev.metas.append(r.meta)
     ev.loaded.append(r)
+    if r.unfinished:
+        ev.unfinished.append(f"'{d}': {r.unfinished}")
     if "topo" in r.docs:
         ev.topo, ev.topo_meta, found = r.docs["topo"], r.meta, True
     if "hostbw" in r.docs:
@@ -433,6 +442,9 @@ def item_interconnect(ev, th) -> Item:
                     f"what would decide: {DECIDING_EVIDENCE}")
     exp = t["expected_class"]
     value = ic.describe() + multi
+    if ic.nodes > 1 and ev.sweep is not None and len(ev.sweep) and int(ev.sweep["tp"].max()) <= ic.nodes:
+        value = (f"network: its largest TP group has one GPU per host ({ic.nodes} hosts: {', '.join(ic.hosts[:4])}), "
+                 f"so every collective crosses the network; the GPUs' own links ({ic.describe()}) carry none of it")
     if ic.conflict:
         return Item("C2", name, "FAIL", f"{value}; but {ic.conflict}", exp or "consistent evidence", t["source"],
                     "NVLink down or the box is not what its GPU names say: check nvidia-smi nvlink -s and "
@@ -562,16 +574,78 @@ def _mode_phrase(mode: str, label: str) -> str:
     return "eager mode, nccl-tests loop without CUDA graphs" if "nccl-tests" in label else "eager mode"
 
 
-def _latency_value(sub, t, label) -> tuple:
+def _decode_rows(sub):
+    """(TP, mode, rows) judged: the largest TP degree, its graph rows when it has any, else eager."""
     tp = int(sub["tp"].max())
     sub = sub[sub["tp"] == tp]
     mode = "graph" if "graph" in set(sub["mode"]) else "eager" if "eager" in set(sub["mode"]) else sub["mode"].iloc[0]
-    sub = sub[sub["mode"] == mode]
+    return tp, mode, sub[sub["mode"] == mode]
+
+
+def _latency_value(sub, t, label) -> tuple:
+    tp, mode, sub = _decode_rows(sub)
     worst = float(sub["latency_us_p50"].max())
     p99 = sub["latency_us_p99"].max() if "latency_us_p99" in sub.columns else float("nan")
     tail = f" (p99 {float(p99):.1f} us)" if p99 == p99 and label == "p50" else ""
     value = f"TP={tp} {mode}: {label} up to {worst:.1f} us{tail} at <= {t['max_bytes'] // 1024} KiB"
     return tp, mode, worst, value
+
+
+MULTINODE_MAX_NODES = 2         # the [multinode] latency anchor: 2 nodes x 8 H20 (NVIDIA/nccl#1244)
+FIXED_MAX_TP = 8                # the fixed C10 thresholds' anchors are 8-GPU boxes (H100 TP8, 8x RTX 4090)
+_FIXED_LATENCY = ("nvlink_pass_us", "nvlink_warn_us", "pcie_pass_us", "pcie_warn_us")
+_FIXED_BUSBW = ("pass_fraction", "warn_fraction")
+
+
+def _user_fixed(th, table: str, keys) -> bool:
+    """True when the user's --thresholds file set one of the fixed thresholds: they override the
+    healthy-box expectation for every box."""
+    return any(f"{table}.{k}" in th.get("_user", ()) for k in keys)
+
+
+def _size_text(n: int) -> str:
+    from .units import human_bytes
+
+    return human_bytes(int(n))
+
+
+def _judge_ratio(ratio: float, pr: float, fr: float) -> str:
+    """PASS within pass_ratio of the healthy bound, WARN within fail_ratio, FAIL beyond."""
+    return "PASS" if ratio <= pr else "WARN" if ratio <= fr else "FAIL"
+
+
+def _latency_vs_healthy(ev, t, sub, label, ic) -> Item | None:
+    """C10 against the healthy boxes (or reference profile) of the box's class, TP and method;
+    None when there is neither (the fixed thresholds judge then)."""
+    tp, mode, rows = _decode_rows(sub)
+    method = method_of(rows)
+    exp = decode_expectation(ic.cls, ic.link, tp, method, t["max_bytes"], int(rows["size_bytes"].min()))
+    if exp is None:
+        return None
+    judged = rows[rows["size_bytes"] <= exp.max_bytes]
+    if judged.empty:
+        return None
+    worst = float(judged["latency_us_p50"].max())
+    at = judged.loc[judged["latency_us_p50"].idxmax(), "size_bytes"]
+    stat = label[:-1] + f", {mode})" if label.endswith(")") else f"{label} ({method})"
+    pr, fr = t["pass_ratio"], t["fail_ratio"]
+    ratio = worst / exp.hi
+    status = _judge_ratio(ratio, pr, fr)
+    value = (f"{worst:.1f} us {stat} at TP={tp}, sizes <= {_size_text(exp.max_bytes)} (worst at {_size_text(at)}): "
+             f"{ratio:.2f}x the slowest {'healthy box' if exp.kind == 'healthy boxes' else 'modelled value'}")
+    threshold = (f"vs {exp.span('us')} for {exp.what} ({exp.logs()}): PASS <= {exp.hi * pr:.1f} us ({pr:g}x), "
+                 f"WARN <= {exp.hi * fr:.1f} us ({fr:g}x), FAIL above")
+    refs = "; ".join(f"{r['name']}: {r['source']}" if r.get("source") else r["name"] for r in exp.refs)
+    hint = ""
+    if status != "PASS":
+        hint = (f"{ratio:.1f}x slower than the slowest healthy box of its class: check NCCL_P2P_LEVEL, NCCL_ALGO/"
+                "NCCL_PROTO overrides, the NCCL version and the topology; a custom one-shot all-reduce cuts "
+                "small-message latency")
+    if mode != "graph":
+        hint = ("; ".join(x for x in (hint, "measured without CUDA graphs; serving engines replay decode in graphs "
+                                      "(nccl-tests -G, or commprof sweep --modes graph on the box)") if x))
+    return Item("C10", f"all-reduce latency at decode sizes ({_mode_phrase(mode, label)})", status, value, threshold,
+                f"{t['source'].split(';')[0]}: {refs}", hint)
 
 
 def item_allreduce_latency(ev, th) -> Item:
@@ -584,7 +658,8 @@ def item_allreduce_latency(ev, th) -> Item:
     sub = sub[(sub["op"] == "all_reduce") & (sub["size_bytes"] <= t["max_bytes"])]
     allar = df[(df["op"] == "all_reduce") & (df["group"] == 0) & (df["size_bytes"] <= t["max_bytes"])]
     if allar.empty:
-        return Item("C10", base, "SKIP", f"no all_reduce rows <= {t['max_bytes']} B", "", t["source"])
+        return Item("C10", base, "SKIP", f"no all_reduce rows <= {t['max_bytes']} B", "", t["source"],
+                    "measure all_reduce at decode sizes (<= 64 KiB) at TP >= 2")
     if sub.empty:
         if (allar["tp"] > 1).any():
             return Item("C10", base, "SKIP", "no TP group inside one host (every group spans hosts: see C10n)",
@@ -600,17 +675,30 @@ def item_allreduce_latency(ev, th) -> Item:
     if not ic.known:
         return Item("C10", name, "SKIP", value + "; interconnect unknown", "NVLink or PCIe thresholds",
                     t["source"], f"not judged on a guessed fabric; what would decide: {DECIDING_EVIDENCE}")
+    if not _user_fixed(th, "allreduce_latency", _FIXED_LATENCY) and ic.family != "mixed":
+        item = _latency_vs_healthy(ev, t, sub, label, ic)
+        if item is not None:
+            return item
+        if tp > FIXED_MAX_TP:
+            return Item("C10", name, "SKIP", value + f"; no healthy box or reference profile of {ic.cls} "
+                        f"{ic.link or '(generation unknown)'} at TP={tp}", f"healthy boxes at TP={tp}", t["source"],
+                        f"the fixed thresholds were set for groups of up to {FIXED_MAX_TP} GPUs, so they do not judge "
+                        f"TP={tp}; give the vendor's figure in a --thresholds file ([allreduce_latency] nvlink_pass_us "
+                        "/ nvlink_warn_us or pcie_*)")
     nv = ic.family == "nvlink"
     p, w = (t["nvlink_pass_us"], t["nvlink_warn_us"]) if nv else (t["pcie_pass_us"], t["pcie_warn_us"])
     status = "PASS" if worst <= p else "WARN" if worst <= w else "FAIL"
     fabric = "NVLink" if nv else "PCIe" + (" (mixed: the TP group crosses PCIe)" if ic.family == "mixed" else "")
+    why = ("your --thresholds file" if _user_fixed(th, "allreduce_latency", _FIXED_LATENCY) else
+           f"fixed, proposed: no healthy box or reference profile of {ic.cls} {ic.link or '(generation unknown)'} "
+           f"at TP={tp}")
     hint = ""
     if mode != "graph":
         hint = ("measured without CUDA graphs; serving engines replay decode in graphs (nccl-tests -G, or "
                 "commprof sweep --modes graph on the box); ")
     if status != "PASS":
         hint += "a custom one-shot all-reduce or NVLink cuts small-message latency"
-    return Item("C10", name, status, value, f"{fabric}: PASS <= {p} us, WARN <= {w} us", t["source"],
+    return Item("C10", name, status, value, f"{fabric}: PASS <= {p} us, WARN <= {w} us ({why})", t["source"],
                 hint.rstrip("; "))
 
 
@@ -633,6 +721,9 @@ def item_busbw(ev, th) -> Item:
         return Item("C9", name, "SKIP", NO_COMM_VALUE, "TP >= 2", t["source"], NO_COMM_HINT)
     best = float(sub["busbw_gbps"].max())
     tp = int(sub.loc[sub["busbw_gbps"].idxmax(), "tp"])
+    top = sub[sub["tp"] == int(sub["tp"].max())]        # the healthy boxes are compared at the largest TP
+    if not _cpu_backend(ev.sweep_meta) and _ic(ev).known:
+        best, tp = float(top["busbw_gbps"].max()), int(top["tp"].max())
     if _cpu_backend(ev.sweep_meta):
         return Item("C9", name, "SKIP", f"{best:.2f} GB/s on CPU ranks (gloo)", "GPU link ceilings", t["source"])
     ic = _ic(ev)
@@ -645,9 +736,36 @@ def item_busbw(ev, th) -> Item:
                     "fraction of the link ceiling", t["source"],
                     "give --interconnect with the generation (e.g. pcie4, nvlink4), or logs/topo.json naming the GPUs")
     frac = best / ceiling
+    nvls = best > ceiling and ic.family == "nvlink"
+    above = (f"; above the {ic.link} per-direction ceiling of {ceiling:g} GB/s ({frac:.0%}): in-switch reduction "
+             "(NVLS / SHARP), not a link figure" if nvls else "")
+    fixed = _user_fixed(th, "busbw", _FIXED_BUSBW)
+    if not fixed and ic.family != "mixed":
+        method = method_of(top)
+        largest = int(top["size_bytes"].max())
+        exp = busbw_expectation(ic.cls, ic.link, tp, method, largest, nvls)
+        if exp is not None:
+            pr, fr = t["pass_ratio"], t["fail_ratio"]
+            ratio = exp.lo / best if best > 0 else math.inf
+            status = _judge_ratio(ratio, pr, fr)
+            refs = "; ".join(f"{r['name']}: {r['source']}" if r.get("source") else r["name"] for r in exp.refs)
+            return Item("C9", name, status,
+                        f"TP={tp}: {best:.1f} GB/s busbw ({method}, sizes up to {_size_text(largest)}) = "
+                        f"{best / exp.lo:.2f}x the lowest {'healthy box' if exp.kind == 'healthy boxes' else 'modelled value'}"
+                        f"{above}",
+                        f"vs {exp.span('GB/s')} for {exp.what} ({exp.logs()}): PASS >= {exp.lo / pr:.1f} GB/s "
+                        f"(1/{pr:g}), WARN >= {exp.lo / fr:.1f} GB/s (1/{fr:g}), FAIL below",
+                        f"{t['source'].split(';')[0]}: {refs}",
+                        "" if status == "PASS" else f"{ratio:.1f}x below the healthy boxes of its class: check "
+                        "NCCL_P2P_LEVEL, ACS/IOMMU, link training (C6) and NCCL_ALGO overrides")
+        if nvls:
+            return Item("C9", name, "PASS", f"TP={tp}: {best:.1f} GB/s{above}",
+                        f"no NVLS-capable healthy {ic.link} box at TP={tp} to compare with; above the link ceiling "
+                        "cannot come from a slow link", f"{t['source']}; {LINK_CEILING_SOURCE}")
     status = "PASS" if frac >= t["pass_fraction"] else "WARN" if frac >= t["warn_fraction"] else "FAIL"
-    return Item("C9", name, status, f"TP={tp}: {best:.1f} GB/s = {frac:.0%} of {ic.link} {ceiling:g} GB/s",
-                f"PASS >= {t['pass_fraction']:.0%}, WARN >= {t['warn_fraction']:.0%}",
+    why = "your --thresholds file" if fixed else "fixed, proposed: no healthy box or reference profile of the class"
+    return Item("C9", name, status, f"TP={tp}: {best:.1f} GB/s = {frac:.0%} of {ic.link} {ceiling:g} GB/s{above}",
+                f"PASS >= {t['pass_fraction']:.0%}, WARN >= {t['warn_fraction']:.0%} of the ceiling ({why})",
                 f"{t['source']}; {LINK_CEILING_SOURCE}",
                 "" if status == "PASS" else "check NCCL_P2P_LEVEL, ACS/IOMMU and link training")
 
@@ -669,10 +787,19 @@ def _multinode_items(ev, th) -> list[Item]:
         tp, mode, worst, value = _latency_value(small, tl, label)
         p, w = t["latency_pass_us"], t["latency_warn_us"]
         status = "PASS" if worst <= p else "WARN" if worst <= w else "FAIL"
-        out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
-                        f"network: PASS <= {p} us, WARN <= {w} us", t["source"],
-                        "" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
-                        "network's latency on every collective"))
+        user = _user_fixed(th, "multinode", ("latency_pass_us", "latency_warn_us"))
+        if nodes > MULTINODE_MAX_NODES and not user:
+            out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", "SKIP", value,
+                            f"network: thresholds set for {MULTINODE_MAX_NODES} hosts", t["source"],
+                            f"the [multinode] latency thresholds were anchored on {MULTINODE_MAX_NODES} nodes "
+                            f"(NVIDIA/nccl#1244); a group over {nodes} hosts pays more steps or tree levels: give the "
+                            "vendor's figure in a --thresholds file ([multinode] latency_pass_us / latency_warn_us)"))
+            status = None
+        if status is not None:
+            out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
+                            f"network: PASS <= {p} us, WARN <= {w} us", t["source"],
+                            "" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
+                            "network's latency on every collective"))
     big = sub[(sub["op"] == "all_reduce") & (sub["size_bytes"] >= th["busbw"]["min_bytes"])]
     name = f"large-message busbw between nodes ({nodes} hosts)"
     if big.empty:
@@ -857,6 +984,10 @@ def serve_items(ev, th) -> list[Item]:
         "WARN" if growth <= t["jitter_growth_warn"] else "FAIL"
     if errors and status in ("PASS", "SKIP"):
         status = "WARN"
+    bursts = int(row.get("burst_requests") or 0) if row.get("burst_requests") == row.get("burst_requests") else 0
+    if bursts:
+        value += f"; {row.get('burst_note')}"
+        status = "WARN" if status in ("PASS", "SKIP") else status
     items.append(Item("S3", f"sustained output rate and jitter at concurrency {t['concurrency']}", status, value,
                       f"jitter growth PASS <= {t['jitter_growth_pass']:g}x, WARN <= {t['jitter_growth_warn']:g}x; "
                       "any failed request WARN", t["source"],
@@ -907,17 +1038,54 @@ def item_numa(ev, th) -> Item:
                 f"{len(cross)} SYS pairs, but GPU traffic rides NVLink", "no SYS pair inside a TP group", t["source"])
 
 
+_ADD = {"C16": "results checked for correctness (nccl-tests with validation on, -c 1, its default; commprof sweep "
+               "always checks)",
+        "C10": "a sweep at TP >= 2 with all_reduce sizes <= 64 KiB (commprof sweep on the box, or its nccl-tests logs)",
+        "C9": "all_reduce sizes >= 64 MiB at TP >= 2 (nccl-tests -e 1G, or commprof sweep --sizes pow2:64M-1G)",
+        "C11": "a decode trace (commprof trace --out DIR)"}
+
+
+def item_evidence(items: list[Item], th) -> Item:
+    """E1: an overall verdict needs the measured items that decide it (:data:`DECIDING_ITEMS`); with
+    fewer than ``[evidence] min_judged`` of them judged the box is INSUFFICIENT EVIDENCE (exit 9),
+    naming what to add. A FAIL stands on its own."""
+    t = th["evidence"]
+    judged = [i.id for i in items if i.id in DECIDING_ITEMS and i.status in ("PASS", "WARN", "FAIL")]
+    need = int(t["min_judged"])
+    name = "evidence for a verdict"
+    threshold = f">= {need} measured items judged ({', '.join(DECIDING_ITEMS)})"
+    if len(judged) >= need or any(i.status == "FAIL" for i in items):
+        return Item("E1", name, "PASS", f"{len(judged)} measured items judged ({', '.join(judged) or 'none'})",
+                    threshold, t["source"])
+    skipped = {i.id: i for i in items if i.id in DECIDING_ITEMS and i.status == "SKIP"}
+    add = []
+    unknown = any("interconnect unknown" in i.value for i in skipped.values())
+    if unknown:
+        add.append("what decides the interconnect: a topo (commprof topo --out DIR on the box, or 'commprof import "
+                   "nvidia-smi-topo' of its 'nvidia-smi topo -m' text) or --interconnect CLASS")
+    for k in ("C10", "C9", "C16", "C11"):
+        if k in skipped and not (unknown and k in ("C9", "C10")):
+            add.append(_ADD[k])
+    if "C10" not in skipped and "C10" not in judged:
+        add.append(_ADD["C10"])
+    return Item("E1", name, "INSUFFICIENT", f"{len(judged)} measured item{'s' if len(judged) != 1 else ''} judged "
+                f"({', '.join(judged) or 'none'}): not enough for an overall verdict", threshold, t["source"],
+                "add " + "; ".join(dict.fromkeys(add)))
+
+
 ORDER = ("inventory", "interconnect", "p2p", "pcie", "nvlink", "host_bw", "correctness", "allreduce_latency",
          "busbw", "multinode", "comm_share", "ttft_comm", "serve", "kv", "numa")
 
 
 def box_items(ev: Evidence, th: dict, model: str | None = None) -> list[Item]:
-    """One box's checklist in the buyer's acceptance order (wrong results before any speed)."""
-    return [item_inventory(ev, th), item_interconnect(ev, th), item_p2p(ev, th), item_pcie(ev, th),
+    """One box's checklist in the buyer's acceptance order (wrong results before any speed), then
+    E1: whether the measured items judged are enough for a verdict."""
+    items = [item_inventory(ev, th), item_interconnect(ev, th), item_p2p(ev, th), item_pcie(ev, th),
             item_nvlink(ev, th), item_host_bw(ev, th), item_correctness(ev, th), item_allreduce_latency(ev, th),
             item_busbw(ev, th), *_multinode_items(ev, th), item_comm_share(ev, th),
             *[i for i in (item_ttft_comm(ev, th),) if i is not None], *serve_items(ev, th), item_kv(ev, th, model),
             item_numa(ev, th)]
+    return items + [item_evidence(items, th)]
 
 
 def run_items(ev: Evidence, th: dict, model: str | None = None, interconnect=None) -> list[Item]:
@@ -941,28 +1109,28 @@ def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list
     for b in boxes:
         mine = [i for i in items if i.box in ("", b.label)] if len(boxes) > 1 else items
         ic = b.interconnect or resolve_interconnect(b)
-        per_box.append({"box": b.label, "dirs": [os.path.abspath(d) for d in b.dirs],
+        per_box.append({"box": b.label, "dirs": list(b.dirs),
                         "interconnect": ic.to_dict(), "interconnect_evidence": ic.evidence or "none",
                         "verdict": verdict(mine), "items": [i.to_dict() for i in mine]})
     data = {"kind": "checklist", "created": now_iso(), "thresholds_version": th.get("version"),
-            "evidence_dirs": [os.path.abspath(d) for b in boxes for d in b.dirs],
-            "items": [i.to_dict() for i in items], "verdict": verdict(items), "boxes": per_box}
+            "evidence_dirs": [d for b in boxes for d in b.dirs],
+            "items": [i.to_dict() for i in items], "verdict": verdict(items), "boxes": per_box,
+            "unfinished_dirs": [u for b in boxes for u in b.unfinished]}
     if len(boxes) == 1:
         data["interconnect"] = per_box[0]["interconnect"]
     jp = os.path.join(out_dir, "check.json")
-    with open(jp, "w") as f:
-        json.dump(data, f, indent=2)
-    metas = [m for b in boxes for m in b.metas]
-    results.stamp(out_dir, results.provenance(
-        "check", "checklist", "pre-purchase checklist over results dirs (commprof check)", status="complete",
-        hosts=sorted({h for d in metas for h in d.get("hosts", [])}) or None,
-        gpus=sorted({g for d in metas for g in d.get("gpus", [])}) or None,
-        evidence_dirs=data["evidence_dirs"], verdict=data["verdict"],
-        boxes=[{"box": p["box"], "verdict": p["verdict"], "interconnect": p["interconnect"]["cls"],
-                "interconnect_evidence": p["interconnect_evidence"]} for p in per_box]))
     mp = os.path.join(out_dir, "check.md")
-    with open(mp, "w") as f:
-        f.write(markdown(items, data))
+    with all_or_none(jp, mp, os.path.join(out_dir, results.META_JSON)):
+        write_json(jp, data)
+        metas = [m for b in boxes for m in b.metas]
+        results.stamp(out_dir, results.provenance(
+            "check", "checklist", "pre-purchase checklist over results dirs (commprof check)", status="complete",
+            hosts=sorted({h for d in metas for h in d.get("hosts", [])}) or None,
+            gpus=sorted({g for d in metas for g in d.get("gpus", [])}) or None,
+            evidence_dirs=data["evidence_dirs"], verdict=data["verdict"],
+            boxes=[{"box": p["box"], "verdict": p["verdict"], "interconnect": p["interconnect"]["cls"],
+                    "interconnect_evidence": p["interconnect_evidence"]} for p in per_box]))
+        write_atomic(mp, markdown(items, data))
     return [jp, mp]
 
 
@@ -1027,8 +1195,7 @@ def measure(root: str, model: str) -> list[str]:
         write_topology(topo, os.path.join(sweep_dir, "topo.json"))
     bw = measure_host_bw()
     if bw is not None:
-        with open(os.path.join(sweep_dir, "hostbw.json"), "w") as f:
-            json.dump(bw, f, indent=2)
+        write_json(os.path.join(sweep_dir, "hostbw.json"), bw)
     return [sweep_dir, trace_dir]
 
 
@@ -1072,6 +1239,26 @@ def check_command(dirs: list[str], thresholds: str | None = None, model: str | N
     for b in ev.all_boxes():
         for note in b.notes:
             print(f"commprof: note: {note}", file=sys.stderr)
+    partial = unfinished_lines(ev)
     for p in write_check(items, th, ev, out or dirs[0]):
         print(f"wrote {p}")
-    return EXIT_CHECK_FAILED if verdict(items) == "FAIL" else 0
+    v = verdict(items)
+    if v == INSUFFICIENT:
+        for i in items:
+            if i.status == "INSUFFICIENT":
+                print(f"commprof check: INSUFFICIENT EVIDENCE{f' for box {i.box!r}' if i.box else ''}: {i.value}; "
+                      f"{i.hint}", file=sys.stderr)
+    if partial and v not in ("FAIL", INSUFFICIENT):
+        print("commprof: error: the checklist judged an unfinished run's partial figures; it is no pass "
+              "(finish the run, e.g. sweep --resume, and check again)", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    return EXIT_CHECK_FAILED if v == "FAIL" else EXIT_INSUFFICIENT_EVIDENCE if v == INSUFFICIENT else 0
+
+
+def unfinished_lines(ev) -> list[str]:
+    """Warn (stderr) about every dir whose run did not finish; returns the lines (``check.json``
+    and the report carry them too)."""
+    lines = [u for b in ev.all_boxes() for u in b.unfinished]
+    for line in lines:
+        print(f"commprof: warning: {line}", file=sys.stderr)
+    return lines

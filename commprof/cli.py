@@ -1,6 +1,7 @@
 """The commprof command line: parse options, call the core, render, map errors to one line."""
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import Optional
@@ -278,7 +279,7 @@ def serve(
     workload: str = typer.Option("qa", "--workload", help="qa, rag, multiturn, or a JSONL file of {\"prompt_tokens\": N, \"output_tokens\": M} lines."),
     prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="Override the workload's prompt length (tokens)."),
     output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Override the workload's output length (max_tokens)."),
-    requests: Optional[int] = typer.Option(None, "--requests", help="Requests per level (default max(8, 4 x concurrency))."),
+    requests: Optional[int] = typer.Option(None, "--requests", help="Requests per level (default max(101, 4 x concurrency): enough that p99 is not the largest)."),
     duration: float = typer.Option(60.0, "--duration", help="Seconds per level after which no new request is sent."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds one request may take before it counts as a timeout."),
     api: str = typer.Option("completions", "--api", help="completions (/v1/completions) or chat (/v1/chat/completions)."),
@@ -288,6 +289,7 @@ def serve(
     label: str = typer.Option("", "--label", help="A note kept in meta.json and the charts (e.g. 'CPU emulation')."),
     out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-serve/)."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="The server's profiler dir on this machine (vLLM --profiler-config torch_profiler_dir): after the levels, one more round at the highest concurrency between POST /start_profile and /stop_profile, its traces imported (import kineto) into OUT/kineto."),
 ):
     """TTFT, time per output token, tokens/s and jitter of an OpenAI-compatible server under load; the knee;
     the server's queue time where it publishes it on GET /metrics (vLLM, SGLang, TGI)."""
@@ -296,12 +298,17 @@ def serve(
     _exit_with(lambda: core.run_serve(core.build_config(
         url=url, model=model, concurrency=concurrency, rate=rate, workload=workload, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, requests=requests, duration=duration, timeout=timeout, api=api, slo=slo,
-        seed=seed, warmup=warmup, label=label, out=out, argv=["commprof"] + sys.argv[1:], charts=not no_charts)))
+        seed=seed, warmup=warmup, label=label, out=out, argv=["commprof"] + sys.argv[1:], charts=not no_charts,
+        profile=profile)))
 
 
 def _is(exc: BaseException, name: str) -> bool:
     """Match click's exception classes by name: typer ships click itself or a vendored copy."""
     return any(cls.__name__ == name for cls in type(exc).__mro__)
+
+
+#: OSErrors of a file system that refuses a write (full, over quota, read-only, failing, too big).
+_DISK_ERRNOS = {getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EROFS", "EIO", "EFBIG") if hasattr(errno, n)}
 
 
 def main():
@@ -327,6 +334,11 @@ def main():
             target = f"'{e.filename}'" + (f" -> '{e.filename2}'" if e.filename2 else "")
             typer.echo(f"commprof: error: {target}: {e.strerror or e} (COMMPROF_DEBUG=1 shows the traceback)",
                        err=True)
+            sys.exit(2)
+        elif isinstance(e, OSError) and e.errno in _DISK_ERRNOS and not debug:
+            # The same without a file name (a library's own write): still exit 2, with the reason.
+            typer.echo(f"commprof: error: cannot write a file: {e.strerror or os.strerror(e.errno)} "
+                       "(COMMPROF_DEBUG=1 shows the traceback)", err=True)
             sys.exit(2)
         else:
             if debug:

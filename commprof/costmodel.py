@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from . import results
 from .collectives import COLLECTIVES, DTYPE_BYTES
 from .errors import UsageError
+from .fileio import remove_quietly, write_atomic
 from .profiles import PROFILES, get_profile, list_profiles
 
 __all__ = ["Fit", "fit_sweep", "fit_results_dir", "profile_latency_us", "profile_param", "profile_checks",
@@ -268,8 +269,7 @@ def write_profile_sweep(profile_name: str, out_dir: str, tps=(2, 4, 8), sizes=DE
     w.writeheader()
     for r in rows:
         w.writerow(_fmt_row(r))
-    with open(os.path.join(out_dir, results.SWEEP_CSV), "w", encoding="utf-8", newline="") as f:
-        f.write(buf.getvalue())
+    write_atomic(os.path.join(out_dir, results.SWEEP_CSV), buf.getvalue())
     used = sorted({(r["op"], r["tp"], r["mode"]) for r in rows})
     meta = results.provenance(
         "reference", "modelled", f"reference profile '{p['name']}' written as a sweep (alpha-beta model, nothing measured)",
@@ -299,7 +299,11 @@ def write_profile_sweep(profile_name: str, out_dir: str, tps=(2, 4, 8), sizes=DE
                     "busbw_gbps": "algbw x nccl-tests bus factor (commprof.collectives)",
                     "clock": "model: no clock was read"},
     })
-    results.write_meta(out_dir, meta)
+    try:
+        results.write_meta(out_dir, meta)
+    except UsageError:      # a full disk: no table left without the meta.json that says what it holds
+        remove_quietly(os.path.join(out_dir, results.SWEEP_CSV))
+        raise
     return out_dir
 
 

@@ -16,6 +16,8 @@ EXIT_DEVICE = 3         # not enough devices for the requested backend / TP degr
 EXIT_RANK_DIED = 4      # a rank exited or was killed mid-run
 EXIT_RANK_HUNG = 5      # the watchdog found no progress for --timeout seconds
 EXIT_RANK_ERROR = 6     # a rank raised an error (e.g. a collective failed)
+EXIT_CHECK_FAILED = 8   # commprof check: an item FAILed
+EXIT_INSUFFICIENT_EVIDENCE = 9   # commprof check: too few measured items judged for a verdict (nothing FAILed)
 
 
 class CommprofError(Exception):

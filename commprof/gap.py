@@ -26,18 +26,41 @@ import os
 from dataclasses import dataclass, field
 
 from .errors import UsageError
+from .fileio import all_or_none, atomic_path, write_atomic
 
 DECODE_MAX_BYTES = 2 << 20
 LARGE_MIN_BYTES = 64 << 20
 
 
 def box_kind(ev) -> str:
-    """nvlink / pcie / cpu / unknown, from the interconnect the box is judged by."""
+    """nvlink / pcie / cpu / unknown, from the interconnect the box is judged by; ``network`` when
+    its largest TP group has one GPU per host (every collective crosses the network, whatever links
+    the GPUs have inside their hosts)."""
     from .check import resolve_interconnect
 
     ic = ev.interconnect or resolve_interconnect(ev)
+    if ic.nodes > 1 and ev.sweep is not None and len(ev.sweep) and int(ev.sweep["tp"].max()) <= ic.nodes:
+        return "network"
     fam = ic.family
     return {"mixed": "pcie"}.get(fam, fam)
+
+
+def _usable(df):
+    """(rows a ratio may use, notes): group 0 of TP >= 2 (one rank runs no communication, so a TP=1
+    row is never set against a TP >= 2 reference) and no WRONG row (a wrong result is no speed)."""
+    notes = []
+    if "status" in df.columns:
+        bad = df["status"].astype(str) == "WRONG"
+        if bad.any():
+            notes.append(f"{int(bad.sum())} rows with wrong results (status WRONG, #wrong > 0) are left out of every "
+                         "ratio: a collective that returns wrong data has no speed to compare")
+            df = df[~bad]
+    one = df["tp"] < 2
+    if one.any():
+        notes.append(f"{int(one.sum())} TP=1 rows (one rank: no communication) are not compared with a TP >= 2 "
+                     "reference")
+        df = df[~one]
+    return df, notes
 
 
 def default_reference(kind: str, ic=None) -> str:
@@ -163,9 +186,15 @@ def _box_gap(ev, reference: str | None):
     kind = box_kind(ev)
     ref = (reference or default_reference(kind, ic)).removeprefix("reference:")
     prof = get_profile(ref)
-    df = ev.sweep[ev.sweep["group"] == 0]
+    df, notes = _usable(ev.sweep[ev.sweep["group"] == 0])
     stat = stat_label(df)
-    rows, notes, curves = [], [], []
+    rows, curves = [], []
+    multi = ic is not None and ic.nodes > 1
+    if multi:
+        net = "one GPU per host: the network carries every collective" if kind == "network" else \
+            "between hosts the network decides"
+        notes.append(f"its largest TP group spans {ic.nodes} hosts ({', '.join(ic.hosts[:4])}; {net}); the "
+                     f"reference '{ref}' is one node, so every ratio here is across hosts against inside one node")
     for (op, tp, mode), g in df.groupby(["op", "tp", "mode"]):
         for r in g.sort_values("size_bytes").itertuples():
             size = int(r.size_bytes)
@@ -190,7 +219,6 @@ def _box_gap(ev, reference: str | None):
     table = pd.DataFrame(rows, columns=cols)
     shifted = table[table["tp"] != table["reference_tp"]] if len(table) else table
     if len(shifted):
-        multi = ic is not None and ic.nodes > 1
         for (tp, rtp), _ in shifted.groupby(["tp", "reference_tp"]):
             notes.append(f"TP={tp}{f' spans {ic.nodes} hosts' if multi else ''}: the reference has no TP={tp}, so it "
                          f"stands at TP={rtp}" + (" (one node): the ratio is what crossing the network costs"
@@ -222,6 +250,9 @@ def compute_gap(dirs: list[str], reference: str | None = None, ev=None, intercon
     gaps = [_box_gap(b, reference) for b in boxes]
     pairs = box_pairs(boxes)
     if all(not len(g.table) for g in gaps) and not len(pairs):
+        if all(int(b.sweep["tp"].max()) < 2 for b in boxes if len(b.sweep)):
+            raise UsageError("gap: the sweep holds only TP=1 rows: one rank runs no communication, so there is "
+                             "nothing to set against a TP >= 2 reference; measure TP >= 2 (or import a multi-GPU log)")
         raise UsageError(f"gap: the reference '{gaps[0].reference}' covers none of the sweep's ops "
                          "(it has all_reduce and all_gather at TP 2/4/8)")
     return Gap(boxes=gaps, pairs=pairs, summaries=pair_summaries(pairs), token_boxes=per_token_boxes(gaps))
@@ -309,16 +340,18 @@ def box_pairs(boxes) -> "object":
     import pandas as pd
 
     cols = ["box_a", "box_b", "op", "tp_a", "tp_b", "mode_a", "mode_b", "size_bytes", "metric", "unit", "a", "b",
-            "ratio", "matched", "stat_a", "stat_b"]
+            "ratio", "matched", "stat_a", "stat_b", "across_hosts"]
     out = []
     if len(boxes) < 2:
         return pd.DataFrame(columns=cols)
     from .check import stat_label
 
     a = boxes[0]
-    da = a.sweep[(a.sweep["group"] == 0) & (a.sweep["tp"] > 1)]
+    da, _ = _usable(a.sweep[a.sweep["group"] == 0])
     for b in boxes[1:]:
-        db = b.sweep[(b.sweep["group"] == 0) & (b.sweep["tp"] > 1)]
+        db, _ = _usable(b.sweep[b.sweep["group"] == 0])
+        across = "; ".join(f"{x.label}'s TP group spans {x.interconnect.nodes} hosts (the network between them decides)"
+                           for x in (a, b) if x.interconnect is not None and x.interconnect.nodes > 1)
         for op in sorted(set(da["op"]) & set(db["op"])):
             ta, tb = set(da[da["op"] == op]["tp"]), set(db[db["op"] == op]["tp"])
             tps = [(t, t) for t in sorted(ta & tb)] or [(max(ta), max(tb))]
@@ -343,7 +376,7 @@ def box_pairs(boxes) -> "object":
                                     "mode_a": mode_a, "mode_b": mode_b, "size_bytes": int(x), "metric": metric,
                                     "unit": unit, "a": y, "b": v, "ratio": v / y,
                                     "matched": "exact" if x in xb else "interpolated",
-                                    "stat_a": stat_label(da), "stat_b": stat_label(db)})
+                                    "stat_a": stat_label(da), "stat_b": stat_label(db), "across_hosts": across})
     return pd.DataFrame(out, columns=cols)
 
 
@@ -366,7 +399,8 @@ def pair_summaries(pairs) -> list[dict]:
                         n=len(g), median=float(r.median()), lo=float(r.min()), hi=float(r.max()),
                         size_min=int(g["size_bytes"].min()), size_max=int(g["size_bytes"].max()),
                         interpolated=int((g["matched"] == "interpolated").sum()),
-                        stat_a=g["stat_a"].iloc[0], stat_b=g["stat_b"].iloc[0]))
+                        stat_a=g["stat_a"].iloc[0], stat_b=g["stat_b"].iloc[0],
+                        across_hosts=g["across_hosts"].iloc[0] if "across_hosts" in g.columns else ""))
     return out
 
 
@@ -646,36 +680,40 @@ def write_gap(g: Gap, out_dir: str, dirs: list[str]) -> list[str]:
 
     results.check_out_dir(out_dir, resume=False)
     os.makedirs(out_dir, exist_ok=True)
-    paths = []
-    t = g.table
-    p = os.path.join(out_dir, "gap.csv")
-    t.to_csv(p, index=False, float_format="%.6g")
-    paths.append(p)
-    p = os.path.join(out_dir, "gap_boxes.csv")
-    (g.pairs if len(g.pairs) else pd.DataFrame(columns=g.pairs.columns)).to_csv(p, index=False, float_format="%.6g")
-    paths.append(p)
-    png = gap_chart(g, os.path.join(out_dir, "gap.png"), provenance_line(g))
-    p = os.path.join(out_dir, "gap.md")
-    with open(p, "w", encoding="utf-8") as f:
-        f.write(markdown(g, chart=os.path.basename(png)))
-    paths += [p, png]
-    kinds = sorted({b.meta.get("kind", "measured") for b in g.boxes})
-    verb = "gap" if "gap" in results_meta.VERBS else "report"
-    meta = results.provenance(
-        verb, kinds[0] if len(kinds) == 1 and kinds[0] in results_meta.KINDS else "measured",
-        "boxes against each other and against modelled reference profiles (commprof gap)", status="complete",
-        hosts=sorted({h for b in g.boxes for h in b.meta.get("hosts", [])}),
-        gpus=sorted({x for b in g.boxes for x in b.meta.get("gpus", [])}),
-        gap=True, evidence_dirs=[os.path.abspath(d) for d in dirs],
-        boxes=[{"box": b.label, "interconnect": b.interconnect.to_dict() if b.interconnect else None,
-                "reference": b.reference, "latency_stat": b.stat, "ttft": b.ttft} for b in g.boxes],
-        reference_kind="modelled (commprof/profiles.py, every parameter with its source)",
-        files={"gap.csv": "each box against its reference: this_box (measured/imported), reference (modelled), "
-                          "ratio = this box / reference",
-               "gap_boxes.csv": "box against box: a = the first box, b = the other, ratio = b / a, sizes matched "
-                                "exactly or interpolated log-log inside b's measured range"})
-    results.write_meta(out_dir, meta)
-    paths.append(os.path.join(out_dir, results.META_JSON))
+    with all_or_none(*(os.path.join(out_dir, n) for n in ("gap.csv", "gap_boxes.csv", "gap.png", "gap.md",
+                                                           results.META_JSON))):
+        paths = []
+        t = g.table
+        p = os.path.join(out_dir, "gap.csv")
+        with atomic_path(p) as tmp:
+            t.to_csv(tmp, index=False, float_format="%.6g")
+        paths.append(p)
+        p = os.path.join(out_dir, "gap_boxes.csv")
+        with atomic_path(p) as tmp:
+            (g.pairs if len(g.pairs) else pd.DataFrame(columns=g.pairs.columns)).to_csv(tmp, index=False,
+                                                                                        float_format="%.6g")
+        paths.append(p)
+        png = gap_chart(g, os.path.join(out_dir, "gap.png"), provenance_line(g))
+        p = os.path.join(out_dir, "gap.md")
+        write_atomic(p, markdown(g, chart=os.path.basename(png)))
+        paths += [p, png]
+        kinds = sorted({b.meta.get("kind", "measured") for b in g.boxes})
+        verb = "gap" if "gap" in results_meta.VERBS else "report"
+        meta = results.provenance(
+            verb, kinds[0] if len(kinds) == 1 and kinds[0] in results_meta.KINDS else "measured",
+            "boxes against each other and against modelled reference profiles (commprof gap)", status="complete",
+            hosts=sorted({h for b in g.boxes for h in b.meta.get("hosts", [])}),
+            gpus=sorted({x for b in g.boxes for x in b.meta.get("gpus", [])}),
+            gap=True, evidence_dirs=list(dirs),
+            boxes=[{"box": b.label, "interconnect": b.interconnect.to_dict() if b.interconnect else None,
+                    "reference": b.reference, "latency_stat": b.stat, "ttft": b.ttft} for b in g.boxes],
+            reference_kind="modelled (commprof/profiles.py, every parameter with its source)",
+            files={"gap.csv": "each box against its reference: this_box (measured/imported), reference (modelled), "
+                              "ratio = this box / reference",
+                   "gap_boxes.csv": "box against box: a = the first box, b = the other, ratio = b / a, sizes matched "
+                                    "exactly or interpolated log-log inside b's measured range"})
+        results.write_meta(out_dir, meta)
+        paths.append(os.path.join(out_dir, results.META_JSON))
     return paths
 
 
@@ -701,11 +739,20 @@ def gap_command(dirs: list[str], reference: str | None = None, interconnect: str
 
     from .check import gather_boxes
 
+    seen = {}
+    for d in dirs:
+        real = os.path.realpath(d)
+        if real in seen:
+            raise UsageError(f"gap: '{d}' and '{seen[real]}' are the same dir: a box compared with itself "
+                             "says nothing; pass each box's dir once")
+        seen[real] = d
     g = compute_gap(dirs, reference, interconnect=interconnect)
     render_gap(g)
     for b in gather_boxes(dirs):
         for note in b.notes:
             print(f"commprof: note: {note}", file=sys.stderr)
+        for line in b.unfinished:
+            print(f"commprof: warning: {line}", file=sys.stderr)
     if out:
         for p in write_gap(g, out, dirs):
             print(f"wrote {p}")

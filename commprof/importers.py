@@ -26,7 +26,7 @@ from datetime import datetime
 from . import results
 from .collectives import COLLECTIVES
 from .errors import UsageError, shown, warn
-from .jsonfile import read_user_bytes
+from .fileio import read_user_bytes, remove_quietly, write_atomic
 
 # nccl-tests binary (without _perf / _mpi) -> commprof op
 NCCL_TESTS_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -39,18 +39,18 @@ NCCL_TYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16", "double": "fp
 EXIT_WRONG_RESULTS = 1          # the exit code of any run whose results were checked and found wrong
 EXPECTED = "not nccl-tests output (expected a data line with size, count, type, redop, root, time, algbw, busbw, #wrong, ...)"
 
-_PREFIX_RE = re.compile(r"^(?:\[\d+(?:,\d+)*\]<std(?:out|err)>:|\s*\d+:\s|\[\d+\]\s)")
+_PREFIX_RE = re.compile(r"^(?:\[\d+(?:,\d+)*\]<std(?:out|err)>:|\s*\d+:\s|\[\d+\]\s)", re.ASCII)
 _RANK_RE = re.compile(r"^Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
-                      r"\[([^\]]*)\]\s*(.*)$")
+                      r"\[([^\]]*)\]\s*(.*)$", re.ASCII)
 _VERSION_RE = re.compile(r"nccl-tests version\s+(\S+)(?:\s+\([^)]*\))?(?:\s+nccl-headers=(\d+))?"
-                         r"(?:\s+nccl-library=(\d+))?")
+                         r"(?:\s+nccl-library=(\d+))?", re.ASCII)
 _BINARY_RE = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|broadcast|sendrecv|"
                         r"reduce|gather|scatter|hypercube)_perf(?:_mpi)?\b")
 _NCCL_LOG_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b|^NCCL version\b")
-_INT_RE = re.compile(r"^-?\d+$")
-_NUM_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^-?(?:nan|inf)$", re.IGNORECASE)
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_TIME_RE = re.compile(r"^\d{2}:\d{2}:\d{2}$")
+_INT_RE = re.compile(r"^-?\d+$", re.ASCII)
+_NUM_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^-?(?:nan|inf)$", re.IGNORECASE | re.ASCII)
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
+_TIME_RE = re.compile(r"^\d{2}:\d{2}:\d{2}$", re.ASCII)
 
 
 @dataclass
@@ -125,6 +125,11 @@ def _num(tok: str) -> float:
 MAX_SIZE = 1 << 53
 MAX_HEADER_INT = (1 << 31) - 1
 _FIGURE_RULE = "must be a finite number >= 0, or nan (not measured)"
+# Upper bounds of what a measurement can be: a bandwidth over 100,000 GB/s is ~50x NVLink 5's
+# 1,800 GB/s per GPU (NVIDIA's Blackwell datasheet); one collective lasting over 1e10 us is 2.8 h.
+MAX_BW_GBPS = 1e5
+MAX_TIME_US = 1e10
+_BOUND_WHY = {"GB/s": "50x NVLink 5's 1,800 GB/s per GPU", "us": "2.8 hours for one collective"}
 
 
 class _Bad(ValueError):
@@ -170,6 +175,11 @@ def _check_entry(entry: dict, size: int, names: dict) -> None:
         v = entry.get(key)
         if v is not None and not math.isnan(v) and (math.isinf(v) or v < 0):
             raise _Bad(f"{names[key]} = {v:g}: {_FIGURE_RULE}")
+        hi = MAX_BW_GBPS if key in ("algbw", "busbw") else MAX_TIME_US
+        if v is not None and v > hi:
+            unit = "GB/s" if key in ("algbw", "busbw") else "us"
+            raise _Bad(f"{names[key]} = {v:g} {unit}: not a physical figure (at most {hi:g} {unit}: "
+                       f"{_BOUND_WHY[unit]})")
     if entry["time"] > 0 and size > 0:              # nan > 0 is False: a nan time is left out later
         for key in ("algbw", "busbw"):
             if math.isnan(entry[key]):
@@ -290,12 +300,12 @@ def parse_text(path: str, text: str) -> list[Section]:
                 if sec is None or sec.rows or sec.nthreads is not None:
                     sec = _new_section(sections, path, lineno)
                 for key, attr in (("nThread", "nthreads"), ("nGpus", "ngpus")):
-                    mm = re.search(rf"\b{key}\s+(\d+)", body)
+                    mm = re.search(rf"\b{key}\s+(\d+)", body, re.ASCII)
                     if mm:
                         setattr(sec, attr, _line_int(mm.group(1), label, lineno, key))
                 for pat, attr in ((r"\bgraph:\s*(\d+)", "graph"), (r"(?<!warmup )\biters:\s*(\d+)", "iters"),
                                   (r"warmup iters:\s*(\d+)", "warmup"), (r"agg iters:\s*(\d+)", "agg_iters")):
-                    mm = re.search(pat, body)
+                    mm = re.search(pat, body, re.ASCII)
                     if mm:
                         setattr(sec, attr, _line_int(mm.group(1), label, lineno, attr))
                 continue
@@ -330,7 +340,11 @@ def parse_text(path: str, text: str) -> list[Section]:
         if _NCCL_LOG_RE.search(line):
             continue
         toks = line.split()
-        if _INT_RE.match(toks[0]) and len(toks) > 1 and _INT_RE.match(toks[1]):
+        # a data line: size and count first; or, after a column header, a line of a data line's
+        # shape whose size or count is corrupt (reported, never dropped silently)
+        looks_data = sec is not None and sec.fields is not None and len(toks) >= 7 and \
+            (_INT_RE.match(toks[0]) or _INT_RE.match(toks[1])) and _NUM_RE.match(toks[-1] if toks[-1] != "N/A" else "0")
+        if (_INT_RE.match(toks[0]) and len(toks) > 1 and _INT_RE.match(toks[1])) or looks_data:
             if sec is None:
                 sec = _new_section(sections, path, lineno)
             try:
@@ -542,18 +556,41 @@ def _ranks_from_ratio(op: str, rows: list[dict]) -> int | None:
 
 
 def _section_ranks(sec: Section, op: str) -> tuple[int, str]:
+    """The number of ranks from every signal the log gives: the rank lines (how many, and the
+    highest rank index + 1: a log may print only some, e.g. a rack log shows only its last rank),
+    the busbw/algbw ratio (nccl-tests' bus factor) and nThread x nGpus (ranks per process: the total
+    is a multiple of it; with one process and every rank line, equal). Signals that disagree are
+    refused with one line naming them."""
+    label = f"'{os.path.basename(sec.path)}' line {sec.start_line}"
+    ratio = _ranks_from_ratio(op, sec.rows)
+    per_proc = (sec.nthreads or 1) * (sec.ngpus or 1) if (sec.nthreads or sec.ngpus) else None
     if sec.ranks:
         if sec.fmt == "json":
             n = len(sec.ranks) * (sec.nthreads or 1) * (sec.ngpus or 1)
-            return n, "config.devices (one entry per process) x nthreads x ngpus"
-        per_group: dict = {}
-        for r in sec.ranks:
-            per_group.setdefault(r["group"], set()).add(r["rank"])
-        n = max(len(v) for v in per_group.values())
-        return n, "rank lines" + (" (ranks per group)" if len(per_group) > 1 else "")
-    n = _ranks_from_ratio(op, sec.rows)
-    if n:
-        return n, "busbw/algbw ratio (no rank lines in the log)"
+            how = "config.devices (one entry per process) x nthreads x ngpus"
+        else:
+            per_group: dict = {}
+            for r in sec.ranks:
+                per_group.setdefault(r["group"], set()).add(r["rank"])
+            lines = max(len(v) for v in per_group.values())
+            highest = max(max(v) for v in per_group.values()) + 1
+            n = max(lines, highest)
+            how = "rank lines" + (" (ranks per group)" if len(per_group) > 1 else "")
+            if highest > lines:
+                how = (f"highest rank index + 1 (the log prints {lines} of its {highest} rank lines"
+                       + (", ranks per group" if len(per_group) > 1 else "") + ")")
+        if ratio and ratio != n:
+            raise UsageError(f"{label}: the rank count is ambiguous: the {how.split(' (')[0]} say {n} ranks, busbw/algbw "
+                             f"says {ratio}; give a log with every '# Rank' line (or fix the file)")
+        if per_proc and n % per_proc:
+            raise UsageError(f"{label}: the rank count is ambiguous: the {how.split(' (')[0]} say {n} ranks, not a "
+                             f"multiple of nThread x nGpus = {per_proc} ranks per process")
+        return n, how + ("; busbw/algbw agrees" if ratio else "")
+    if ratio:
+        if per_proc and ratio % per_proc:
+            raise UsageError(f"{label}: the rank count is ambiguous: busbw/algbw says {ratio} ranks, not a multiple of "
+                             f"nThread x nGpus = {per_proc} ranks per process")
+        return ratio, "busbw/algbw ratio (no rank lines in the log)"
     if sec.nthreads and sec.ngpus:
         return sec.nthreads * sec.ngpus, "nThread x nGpus (no rank lines; assumes one process)"
     raise UsageError(f"'{os.path.basename(sec.path)}' line {sec.start_line}: cannot tell the number of ranks "
@@ -602,7 +639,7 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
             # row its own. None = not checked (N/A): unknown, never 0.
             mine = [counts.get(q) for q in (("out-of-place", "in-place") if place == "out-of-place" else ("in-place",))]
             known = [c for c in mine if c is not None]
-            wrong = sum(known)
+            wrong = sum(known) if known else ""             # empty: not checked (unknown, never 0)
             status = "WRONG" if wrong else ("ok" if e["wrong"] is not None else "unchecked")
             site = place + (f"; wrong: {e['wrong_note']}" if e.get("wrong_note") else "")
             out.append({
@@ -613,10 +650,12 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
                 "iters": sec.iters, "warmup": sec.warmup, "concurrent": 0,
                 # nccl-tests times a loop of back-to-back calls and prints the average per call
                 "timing": "back-to-back", "loop": sec.iters if isinstance(sec.iters, int) else "",
-                "latency_us_p50": e.get("p50", t), "latency_us_p95": e.get("p95", ""),
+                # nccl-tests' average goes in latency_us_avg (and _mean): never in a p50 column. Readers
+                # of latency_us_p50 get it through results.load, labelled by latency_stat.
+                "latency_us_p50": e.get("p50", ""), "latency_us_p95": e.get("p95", ""),
                 "latency_us_p99": e.get("p99", ""), "latency_us_min": e.get("min", ""),
                 "latency_us_max": e.get("max", ""), "latency_us_mean": e.get("avg", t),
-                "latency_us_rankavg_p50": t, "latency_us_rankavg_mean": t,
+                "latency_us_rankavg_p50": "", "latency_us_rankavg_mean": t, "latency_us_avg": t,
                 "enqueue_us_p50": "", "enqueue_us_p99": "",
                 "algbw_gbps": e["algbw"], "busbw_gbps": e["busbw"], "wrong": wrong,
                 "status": status, "hosts": ";".join(hosts),
@@ -629,7 +668,7 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
                 bad = ", ".join(f"{q} #wrong = {c}" for q, c in counts.items() if c)
                 wrong_rows.append(f"'{label}' {where}: {bad} at {r['size']} B")
     info = {
-        "file": os.path.abspath(sec.path), "format": sec.fmt, "first_line": sec.start_line,
+        "file": sec.path, "format": sec.fmt, "first_line": sec.start_line,
         "nccl_tests_binary": f"{sec.op_name}_perf", "op": op, "tp": tp, "tp_from": tp_from, "mode": mode,
         "graph_launches": sec.graph, "iters": sec.iters, "warmup_iters": sec.warmup, "agg_iters": sec.agg_iters,
         "nccl_tests_version": sec.version or None,
@@ -744,7 +783,7 @@ def check_one_box(sections: list[Section]) -> None:
 
 #: Columns an import writes beyond the sweep's: how each latency figure was reported, and each
 #: placement's ``#wrong`` (empty = not checked, nccl-tests printed N/A).
-IMPORT_COLUMNS = ["latency_stat", "wrong_out_of_place", "wrong_in_place"]
+IMPORT_COLUMNS = ["latency_stat", "wrong_out_of_place", "wrong_in_place", "latency_us_avg"]
 
 
 def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, command=None) -> str:
@@ -765,7 +804,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
     for p in paths:
         secs = read_nccl_tests(p)
         sections.extend(secs)
-        files.append({"path": os.path.abspath(p), "sha256": results.file_sha256(p), "format": secs[0].fmt,
+        files.append({"path": p, "sha256": results.file_sha256(p), "format": secs[0].fmt,
                       "runs": len(secs)})
     check_one_box(sections)
     rows, infos = [], []
@@ -779,8 +818,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
     w.writeheader()
     for r in rows:
         w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    with open(os.path.join(out_dir, results.SWEEP_CSV), "w", encoding="utf-8", newline="") as f:
-        f.write(buf.getvalue())
+    write_atomic(os.path.join(out_dir, results.SWEEP_CSV), buf.getvalue())
     all_ranks = [r for s in sections for r in s.ranks]
     hosts = sorted({r["host"] for r in all_ranks if r.get("host")})
     gpus = sorted({r["gpu"] for r in all_ranks if r.get("gpu")})
@@ -805,18 +843,22 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
         "unchecked_rows": sum(i["unchecked_rows"] for i in infos),
         "columns": {
             "latency_us_*": "nccl-tests reports one time per size: the average over its timed iterations "
-                            "(by default also averaged over ranks, -a 1). latency_us_p50 and latency_us_mean hold "
-                            "that average (latency_stat says 'avg (nccl-tests)'): it is not a percentile. "
-                            "p95, p99, min and max are empty unless the run reported them (-I 1: i_min, i_max, "
-                            "i_p99; -J: p50/p95/p99/min/max, then latency_stat is 'p50 (nccl-tests -I)')",
-            "latency_stat": "what latency_us_p50 holds: 'avg (nccl-tests)' or 'p50 (nccl-tests -I)'",
-            "latency_us_rankavg_*": "the reported average time",
+                            "(by default also averaged over ranks, -a 1). latency_us_avg and latency_us_mean hold "
+                            "that average; it is not a percentile, so latency_us_p50 is empty unless the run "
+                            "reported per-iteration figures (-I 1: i_min, i_max, i_p99; -J: p50/p95/p99/min/max, "
+                            "then latency_stat is 'p50 (nccl-tests -I)'). commprof's readers (results.load) take "
+                            "latency_us_avg where latency_us_p50 is empty and label it by latency_stat",
+            "latency_us_avg": "nccl-tests' reported average time per call of its back-to-back loop",
+            "latency_stat": "the statistic readers take as the row's latency: 'avg (nccl-tests)' "
+                            "(latency_us_avg) or 'p50 (nccl-tests -I)' (latency_us_p50)",
+            "latency_us_rankavg_*": "the reported average time (rankavg_p50 empty: not a percentile)",
             "mode": "eager: no CUDA graph; graph: a -G run; *-in-place: the in-place measurement",
             "site": "placement (out-of-place / in-place) and how #wrong was reported",
             "size_bytes": "nccl-tests size column, the same convention as commprof sweep",
             "algbw_gbps": "as reported by nccl-tests", "busbw_gbps": "as reported by nccl-tests",
             "wrong": "#wrong as reported: an out-of-place row sums its size's out-of-place and in-place "
-                     "counts, an in-place row its own; counts not checked (N/A) add nothing",
+                     "counts, an in-place row its own; counts not checked (N/A) add nothing; empty when "
+                     "neither placement was checked (validation off): unknown, never 0",
             "wrong_out_of_place": "the out-of-place #wrong; empty where nccl-tests printed N/A (validation "
                                   "off): unknown, not 0",
             "wrong_in_place": "the in-place #wrong; empty where not checked",
@@ -825,7 +867,11 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
                      "with -I)",
         },
     })
-    results.write_meta(out_dir, meta)
+    try:
+        results.write_meta(out_dir, meta)
+    except UsageError:      # a full disk: no table left without the meta.json that says what it holds
+        remove_quietly(os.path.join(out_dir, results.SWEEP_CSV))
+        raise
     return out_dir
 
 
@@ -872,6 +918,10 @@ def import_command(kind: str, paths, out: str | None = None, in_place: bool = Fa
                    model: str | None = None, tp: int | None = None) -> int:
     """``commprof import KIND FILE...``: import, print one line, return the exit code (0).
     ``step_marker``, ``model`` and ``tp`` are for ``kineto`` only."""
+    given = [f for f, v in (("--step-marker", step_marker), ("--model", model), ("--tp", tp)) if v is not None]
+    if given and kind in ("nvidia-smi-topo", "nccl-tests"):
+        raise UsageError(f"import {kind}: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for "
+                         "'import kineto' only; drop it")
     if kind == "nvidia-smi-topo":
         from .smitopo import run_import_smi_topo
 

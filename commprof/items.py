@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 class Item:
     id: str
     item: str
-    status: str               # PASS / WARN / FAIL / SKIP
+    status: str               # PASS / WARN / FAIL / SKIP (INSUFFICIENT: the evidence item E1 only)
     value: str
     threshold: str
     source: str
@@ -83,7 +83,19 @@ def latency_stat(df) -> str:
     return "p50"
 
 
+INSUFFICIENT = "INSUFFICIENT EVIDENCE"
+
+#: The items that measure the box (correctness, latency, bandwidth, share of a step, service
+#: metrics): an overall PASS or WARN needs enough of them judged (check's E1 item says how many).
+DECIDING_ITEMS = ("C16", "C10", "C9", "C10n", "C9n", "C11", "C11p", "S1", "S2", "S3")
+
+
 def verdict(items: list[Item]) -> str:
-    """FAIL > WARN > PASS; SKIP when nothing could be judged at all."""
+    """FAIL > INSUFFICIENT EVIDENCE (an E1 item found too few measured items judged) > WARN >
+    PASS; SKIP when nothing could be judged at all."""
     s = {i.status for i in items}
-    return "FAIL" if "FAIL" in s else "WARN" if "WARN" in s else "PASS" if "PASS" in s else "SKIP"
+    if "FAIL" in s:
+        return "FAIL"
+    if "INSUFFICIENT" in s:
+        return INSUFFICIENT
+    return "WARN" if "WARN" in s else "PASS" if "PASS" in s else "SKIP"

@@ -2,23 +2,9 @@
 from __future__ import annotations
 
 import json
-import os
 
 from .errors import UsageError
-
-
-def read_user_bytes(path: str, label: str, directory_hint: str | None = None) -> bytes:
-    """The whole file, or a UsageError of one line naming it by ``label``: not found, unreadable,
-    or (with ``directory_hint``, the rest of the sentence after ``label``) a directory."""
-    if directory_hint is not None and os.path.isdir(path):
-        raise UsageError(f"{label}{directory_hint}")
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise UsageError(f"{label}: file not found") from None
-    except OSError as e:
-        raise UsageError(f"{label}: cannot read ({e.strerror or e})") from None
+from .fileio import read_user_bytes  # noqa: F401  (one reader of a user's file; kept importable here)
 
 
 def read_json_object(path: str, label: str) -> dict:

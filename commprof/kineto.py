@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 import math
 import os
 import re
@@ -34,24 +35,52 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from . import results
-from .errors import UsageError
+from .errors import UsageError, shown
 from .results.table import write_table
 
 #: Events a file may keep (kernels, collectives, steps, CPU ops) before it is refused: about 0.2 KB
 #: each in memory. A monkeypatchable module value: tests lower it.
 MAX_KEPT_EVENTS = 5_000_000
+#: The latest event start a trace may hold (us since the epoch or the capture's base: year 2286), and
+#: the longest an event or a whole capture may last (us): a profiler captures seconds to minutes.
+MAX_TS_US = 1e16
+MAX_SPAN_US = 24 * 3600 * 1e6
+#: The largest TP degree ``--tp`` or a run label may name.
+MAX_TP = 4096
 #: The longest single JSON value (one event, or a header entry) read whole.
 MAX_VALUE_CHARS = 64 << 20
 _CHUNK_CHARS = 4 << 20
 
 #: Communication kernels by name: NCCL/RCCL, vLLM's custom all-reduce, FlashInfer/TRT-LLM fusions,
-#: symmetric-memory and one/two-shot kernels (research/tracer-anchors.md, 4.2).
+#: symmetric-memory and one/two-shot kernels (the kernel names in NCCL's src/device and PyTorch's SymmetricMemory sources).
 COMM_KERNEL_RE = re.compile(r"nccl|rccl|cross_device_reduce|allreduce_fusion|one_shot_all_reduce|two_shot_all_reduce|"
                             r"multimem|pcie_ipc|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all", re.IGNORECASE)
-#: CPU-side collectives (gloo on CPU-only traces): c10d ops and the backends' annotations.
-CPU_COMM_RE = re.compile(r"^(?:gloo:|c10d::|nccl:)(?!.*barrier)", re.IGNORECASE)
+#: CPU-side collectives on CPU-only traces: c10d ops and the backends' annotations (gloo), and
+#: vLLM's CPU shared-memory collectives (``torch.ops._C.shm_allreduce`` / ``shm_all_gather`` /
+#: ``shm_gather`` in vllm/distributed/device_communicators/cpu_communicator.py, vLLM v0.32.0).
+CPU_COMM_RE = re.compile(r"^(?:gloo:|c10d::|nccl:|_C::shm_(?:all_?reduce|all_?gather|gather))(?!.*barrier)",
+                         re.IGNORECASE)
+_SHM_RE = re.compile(r"^_C::shm_", re.IGNORECASE)
+#: vLLM's per-iteration mark (vllm/v1/worker/gpu_worker.py, ``annotate_profile``; the CPU worker
+#: inherits it): ``execute_context_N(T)_generation_M(K)``: N requests in their context (prefill)
+#: phase with T tokens scheduled, M in generation (decode) with K tokens; with
+#: ``detailed_trace_annotation`` ``execute_TOTAL_context_N(sqT sk.. ..)_generation_M(sqK ..)``.
+VLLM_STEP_RE = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)[^)]*\)$")
 STEP_RES = ((re.compile(r"^ProfilerStep#(\d+)$"), "ProfilerStep#N (torch.profiler schedule steps)"),
+            (VLLM_STEP_RE, "vLLM 'execute_context_N(T)_generation_M(K)' iteration marks"),
             (re.compile(r"^gpu_model_runner: forward$"), "vLLM 'gpu_model_runner: forward'"))
+
+
+def vllm_step(name: str) -> dict | None:
+    """What a vLLM iteration mark says: requests and tokens in prefill (context) and decode
+    (generation), the step's phase (prefill, decode or mixed; empty when nothing was scheduled)."""
+    m = VLLM_STEP_RE.match(name)
+    if not m:
+        return None
+    cr, ct, gr, gt = map(int, m.groups())
+    phase = "mixed" if cr and gr else "prefill" if cr else "decode" if gr else "empty"
+    return {"prefill_requests": cr, "prefill_tokens": ct, "decode_requests": gr, "decode_tokens": gt,
+            "step_tokens": ct + gt, "phase": phase}
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 _COMM_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "size_bytes", "Group size")
 _CPU_CATS = {"cpu_op", "user_annotation", "python_function"}
@@ -88,7 +117,7 @@ class _Reader:
             return False
         try:
             chunk = self.f.read(_CHUNK_CHARS)
-        except (OSError, EOFError) as e:          # gzip: bad header, CRC, a cut stream
+        except (OSError, EOFError, zlib.error) as e:          # gzip: bad header, CRC, a cut or corrupt stream
             raise UsageError(f"{self.label}: cannot read it ({e}); not a complete .json or .json.gz file") from None
         except UnicodeDecodeError as e:
             raise UsageError(f"{self.label}: not JSON (not UTF-8 text: {e.reason})") from None
@@ -136,6 +165,9 @@ class _Reader:
 
 
 def _open_text(path: str, label: str):
+    from .fileio import check_regular
+
+    check_regular(path, label, ": is a directory; pass the trace files (e.g. DIR/*.json.gz)")   # a FIFO would block
     try:
         with open(path, "rb") as f:
             magic = f.read(2)
@@ -226,12 +258,21 @@ class _Collector:
             ts, dur = float(ev.get("ts")), float(ev.get("dur", 0) or 0)
         except (TypeError, ValueError):
             return
+        except OverflowError:           # an integer of hundreds of digits: no time, and no event to drop silently
+            raise UsageError(f"{self.label}: an event ({shown(ev.get('name'), 40)}) has ts {shown(ev.get('ts'))} and "
+                             f"dur {shown(ev.get('dur'))}: not a time a profiler records; the trace is corrupt") from None
         if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:
             return
+        if not 0 <= ts <= MAX_TS_US or dur > MAX_SPAN_US:
+            raise UsageError(f"{self.label}: an event ({shown(ev.get('name'), 40)}) at ts {ts:g} us lasting "
+                             f"{dur:g} us: not a time a profiler records (ts from 0 to {MAX_TS_US:g} us, at most "
+                             f"{MAX_SPAN_US / 3.6e9:g} h long); the trace is corrupt")
         cat, name, pid = str(ev.get("cat", "")), str(ev.get("name", "")), ev.get("pid")
         if not isinstance(pid, (int, str)) or isinstance(pid, bool):
             pid = str(pid)                      # a process id is a number or a name; anything else keyed as text
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        if "correlation" in args and not _is_key(args["correlation"]):
+            args = {**args, "correlation": None}        # a list or a dict cannot link a launch to its kernel
         self.span = (min(self.span[0], ts), max(self.span[1], ts + dur))
         if cat in _GPU_CATS:
             self._keep()
@@ -270,6 +311,11 @@ class _Collector:
                 self.by_pid.setdefault(pid, {"marks": [], "cpu": []})["cpu"].append((ts, dur))
 
 
+def _is_key(v) -> bool:
+    """A usable correlation id: a whole number or a short string (not a list, dict, float or bool)."""
+    return (isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 63) or (isinstance(v, str) and len(v) < 64)
+
+
 def _size_text(label: str) -> str:
     path = label.strip("'")
     try:
@@ -283,7 +329,9 @@ def _msg_bytes(args: dict) -> tuple[int | None, str | None]:
     dtype = str(args.get("dtype", "") or "").lower() or None
     per = _DTYPE_BYTES.get(dtype or "", None)
     def count(x):                       # a finite whole number >= 0 (2^53 at most), else not a size
-        ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 <= x <= 2 ** 53
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            return None
+        ok = (0 <= x <= 2 ** 53) if isinstance(x, int) else (math.isfinite(x) and 0 <= x <= 2 ** 53)
         return int(x) if ok else None
 
     n = [c for c in (count(args.get("In msg nelems")), count(args.get("Out msg nelems"))) if c is not None]
@@ -357,10 +405,18 @@ def _events(rd: _Reader, col: _Collector) -> None:
 def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
     label = f"'{path}'"
     info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
-    gpus = [str(d.get("name")) for d in header.get("deviceProperties") or [] if isinstance(d, dict) and d.get("name")]
+    props = header.get("deviceProperties")
+    gpus = [shown(d.get("name"), 80).strip("'\"") if not isinstance(d.get("name"), str) else d["name"][:120]
+            for d in (props if isinstance(props, list) else []) if isinstance(d, dict) and d.get("name")]
     base_us = 0.0
-    if isinstance(header.get("baseTimeNanoseconds"), (int, float)):
-        base_us = float(header["baseTimeNanoseconds"]) / 1e3
+    base = header.get("baseTimeNanoseconds")
+    if isinstance(base, (int, float)) and not isinstance(base, bool):
+        if not (0 <= base <= MAX_TS_US * 1e3):
+            raise UsageError(f"{label}: baseTimeNanoseconds {shown(base)} is not a time (0 to {MAX_TS_US * 1e3:g} ns)")
+        base_us = float(base) / 1e3
+    if col.span[0] < col.span[1] and col.span[1] - col.span[0] > MAX_SPAN_US:
+        raise UsageError(f"{label}: its events span {(col.span[1] - col.span[0]) / 3.6e9:,.0f} h (ts {col.span[0]:g} to "
+                         f"{col.span[1]:g} us); a capture lasts seconds to minutes: an event's ts or dur is corrupt")
     named = {pid: int(m.group(1)) for pid, n in col.pid_names.items() if (m := re.match(r"^rank (\d+)\b", n))}
     if "rank" in info:
         rank = info["rank"]
@@ -371,6 +427,8 @@ def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
         groups = {pid: (r, col.pid_labels.get(pid, "")) for pid, r in named.items()}
     else:
         m = _RANK_FILE_RE.search(os.path.basename(path))
+        if not m and not (col.gpu_events or col.cpu_comm or col.rpc or col.by_pid):
+            return []          # no rank and nothing to attribute: a front-end process's trace (vLLM's async_llm)
         if not m:
             raise UsageError(f"{label}: names no rank (no distributedInfo in the trace, no 'rank<N>' or 'TP-<N>' in "
                              "the file name); rename it, e.g. rank0.json.gz")
@@ -382,7 +440,8 @@ def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
     out = []
     for gpid, (rank, run) in groups.items():
         own = (lambda pid: True) if gpid is None else (lambda pid, g=gpid: pid == g)
-        rt = RankTrace(rank=rank, world=world, path=path, run=run, backend=info.get("backend"), gpus=gpus)
+        backend = info.get("backend") if isinstance(info.get("backend"), str) else None
+        rt = RankTrace(rank=rank, world=world, path=path, run=run, backend=backend and backend[:40], gpus=gpus)
         rt.span = (col.span[0] + base_us, col.span[1] + base_us)
         for pid, cls, name, ts, dur, corr, args in col.gpu_events:
             if not own(pid):
@@ -408,6 +467,7 @@ def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
             rt.colls = _cpu_colls([e for e in col.cpu_comm if own(e[0])], [e for e in col.rpc if own(e[0])])
         else:
             _sizes_from_rpc(rt.colls, [e for e in col.rpc if own(e[0])])
+        rt.backend = backend_of_ops(rt) or rt.backend or None   # the ops say which; the process group may not
         out.append(rt)
     return out
 
@@ -525,7 +585,7 @@ def find_steps(rt: RankTrace, step_re=None, plan_count: int | None = None) -> tu
             seen[m[0]] = i + 1
             g = by_name.get(m[0], [])
             gwin = (g[i][1], g[i][1] + g[i][2]) if i < len(g) else None
-            out.append((int(mm.group(1)) if mm else k, m[1], m[1] + m[2], gwin))
+            out.append((int(mm.group(1)) if mm else k, m[1], m[1] + m[2], gwin, m[0]))
         return how, out
     if step_re is not None:
         raise UsageError(f"--step-marker '{step_re.pattern}': matches no annotation in '{rt.path}' (rank {rt.rank})")
@@ -539,9 +599,9 @@ def find_steps(rt: RankTrace, step_re=None, plan_count: int | None = None) -> tu
             else:
                 bounds.append(math.inf)
         return (f"every {plan_count} collectives (the plan's count per step; the trace has no step annotations)",
-                [(k, bounds[k], bounds[k + 1], None) for k in range(n)])
+                [(k, bounds[k], bounds[k + 1], None, "") for k in range(n)])
     return "the whole capture as one step (no step annotations; pass --step-marker REGEX)", \
-        [(0, -math.inf, math.inf, None)]
+        [(0, -math.inf, math.inf, None, "")]
 
 
 class _Index:
@@ -605,24 +665,38 @@ def attribute_run(ranks: list[RankTrace], step_re=None, plan=None) -> dict:
     ranks = sorted(ranks, key=lambda r: r.rank)
     cpu = not any(r.kernels for r in ranks)
     plan_count = len(plan) if plan else None
-    hows, per_rank = set(), []
+    hows, per_rank, marks = set(), [], {}
     index = [_Index(rt) for rt in ranks]
     for rt in ranks:
         how, steps = find_steps(rt, step_re, plan_count)
         hows.add(how)
-        per_rank.append({sid: (lo, hi, g) for sid, lo, hi, g in steps})
+        per_rank.append({sid: (lo, hi, g) for sid, lo, hi, g, _ in steps})
+        for sid, *_, name in steps:
+            marks.setdefault(sid, name)
     common = sorted(set.intersection(*(set(p) for p in per_rank)))
     notes = []
+    has_colls = any(r.colls for r in ranks)
+    dropped = {"empty": 0, "no collectives": 0}
     if any(len(p) != len(common) for p in per_rank):
         notes.append(f"steps seen by every rank: {len(common)} (per rank: "
                      f"{', '.join(f'{r.rank}: {len(p)}' for r, p in zip(ranks, per_rank))})")
     steps, tokens, coll_rows, layer_acc = [], [], [], {}
     counts = []
     for sid in common:
+        info = vllm_step(marks.get(sid) or "") or {}
+        if info.get("phase") == "empty":              # the engine scheduled nothing in this iteration
+            dropped["empty"] += 1
+            continue
         parts = [_rank_step(ix, *p[sid], cpu) for ix, p in zip(index, per_rank)]
         if any(x is None or x["window_us"] <= 0 for x in parts):
             continue
         lists = [x["colls"] for x in parts]
+        if has_colls and not any(lists):             # a step without communication: no step of this account
+            dropped["no collectives"] += 1
+            continue
+        phase = {"phase": info.get("phase", "decode"), "step_tokens": info.get("step_tokens", ""),
+                 "requests": (info["prefill_requests"] + info["decode_requests"]) if info else "",
+                 "decode_requests": info.get("decode_requests", "")}
         n = min(len(c) for c in lists)
         if any(len(c) != n for c in lists):
             notes.append(f"step {sid}: ranks issued {', '.join(str(len(c)) for c in lists)} collectives; the first {n} "
@@ -653,7 +727,7 @@ def attribute_run(ranks: list[RankTrace], step_re=None, plan=None) -> dict:
             tr = x["comm_exposed_us"] - w
             compute = x["compute_us"] + x["memory_us"]
             lat = x["window_us"]
-            steps.append({"step": sid, "token": token, "rank": rt.rank,
+            steps.append({"step": sid, "token": token, "rank": rt.rank, **phase,
                           **{k: x[k] for k in ("window_us", "compute_us", "comm_us", "comm_exposed_us",
                                                "comm_overlapped_us", "memory_us", "idle_us")},
                           "collectives": len(x["colls"]), "transfer_us": tr, "wait_us": w,
@@ -661,7 +735,8 @@ def attribute_run(ranks: list[RankTrace], step_re=None, plan=None) -> dict:
             tokens.append({"rank": rt.rank, "token": token, "latency_us": lat, "latency_us_measured": lat,
                            "compute_us": compute, "transfer_us": tr, "wait_us": w, "gaps_us": x["idle_us"],
                            "residual_us": lat - compute - tr - w - x["idle_us"],
-                           "comm_share_pct": 100.0 * (tr + w) / lat if lat > 0 else 0.0})
+                           "comm_share_pct": 100.0 * (tr + w) / lat if lat > 0 else 0.0, "phase": phase["phase"],
+                           "decode_requests": phase["decode_requests"], "step_tokens": phase["step_tokens"]})
             if sites:
                 cl = x["colls"]
                 for j, s in enumerate(sites):
@@ -686,7 +761,12 @@ def attribute_run(ranks: list[RankTrace], step_re=None, plan=None) -> dict:
         layers.append({"layer": layer, "rank": rank, "compute_us": c, "transfer_us": tr, "wait_us": w,
                        "comm_share_pct": 100.0 * (tr + w) / (c + tr + w) if c + tr + w > 0 else 0.0,
                        "straggler_count": a["straggler_count"], "collectives": a["collectives"]})
+    for what, n in dropped.items():
+        if n:
+            notes.append(f"{n} step{'s' if n > 1 else ''} {'with nothing scheduled' if what == 'empty' else 'without collectives'}"
+                         " dropped (not counted as tokens)")
     return {"steps": steps, "tokens": tokens, "collectives": coll_rows, "layers": layers, "notes": notes,
+            "dropped_steps": dropped,
             "step_source": "; ".join(sorted(hows)), "cpu": cpu, "counts": counts,
             "collectives_per_step": int(sorted(counts)[len(counts) // 2]) if counts else 0,
             "ranks": [rank_totals(rt, cpu, until=max((v[1] for v in p.values() if v[1] < math.inf), default=None))
@@ -716,6 +796,12 @@ def rank_totals(rt: RankTrace, cpu: bool, until: float | None = None) -> dict:
 
 # --- checks across files -----------------------------------------------------------------------------------
 
+def _few(ranks: list, n: int = 8) -> str:
+    """Rank numbers for a one-line message: the first ``n``, then how many more."""
+    text = ", ".join(map(str, ranks[:n]))
+    return text + (f", ... ({len(ranks):,} in all)" if len(ranks) > n else "")
+
+
 def check_ranks(ranks: list[RankTrace], tp: int | None) -> None:
     """One run's ranks: no rank twice, none missing, all from one run (same world size, captures
     that overlap in time)."""
@@ -736,8 +822,8 @@ def check_ranks(ranks: list[RankTrace], tp: int | None) -> None:
         want |= set(range(first, first + tp))
     missing = sorted(want - set(have))
     if missing:
-        raise UsageError(f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing: the traces "
-                         f"hold ranks {', '.join(map(str, have))}; pass every rank's trace of the TP group")
+        raise UsageError(f"rank{'s' if len(missing) > 1 else ''} {_few(missing)} missing: the traces "
+                         f"hold ranks {_few(have)}; pass every rank's trace of the TP group")
     if worlds and have[-1] >= worlds[0]:
         raise UsageError(f"rank {have[-1]} in '{seen[have[-1]].path}' but the world size is {worlds[0]}: "
                          "the traces come from different runs")
@@ -754,7 +840,7 @@ _DTYPE_NAMES = {"bfloat16": "bf16", "half": "fp16", "float16": "fp16", "float": 
 KINETO_STEPS_CSV = "kineto_steps.csv"
 KINETO_COLLECTIVES_CSV = "kineto_collectives.csv"
 KINETO_RANKS_CSV = "kineto_ranks.csv"
-STEP_COLUMNS = ["tp", "batch", "mode", "step", "token", "rank", "window_us", "compute_us", "comm_us", "comm_exposed_us",
+STEP_COLUMNS = ["tp", "batch", "mode", "phase", "step", "token", "rank", "step_tokens", "requests", "window_us", "compute_us", "comm_us", "comm_exposed_us",
                 "comm_overlapped_us", "memory_us", "idle_us", "collectives", "transfer_us", "wait_us",
                 "straggler_count"]
 COLL_COLUMNS = ["tp", "batch", "mode", "step", "token", "index", "rank", "site", "op", "kernel", "size_bytes",
@@ -764,7 +850,16 @@ RANK_COLUMNS = ["tp", "batch", "mode", "rank", "file", "backend", "comm_kernels"
 
 
 def _run_label(label: str) -> dict:
-    return {k: v for k, v in re.findall(r"(\w+)=(\S+)", label or "")}
+    """A run label's fields ("tp=2 batch=8 mode=eager"); tp and batch must be whole numbers in range."""
+    lab = {k: v for k, v in re.findall(r"(\w+)=(\S+)", label or "")}
+    for key, hi in (("tp", MAX_TP), ("batch", 1 << 20)):
+        if key in lab:
+            v = lab[key]
+            if not (v.isascii() and v.isdigit() and 1 <= int(v) <= hi):
+                raise UsageError(f"run label {shown(label)}: {key}={shown(v)} is not a whole number in 1..{hi:,}")
+    if "mode" in lab and lab["mode"] not in ("eager", "graph"):
+        raise UsageError(f"run label {shown(label)}: mode={shown(lab['mode'])}: expected eager or graph")
+    return lab
 
 
 def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None, model: str | None = None,
@@ -778,21 +873,27 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
 
     if not paths:
         raise UsageError("import kineto: no trace files given")
-    if tp is not None and tp < 1:
-        raise UsageError(f"--tp {tp}: must be a positive integer")
+    if tp is not None and not 1 <= tp <= MAX_TP:
+        raise UsageError(f"--tp {shown(tp)}: must be a whole number in 1..{MAX_TP:,}")
     try:
         step_re = re.compile(step_marker) if step_marker else None
     except re.error as e:
         raise UsageError(f"--step-marker '{step_marker}': not a regular expression ({e})") from None
     shape = get_model(model) if model else None
     results.check_out_dir(out_dir, resume=False)
-    ranks, files = [], []
+    ranks, files, skipped = [], [], []
     for p in paths:
         rts = read_file(p, step_marker)
+        if not rts:
+            skipped.append(os.path.basename(p))
+            continue
         ranks.extend(rts)
         files.append({"path": os.path.abspath(p), "sha256": results.file_sha256(p), "bytes": os.path.getsize(p),
                       "ranks": sorted({r.rank for r in rts})})
     if not any(r.kernels or r.colls for r in ranks):
+        if skipped and not ranks:
+            raise UsageError(f"{', '.join(repr(p) for p in paths)}: no rank's trace (only traces that name no rank "
+                             "and hold no kernels or CPU ops, as vLLM's front-end async_llm trace)")
         raise UsageError(f"{', '.join(repr(p) for p in paths)}: no GPU kernels and no CPU collectives in the trace; "
                          "capture with torch.profiler activities=[CPU, CUDA] around the decode steps")
     runs: dict = {}
@@ -816,19 +917,38 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         if not att["tokens"]:
             raise UsageError(f"{', '.join(sorted({os.path.basename(r.path) for r in rs}))}: no step holds kernels or "
                              f"collectives on every rank (steps from {att['step_source']})")
-        batch = int(lab.get("batch", 0)) or _batch_from_sizes(shape, colls, dtype) or 1
-        common = {"kind": "imported", "tp": run_tp, "batch": batch, "mode": mode, "phase": "decode"}
+        decode_batch = _median([t["decode_requests"] for t in att["tokens"]
+                                if t["phase"] == "decode" and t["decode_requests"] != ""])
+        batch = int(lab.get("batch", 0)) or decode_batch or _batch_from_sizes(shape, colls, dtype) or 1
+        common = {"kind": "imported", "tp": run_tp, "batch": batch, "mode": mode}
         L = shape.layers if shape else ""
         tok_rows += [{**common, "scaled": 0, "layers_run": L, "layers_model": L, **t} for t in att["tokens"]]
-        lay_rows += [{**common, **r} for r in att["layers"]]
-        summ = summarize(att["tokens"], batch, att["collectives_per_step"])
-        sum_rows.append({**common, "scaled": 0, "layers_run": L, "layers_model": L, **summ})
+        lay_rows += [{**common, "phase": "decode", **r} for r in att["layers"]]
+        phases = {}
+        for t in att["tokens"]:
+            phases.setdefault(t["phase"], []).append(t)
+        summs = {}
+        for ph in sorted(phases, key=("decode", "prefill", "mixed").index):
+            toks = phases[ph]
+            chunk = _median([t["step_tokens"] - (t["decode_requests"] or 0) for t in toks]) if ph != "decode" else 0
+            b = batch if ph == "decode" else (_median([t["decode_requests"] for t in toks]) or 0)
+            summs[ph] = summarize(toks, b, att["collectives_per_step"], chunk=chunk or 0, prompt=chunk or 0)
+            summs[ph]["phase"] = ph
+            sum_rows.append({**common, "batch": b if ph != "prefill" else 0, "scaled": 0, "layers_run": L,
+                             "layers_model": L, **summs[ph]})
+        summ = summs.get("decode") or next(iter(summs.values()))
         step_rows += [{**common, **r} for r in att["steps"]]
         coll_rows += [{**common, **r} for r in att["collectives"]]
         rank_rows += [{**common, **r} for r in att["ranks"]]
         plan_count = len(plan) if plan else None
         accounts.append({"run": label or "kineto", "tp": run_tp, "batch": batch, "mode": mode,
                          "ranks": sorted(r.rank for r in rs), "steps": len(att["tokens"]) // len(rs),
+                         "steps_by_phase": {ph: len(v) // len(rs) for ph, v in phases.items()},
+                         "dropped_steps": att["dropped_steps"],
+                         "backend": "+".join(sorted({r.backend for r in rs if r.backend})),
+                         "batch_source": ("run label" if lab.get("batch") else "vLLM iteration marks (decode requests, "
+                                          "median over decode steps)" if decode_batch else
+                                          "first all-reduce's size / hidden" if batch > 1 else "assumed 1"),
                          "step_source": att["step_source"], "collectives_per_step": att["collectives_per_step"],
                          "plan_collectives_per_step": plan_count,
                          "matches_plan": None if plan_count is None else att["collectives_per_step"] == plan_count,
@@ -842,14 +962,15 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         gpus=sorted({g for r in ranks for g in r.gpus}) or ["unknown (the trace names no device)"],
         status="running")
     meta.update({
-        "source": "kineto", "source_files": files,
-        "backend": backends[0] if len(backends) == 1 else ("gloo" if all(a["cpu_only"] for a in accounts) else
-                                                           (backends or None)),
+        "source": "kineto", "source_files": files, "skipped_files": skipped,
+        "backend": backends[0] if len(backends) == 1 else (backends or None),
         "world_size": max((r.world or 0 for r in ranks), default=0) or len({r.rank for r in ranks}),
         "ranks": sorted({r.rank for r in ranks}),
         "model": shape.to_dict() if shape else {"name": "unknown (no --model given)"},
         "scaled": False, "scaling": "as captured (every layer the engine ran)",
         "step_marker": step_marker, "runs": accounts,
+        "phases": "per step from vLLM's iteration marks where the trace has them (execute_context_N(T)_generation_M(K): "
+                  "prefill = context requests only, decode = generation only, mixed = both); else every step decode",
         "config": {"dtype": dtype, "tp": tp},
         "columns": {
             "latency_us": "the step's window on the rank: its GPU-side span (first to last kernel, or the "
@@ -868,7 +989,14 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     })
     os.makedirs(out_dir, exist_ok=True)
     results.write_meta(out_dir, meta)
-    from .results.trace import LAYERS_CSV, SUMMARY_CSV, TOKENS_CSV
+    with results.failing(out_dir, "import kineto"):     # a full disk: meta.json says failed, not running
+        _write_tables(out_dir, tok_rows, lay_rows, sum_rows, step_rows, coll_rows, rank_rows)
+    results.finish_meta(out_dir, "complete")
+    return {"out_dir": out_dir, "runs": accounts, "files": files, "skipped": skipped}
+
+
+def _write_tables(out_dir, tok_rows, lay_rows, sum_rows, step_rows, coll_rows, rank_rows) -> None:
+    from .results.trace import LAYER_COLUMNS, LAYERS_CSV, SUMMARY_COLUMNS, SUMMARY_CSV, TOKEN_COLUMNS, TOKENS_CSV
 
     write_table(os.path.join(out_dir, TOKENS_CSV), TOKEN_COLUMNS, tok_rows)
     write_table(os.path.join(out_dir, LAYERS_CSV), LAYER_COLUMNS,
@@ -878,8 +1006,22 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     write_table(os.path.join(out_dir, KINETO_STEPS_CSV), STEP_COLUMNS, step_rows)
     write_table(os.path.join(out_dir, KINETO_COLLECTIVES_CSV), COLL_COLUMNS, coll_rows)
     write_table(os.path.join(out_dir, KINETO_RANKS_CSV), RANK_COLUMNS, rank_rows)
-    results.finish_meta(out_dir, "complete")
-    return {"out_dir": out_dir, "runs": accounts, "files": files}
+def backend_of_ops(rt: RankTrace) -> str:
+    """The communication backend a rank's collectives name: NCCL/RCCL kernels, vLLM's custom
+    all-reduce kernels, vLLM's CPU shared-memory ops, gloo's or c10d's CPU ops ('' when none)."""
+    names = {c.name for c in rt.colls}
+    found = []
+    for pat, backend in ((r"^_C::shm_", "vllm-cpu-shm"), (r"nccl", "nccl"), (r"rccl", "rccl"),
+                         (r"cross_device_reduce|one_shot|two_shot|allreduce_fusion", "vllm-custom-allreduce"),
+                         (r"^gloo:", "gloo"), (r"^c10d::|record_param_comms", "" if rt.kernels else "gloo")):
+        if backend and backend not in found and any(re.search(pat, n, re.IGNORECASE) for n in names):
+            found.append(backend)
+    return "+".join(found)
+
+
+def _median(values) -> int | None:
+    v = sorted(x for x in values if isinstance(x, (int, float)) and x == x)
+    return int(v[len(v) // 2]) if v else None
 
 
 def _batch_from_sizes(shape, colls, dtype: str) -> int | None:
@@ -905,11 +1047,13 @@ def run_import_kineto(paths: list[str], out: str, step_marker: str | None = None
         if a["plan_collectives_per_step"] is not None:
             plan = (f" (plan: {a['plan_collectives_per_step']}, "
                     f"{'matches' if a['matches_plan'] else 'DIFFERS'})")
+        cpu_ops = f" (CPU ops, {a['backend'] or 'backend unknown'})" if a["cpu_only"] else ""
         print(f"imported {a['run']}: rank{'s' if len(a['ranks']) > 1 else ''} {', '.join(map(str, a['ranks']))}; "
               f"{a['steps']} step{'s' if a['steps'] != 1 else ''} ({a['step_source']}), "
               f"{a['collectives_per_step']} collectives/step{plan}, "
               f"{a['ms_per_step']:.3f} ms/step, communication {a['comm_share_pct']:.1f}% exposed"
-              f"{' (CPU ops, gloo)' if a['cpu_only'] else ''} into {acc['out_dir']}")
-        for n in a["notes"][:5]:
+              f"{cpu_ops} into {acc['out_dir']}")
+        for n in (([f"skipped {', '.join(acc['skipped'])}: names no rank and holds no kernels or CPU ops "
+                       "(a front-end process's trace)"] if acc.get("skipped") else []) + a["notes"])[:5]:
             print(f"  note: {n}", file=sys.stderr)
     return 0

@@ -323,7 +323,7 @@ def _watch(cfg, procs, slots, errq):
                 while not errq.empty():
                     rank, *report = errq.get()
                     errors.setdefault(rank, tuple(report))
-                return _failure(host, procs, codes, errors, slots)
+                return _failure(host, procs, codes, errors, slots, verb_of(cfg))
             total = sum(slots.progress)
             if total != last_sum:
                 last_sum, last_t = total, time.monotonic()
@@ -339,14 +339,19 @@ def _watch(cfg, procs, slots, errq):
             bar.close()
 
 
-def _failure(host, procs, codes, errors, slots):
+def verb_of(cfg) -> str:
+    """The verb a rank config belongs to, for failure lines ("the trace stopped")."""
+    return {"SweepConfig": "sweep", "TraceConfig": "trace", "MoeConfig": "moe"}.get(type(cfg).__name__, "run")
+
+
+def _failure(host, procs, codes, errors, slots, verb: str = "run"):
     died = [r for r, c in enumerate(codes) if c not in (None, 0) and r not in errors]
     if died:
         r = died[0]
         c = codes[r]
         how = f"killed by signal {signal.Signals(-c).name}" if c < 0 else f"exited with code {c}"
         return RankDied(f"{where(r, slots.stage_of(r), host)}: rank {how} (pid {procs[r].pid}); "
-                        f"the sweep stopped, rows written so far are kept")
+                        f"the {verb} stopped, rows written so far are kept")
     # Prefer an error that is not just the echo of a peer going away.
     def echo(msg):
         m = msg.lower()

@@ -1,7 +1,7 @@
 """Model shapes: a built-in table and an offline Hugging Face ``config.json`` reader.
 
 The built-in values are the models' published ``config.json`` figures as collected in
-``shared/FACTS.md`` and ``shared/research/tracer-anchors.md`` section 3.3 (source named per entry).
+the models' published ``config.json`` on Hugging Face (source named per entry).
 """
 from __future__ import annotations
 
@@ -70,25 +70,27 @@ def _every_nth_global(layers: int, pattern: int) -> tuple:
     return tuple(i for i in range(layers) if (i + 1) % pattern == 0)
 
 
-_FACTS = "shared/FACTS.md model table (from the models' published config.json)"
-_ANCHORS = "shared/research/tracer-anchors.md section 3.3 (from the model's published config.json)"
+def _hf(repo: str) -> str:
+    """The model's published config.json (the figures here are copied from it)."""
+    return f"config.json of https://huggingface.co/{repo}"
+
 
 BUILTIN: dict[str, ModelShape] = {m.name.lower(): m for m in [
-    ModelShape("Qwen2.5-32B", 64, 5120, 40, 8, 128, 27648, 152064, source=_FACTS),
-    ModelShape("Qwen3-32B", 64, 5120, 64, 8, 128, 25600, 151936, source=_FACTS),
-    ModelShape("Llama-3.1-70B", 80, 8192, 64, 8, 128, 28672, 128256, source=_FACTS),
+    ModelShape("Qwen2.5-32B", 64, 5120, 40, 8, 128, 27648, 152064, source=_hf("Qwen/Qwen2.5-32B")),
+    ModelShape("Qwen3-32B", 64, 5120, 64, 8, 128, 25600, 151936, source=_hf("Qwen/Qwen3-32B")),
+    ModelShape("Llama-3.1-70B", 80, 8192, 64, 8, 128, 28672, 128256, source=_hf("meta-llama/Llama-3.1-70B")),
     # 52 sliding-window layers (window 1024) + 10 global: sliding_window_pattern 6, so every 6th
     # layer is global; embeddings tied (lm_head reuses them) as in Gemma's config.
-    ModelShape("Gemma-3-27B", 62, 5376, 32, 16, 128, 21504, 262208, source=_ANCHORS,
+    ModelShape("Gemma-3-27B", 62, 5376, 32, 16, 128, 21504, 262208, source=_hf("google/gemma-3-27b-it"),
                sliding_window=1024, global_layers=_every_nth_global(62, 6), tie_word_embeddings=True),
     ModelShape("Qwen3-30B-A3B", 48, 2048, 32, 4, 128, 0, 151936, experts=128, top_k=8,
-               expert_ffn=768, source=_FACTS),
+               expert_ffn=768, source=_hf("Qwen/Qwen3-30B-A3B")),
     ModelShape("Qwen3-235B-A22B", 94, 4096, 64, 4, 128, 0, 151936, experts=128, top_k=8,
-               expert_ffn=1536, source=_FACTS),
+               expert_ffn=1536, source=_hf("Qwen/Qwen3-235B-A22B")),
     # MLA figures from DeepSeek-V3's config.json (q_lora_rank 1536, kv_lora_rank 512,
     # qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128; first_k_dense_replace 3).
     ModelShape("DeepSeek-V3", 61, 7168, 128, 128, 128, 18432, 129280, experts=256, top_k=8,
-               expert_ffn=2048, source=_FACTS, dense_layers=3, shared_experts=1,
+               expert_ffn=2048, source=_hf("deepseek-ai/DeepSeek-V3"), dense_layers=3, shared_experts=1,
                q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
                v_head_dim=128),
 ]}

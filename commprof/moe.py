@@ -125,8 +125,9 @@ def moe_command(*, model, ep, tokens, skew, iters, warmup, rebalance, seed, back
     for line in views.summary_lines(steps):
         echo(line)
     if charts_on:
-        for p in views.charts(steps, ranks, r.meta, cfg.out_dir):
-            print(f"chart: {p}", file=sys.stderr)
+        with results.failing(cfg.out_dir):
+            for p in views.charts(steps, ranks, r.meta, cfg.out_dir):
+                print(f"chart: {p}", file=sys.stderr)
     bad = int((steps.wrong > 0).sum())
     if bad:
         print(f"commprof: error: {bad} step row(s) failed the received-bytes check (column wrong); "

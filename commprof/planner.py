@@ -3,8 +3,8 @@
 This module is the one place the decode step is modelled: ``commprof plan`` prints it, and the trace
 engine imports :func:`decode_collectives` to know which collectives a step must contain.
 
-The model is Megatron-style tensor parallelism (TP) as vLLM runs it (``shared/FACTS.md``,
-"Collectives per decoded token"): a vocab-parallel embedding ends in one all-reduce, each layer
+The model is Megatron-style tensor parallelism (TP) as vLLM runs it (Megatron-LM's
+tensor-parallel layers, arXiv:1909.08053; vLLM's VocabParallelEmbedding and RowParallelLinear): a vocab-parallel embedding ends in one all-reduce, each layer
 ends its attention (o_proj) and its MLP (down_proj) in one all-reduce each, and the logits are
 all-gathered. Dense, no sequence parallelism: ``2 x layers + 2`` collectives per step, whatever the
 TP degree. Sizes are in nccl-tests' meaning (``commprof.collectives``) and rounded the way the
@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 from .collectives import COLLECTIVES, DTYPE_BYTES
 from .errors import EXIT_OK, UsageError, shown
+from .fileio import all_or_none, write_json
 from .models import ModelShape, get_model, is_moe_layer, is_sliding
 from .units import parse_bytes
 from .views.console import emit
@@ -658,21 +659,20 @@ def write_plan(plan: Plan, out_dir: str) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     json_path = os.path.join(out_dir, PLAN_JSON)
     csv_path = os.path.join(out_dir, PLAN_CSV)
-    with open(json_path, "w", encoding="utf-8") as f:
-        json.dump(plan.to_dict(), f, indent=2)
-        f.write("\n")
     rows = []
     for s in plan.sites:
         row = s.to_dict()
         row["layer"] = "" if s.layer is None else s.layer
         rows.append(row)
-    results.write_table(csv_path, CSV_COLUMNS, rows)
-    results.write_meta(out_dir, results.provenance(
-        "plan", "modelled", f"collectives and memory of one {plan.phase} step, modelled from the model's shapes "
-        "(commprof plan)", status="complete", hosts=["modelled: no box"], model=plan.model.name,
-        source=plan.model.source, tp=plan.tp, batch=plan.batch, context=plan.context, dtype=plan.dtype,
-        phase=plan.phase, **({"prompt": plan.prefill["prompt"], "chunk": plan.prefill["chunk"]}
-                             if plan.prefill else {})))
+    with all_or_none(json_path, csv_path, os.path.join(out_dir, results.META_JSON)):
+        write_json(json_path, plan.to_dict())
+        results.write_table(csv_path, CSV_COLUMNS, rows)
+        results.write_meta(out_dir, results.provenance(
+            "plan", "modelled", f"collectives and memory of one {plan.phase} step, modelled from the model's "
+            "shapes (commprof plan)", status="complete", hosts=["modelled: no box"], model=plan.model.name,
+            source=plan.model.source, tp=plan.tp, batch=plan.batch, context=plan.context, dtype=plan.dtype,
+            phase=plan.phase, **({"prompt": plan.prefill["prompt"], "chunk": plan.prefill["chunk"]}
+                                 if plan.prefill else {})))
     return [json_path, csv_path]
 
 

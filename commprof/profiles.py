@@ -26,8 +26,7 @@ from .collectives import COLLECTIVES
 PROFILE_OPS = ("all_reduce", "all_gather")
 PROFILE_TPS = (2, 4, 8)
 
-# Public sources, by the key the parameters cite. Figures only; see shared/FACTS.md and
-# shared/research/microbench-anchors.md section 6.
+# Public sources, by the key the parameters cite. Figures only, each with where it was published.
 SOURCES = {
     "nccl-tests#123": "NVIDIA/nccl-tests #123: DGX-A100 (8x A100 SXM, NVLink 3 + NVSwitch), NCCL ring "
                       "all-reduce forced to one channel, 8-128 B, no CUDA graph: 2 GPUs 10 us, 4 GPUs "
@@ -73,8 +72,8 @@ SOURCES = {
                       "tests/data/nccl-tests/rtx4090x2_pcie_allreduce_kalavai.txt: 2x RTX 4090 on PCIe, "
                       "nccl-tests all_reduce_perf, no CUDA graph: average 8.97-12.01 us from 8 B to 4 KiB "
                       "(median 10.065), busbw 2.24 GB/s from 256 MiB to 2 GiB",
-    "FACTS-links": "shared/FACTS.md link ceilings (per direction, from stas00/ml-engineering "
-                   "network/README.md): PCIe 4.0 x16 31.5 GB/s, PCIe 5.0 x16 63 GB/s, NVLink 3 (A100) "
+    "link-ceilings": "link ceilings per direction, as tabulated in stas00/ml-engineering "
+                   "network/README.md: PCIe 4.0 x16 31.5 GB/s, PCIe 5.0 x16 63 GB/s, NVLink 3 (A100) "
                    "300 GB/s, NVLink 4 (H100/H200) 450 GB/s, NVLink 5 (B200) 900 GB/s",
 }
 
@@ -227,7 +226,7 @@ def _pcie4_nop2p() -> dict:
             else:
                 bb = b5[4] * 31.5 / 63.0
                 bsrc = (f"derived: PCIe 5.0 P2P-off all-reduce busbw {_fmt(b5[4])} GB/s at 4 GPUs "
-                        f"(nccl#1639) x link-ceiling ratio 31.5/63 (FACTS-links) = {_fmt(bb)} GB/s; no public "
+                        f"(nccl#1639) x link-ceiling ratio 31.5/63 (link-ceilings) = {_fmt(bb)} GB/s; no public "
                         "large-message busbw for a P2P-off PCIe 4.0 box of 2 or 4 GPUs on x16 links (the "
                         "2x RTX 4090 log reaches 2.24 GB/s: 7% of x16, not taken)")
             params.append(_param(op, n, "eager", a, asrc, bb, bsrc))
@@ -237,7 +236,7 @@ def _pcie4_nop2p() -> dict:
         "link": "PCIe 4.0 x16, 31.5 GB/s per direction; without P2P NCCL copies through host shared memory",
         "link_ceiling_gbps": 31.5,
         "params": params,
-        "sources": ["chlc-4090x8", "kalavai-4090x2", "nccl#1530", "nccl#1639", "nccl-tests#123", "FACTS-links"],
+        "sources": ["chlc-4090x8", "kalavai-4090x2", "nccl#1530", "nccl#1639", "nccl-tests#123", "link-ceilings"],
         "calibrated_on": ["chlc-4090x8", "kalavai-4090x2"],
     }
 
@@ -261,7 +260,7 @@ def _pcie4_p2p() -> dict:
         "link": "PCIe 4.0 x16, 31.5 GB/s per direction, GPU-to-GPU P2P",
         "link_ceiling_gbps": 31.5,
         "params": params,
-        "sources": ["tinygrad#17", "rtx6kpro", "nccl-tests#123", "FACTS-links"],
+        "sources": ["tinygrad#17", "rtx6kpro", "nccl-tests#123", "link-ceilings"],
     }
 
 
@@ -287,7 +286,7 @@ def _pcie5_nop2p() -> dict:
         "link": "PCIe 5.0 x16, 63 GB/s per direction; without P2P NCCL copies through host shared memory",
         "link_ceiling_gbps": 63.0,
         "params": params,
-        "sources": ["nccl#1639", "nccl#1530", "nccl-tests#123", "FACTS-links"],
+        "sources": ["nccl#1639", "nccl#1530", "nccl-tests#123", "link-ceilings"],
     }
 
 
@@ -308,7 +307,7 @@ def _pcie5_p2p() -> dict:
         "link": "PCIe 5.0 x16, 63 GB/s per direction (P2P measured 53-56 GB/s), GPU-to-GPU P2P",
         "link_ceiling_gbps": 63.0,
         "params": params,
-        "sources": ["rtx6kpro", "nccl-tests#123", "FACTS-links"],
+        "sources": ["rtx6kpro", "nccl-tests#123", "link-ceilings"],
     }
 
 
@@ -340,7 +339,7 @@ def _nvlink3() -> dict:
         "link": "NVLink 3, 12 links, 300 GB/s per direction per GPU",
         "link_ceiling_gbps": 300.0,
         "params": params,
-        "sources": ["superbench-a100", "nccl-tests#123", "nccl-tests#149", "nccl#1455", "FACTS-links"],
+        "sources": ["superbench-a100", "nccl-tests#123", "nccl-tests#149", "nccl#1455", "link-ceilings"],
         "calibrated_on": ["superbench-a100"],
         "notes": ["The 2- and 4-GPU all-reduce latencies were measured with NCCL forced to one ring channel; "
                   "the 8-GPU one is calibrated on a real 8x A100 log with NCCL's own choice."],
@@ -392,7 +391,7 @@ def _nvlink4() -> dict:
         "link_ceiling_gbps": 450.0,
         "params": params,
         "sources": ["Triton-distributed#57", "nccl#1259", "DeepEP#303", "nccl-tests#212", "nccl#1455",
-                    "FACTS-links"],
+                    "link-ceilings"],
         "checks": [  # published points not used to set parameters: the model's error shows against them
             {"op": "all_reduce", "tp": 8, "mode": "eager", "size_bytes": s, "latency_us": v,
              "source": "Triton-distributed#57"}
@@ -427,7 +426,7 @@ def _nvlink5() -> dict:
         "link_ceiling_gbps": 900.0,
         "params": params,
         "sources": ["nccl-tests#333", "ml-engineering", "nccl#1259", "DeepEP#303", "Triton-distributed#57",
-                    "FACTS-links"],
+                    "link-ceilings"],
         "notes": ["The one published small-message point is GB200 with NCCL's symmetric-memory kernels "
                   "(NCCL 2.27+, registered buffers); stock torch.distributed calls may be slower."],
     }

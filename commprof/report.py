@@ -7,11 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import os
+import sys
 
 from . import results
-from .check import gather, load_thresholds, run_items
+from .check import gather, load_thresholds, run_items, unfinished_lines
 from .items import verdict
 from .errors import UsageError
+from .fileio import all_or_none
 from .results.meta import check_writable
 from .gap import compute_gap
 from .views import report as views
@@ -50,6 +52,9 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
             gap_error = str(e)
     multi = len(boxes) > 1
     sections = []
+    partial = unfinished_lines(ev)
+    if partial:
+        sections.append(views.Section("Unfinished runs: the figures below are partial", paragraphs=partial))
     if multi:
         sections.append(views.side_by_side_section(boxes, items, gap, gap_error, out_dir))
     for k, b in enumerate(boxes, start=1):
@@ -90,15 +95,16 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
         hosts = sorted({h for m in (ev.sweep_meta, ev.trace_meta) if m for h in m.get("hosts", [])}) or \
             ([ev.topo.get("host", "?")] if ev.topo else ["?"])
         title = f"commprof report: {', '.join(hosts)}"
-    paths = views.write_report(out_dir, title, [os.path.abspath(d) for d in dirs], sections)
-    metas = [m for b in boxes for m in b.metas]
-    results.stamp(out_dir, results.provenance(
-        "report", "checklist", "one-page report over results dirs (commprof report)", status="complete",
-        hosts=sorted({h for m in metas for h in m.get("hosts", [])}) or ["?"],
-        gpus=sorted({g for m in metas for g in m.get("gpus", [])}) or None,
-        evidence_dirs=[os.path.abspath(d) for d in dirs], verdict=verdict(items),
-        boxes=[{"box": b.label, "verdict": verdict([i for i in items if i.box in ("", b.label)]),
-                "interconnect": b.interconnect.to_dict() if b.interconnect else None} for b in boxes]))
+    with all_or_none(*(os.path.join(out_dir, n) for n in (views.REPORT_HTML, views.REPORT_MD, results.META_JSON))):
+        paths = views.write_report(out_dir, title, [os.path.abspath(d) for d in dirs], sections)
+        metas = [m for b in boxes for m in b.metas]
+        results.stamp(out_dir, results.provenance(
+            "report", "checklist", "one-page report over results dirs (commprof report)", status="complete",
+            hosts=sorted({h for m in metas for h in m.get("hosts", [])}) or ["?"],
+            gpus=sorted({g for m in metas for g in m.get("gpus", [])}) or None,
+            evidence_dirs=[os.path.abspath(d) for d in dirs], verdict=verdict(items),
+            boxes=[{"box": b.label, "verdict": verdict([i for i in items if i.box in ("", b.label)]),
+                    "interconnect": b.interconnect.to_dict() if b.interconnect else None} for b in boxes]))
     return paths
 
 
@@ -153,4 +159,10 @@ def run_report(cfg: ReportConfig) -> int:
     paths = build(dirs, out or dirs[0], thresholds, model, reference, interconnect, cfg.tp)
     for p in paths:
         print(f"wrote {p}")
+    if any(results.load(d).unfinished for d in dirs):
+        from .check import EXIT_CHECK_FAILED
+
+        print("commprof: error: the report holds an unfinished run's partial figures (see its first section)",
+              file=sys.stderr)
+        return EXIT_CHECK_FAILED
     return 0

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import results
 from .errors import UsageError
+from .fileio import read_user_bytes
 from .runconfig import RunConfig
 
 STEPS_CSV = "moe_steps.csv"
@@ -47,6 +48,11 @@ class Skew:
     probs: tuple
 
 
+#: The largest load one expert may carry in a replay file: a token count (no capture routes 10^15
+#: tokens) or a share; a sum of such loads stays finite.
+MAX_LOAD = 1e15
+
+
 def _load_file(path: str, experts: int, spec: str) -> np.ndarray:
     """Per-expert load from CSV ``expert,load`` (header optional) or JSON list / dict."""
     label = f"--skew {spec}"
@@ -56,20 +62,24 @@ def _load_file(path: str, experts: int, spec: str) -> np.ndarray:
 
     def put(e, v, at):
         try:
-            ei, fv = int(str(e).strip()), float(str(v).strip())
+            te, tv = str(e).strip(), str(v).strip()
+            if not (te.isascii() and tv.isascii()):         # int() and float() take any script's digits
+                raise ValueError(te)
+            ei, fv = int(te), float(tv)
         except ValueError:
             raise UsageError(f"{label}: '{path}' {at}: expected an expert id and a load, got {e!r}, {v!r}") from None
         if not 0 <= ei < experts:
             raise UsageError(f"{label}: '{path}' {at}: expert {ei} is outside 0..{experts - 1}")
-        if not np.isfinite(fv) or fv < 0:
-            raise UsageError(f"{label}: '{path}' {at}: load {fv!r} must be a finite number >= 0")
+        if not np.isfinite(fv) or fv < 0 or fv > MAX_LOAD:
+            raise UsageError(f"{label}: '{path}' {at}: load {fv!r} must be a number from 0 to {MAX_LOAD:g} "
+                             "(tokens routed to the expert, or its share)")
         loads[ei] += fv
 
     if path.lower().endswith(".json"):
+        raw = read_user_bytes(path, f"{label}: '{path}'", limit=64 << 20)
         try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError) as e:
+            data = json.loads(raw.decode("utf-8"))
+        except ValueError as e:
             raise UsageError(f"{label}: '{path}' is not valid JSON ({str(e).splitlines()[0]})") from None
         except RecursionError:
             raise UsageError(f"{label}: '{path}' is not valid JSON for commprof (nested too deep)") from None
@@ -84,9 +94,9 @@ def _load_file(path: str, experts: int, spec: str) -> np.ndarray:
         else:
             raise UsageError(f"{label}: '{path}' must hold a JSON list of loads or an object expert -> load")
     else:
+        raw = read_user_bytes(path, f"{label}: '{path}'", limit=64 << 20)
         try:
-            with open(path, encoding="utf-8", newline="") as f:
-                rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+            rows = [r for r in csv.reader(raw.decode("utf-8").splitlines()) if r and any(c.strip() for c in r)]
         except UnicodeDecodeError as e:
             raise UsageError(f"{label}: '{path}' is not UTF-8 text (byte {e.start}); expected CSV expert,load "
                              "or a .json file") from None
@@ -100,7 +110,7 @@ def _load_file(path: str, experts: int, spec: str) -> np.ndarray:
             if len(r) != 2:
                 raise UsageError(f"{label}: '{path}' row {n}: expected 2 fields expert,load, found {len(r)}")
             put(r[0], r[1], f"row {n}")
-    if loads.sum() <= 0:
+    if not np.isfinite(loads.sum()) or loads.sum() <= 0:
         raise UsageError(f"{label}: '{path}' holds no positive load")
     return loads
 

@@ -119,6 +119,8 @@ def versions() -> dict:
     from the installed package's metadata and NCCL, which only a loaded torch can tell, is "n/a"."""
     out = {"commprof": __version__, "python": sys.version.split()[0], "torch": "n/a",
            "cuda_runtime": "n/a", "nccl": "n/a", "driver": driver_version()}
+    if "torch" in sys.modules and sys.modules["torch"] is None:   # its import is blocked: not available
+        return out
     torch = sys.modules.get("torch")
     if torch is None:
         try:

@@ -33,13 +33,29 @@ SERVE_LEVELS_CSV = "serve_levels.csv"
 
 REQUEST_COLUMNS = ["level", "mode", "concurrency", "rate_rps", "request", "session", "turn", "start_s", "status",
                    "error", "http_status", "tokens_in", "tokens_in_source", "tokens_out", "tokens_out_source",
-                   "max_tokens", "chunks", "ttft_ms", "tpot_ms", "e2e_ms", "itl_ms_p50", "itl_ms_p99", "itl_ms_max"]
+                   "max_tokens", "chunks", "ttft_ms", "tpot_ms", "e2e_ms", "itl_ms_p50", "itl_ms_p99", "itl_ms_max", "burst"]
 _PCTS = (("p50", 50), ("p90", 90), ("p99", 99))
 LEVEL_COLUMNS = (["level", "mode", "concurrency", "rate_rps", "status", "requests", "ok", "errors", "error_kinds",
                   "duration_s", "output_tokens_per_s", "requests_per_s", "tokens_in_mean", "tokens_out_mean"]
                  + [f"{m}_ms_{p}" for m in ("ttft", "tpot", "itl", "e2e") for p, _ in _PCTS]
                  + ["jitter_tpot_p99_p50", "jitter_growth", "meets_slo", "slo_missed"]
-                 + ["queue_requests", "queue_ms_mean"] + [f"queue_ms_{p}" for p, _ in _PCTS])
+                 + ["queue_requests", "queue_ms_mean"] + [f"queue_ms_{p}" for p, _ in _PCTS]
+                 + ["queue_first_bucket_ms", "input_tokens_per_s", "goodput_rps", "goodput_pct"]
+                 + [f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "std")]
+                 + ["burst_requests", "burst_note", "client_cpu_ms_per_request"]
+                 + [f"server_{m}_ms_mean" for m in ("ttft", "tpot", "itl", "e2e")]
+                 + [f"{m}_vs_server_pct" for m in ("ttft", "tpot", "itl", "e2e")])
+
+#: A request whose output arrived faster than this per token (e2e - TTFT over tokens - 1) came in
+#: one burst: 0.1 ms a token is 10,000 tokens/s for one request, five times the fastest per-user
+#: decode published (Cerebras, "Llama 3.1-70B breaks 2,100 tokens/s", cerebras.ai blog, 2024-10),
+#: so its TPOT and ITL are the delivery of text already made, not decode time.
+BURST_TPOT_MS = 0.1
+BURST_MIN_TOKENS = 4
+#: Requests per closed-loop level by default: with numpy's linear percentile, p99 of n values lies
+#: at or below the second largest only from n = 101 on (rank 0.99 (n - 1) <= n - 2); with fewer the
+#: largest single request moves it.
+MIN_REQUESTS_FOR_P99 = 101
 
 #: Error kinds counted per level (``status`` of a request that did not finish).
 ERROR_KINDS = ("connect", "http_4xx", "http_5xx", "timeout", "malformed", "disconnect", "server_error",
@@ -96,6 +112,7 @@ class ServeConfig:
     out_dir: str = ""
     argv: list[str] = field(default_factory=list)
     charts: bool = True
+    profile_dir: str = ""                 # the server's profiler dir (same machine): profile one more round
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,14 +122,23 @@ class ServeConfig:
 def base_url(url: str) -> str:
     """``http://host:port`` (or with a path prefix) from what a user types; ``/v1`` is added per call."""
     text = (url or "").strip()
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        _ = parts.hostname              # an unclosed IPv6 bracket fails only here or in urlsplit
+    except ValueError as e:
+        raise UsageError(f"--url {shown(url)}: not a URL ({e}); expected http://HOST:PORT, "
+                         "e.g. http://127.0.0.1:8000") from None
+    if any(ch.isspace() or ord(ch) < 32 for ch in text):
+        raise UsageError(f"--url {shown(url)}: holds a space or a control character")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"--url {shown(url)}: expected http://HOST:PORT of an OpenAI-compatible server, "
                          "e.g. http://127.0.0.1:8000")
     try:
-        _ = parts.port                  # urllib checks the port only when asked
+        port = parts.port               # urllib checks the port only when asked
     except ValueError:
-        raise UsageError(f"--url {shown(url)}: the port is not a number in 1..65535") from None
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise UsageError(f"--url {shown(url)}: the port is not a number in 1..65535")
     path = parts.path.rstrip("/")
     for tail in ("/chat/completions", "/completions", "/v1"):
         if path.endswith(tail):
@@ -180,7 +206,8 @@ def build_config(*, url: str, model: str, concurrency: str = "1,4,16", rate: str
                  workload: str = "qa", prompt_tokens: int | None = None, output_tokens: int | None = None,
                  requests: int | None = None, duration: float = 60.0, timeout: float = 60.0,
                  api: str = "completions", slo: str = "ttft_p99=2s,tpot_p99=100ms", seed: int = 0,
-                 warmup: int = 2, label: str = "", out: str | None = None, argv=None, charts: bool = True) -> ServeConfig:
+                 warmup: int = 2, label: str = "", out: str | None = None, argv=None, charts: bool = True,
+                 profile: str | None = None) -> ServeConfig:
     """A checked :class:`ServeConfig` from the CLI's flag values; a bad value is one UsageError."""
     if not (model or "").strip():
         raise UsageError("--model: empty; give the model name the server serves (GET /v1/models lists them)")
@@ -203,7 +230,11 @@ def build_config(*, url: str, model: str, concurrency: str = "1,4,16", rate: str
     for flag, v in (("--duration", duration), ("--timeout", timeout)):
         if not (0 < v <= 86_400) or math.isnan(v):
             raise UsageError(f"{flag} {v}: must be above 0 and at most 86400 seconds")
-    return ServeConfig(url=base_url(url), model=model.strip(), concurrency=levels,
+    if profile is not None and not os.path.isdir(profile):
+        raise UsageError(f"--profile {shown(profile)}: not a directory; give the dir the server writes its traces to "
+                         "(vLLM: --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": DIR}'), on this "
+                         "machine")
+    return ServeConfig(url=base_url(url), model=model.strip(), concurrency=levels, profile_dir=profile or "",
                        rates_rps=parse_rates(rate) if rate else [], workload=workload,
                        prompt_tokens=prompt_tokens, output_tokens=output_tokens, requests=requests,
                        duration_s=float(duration), timeout_s=float(timeout), api=api, slo=parse_slo(slo),
@@ -218,19 +249,21 @@ def load_replay(path: str) -> list[dict]:
     """A replay file: one JSON object per line with prompt_tokens (or input_tokens) and
     output_tokens (or max_tokens); blank lines and lines starting with # are skipped."""
     rows = []
+    from .fileio import read_user_bytes
+
+    raw = read_user_bytes(path, f"--workload '{path}'", limit=256 << 20)
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--workload '{path}': cannot read ({getattr(e, 'strerror', None) or e})") from None
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--workload '{path}': cannot read (not UTF-8 text: byte {e.start})") from None
     for i, line in enumerate(lines, start=1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
-            raise UsageError(f"--workload '{path}' line {i}: not JSON") from None
+        except (ValueError, RecursionError):      # also a number over 4,300 digits, or nested too deep
+            raise UsageError(f"--workload '{path}' line {i}: not JSON (or not JSON commprof reads)") from None
         if not isinstance(obj, dict):
             raise UsageError(f"--workload '{path}' line {i}: expected an object with prompt_tokens and output_tokens")
         p = obj.get("prompt_tokens", obj.get("input_tokens"))
@@ -346,10 +379,20 @@ def _chunk_text(obj: dict, api: str) -> str | None:
     return text if isinstance(text, str) else None
 
 
+#: The largest token count a server's ``usage`` may report (no model's context is near it).
+MAX_USAGE_TOKENS = 1 << 24
+
+
+def _token_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_USAGE_TOKENS
+
+
 async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool, t0: float) -> dict:
-    """Send one streaming request and time it. Never raises for a server's failure: the row's
-    ``status`` is ``ok`` or one of :data:`ERROR_KINDS`, ``error`` a short reason."""
-    httpx = _httpx()
+    """Send one streaming request on ``client`` (a :class:`commprof.httpstream.Pool`) and time it.
+    Never raises for a server's failure: the row's ``status`` is ``ok`` or one of
+    :data:`ERROR_KINDS`, ``error`` a short reason."""
+    from . import httpstream as hs
+
     path, body = request_body(cfg, spec["prompt"], spec["max_tokens"], ignore_eos)
     row = {"session": spec["session"], "turn": spec["turn"], "max_tokens": spec["max_tokens"],
            "status": "ok", "error": "", "http_status": "", "tokens_in": spec["prompt_words"],
@@ -361,62 +404,67 @@ async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool,
     finished = False
     start = time.perf_counter()
     row["start_s"] = start - t0
+    resp = None
     try:
         async with asyncio.timeout(cfg.timeout_s):
-            async with client.stream("POST", cfg.url + path, json=body) as resp:
-                row["http_status"] = resp.status_code
-                if resp.status_code >= 400:
-                    raw = (await resp.aread())[:300].decode("utf-8", "replace")
-                    row["status"] = "http_5xx" if resp.status_code >= 500 else "http_4xx"
-                    row["error"] = f"HTTP {resp.status_code}: {' '.join(raw.split())[:160]}"
+            resp = await client.post_json(path, body)
+            row["http_status"] = resp.status
+            if resp.status >= 400:
+                raw = (await resp.read(300))[:300].decode("utf-8", "replace")
+                row["status"] = "http_5xx" if resp.status >= 500 else "http_4xx"
+                row["error"] = f"HTTP {resp.status}: {' '.join(raw.split())[:160]}"
+                return row
+            async for line in resp.lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    finished = True
+                    await resp.finish()           # the stream's end, so that the connection is kept
+                    break
+                now = time.perf_counter()
+                try:
+                    obj = json.loads(payload)
+                except json.JSONDecodeError:
+                    row["status"], row["error"] = "malformed", f"chunk not JSON: {payload[:60]!r}"
                     return row
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        finished = True
-                        break
-                    now = time.perf_counter()
-                    try:
-                        obj = json.loads(payload)
-                    except json.JSONDecodeError:
-                        row["status"], row["error"] = "malformed", f"chunk not JSON: {payload[:60]!r}"
-                        return row
-                    if not isinstance(obj, dict):
-                        row["status"], row["error"] = "malformed", f"chunk not an object: {payload[:60]!r}"
-                        return row
-                    if "error" in obj:
-                        err = obj["error"]
-                        msg = err.get("message", err) if isinstance(err, dict) else err
-                        row["status"], row["error"] = "server_error", f"error in stream: {str(msg)[:120]}"
-                        return row
-                    text = _chunk_text(obj, cfg.api)
-                    if text is None:
-                        row["status"], row["error"] = "malformed", f"chunk without choices: {payload[:60]!r}"
-                        return row
-                    usage = obj.get("usage")
-                    if isinstance(usage, dict):
-                        if isinstance(usage.get("completion_tokens"), int):
-                            row["tokens_out"], row["tokens_out_source"] = usage["completion_tokens"], "usage"
-                        if isinstance(usage.get("prompt_tokens"), int):
-                            row["tokens_in"], row["tokens_in_source"] = usage["prompt_tokens"], "usage"
-                    if text:
-                        stamps.append(now)
-                        text_parts.append(text)
-                    ch = obj.get("choices") or [{}]
-                    if isinstance(ch[0], dict) and ch[0].get("finish_reason"):
-                        finished = True
+                if not isinstance(obj, dict):
+                    row["status"], row["error"] = "malformed", f"chunk not an object: {payload[:60]!r}"
+                    return row
+                if "error" in obj:
+                    err = obj["error"]
+                    msg = err.get("message", err) if isinstance(err, dict) else err
+                    row["status"], row["error"] = "server_error", f"error in stream: {str(msg)[:120]}"
+                    return row
+                text = _chunk_text(obj, cfg.api)
+                if text is None:
+                    row["status"], row["error"] = "malformed", f"chunk without choices: {payload[:60]!r}"
+                    return row
+                usage = obj.get("usage")
+                if isinstance(usage, dict):
+                    # a count the server reports is taken only when it can be one (never negative,
+                    # never past any context window); else the chunks counted here stand
+                    if _token_count(usage.get("completion_tokens")):
+                        row["tokens_out"], row["tokens_out_source"] = usage["completion_tokens"], "usage"
+                    if _token_count(usage.get("prompt_tokens")):
+                        row["tokens_in"], row["tokens_in_source"] = usage["prompt_tokens"], "usage"
+                if text:
+                    stamps.append(now)
+                    text_parts.append(text)
+                ch = obj.get("choices") or [{}]
+                if isinstance(ch[0], dict) and ch[0].get("finish_reason"):
+                    finished = True
     except TimeoutError:
         row["status"], row["error"] = "timeout", f"no end of stream within --timeout {cfg.timeout_s:g}s"
-    except httpx.ConnectError as e:
+    except hs.ConnectFailed as e:
         row["status"], row["error"] = "connect", f"cannot connect: {str(e)[:120] or type(e).__name__}"
-    except httpx.TimeoutException as e:
-        row["status"], row["error"] = "timeout", f"{type(e).__name__}"
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
-        row["status"], row["error"] = "disconnect", f"{type(e).__name__}: {str(e)[:100]}"
-    except httpx.HTTPError as e:
-        row["status"], row["error"] = "client", f"{type(e).__name__}: {str(e)[:100]}"
+    except hs.ConnectTimeout as e:
+        row["status"], row["error"] = "timeout", f"ConnectTimeout: {str(e)[:100]}"
+    except hs.Disconnected as e:
+        row["status"], row["error"] = "disconnect", f"{str(e)[:120]}"
+    finally:
+        if resp is not None:
+            resp.release()
     end = time.perf_counter()
     row["chunks"] = len(stamps)
     row["text"] = "".join(text_parts)
@@ -441,6 +489,8 @@ async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool,
         row["status"], row["error"] = "disconnect", "the stream ended without finish_reason or [DONE]"
     elif row["tokens_out"] > 1:
         row["tpot_ms"] = (row["e2e_ms"] - row["ttft_ms"]) / (row["tokens_out"] - 1)
+    row["burst"] = int(row["tokens_out"] >= BURST_MIN_TOKENS and row["tpot_ms"] == row["tpot_ms"]
+                       and row["tpot_ms"] < BURST_TPOT_MS)
     return row
 
 
@@ -454,7 +504,11 @@ async def _preflight(cfg: ServeConfig) -> dict:
     timeout = httpx.Timeout(min(10.0, cfg.timeout_s))
     async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
         try:
-            r = await client.get(cfg.url + "/v1/models")
+            async with asyncio.timeout(timeout.read):      # the whole answer, not each read: a drip ends too
+                r = await client.get(cfg.url + "/v1/models")
+        except TimeoutError:
+            raise EndpointError(f"--url {cfg.url}: no whole answer to GET /v1/models within {timeout.read:g}s "
+                                "(the server is too slow or stalled)") from None
         except httpx.ConnectError:
             raise EndpointError(f"--url {cfg.url}: cannot connect (no server listening there?)") from None
         except httpx.TimeoutException:
@@ -479,11 +533,17 @@ async def _preflight(cfg: ServeConfig) -> dict:
         probe = dict(cfg.__dict__)
         probe["timeout_s"] = min(cfg.timeout_s, 60.0)
         probe_cfg = ServeConfig(**probe)
-        row = await stream_request(client, probe_cfg, spec, True, time.perf_counter())
-        if row["status"] == "http_4xx" and "ignore_eos" in row["error"]:
-            row = await stream_request(client, probe_cfg, spec, False, time.perf_counter())
-        else:
-            info["ignore_eos"] = row["status"] in ("ok", "disconnect", "no_tokens")
+        from .httpstream import Pool
+
+        pool = Pool(cfg.url, min(10.0, cfg.timeout_s))
+        try:
+            row = await stream_request(pool, probe_cfg, spec, True, time.perf_counter())
+            if row["status"] == "http_4xx" and "ignore_eos" in row["error"]:
+                row = await stream_request(pool, probe_cfg, spec, False, time.perf_counter())
+            else:
+                info["ignore_eos"] = row["status"] in ("ok", "disconnect", "no_tokens")
+        finally:
+            pool.close()
         status, err = row["status"], row["error"]
         if status == "http_4xx" and row["http_status"] in (404, 405) and "model" not in err.lower():
             raise EndpointError(f"--url {cfg.url}: POST {request_body(cfg, '', 1, False)[0]} answered "
@@ -507,18 +567,52 @@ async def _preflight(cfg: ServeConfig) -> dict:
 # The server's own queue-time histogram (GET /metrics), where it publishes one
 
 
-def scrape_queue(url: str, timeout_s: float = 5.0) -> tuple[servermetrics.Histogram | None, str]:
-    """The server's queue-time histogram now, and a note on where it came from or why there is
-    none. Never raises: a server without ``/metrics`` is measured all the same."""
+#: The most of a /metrics answer read (bytes): a real vLLM page is tens of KiB.
+MAX_METRICS_BYTES = 16 << 20
+
+
+@dataclass
+class Scrape:
+    """One ``GET /metrics``: the queue-time histogram and the server's own latency histograms."""
+    queue: servermetrics.Histogram | None = None
+    latency: dict = field(default_factory=dict)
+    note: str = ""
+
+
+def scrape(url: str, timeout_s: float = 5.0) -> Scrape:
+    """The server's histograms now, and a note on where the queue time came from or why there is
+    none. Never raises: a server without ``/metrics`` is measured all the same. The whole answer
+    has a deadline of ``timeout_s`` (httpx bounds each read: a server dripping a byte a second
+    would pass that) and at most :data:`MAX_METRICS_BYTES` are read."""
     httpx = _httpx()
+    deadline = time.monotonic() + timeout_s
+    body = bytearray()
     try:
         with httpx.Client(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
-            r = client.get(url + "/metrics")
+            with client.stream("GET", url + "/metrics") as r:
+                if r.status_code != 200:
+                    return Scrape(note=f"GET {url}/metrics answered {r.status_code}")
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        return Scrape(note=f"GET {url}/metrics: no whole answer within {timeout_s:g}s")
+                    if len(body) > MAX_METRICS_BYTES:
+                        return Scrape(note=f"GET {url}/metrics: larger than {MAX_METRICS_BYTES >> 20} MiB")
     except httpx.HTTPError as e:
-        return None, f"GET {url}/metrics failed ({type(e).__name__})"
-    if r.status_code != 200:
-        return None, f"GET {url}/metrics answered {r.status_code}"
-    h = servermetrics.queue_histogram(r.text)
+        return Scrape(note=f"GET {url}/metrics failed ({type(e).__name__})")
+    text = body.decode("utf-8", "replace")
+    h, note = _queue_of(url, text)
+    return Scrape(h, servermetrics.latency_histograms(text), note)
+
+
+def scrape_queue(url: str, timeout_s: float = 5.0) -> tuple[servermetrics.Histogram | None, str]:
+    """The server's queue-time histogram now, and a note on where it came from or why there is none."""
+    got = scrape(url, timeout_s)
+    return got.queue, got.note
+
+
+def _queue_of(url: str, text: str) -> tuple[servermetrics.Histogram | None, str]:
+    h = servermetrics.queue_histogram(text)
     if h is None:
         return None, (f"GET {url}/metrics has no queue-time histogram (looked for "
                       f"{', '.join(servermetrics.QUEUE_HISTOGRAMS)})")
@@ -535,9 +629,30 @@ def queue_figures(before, after) -> dict:
     if d.count <= 0:
         return out
     got = {"queue_requests": d.count, "queue_ms_mean": d.mean() * 1e3,
-           **{f"queue_ms_{p}": d.quantile(q / 100) * 1e3 for p, q in _PCTS}}
+           **{f"queue_ms_{p}": d.quantile(q / 100) * 1e3 for p, q in _PCTS},
+           "queue_first_bucket_ms": d.first_bound() * 1e3}
     # a histogram that contradicts itself (a sum that fell while the count rose) reports nothing
-    return got if all(math.isfinite(v) and v >= 0 for v in got.values()) else out
+    return got if all(math.isfinite(v) and v >= 0 for k, v in got.items() if k != "queue_first_bucket_ms") \
+        else out
+
+
+def server_latency_figures(before: Scrape | None, after: Scrape | None, level: dict) -> dict:
+    """The server's own mean TTFT/TPOT/ITL/e2e over a level (sum / count of its histograms between
+    the scrapes around it: exact, whatever the buckets) beside the client's means, as % difference."""
+    out = {}
+    for m in servermetrics.SERVER_LATENCY_HISTOGRAMS:
+        out[f"server_{m}_ms_mean"] = out[f"{m}_vs_server_pct"] = math.nan
+        a, b = (after.latency.get(m) if after else None), (before.latency.get(m) if before else None)
+        if a is None or b is None:
+            continue
+        d = a.minus(b)
+        mean = d.mean() * 1e3
+        if d.count > 0 and math.isfinite(mean) and mean >= 0:
+            out[f"server_{m}_ms_mean"] = mean
+            mine = level.get(f"{m}_ms_mean", math.nan)
+            if mean > 0 and mine == mine:
+                out[f"{m}_vs_server_pct"] = 100.0 * (mine - mean) / mean
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,16 +660,33 @@ def queue_figures(before, after) -> dict:
 
 
 async def _run_level(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, on_done) -> None:
-    """Run one level; appends each finished request's row to ``rows`` (so an interrupt keeps them)."""
-    httpx = _httpx()
+    """Run one level; appends each finished request's row to ``rows`` (so an interrupt keeps them).
+    The whole level has a deadline too: --duration, then --timeout for the last requests, plus a
+    margin; past it the requests still in flight are cancelled."""
+    try:
+        async with asyncio.timeout(level_deadline_s(cfg)):
+            await _level_body(cfg, level, ignore_eos, rows, on_done)
+    except TimeoutError:
+        raise LevelTimeout(level_deadline_s(cfg)) from None
+
+
+def level_deadline_s(cfg: ServeConfig) -> float:
+    return cfg.duration_s + cfg.timeout_s + 30.0
+
+
+class LevelTimeout(Exception):
+    """A level ran past :func:`level_deadline_s` (a request ignored its own deadline)."""
+
+
+async def _level_body(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, on_done) -> None:
+    from .httpstream import Pool
+
     conc, rate = level["concurrency"], level["rate_rps"]
     n_requests = level["requests"]
     workload = Workload(cfg, cfg.seed * 1000 + level["level"])
     t0 = time.perf_counter()
     deadline = t0 + cfg.duration_s
     issued = 0
-    limits = httpx.Limits(max_connections=max(conc, 1) + 4, max_keepalive_connections=max(conc, 1) + 4)
-    timeout = httpx.Timeout(cfg.timeout_s, connect=min(10.0, cfg.timeout_s))
 
     async def one(client, c: int, idx: int):
         spec = workload.next(c)
@@ -564,7 +696,8 @@ async def _run_level(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list
         rows.append(row)
         on_done()
 
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+    client = Pool(cfg.url, min(10.0, cfg.timeout_s))
+    try:
         if level["mode"] == "closed":
             async def worker(c: int):
                 nonlocal issued
@@ -595,18 +728,24 @@ async def _run_level(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list
                 t.add_done_callback(tasks.discard)
             if tasks:
                 await asyncio.gather(*tasks)
+    finally:
+        client.close()
 
 
 async def _warmup(cfg: ServeConfig, ignore_eos: bool) -> dict:
     """``cfg.warmup`` requests one after another at the workload's lengths, not recorded: a server's
     first requests pay one-off costs (allocations, compilation) that are no level's figures."""
-    httpx = _httpx()
+    from .httpstream import Pool
+
     workload = Workload(cfg, cfg.seed * 1000 - 1)
     ok = 0
-    async with httpx.AsyncClient(timeout=httpx.Timeout(cfg.timeout_s), trust_env=False) as client:
+    client = Pool(cfg.url, min(10.0, cfg.timeout_s))
+    try:
         for _ in range(cfg.warmup):
             row = await stream_request(client, cfg, workload.next(0), ignore_eos, time.perf_counter())
             ok += row["status"] == "ok"
+    finally:
+        client.close()
     return {"requests": cfg.warmup, "ok": ok}
 
 
@@ -632,14 +771,43 @@ def level_summary(level: dict, rows: list[dict], wall_s: float, status: str) -> 
     out["requests_per_s"] = len(ok) / wall_s if wall_s > 0 and ok else math.nan
     out["tokens_in_mean"] = sum(r["tokens_in"] for r in ok) / len(ok) if ok else math.nan
     out["tokens_out_mean"] = tokens_out / len(ok) if ok else math.nan
+    out["input_tokens_per_s"] = sum(r["tokens_in"] for r in ok) / wall_s if wall_s > 0 and ok else math.nan
     gaps = [g for r in ok for g in r.get("gaps_ms", [])]
     for name, values in (("ttft", [r["ttft_ms"] for r in ok]), ("tpot", [r["tpot_ms"] for r in ok]),
                          ("itl", gaps), ("e2e", [r["e2e_ms"] for r in ok])):
         for p, q in _PCTS:
             out[f"{name}_ms_{p}"] = _pct(values, q)
+        v = [x for x in values if x == x]
+        out[f"{name}_ms_mean"] = sum(v) / len(v) if v else math.nan
+        out[f"{name}_ms_std"] = (math.sqrt(sum((x - out[f"{name}_ms_mean"]) ** 2 for x in v) / len(v))
+                                 if v else math.nan)          # population std, as vllm bench serve's np.std
     p50, p99 = out["tpot_ms_p50"], out["tpot_ms_p99"]
     out["jitter_tpot_p99_p50"] = p99 / p50 if p50 and p50 == p50 and p50 > 0 else math.nan
+    bursts = [r for r in ok if r.get("burst")]
+    out["burst_requests"] = len(bursts)
+    out["burst_note"] = (f"{len(bursts)} of {len(ok)} requests got their output in one burst (TPOT < "
+                         f"{BURST_TPOT_MS:g} ms): their TPOT/ITL are delivery, not decode" if bursts else "")
     return out
+
+
+def goodput(level: dict, rows: list[dict], slo: dict) -> None:
+    """``goodput_rps``: requests/s that met every latency limit of the SLO on their own (each
+    ``<metric>_<pN>`` limit applied to the request's value, as ``vllm bench serve --goodput``
+    does), and their share of the successful requests."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    limits = {k.split("_ms_")[0]: v for k, v in slo.items() if "_ms_" in k}
+
+    def meets(r):
+        for m, lim in limits.items():
+            v = (max(r.get("gaps_ms") or [0.0]) if m == "itl" else r.get(f"{m}_ms", math.nan))
+            if v == v and v > lim:
+                return False
+        return True
+
+    good = sum(1 for r in ok if meets(r))
+    wall = level["duration_s"]
+    level["goodput_rps"] = good / wall if wall > 0 and ok else math.nan
+    level["goodput_pct"] = 100.0 * good / len(ok) if ok else math.nan
 
 
 def judge(levels: list[dict], slo: dict) -> int | None:
@@ -668,15 +836,89 @@ def judge(levels: list[dict], slo: dict) -> int | None:
     return knee
 
 
+# ---------------------------------------------------------------------------------------------
+# serve --profile: one more round under the server's profiler, its traces imported
+
+PROFILE_WAIT_S = 120.0        # for the server to write its traces after POST /stop_profile
+
+
+def _trace_files(d: str) -> dict:
+    out = {}
+    for root, _, names in os.walk(d):
+        for n in names:
+            if n.endswith((".json", ".json.gz")):
+                p = os.path.join(root, n)
+                try:
+                    out[p] = os.path.getsize(p)
+                except OSError:
+                    pass
+    return out
+
+
+def _post(url: str, path: str, timeout_s: float) -> str:
+    """POST url+path; '' when the server answered 2xx, else why not."""
+    httpx = _httpx()
+    try:
+        r = httpx.post(url + path, timeout=timeout_s, trust_env=False)
+    except httpx.HTTPError as e:
+        return f"POST {path} failed ({type(e).__name__})"
+    return "" if r.status_code < 300 else f"POST {path} answered {r.status_code} ({' '.join(r.text.split())[:80]})"
+
+
+def profile_round(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, out: str) -> dict:
+    """Run ``level`` between the server's ``/start_profile`` and ``/stop_profile``, wait for the
+    traces it writes into ``cfg.profile_dir``, import them into ``OUT/kineto``; an account for meta.json
+    (``error`` says what failed; the level's requests are kept either way)."""
+    from .kineto import import_kineto
+
+    acc = {"dir": os.path.abspath(cfg.profile_dir), "level": level["level"], "concurrency": level["concurrency"],
+           "requests": level["requests"], "files": [], "kineto_out": None, "error": ""}
+    before = _trace_files(cfg.profile_dir)
+    err = _post(cfg.url, "/start_profile", 60.0)
+    if err:
+        acc["error"] = f"{err}: is the server's profiler on (vLLM --profiler-config)?"
+        return acc
+    try:
+        asyncio.run(_run_level(cfg, level, ignore_eos, rows, lambda: None))
+    finally:
+        err = _post(cfg.url, "/stop_profile", PROFILE_WAIT_S)
+    if err:
+        acc["error"] = err
+        return acc
+    deadline, last, stable = time.monotonic() + PROFILE_WAIT_S, None, 0
+    while time.monotonic() < deadline:      # new trace files, their sizes unchanged over two polls
+        now = {p: n for p, n in _trace_files(cfg.profile_dir).items() if before.get(p) != n}
+        stable = stable + 1 if now and now == last else 0
+        if stable >= 2:
+            break
+        last = now
+        time.sleep(0.5)
+    files = sorted(last or {})
+    acc["files"] = [os.path.basename(p) for p in files]
+    if not files:
+        acc["error"] = f"no new trace in {cfg.profile_dir} within {PROFILE_WAIT_S:g}s of POST /stop_profile"
+        return acc
+    try:
+        got = import_kineto(files, os.path.join(out, "kineto"),
+                            command=["commprof", "import", "kineto", *files, "--out", os.path.join(out, "kineto")])
+    except CommprofError as e:
+        acc["error"] = f"import kineto: {e}"
+        return acc
+    acc["kineto_out"] = "kineto"
+    acc["runs"] = [{k: r[k] for k in ("tp", "batch", "steps", "steps_by_phase", "collectives_per_step",
+                                      "backend", "comm_share_pct", "ms_per_step")} for r in got["runs"]]
+    return acc
+
+
 def level_plan(cfg: ServeConfig) -> list[dict]:
     plan = []
     for c in cfg.concurrency:
         plan.append({"level": len(plan), "mode": "closed", "concurrency": c, "rate_rps": math.nan,
-                     "requests": cfg.requests or max(8, 4 * c)})
+                     "requests": cfg.requests or max(MIN_REQUESTS_FOR_P99, 4 * c)})
     cap = max(cfg.concurrency) if cfg.concurrency else 64
     for r in cfg.rates_rps:
         plan.append({"level": len(plan), "mode": "open", "concurrency": max(cap, 64), "rate_rps": r,
-                     "requests": cfg.requests or max(8, int(math.ceil(r * cfg.duration_s)))})
+                     "requests": cfg.requests or max(MIN_REQUESTS_FOR_P99, int(math.ceil(r * cfg.duration_s)))})
     return plan
 
 
@@ -709,7 +951,8 @@ def run_serve(cfg: ServeConfig) -> int:
     results.check_out_dir(out, resume=False)
     info = asyncio.run(_preflight(cfg))
     warm = asyncio.run(_warmup(cfg, info["ignore_eos"])) if cfg.warmup else {"requests": 0, "ok": 0}
-    queue_hist, queue_source = scrape_queue(cfg.url)
+    first = scrape(cfg.url, min(5.0, cfg.timeout_s))
+    queue_hist, queue_source = first.queue, first.note
     host = urlsplit(cfg.url).hostname or "?"
     hosts = [socket.gethostname()] if host in ("127.0.0.1", "localhost", "::1") else [host]
     plan = level_plan(cfg)
@@ -726,33 +969,55 @@ def run_serve(cfg: ServeConfig) -> int:
                     "method": "per level, the change of the server's queue-time histogram between a scrape of "
                               "GET /metrics before the level and one after it: server-wide (another client's "
                               "requests in that window count too); percentiles interpolated inside buckets as "
-                              "Prometheus' histogram_quantile does"},
+                              "Prometheus' histogram_quantile does, except in the first bucket, where a percentile "
+                              "is only known to be <= its bound (queue_first_bucket_ms) and that bound is written; "
+                              "for finer figures start vLLM with finer buckets (see the serve docs)"},
+        server_latency={"histograms": sorted(first.latency) and
+                        [servermetrics.SERVER_LATENCY_HISTOGRAMS[m] for m in sorted(first.latency)],
+                        "method": "per level, sum / count of each histogram's change between the scrapes around "
+                                  "the level (exact means, whatever the buckets), beside commprof's client means: "
+                                  "<metric>_vs_server_pct = 100 (client - server) / server"},
         columns={"ttft_ms": "send to first text chunk", "tpot_ms": "(e2e - ttft) / (tokens_out - 1)",
                  "itl_ms": "gap between text chunks", "e2e_ms": "send to last text chunk",
                  "output_tokens_per_s": "tokens out of successful requests / level wall time",
                  "jitter_tpot_p99_p50": "TPOT p99 / p50", "jitter_growth": "jitter / the first level's",
                  "queue_ms": "server-reported time in its queue (see queue_time), empty where not reported",
                  "queue_requests": "requests the server's queue histogram counted during the level",
-                 "tokens_in_source": "usage (server) or words (prompt words, an estimate)"})
+                 "tokens_in_source": "usage (server) or words (prompt words, an estimate)",
+                 "<metric>_ms_p50": "the median (vllm bench serve's Median); _mean and _std (population) beside it",
+                 "input_tokens_per_s": "prompt tokens of successful requests / level wall time",
+                 "goodput_rps": "successful requests/s that met every SLO latency limit on their own (each "
+                                "limit applied per request, ITL as the request's largest gap, as vllm bench "
+                                "serve --goodput)",
+                 "burst": f"the request's tokens came in one burst: >= {BURST_MIN_TOKENS} tokens at TPOT < "
+                          f"{BURST_TPOT_MS:g} ms (delivery, not decode time)",
+                 "server_<metric>_ms_mean": "the server's own mean over the level (server_latency)",
+                 "client_cpu_ms_per_request": "commprof's own CPU time (user + system, all its threads) over the "
+                                              "level / requests: what the client costs the machine it shares"})
     results.start(out, meta)
     req_table = results.TableAppender(os.path.join(out, SERVE_REQUESTS_CSV), REQUEST_COLUMNS)
     lvl_table = results.TableAppender(os.path.join(out, SERVE_LEVELS_CSV), LEVEL_COLUMNS)
     done_levels: list[dict] = []
     status, error = "complete", None
-    queue_now = queue_hist          # the server's queue histogram as the next level starts
+    metrics_now = first             # the server's histograms as the next level starts
+    has_metrics = first.queue is not None or bool(first.latency)
     try:
         for level in plan:
             rows: list[dict] = []
             # the last level's closing scrape opens this one (scraped afresh only if that one failed)
-            before = queue_now if queue_now is not None or queue_hist is None else scrape_queue(cfg.url)[0]
+            before = metrics_now if metrics_now is not None or not has_metrics else scrape(cfg.url, min(5.0, cfg.timeout_s))
             bar = view.level_progress(level["requests"], level)
-            t_start = time.perf_counter()
+            t_start, cpu_start = time.perf_counter(), time.process_time()
             state = "complete"
             try:
                 asyncio.run(_run_level(cfg, level, info["ignore_eos"], rows, bar.advance))
             except KeyboardInterrupt:
                 state = "interrupted"
                 raise
+            except LevelTimeout as e:
+                state = "timeout"
+                status, error = "failed", (f"{cfg.url}: level {level['level']} ran past its deadline of {e.args[0]:g}s "
+                                           "(--duration + --timeout + 30 s); its requests in flight were cancelled")
             finally:
                 bar.close()
                 wall = time.perf_counter() - t_start
@@ -760,16 +1025,48 @@ def run_serve(cfg: ServeConfig) -> int:
                 req_table.write([_csv_row(r) for r in rows])
                 if rows:
                     summary = level_summary(level, rows, wall, state)
-                    queue_now = scrape_queue(cfg.url)[0] if before is not None and state == "complete" else None
-                    summary.update(queue_figures(before, queue_now))
+                    summary["client_cpu_ms_per_request"] = (time.process_time() - cpu_start) * 1e3 / len(rows)
+                    goodput(summary, rows, cfg.slo)
+                    metrics_now = scrape(cfg.url, min(5.0, cfg.timeout_s)) if has_metrics and state == "complete" else None
+                    summary.update(queue_figures(before.queue if before else None,
+                                                 metrics_now.queue if metrics_now else None))
+                    summary.update(server_latency_figures(before, metrics_now, summary))
                     done_levels.append(summary)
             if rows and all(r["status"] in ("connect", "disconnect") and not r.get("http_status") for r in rows):
                 status = "failed"
                 error = (f"{cfg.url}: no request of level {level['level']} got an answer (connection refused or "
                          "closed): the server died?")
                 break
+            if state == "timeout":
+                break
+        if status == "complete" and done_levels and not any(lv["ok"] for lv in done_levels):
+            kinds = sorted({k.split(":")[0] for lv in done_levels for k in lv["error_kinds"].split(";") if k})
+            status, error = "failed", (f"{cfg.url}: no request succeeded in any level ({', '.join(kinds) or 'errors'}):"
+                                       " nothing was measured")
+        if cfg.profile_dir and status == "complete":
+            closed = [lv for lv in plan if lv["mode"] == "closed"] or plan
+            top = max(closed, key=lambda lv: lv["concurrency"])
+            level = {**top, "level": len(plan), "mode": "profiled", "requests": top["concurrency"]}
+            rows = []
+            t_start = time.perf_counter()
+            profile = profile_round(cfg, level, info["ignore_eos"], rows, out)
+            rows.sort(key=lambda r: r.get("request", 0))
+            req_table.write([_csv_row(r) for r in rows])
+            if rows:
+                summary = level_summary(level, rows, time.perf_counter() - t_start, "complete")
+                goodput(summary, rows, cfg.slo)
+                done_levels.append(summary)
+            meta = results.read_meta(out)
+            meta["profile"] = profile
+            results.write_meta(out, meta)
+            view.profile_lines(profile, out)
+            if profile["error"]:
+                error = f"serve --profile: {profile['error']}"
     except KeyboardInterrupt:
         status = "interrupted"
+        raise
+    except BaseException as e:      # a full disk under a table, or any other failure: meta says failed
+        status, error = "failed", (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise
     finally:
         knee = judge(done_levels, cfg.slo)
@@ -784,8 +1081,9 @@ def run_serve(cfg: ServeConfig) -> int:
         if done_levels:
             import pandas as pd
 
-            view.render(pd.DataFrame(done_levels, columns=LEVEL_COLUMNS), results.read_meta(out), out,
-                        charts=cfg.charts)
+            with results.failing(out):
+                view.render(pd.DataFrame(done_levels, columns=LEVEL_COLUMNS), results.read_meta(out), out,
+                            charts=cfg.charts)
     if error:
         raise EndpointError(error + f"; finished levels are kept in {out}")
     return 0

@@ -29,6 +29,14 @@ QUEUE_HISTOGRAMS = {
     "sglang:queue_time_seconds": ("SGLang", 1.0),
     "tgi_request_queue_duration": ("TGI", 1.0),
 }
+#: The server's own latency histograms a level's client figures are checked against (vLLM docs,
+#: "Metrics": observed per request in the engine's output processor), by commprof's metric.
+SERVER_LATENCY_HISTOGRAMS = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+    "tpot": "vllm:request_time_per_output_token_seconds",
+    "e2e": "vllm:e2e_request_latency_seconds",
+}
 
 # name{labels} value [timestamp]; label values may hold escaped quotes and commas
 _SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)(?:\s+\S+)?\s*$')
@@ -54,18 +62,26 @@ class Histogram:
     def mean(self) -> float:
         return self.sum / self.count if self.count > 0 else math.nan
 
+    def first_bound(self) -> float:
+        """The first bucket's upper bound (seconds; NaN without a finite bucket)."""
+        return min((le for le in self.buckets if math.isfinite(le)), default=math.nan)
+
     def quantile(self, q: float) -> float:
-        """The q-quantile (0-1): linear inside its bucket, the lower edge of the first bucket 0; in
-        the +Inf bucket, the highest finite bound (nothing finer is known)."""
+        """The q-quantile (0-1): linear inside its bucket; in the first bucket its upper bound (a
+        quantile there is only known to be <= it: nothing places it between 0 and the bound, and
+        interpolating from 0 would invent a value); in the +Inf bucket, the highest finite bound
+        (nothing finer is known)."""
         if self.count <= 0 or not self.buckets:
             return math.nan
         rank = q * self.count
         lower, below = 0.0, 0.0
-        for le in sorted(self.buckets):
+        for k, le in enumerate(sorted(self.buckets)):
             cum = max(self.buckets[le], below)         # cumulative: never below the bucket before
             if cum >= rank:
                 if math.isinf(le):
                     return lower
+                if k == 0:
+                    return le
                 inside = cum - below
                 return lower + (le - lower) * ((rank - below) / inside if inside > 0 else 1.0)
             lower, below = (lower if math.isinf(le) else le), cum
@@ -111,6 +127,12 @@ def parse_histograms(text: str, names=tuple(QUEUE_HISTOGRAMS)) -> dict[str, Hist
                     h.count += value
                 break
     return found
+
+
+def latency_histograms(text: str) -> dict[str, Histogram]:
+    """The server's own TTFT/ITL/TPOT/e2e histograms in a ``/metrics`` answer, by commprof's metric."""
+    found = parse_histograms(text, tuple(SERVER_LATENCY_HISTOGRAMS.values()))
+    return {m: found[n] for m, n in SERVER_LATENCY_HISTOGRAMS.items() if n in found}
 
 
 def queue_histogram(text: str) -> Histogram | None:

@@ -24,12 +24,15 @@ from .jsonfile import read_user_bytes
 from .runinfo import now_iso
 from .topo import NA, TOPO_JSON, _GPU_KEYS, classify_pairs, write_topology
 
-LINK_CELL = re.compile(r"^(X|NV\d{1,2}|PIX|PXB|PHB|NODE|SYS|SOC|PSB)$")
+# NV# counts bonded NVLinks: 1 up to the 18 a GPU has (NV0 or NV99 is no link count)
+LINK_CELL = re.compile(r"^(X|NV(?:[1-9]|1[0-8])|PIX|PXB|PHB|NODE|SYS|SOC|PSB)$", re.ASCII)
 P2P_CODES = {"OK": "OK", "CNS": "chipset not supported", "GNS": "GPU not supported",
              "TNS": "topology not supported", "NS": "not supported", "DR": "disabled by driver",
              "U": "unknown"}
 P2P_MODES = {"r": "read", "w": "write", "n": "nvlink", "a": "atomics", "p": "pci"}
-_DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|mlx5_\d+|CPU)$")
+_DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|mlx5_\d+|CPU)$", re.ASCII)
+# Linux numbers NUMA nodes below MAX_NUMNODES, at most 2^10 (CONFIG_NODES_SHIFT <= 10)
+MAX_NUMA_NODE = 1023
 _MODE = re.compile(r"-p2p\s*([rwnap])\b|p2p[_-]?([rwnap])(?:\b|_|\.)", re.IGNORECASE)
 # Links per GPU in any NVLink generation so far (H100/B200: 18). NV# on every pair with k x (n-1)
 # above that cannot be direct links: the pairs meet in an NVSwitch.
@@ -189,8 +192,17 @@ def parse_smi_topo(paths: list[str]) -> dict:
         links = [int(matrix[i][j][2:]) for j in range(n) if j != i and matrix[i][j].startswith("NV")]
         g["nvlink_active_links"] = (links[0] if switched else sum(links)) if links else 0
         g["cpu_affinity"] = t["cpu"][i] if t["cpu"][i] not in ("N/A", "") else NA
-        numa = t["numa"][i]
-        g["numa_node"] = int(numa) if str(numa).isdigit() else NA
+        numa = str(t["numa"][i])
+        if numa.isascii() and numa.isdigit():
+            if int(numa) > MAX_NUMA_NODE:
+                raise UsageError(f"'{os.path.basename(t['file'])}' line {t['line'] + i + 1}: GPU{i}'s NUMA affinity "
+                                 f"{shown(numa, 24)} is no NUMA node (Linux numbers them 0..{MAX_NUMA_NODE})")
+            g["numa_node"] = int(numa)
+        elif numa in ("N/A", NA, ""):
+            g["numa_node"] = NA
+        else:
+            raise UsageError(f"'{os.path.basename(t['file'])}' line {t['line'] + i + 1}: GPU{i}'s NUMA affinity "
+                             f"{shown(numa, 24)} is neither a node number nor N/A")
         gpus.append(g)
     cls = classify_pairs(matrix, p2p, switched)
     numa_nodes = {g["numa_node"] for g in gpus if g["numa_node"] is not NA}

@@ -73,7 +73,12 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
         if resume:      # every reason to refuse the dir: one line, exit 2, before any rank starts
             from .results.sweep import resume_state
 
-            resume_state(out_dir, name, dtype, impls, timing)
+            results.meta.lock_dir(out_dir)      # two resumes of one dir at once: the second is refused
+            try:
+                resume_state(out_dir, name, dtype, impls, timing)
+            except BaseException:
+                results.meta.unlock_dir(out_dir)
+                raise
     return SweepConfig(
         ops=op_list, tps=tps, points=points, dtype=dtype, modes=mode_list,
         iters=iters if iters is not None else (200 if name == "nccl" else 40),
@@ -174,10 +179,14 @@ def run_sweep(cfg: SweepConfig, charts: bool = True) -> int:
         note = shared_core_note(cfg.backend, trun)
         if note:
             print(f"commprof: {note}", file=sys.stderr)
-    outcome = run(cfg)
+    try:
+        outcome = run(cfg)
+    finally:
+        results.meta.unlock_dir(cfg.out_dir)
     if not lead or outcome is None:
         return 0
-    show(results.load(cfg.out_dir), charts=charts)
+    with results.failing(cfg.out_dir):
+        show(results.load(cfg.out_dir), charts=charts)
     for line in refusal_lines(outcome.refused or []):
         print(f"commprof: {line}", file=sys.stderr)
     if outcome.wrong_rows:

@@ -6,7 +6,7 @@ affinity, BAR1 size, NVLink links and version, PCIe replay and NVLink error coun
 NVLink and atomics. Over the box: one ``interconnect_class`` and the number of NUMA nodes the GPUs
 sit on.
 
-NVML traps handled here (``shared/FACTS.md``, "NVML traps"):
+NVML traps handled here (NVML API reference, docs.nvidia.com/deploy/nvml-api):
 
 * An answer NVML cannot give for a GPU (Not Supported, or any other NVML error on a per-field
   call) is the string ``"n/a"``, never a crash. Only a missing binding, a missing driver or zero
@@ -34,6 +34,7 @@ from collections import Counter
 
 from ._version import __version__
 from .errors import EXIT_OK, NoGpuError, UsageError, where
+from .fileio import write_json
 from .runinfo import cpu_ranges, now_iso
 from .views.console import emit
 from .views.topo import render_topology
@@ -437,12 +438,7 @@ def write_topology(topo: dict, path: str) -> str:
     """Write ``topo`` as JSON to ``path`` (its folder is created); returns the path."""
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(topo, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
-    return path
+    return write_json(path, topo)
 
 
 @dataclass
@@ -483,8 +479,9 @@ def run_topo(cfg: TopoConfig, *, nvml=None, console=None) -> int:
 
 # GPU product names (as nvidia-smi, NVML, torch and nccl-tests' rank lines print them) -> how the
 # GPUs of such a box talk to each other and at which link generation. First match wins, so the
-# PCIe / NVL variants come before the SXM names they contain. Link figures: shared/FACTS.md
-# "Link ceilings" and research/validation-anchors.md section 4.2 (per GPU, per direction).
+# PCIe / NVL variants come before the SXM names they contain. Link figures per GPU, per direction:
+# half the bidirectional NVLink figure of NVIDIA's datasheets (A100 600, H100 SXM 900, H800 400,
+# B200 1800 GB/s); PCIe from the PCI-SIG line rates.
 # An SXM module sits on an NVLink baseboard (HGX/DGX: NVSwitch with 8 GPUs); a PCIe card talks over
 # PCIe unless bridged (the name cannot tell a bridge, nor whether the driver allows P2P).
 GPU_NAME_CLASSES = (
@@ -493,7 +490,7 @@ GPU_NAME_CLASSES = (
     (r"\bA100[- ].*PCI|\bA100 PCIe|\bA800[- ].*PCI", "pcie", "pcie4", "A100 PCIe card: PCIe 4.0"),
     (r"\bG?B[23]00\b|\bB100\b|\bGB200\b|\bGB300\b", "nvlink", "nvlink5", "Blackwell SXM: NVLink 5 (18 links)"),
     (r"\bH800\b", "nvlink", "nvlink4-h800",
-     "H800 SXM: NVLink 4 with 8 links (200 GB/s per direction, research/microbench-anchors.md)"),
+     "H800 SXM: NVLink 4 with 8 links (200 GB/s per direction, NVIDIA H800 datasheet: 400 GB/s NVLink)"),
     (r"\bH100\b|\bH200\b|\bH20\b|\bGH200\b", "nvlink", "nvlink4",
      "Hopper SXM (H100 80GB HBM3 is how nvidia-smi names H100 SXM5): NVLink 4 (18 links)"),
     (r"\bA100-SXM|\bA100 SXM|\bA800-SXM|\bA100\b", "nvlink", "nvlink3", "A100 SXM: NVLink 3 (12 links)"),

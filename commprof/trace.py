@@ -202,8 +202,10 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
     check_shapes(shape, tps)
     if predict:
         trun = torchrun_env()
-        name, reason = ("nccl", "predict: compute on one GPU") if backend == "nccl" else \
-            resolve_backend(backend, 1, None)
+        # one GPU (or CPU); nccl without a CUDA GPU is one line and exit 3, as for a live run
+        name, reason = resolve_backend(backend, 1, None)
+        if name == "nccl" and backend == "nccl":
+            reason = "predict: compute on one GPU"
         world = 1
     else:
         world, name, reason, trun = choose_world(backend, max(tps), "--tp")
@@ -394,7 +396,8 @@ def run_trace(cfg: TraceConfig, charts: bool = True) -> int:
         run_predict(cfg, comm_from)
     elif not run(cfg):
         return 0
-    show(results.load(cfg.out_dir), charts=charts)
+    with results.failing(cfg.out_dir):
+        show(results.load(cfg.out_dir), charts=charts)
     if comm_from is not None and cfg.backend == "gloo":
         # CPU compute says nothing about a GPU box: point at the verb that models it
         from .models import BUILTIN

@@ -3,14 +3,16 @@
     python scripts/fuzz.py [--inputs 10000] [--seed 0] [--out results/bench]
 
 The generators and the property are tests/fuzz_inputs.py's, the same ones tests/test_fuzz_parsers.py
-runs under hypothesis with 200 examples: mutated real inputs (nccl-tests logs from tests/data and
-shared/data, the -J fixture, the built-in models as config.json) and inputs built from each
-format's grammar. Input ``i`` of parser ``P`` comes from ``random.Random(f"{seed}:{P}:{i}")``, so
+runs under hypothesis with 200 examples: mutated real inputs (nccl-tests logs of real boxes, the -J
+fixture, two real Kineto traces, a real imported results dir, the built-in models as config.json,
+all under tests/data with their SOURCE notes) and inputs built from each format's grammar.
+Input ``i`` of parser ``P`` comes from ``random.Random(f"{seed}:{P}:{i}")``, so
 a crash listed in fuzz.json is reproduced by that seed alone.
 
 Per parser: inputs, rejected (commprof's own one-line error), accepted (a result with no NaN,
-infinite or negative figure), crashes (any other exception, or a property broken). Target: 0
-crashes for every parser.
+infinite, negative or non-physical figure: bandwidths, times, link counts, NUMA nodes, token
+counts and ports inside their bounds), crashes (any other exception, or a property broken).
+Target: 0 crashes for every parser, so 0 accepted non-physical values.
 """
 from __future__ import annotations
 
@@ -77,13 +79,15 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     seeds = ([os.path.relpath(p, REPO) for p in F.real_log_paths()]
              + ["tests/data/nccl-tests/all_reduce_perf_8xA100_v3.json", "tests/data/toy-dense-config.json",
+                *[os.path.relpath(p, REPO) for p in F.KINETO_REAL],
+                "tests/data/nccl-tests/all_reduce_perf_8xA100.log imported as a results dir",
                 "the built-in models of commprof/models.py written as config.json"])
     result = {
         **measured(__file__, start, f"{args.inputs:,} generated inputs per parser (seed {args.seed}): mutated real "
                                     "inputs and inputs built from each format's grammar "
                                     "(tests/fuzz_inputs.py). Rejected = commprof's own one-line error "
-                                    "(exit 2); accepted = a result with no NaN, infinite or negative "
-                                    "figure; crash = any other exception or a broken property"),
+                                    "(exit 2); accepted = a result with no NaN, infinite, negative or "
+                                    "non-physical figure; crash = any other exception or a broken property"),
         "seed": args.seed, "inputs_per_parser": args.inputs, "real_inputs_mutated": seeds, "parsers": runs,
         "target": "0 crashes for every parser", "met": all(r["crashes"] == 0 for r in runs),
     }

@@ -22,7 +22,7 @@ import os
 import random
 
 from commprof.errors import CommprofError
-from commprof.importers import _section_rows, read_nccl_tests
+from commprof.importers import MAX_BW_GBPS, MAX_TIME_US, _section_rows, read_nccl_tests
 from commprof.models import BUILTIN, ModelShape, get_model
 from commprof.sizes import MAX_MESSAGE_BYTES, decode_sizes, parse_sizes
 from commprof.units import MAX_BYTES, MAX_LIST_INT, parse_bytes, parse_int_list
@@ -393,7 +393,10 @@ def _check_rows(secs) -> None:
         rows, info = _section_rows(sec, in_place=True)
         json.dumps(info, allow_nan=False)                       # meta.json: no NaN or inf
         for row in rows:
-            assert row["size_bytes"] >= 1 and row["tp"] >= 1 and row["latency_us_p50"] > 0, row
+            lat = row["latency_us_p50"] or row["latency_us_avg"]
+            assert row["size_bytes"] >= 1 and row["tp"] >= 1 and lat > 0, row
+            assert lat <= MAX_TIME_US and row["algbw_gbps"] <= MAX_BW_GBPS \
+                and row["busbw_gbps"] <= MAX_BW_GBPS, row                  # physical, not merely finite
             for k, v in row.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     assert math.isfinite(v) and v >= 0, (k, v)
@@ -557,7 +560,7 @@ def real_smi_topos() -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-SMI_TOKENS = ["X", "NV1", "NV4", "NV12", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC", "OK", "CNS", "GNS",
+SMI_TOKENS = ["NV0", "NV99", "NV19", "NV\u0664", "\u00b2", "100000000000000000000", "X", "NV1", "NV4", "NV12", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC", "OK", "CNS", "GNS",
               "TNS", "NS", "DR", "U", "GPU0", "GPU1", "NIC0", "0-63", "N/A", "Legend:", "\t", "  "]
 
 
@@ -597,6 +600,11 @@ def check_smi_topo(case, tmp: str) -> str:
         return _rejected(e)
     json.dumps(topo, allow_nan=False)           # writable as topo.json, no NaN/inf
     assert isinstance(topo.get("gpus"), list) and isinstance(topo.get("matrix"), list)
+    for row in topo["matrix"]:              # a link count taken is one a GPU can have
+        for c in row:
+            assert not c.startswith("NV") or (c[2:].isascii() and 1 <= int(c[2:]) <= 18), c
+    for g in topo["gpus"]:
+        assert g["numa_node"] == "n/a" or (type(g["numa_node"]) is int and 0 <= g["numa_node"] <= 1023), g
     return "accepted"
 
 
@@ -624,9 +632,67 @@ KINETO_KEYS = ["ph", "cat", "name", "ts", "dur", "pid", "tid", "args", "traceEve
                "world_size", "In msg nelems", "Collective name"]
 
 
+KINETO_REAL = [os.path.join(DATA, "kineto", f"hta_trace_filter_rank{r}_subsampled.json.gz") for r in (0, 1)]
+
+
+@functools.cache
+def _real_kineto() -> tuple[str, str]:
+    """The two real (subsampled) HTA traces as JSON text (tests/data/kineto/SOURCE.md)."""
+    import gzip
+
+    return tuple(gzip.open(p, "rt", encoding="utf-8").read() for p in KINETO_REAL)
+
+
+#: Values that break an event's physics or types: huge, negative, far-future or non-finite times,
+#: containers where a scalar belongs, labels that are no numbers.
+KINETO_HOSTILE = [0, -1, 1e308, 1e300, -1e300, 10 ** 30, HUGE, 1.5e16, [1, 2], {"a": 1}, "x", None, True,
+                  float("nan"), float("inf")]
+KINETO_LABELS = ["tp=x batch=1 mode=eager", "tp=2 batch=-3 mode=eager", "tp=0 batch=1", "tp=99999999999",
+                 "tp=2 batch=\u0663 mode=eager", "tp=2 batch=1 mode=warp", "tp=2 batch=1 mode=eager"]
+
+
+def _hostile_kineto(rnd: random.Random, doc: dict) -> dict:
+    """One event's ts, dur, args field or the header set to a hostile value."""
+    evs = doc.get("traceEvents") if isinstance(doc, dict) else None
+    r = rnd.random()
+    if isinstance(evs, list) and evs and r < 0.7:
+        e = _choice(rnd, evs)
+        if isinstance(e, dict):
+            key = _choice(rnd, ["ts", "dur", "ts", "dur", "args.correlation", "args.In msg nelems",
+                                "args.Out msg nelems", "args.dtype", "args.Collective name", "pid", "cat", "name"])
+            if key.startswith("args."):
+                if not isinstance(e.get("args"), dict):
+                    e["args"] = {}
+                e["args"][key[5:]] = copy.deepcopy(_choice(rnd, KINETO_HOSTILE))
+            else:
+                e[key] = copy.deepcopy(_choice(rnd, KINETO_HOSTILE))
+    elif isinstance(doc, dict) and r < 0.85:
+        key = _choice(rnd, ["deviceProperties", "baseTimeNanoseconds", "distributedInfo.backend",
+                            "distributedInfo.rank", "distributedInfo.world_size"])
+        if key.startswith("distributedInfo."):
+            if not isinstance(doc.get("distributedInfo"), dict):
+                doc["distributedInfo"] = {}
+            doc["distributedInfo"][key[16:]] = copy.deepcopy(_choice(rnd, KINETO_HOSTILE + [["nccl", 1], "gloo"]))
+        else:
+            doc[key] = copy.deepcopy(_choice(rnd, KINETO_HOSTILE + [[{"name": 5}], [{"name": "H100"}]]))
+    elif isinstance(evs, list):                      # a commprof trace.json's run label
+        doc["commprof"] = {"format": "commprof trace timeline", "world_size": 2}
+        label = _choice(rnd, KINETO_LABELS)
+        for pid in (0, 1):
+            evs.insert(0, {"ph": "M", "name": "process_labels", "pid": pid, "args": {"labels": label}})
+            evs.insert(0, {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"rank {pid}"}})
+    return doc
+
+
 def gen_kineto(rnd: random.Random) -> tuple[bytes, bytes]:
-    """Two ranks' traces; one or both mutated in their JSON values, structure or bytes."""
-    docs = [_kineto_doc(0), _kineto_doc(1)]
+    """Two ranks' traces: the real (subsampled) HTA traces half the time, else the synthetic
+    decode-shaped ones; one or both mutated in their JSON values (hostile times, types and labels
+    among them), structure or bytes (a corrupt gzip stream too)."""
+    real = rnd.random() < 0.5
+    docs = [json.loads(t) for t in _real_kineto()] if real else [_kineto_doc(0), _kineto_doc(1)]
+    if rnd.random() < 0.5:
+        i = rnd.randrange(2)
+        docs[i] = _hostile_kineto(rnd, docs[i])
     for _ in range(rnd.randint(1, 4)):
         i = rnd.randrange(2)
         r = rnd.random()
@@ -652,16 +718,25 @@ def gen_kineto(rnd: random.Random) -> tuple[bytes, bytes]:
         except ValueError:          # a mutation made a value contain itself: not writable JSON
             return _dumps({"traceEvents": "self-referencing"})
     data = [text(d).encode("utf-8", "surrogatepass") for d in docs]
-    if rnd.random() < 0.2:
+    r = rnd.random()
+    if r < 0.2:
         i = rnd.randrange(2)
         data[i] = _mutate_bytes(rnd, data[i])
+    elif r < 0.3:                                   # gzipped, then the deflate stream or the trailer broken
+        import gzip
+
+        i = rnd.randrange(2)
+        z = bytearray(gzip.compress(data[i]))
+        for _ in range(rnd.randint(1, 8)):
+            z[rnd.randrange(10, len(z))] ^= rnd.randrange(1, 256)
+        data[i] = bytes(z[:rnd.randint(10, len(z))] if rnd.random() < 0.3 else z)
     return data[0], data[1]
 
 
 def check_kineto(case, tmp: str) -> str:
     """Read both ranks' traces and attribute them as ``import kineto`` does (commprof.kineto:
     read_file, check_ranks, attribute_run), in memory: every figure finite and >= 0."""
-    from commprof.kineto import attribute_run, check_ranks, read_file
+    from commprof.kineto import MAX_SPAN_US, MAX_TP, _run_label, attribute_run, check_ranks, read_file
 
     ranks = []
     try:
@@ -672,14 +747,21 @@ def check_kineto(case, tmp: str) -> str:
             ranks.extend(read_file(p))
         if not any(r.kernels or r.colls for r in ranks):
             return "rejected"
+        labels = [_run_label(r.run) for r in ranks]
         check_ranks(ranks, None)
         att = attribute_run(ranks)
     except CommprofError as e:
         return _rejected(e)
+    for lab in labels:                  # a run label taken is a physical one
+        assert all(1 <= int(lab[k]) <= (MAX_TP if k == "tp" else 1 << 20) for k in ("tp", "batch") if k in lab), lab
     for row in att.get("tokens", []):
         for k, v in row.items():
             if isinstance(v, float):
                 assert math.isfinite(v) and (v >= 0 or k == "residual_us"), (k, v)
+                assert abs(v) <= MAX_SPAN_US, (k, v)            # no step longer than a day
+    for c in att.get("collectives", []):
+        sb = c.get("size_bytes")
+        assert sb in (None, "") or (type(sb) is int and 0 <= sb <= 2 ** 53 * 8), c
     return "accepted"
 
 
@@ -706,6 +788,144 @@ def check_kineto_import(case, tmp: str) -> str:
     for c in ("ms_per_token", "comm_share_pct"):
         v = summ[c].astype(float)
         assert v.notna().all() and (v >= 0).all() and (v.abs() < float("inf")).all(), (c, list(v))
+    return "accepted"
+
+
+# --- serve: --url and --workload FILE ------------------------------------------------------------
+
+URL_PARTS = ["http://", "https://", "ftp://", "", "http:/", "HTTP://", "http://[::1", "http://[::1]", "[", "]",
+             "127.0.0.1", "localhost", "h", "a b", "\x00", "\n", "\u0663", ":8000", ":99999", ":-1", ":", ":0",
+             ":\u0668\u0660", "/v1", "/v1/completions", "/chat/completions", "/", "?q=1", "#f", "@", "user:pw@"]
+
+
+def gen_url(rnd: random.Random) -> str:
+    """A --url: scheme, host, port and path pieces, some of them broken."""
+    if rnd.random() < 0.5:                       # mostly well-formed: scheme, host, maybe a port and a path
+        text = (_choice(rnd, ["http://", "https://"]) + _choice(rnd, ["127.0.0.1", "localhost", "[::1]", "h.example"])
+                + _choice(rnd, ["", ":8000", ":1", ":65535", ":65536", ":0"]) + _choice(rnd, ["", "/", "/v1", "/p/v1/"]))
+    else:
+        text = "".join(_choice(rnd, URL_PARTS) for _ in range(rnd.randint(1, 5)))
+    return _mutate_text(rnd, text) if rnd.random() < 0.2 else text
+
+
+def check_url(text: str, tmp: str | None = None) -> str:
+    from urllib.parse import urlsplit
+
+    from commprof.serve import base_url
+
+    try:
+        url = base_url(text)
+    except CommprofError as e:
+        return _rejected(e)
+    parts = urlsplit(url)
+    assert parts.scheme in ("http", "https") and parts.hostname, url
+    assert parts.port is None or 1 <= parts.port <= 65535, url
+    assert url.isprintable() and " " not in url, url
+    return "accepted"
+
+
+def gen_workload(rnd: random.Random) -> bytes:
+    """A replay file: JSON lines of prompt_tokens/output_tokens, values and lines broken."""
+    lines = []
+    for _ in range(rnd.randint(0, 8)):
+        r = rnd.random()
+        if r < 0.6:
+            obj = {_choice(rnd, ["prompt_tokens", "input_tokens", "output_tokens", "max_tokens", "x"]):
+                   _choice(rnd, JSON_VALUES + [rnd.randint(1, 4096)]) for _ in range(rnd.randint(1, 3))}
+            lines.append(_dumps(obj))
+        elif r < 0.7:
+            lines.append(_choice(rnd, ["", "#", "# note", "[]", "3", "null", "{"]))
+        else:
+            lines.append(json.dumps({"prompt_tokens": rnd.randint(1, 4096), "output_tokens": rnd.randint(1, 512)}))
+    text = "\n".join(lines)
+    if rnd.random() < 0.2:
+        text = _mutate_text(rnd, text)
+    data = text.encode("utf-8", "surrogatepass")
+    return _mutate_bytes(rnd, data) if rnd.random() < 0.1 else data
+
+
+def check_workload(data: bytes, tmp: str) -> str:
+    from commprof.serve import load_replay
+
+    path = os.path.join(tmp, "workload.jsonl")
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        rows = load_replay(path)
+    except CommprofError as e:
+        return _rejected(e)
+    for r in rows:
+        for v in r.values():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                assert 1 <= v <= 1 << 20, r
+    return "accepted"
+
+
+# --- a results dir (sweep.csv + meta.json), as every reader loads it ------------------------------
+
+@functools.cache
+def _real_sweep() -> tuple[str, str]:
+    """A real sweep dir's files: the A100 nccl-tests log imported (sweep.csv and meta.json text)."""
+    import tempfile
+
+    from commprof.importers import import_nccl_tests
+
+    d = tempfile.mkdtemp(prefix="commprof-fuzz-sweep-")
+    out = os.path.join(d, "imp")
+    import_nccl_tests([os.path.join(DATA, "nccl-tests", "all_reduce_perf_8xA100.log")], out, command=["fuzz"])
+    with open(os.path.join(out, "sweep.csv"), encoding="utf-8") as f, \
+            open(os.path.join(out, "meta.json"), encoding="utf-8") as g:
+        return f.read(), g.read()
+
+
+def gen_results_dir(rnd: random.Random) -> tuple[bytes, bytes]:
+    """(sweep.csv, meta.json) of a real imported dir, cells, lines, fields or bytes broken."""
+    csv_text, meta_text = _real_sweep()
+    lines = csv_text.splitlines()
+    for _ in range(rnd.randint(1, 4)):
+        if not lines:
+            break
+        r, i = rnd.random(), rnd.randrange(len(lines))
+        if r < 0.5:
+            cells = lines[i].split(",")
+            cells[rnd.randrange(len(cells))] = _choice(rnd, TOKENS + [_digits(rnd), '"', "a,b"])
+            lines[i] = ",".join(cells)
+        elif r < 0.65:
+            del lines[i]
+        elif r < 0.8:
+            lines[i] = _mutate_text(rnd, lines[i])
+        else:
+            lines = lines[:i]
+    meta = json.loads(meta_text)
+    if rnd.random() < 0.5:
+        meta = mutate_json(rnd, meta)
+    if rnd.random() < 0.3:
+        meta[_choice(rnd, ["status", "writer", "cells_planned", "verb", "kind", "hosts", "gpus"])] = copy.deepcopy(
+            _choice(rnd, JSON_VALUES + ["running", "failed", {"host": "x", "pid": -1}, {"pid": 2 ** 70}]))
+    csv_data = ("\n".join(lines) + ("\n" if rnd.random() < 0.9 else "")).encode("utf-8", "surrogatepass")
+    meta_data = _dumps(meta).encode("utf-8", "surrogatepass")
+    if rnd.random() < 0.1:
+        csv_data = _mutate_bytes(rnd, csv_data)
+    if rnd.random() < 0.05:
+        meta_data = _mutate_bytes(rnd, meta_data)
+    return csv_data, meta_data
+
+
+def check_results_dir(case, tmp: str) -> str:
+    """``results.load`` (what show, check, report and gap read): a typed table or one line."""
+    from commprof.results import load
+
+    d = os.path.join(tmp, "dir")
+    os.makedirs(d, exist_ok=True)
+    for name, data in zip(("sweep.csv", "meta.json"), case):
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+    try:
+        r = load(d)
+    except CommprofError as e:
+        return _rejected(e)
+    assert r.state in ("complete", "failed", "interrupted", "running", "dead", "unknown"), r.state
+    assert r.unfinished is None or ("\n" not in r.unfinished and r.unfinished.startswith("unfinished")), r.unfinished
     return "accepted"
 
 
@@ -782,4 +1002,8 @@ TARGETS = {
     "smitopo.parse_smi_topo": ("nvidia-smi topo -m / -p2p text", gen_smi_topo, check_smi_topo),
     "kineto.import_kineto": ("PyTorch profiler (Kineto) traces, 2 ranks", gen_kineto, check_kineto),
     "servermetrics (serve)": ("a server's GET /metrics: queue-time histograms", gen_metrics, check_metrics),
+    "serve --url": ("serve --url: an OpenAI server's base URL", gen_url, check_url),
+    "serve --workload FILE": ("serve --workload: a JSONL replay file", gen_workload, check_workload),
+    "results.load": ("a results dir (sweep.csv + meta.json) as show/check/report/gap read it", gen_results_dir,
+                     check_results_dir),
 }

@@ -1,5 +1,5 @@
-"""Faults and bad input around a run, from issue 14: each gets one line, the right exit code, the
-right rank and stage named, and leaves the results dir as the README promises.
+"""Faults and bad input around a run: each gets one line, the right exit code, the
+right rank and stage named, and leaves the results dir as docs/errors.md promises.
 
 * bad input a rank used to meet (exit 6) is refused before any rank starts (exit 2);
 * an output dir that cannot be written, for every verb that writes one (exit 2, nothing made);
@@ -24,6 +24,7 @@ import pytest
 
 from commprof import launch, results
 from commprof.errors import UsageError
+from commprof import fileio
 from commprof.results import meta as meta_mod
 from commprof.results import table as table_mod
 from helpers import REPO, TOY_MODEL, cli_env, one_line_error, results_meta, sweep_rows
@@ -256,6 +257,9 @@ class _FullDisk:
     def write(self, text):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
+    def __getattr__(self, name):            # reading works: only writes find the disk full
+        return getattr(self._f, name)
+
     def __enter__(self):
         return self
 
@@ -266,7 +270,7 @@ class _FullDisk:
 def test_meta_write_on_a_full_disk_names_the_file_and_leaves_no_temp(tmp_path, monkeypatch):
     d = str(tmp_path)
     results.write_meta(d, {"status": "running"})
-    monkeypatch.setattr(meta_mod, "open", _FullDisk, raising=False)
+    monkeypatch.setattr(fileio, "open", _FullDisk, raising=False)
     with pytest.raises(UsageError) as info:
         results.write_meta(d, {"status": "complete"})
     assert os.path.join(d, "meta.json") in str(info.value) and "No space left on device" in str(info.value)

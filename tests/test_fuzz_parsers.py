@@ -8,7 +8,8 @@ exception is a crash and fails the test. Inputs are mutated real ones (the logs 
 (public, with their SOURCE.md), the built-in models as config.json) and hypothesis' own text, bytes and JSON.
 
 Bounded for CI: 200 examples per test, derandomized (the same inputs on every run), no deadline.
-``scripts/fuzz.py`` runs the same generators with 10,000 inputs per parser.
+``scripts/fuzz.py`` runs the same generators with 10,000 inputs per parser. Every input comes from
+tests/data (real logs, traces and configs with their SOURCE notes): nothing outside the checkout.
 """
 import json
 import os
@@ -169,13 +170,17 @@ def test_log_json_any_value_anywhere(data, tmp):
 
 def test_real_inputs_are_accepted(tmp):
     """The unmutated inputs every generator starts from parse cleanly (the checks are not so strict
-    that they refuse real output)."""
+    that they refuse real output): tests/data's logs, the real boxes' logs, the -J fixture, the
+    configs, the real Kineto traces and the real sweep dir."""
     for name, text in F.real_logs():
         if "malformed" not in name:
             assert F.check_log((name, text.encode()), tmp) == "accepted", name
     assert F.check_log(("all_reduce_perf.json", json.dumps(F.real_json()).encode()), tmp) == "accepted"
     for cfg in F.real_configs():
         assert F.check_config(json.dumps(cfg).encode(), tmp) == "accepted", cfg
+    assert F.check_kineto(tuple(t.encode() for t in F._real_kineto()), tmp) == "accepted"
+    assert F.check_results_dir(tuple(t.encode() for t in F._real_sweep()), tmp) == "accepted"
+    assert F.check_url("http://127.0.0.1:8000/v1") == "accepted"
 
 
 def test_public_real_logs_are_imported():
@@ -267,3 +272,29 @@ def test_server_metrics_mutated(rnd):
 @given(st.text(max_size=300), st.text(max_size=300))
 def test_server_metrics_any_text(before, after):
     F.check_metrics((before, after))
+
+
+# --- serve --url, --workload FILE, a results dir (issue 24) -----------------------------------------
+
+@CI
+@given(RANDOMS)
+def test_serve_url_generated(rnd):
+    F.check_url(F.gen_url(rnd))
+
+
+@CI
+@given(st.text(max_size=40))
+def test_serve_url_any_text(text):
+    F.check_url(text)
+
+
+@CI
+@given(rnd=RANDOMS)
+def test_serve_workload_mutated(rnd, tmp):
+    F.check_workload(F.gen_workload(rnd), tmp)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(rnd=RANDOMS)
+def test_results_dir_mutated(rnd, tmp):
+    F.check_results_dir(F.gen_results_dir(rnd), tmp)

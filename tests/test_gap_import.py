@@ -2,10 +2,12 @@
 import json
 import os
 
+import pytest
 from helpers import REPO
 from helpers import TOY_MODEL as TOY
 
 from commprof.costmodel import write_profile_sweep
+from commprof.errors import UsageError
 
 NCCL_LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_8xA100.log")
 
@@ -99,3 +101,83 @@ def test_wire_line_in_gap_and_report(cli_inproc, tmp_path):
     (tmp_path / "p2p" / "p2p.csv").write_text("a,b\n1,2\n")
     res = cli_inproc("gap", box, p2p)
     assert res.returncode == 2 and "p2p.csv" in res.stderr and "missing column" in res.stderr
+
+
+# --- what gap compares (issue 25) -------------------------------------------------------------------
+
+def _imported(tmp_path, name, log):
+    from commprof.importers import import_nccl_tests
+
+    out = str(tmp_path / name)
+    import_nccl_tests([log], out)
+    return out
+
+
+def _one_gpu_log(tmp_path):
+    rows = [f"{s:12d} {s // 4:13d}     float     sum      -1     2.10    0.00    0.00      0     2.05    0.00    0.00      0"
+            for s in (8, 1024, 65536, 256 << 20)]
+    p = tmp_path / "all_reduce_perf_1gpu.log"
+    p.write_text("\n".join(["# nThread 1 nGpus 1 minBytes 8 maxBytes 268435456 step: 2(factor) warmup iters: 5 iters: 20 "
+                            "agg iters: 1 validation: 1 graph: 0", "#", "# Using devices",
+                            "#  Rank  0 Group  0 Pid   1000 on       boxa device  0 [0x01] NVIDIA GeForce RTX 5090", "#",
+                            "#       size         count      type   redop    root     time   algbw   busbw #wrong     "
+                            "time   algbw   busbw #wrong", *rows, "# Out of bounds values : 0 OK", "#"]) + "\n")
+    return str(p)
+
+
+def test_gap_never_sets_tp1_rows_against_a_tp2_reference(tmp_path):
+    """A single RTX 5090 came out '0.2x of NVLink 4': its TP=1 rows stood against the TP=2 profile."""
+    from commprof.gap import compute_gap
+
+    one = _imported(tmp_path, "one", _one_gpu_log(tmp_path))
+    with pytest.raises(UsageError, match="only TP=1 rows: one rank runs no communication"):
+        compute_gap([one])
+    # beside a multi-GPU box its TP=1 rows are left out and said so
+    src = os.path.join(REPO, "tests", "data", "nccl-tests", "rtx5090x8_pcie5_p2p_allreduce_aikitoria.txt")
+    g = compute_gap([_imported(tmp_path, "eight", src), one])
+    assert not len(g.boxes[1].table) and not len(g.pairs)
+    assert any("4 TP=1 rows (one rank: no communication) are not compared" in n for n in g.boxes[1].notes)
+
+
+def test_gap_leaves_wrong_rows_out_of_every_ratio_and_says_so(tmp_path):
+    from commprof.gap import compute_gap
+
+    src = os.path.join(REPO, "tests", "data", "nccl-tests", "rtx5090x8_pcie5_p2p_allreduce_aikitoria.txt")
+    lines = open(src).read().splitlines()
+    k = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["16384"])
+    tok = lines[k].rsplit(None, 5)
+    lines[k] = f"{tok[0]}      99 {' '.join(tok[2:])}"          # the out-of-place #wrong of 16 KiB: commprof's change
+    log = tmp_path / "all_reduce_perf_wrong.txt"
+    log.write_text("\n".join(lines) + "\n")
+    bad = _imported(tmp_path, "bad", str(log))
+    good = _imported(tmp_path, "good", src)
+    g = compute_gap([good, bad])
+    assert 16384 not in set(g.boxes[1].table["size_bytes"]) and 16384 in set(g.boxes[0].table["size_bytes"])
+    assert any("1 rows with wrong results (status WRONG" in n for n in g.boxes[1].notes)
+    at = g.pairs[g.pairs["size_bytes"] == 16384]
+    assert len(at) and set(at["matched"]) == {"interpolated"}     # from the neighbours, never the WRONG row
+
+
+def test_gap_across_hosts_says_so_and_one_gpu_per_host_is_the_network(tmp_path):
+    """Two hosts with one GPU each: the TP group is joined by the network, never 'nvlink', and every
+    comparison says it crosses hosts (not only when the TP degrees differ)."""
+    from test_verdicts import nccl_log
+
+    from commprof.gap import compute_gap
+    from commprof.views.gap import pair_lines
+
+    log = nccl_log(str(tmp_path), "NVIDIA H100 80GB HBM3", ranks=2, hosts=("nodea", "nodeb"), alpha_us=25.0,
+                   busbw_gbps=40.0)
+    d = _imported(tmp_path, "net", log)
+    local = write_profile_sweep("nvlink4", str(tmp_path / "local"), tps=(2,), sizes=(16384, 256 << 20))
+    g = compute_gap([local, d])
+    net = g.boxes[1]
+    assert net.box_kind == "network"
+    assert any("spans 2 hosts" in n and "one GPU per host: the network carries every collective" in n
+               for n in net.notes)
+    lines = pair_lines(g)
+    assert lines and all("across hosts: net's TP group spans 2 hosts" in ln for ln in lines)
+    from commprof.check import gather, load_thresholds, run_items
+
+    c2 = {i.id: i for i in run_items(gather([d]), load_thresholds())}["C2"]
+    assert c2.value.startswith("network: its largest TP group has one GPU per host (2 hosts: nodea, nodeb)")

@@ -6,9 +6,12 @@ malformed log. The inline logs below are small layouts written for the tests, fo
 formats printed by nccl-tests' src/util.cu and older releases.
 """
 import hashlib
+import json
 import os
 
+import pandas as pd
 import pytest
+from helpers import one_line_error
 
 from commprof import importers, results
 from commprof.errors import EXIT_USAGE, UsageError
@@ -50,10 +53,10 @@ def test_all_reduce_8_gpus_text(tmp_path):
     assert "not a percentile" in meta["columns"]["latency_us_*"] and meta["start_time"] and meta["command"]
     src, = meta["source_files"]
     with open(AR8, "rb") as f:
-        assert src == {"path": os.path.abspath(AR8), "sha256": hashlib.sha256(f.read()).hexdigest(),
+        assert src == {"path": AR8, "sha256": hashlib.sha256(f.read()).hexdigest(),
                        "format": "text", "runs": 1}
     run, = meta["runs"]
-    assert run["tp_from"] == "rank lines" and len(run["ranks"]) == 8 and run["reported_avg_busbw"] == "32.1532"
+    assert run["tp_from"] == "rank lines; busbw/algbw agrees" and len(run["ranks"]) == 8 and run["reported_avg_busbw"] == "32.1532"
     # usable wherever a sweep is: trace --predict --comm-from
     assert CommTable(out).latency_us("all_reduce", 8, "eager", 10240) == pytest.approx(57.2, abs=0.2)
 
@@ -164,7 +167,7 @@ def test_old_layout_without_root_and_error_column(tmp_path):
     _, df, meta = _one(tmp_path, text, name="all_reduce_v100.txt")
     assert list(df["size_bytes"]) == [4096, 65536] and set(df["tp"]) == {2} and set(df["op"]) == {"all_reduce"}
     # an old 'error' column is a deviation, not a count: without the footer the rows stay unchecked
-    assert (df["wrong"] == 0).all() and "a deviation, not a count" in df["site"].iloc[1]
+    assert df["wrong"].isna().all() and "a deviation, not a count" in df["site"].iloc[1]     # unknown, never 0
     assert set(df["status"]) == {"unchecked"} and set(df["wrong_out_of_place"]) == {""}
     assert meta["gpus"] == ["Tesla V100-SXM2-16GB"]
 
@@ -193,7 +196,8 @@ boxA:2001:2001 [0] NCCL INFO NCCL version 2.27.5+cuda12.9
     a2a = df[df["op"] == "all_to_all"]
     assert set(a2a["mode"]) == {"eager", "eager-in-place"} and set(a2a["tp"]) == {2}
     ip = a2a[a2a["mode"] == "eager-in-place"].iloc[0]
-    assert ip["wrong"] == 0 and "N/A" in ip["site"] and ip["status"] == "unchecked" and ip["wrong_in_place"] == ""
+    assert ip["wrong"] != ip["wrong"] and "N/A" in ip["site"] and ip["status"] == "unchecked"    # NaN: unknown
+    assert ip["wrong_in_place"] == ""
     oop = a2a[a2a["mode"] == "eager"].iloc[0]
     assert oop["status"] == "ok" and oop["wrong_out_of_place"] == "0" and oop["wrong_in_place"] == ""
     assert [r["nccl_tests_binary"] for r in meta["runs"]] == ["all_reduce_perf", "alltoall_perf"]
@@ -236,3 +240,44 @@ def test_unsupported_or_unnamed_collective(tmp_path):
     p.write_text(line)
     _, df, meta = _import(tmp_path, str(p), name="o3")
     assert set(df["op"]) == {"all_reduce"} and set(df["tp"]) == {2}
+
+
+def _rank_log(tmp_path, rank_lines, ranks, name="all_reduce_perf_rack.log", nthreads=1, ngpus=1,
+              points=((1048576, 20.0), (1073741824, 600.0))):
+    """A 2.1x log whose busbw/algbw says ``ranks``, printing only ``rank_lines``."""
+    factor = 2 * (ranks - 1) / ranks
+    lines = [f"# nThread {nthreads} nGpus {ngpus} minBytes 1048576 maxBytes 1073741824 step: 1024(factor) warmup iters: 5 "
+             "iters: 20 agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
+    lines += [f"#  Rank {r:2d} Group  0 Pid {9000 + r:6d} on    rack-n{r // 4:02d} device {r % 4:2d} [0x01] NVIDIA GB200"
+              for r in rank_lines]
+    lines += ["#", "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   "
+              "busbw #wrong"]
+    for size, alg in points:
+        t = size / alg / 1e3
+        lines.append(f"{size:12d} {size // 4:13d}     float     sum      -1 {t:8.2f} {alg:7.2f} {alg * factor:7.2f}      0 "
+                     f"{t:8.2f} {alg:7.2f} {alg * factor:7.2f}      0")
+    p = tmp_path / name
+    p.write_text("\n".join(lines + ["# Out of bounds values : 0 OK", "#"]) + "\n")
+    return str(p)
+
+
+def test_a_log_with_only_its_last_rank_line_is_not_tp1(tmp_path):
+    """A GB200 NVL72 rack log prints only 'Rank 71': the highest rank index + 1 and busbw/algbw
+    both say 72 ranks."""
+    out = str(tmp_path / "o")
+    importers.import_nccl_tests([_rank_log(tmp_path, [71], 72)], out)
+    df = pd.read_csv(os.path.join(out, "sweep.csv"))
+    assert set(df["tp"]) == {72}
+    run = json.loads(open(os.path.join(out, "meta.json")).read())["runs"][0]
+    assert run["tp_from"].startswith("highest rank index + 1 (the log prints 1 of its 72 rank lines")
+    assert "busbw/algbw agrees" in run["tp_from"]
+
+
+@pytest.mark.parametrize("rank_lines,ranks,nthreads,ngpus,says", [
+    ([0, 1, 2, 3], 8, 1, 1, "the rank lines say 4 ranks, busbw/algbw says 8"),
+    ([0, 1, 2, 3, 4, 5], 6, 1, 4, "not a multiple of nThread x nGpus = 4"),
+])
+def test_rank_signals_that_disagree_are_refused(cli_inproc, tmp_path, rank_lines, ranks, nthreads, ngpus, says):
+    log = _rank_log(tmp_path, rank_lines, ranks, nthreads=nthreads, ngpus=ngpus)
+    res = cli_inproc("import", "nccl-tests", log, "--out", str(tmp_path / "o"))
+    assert res.returncode == 2 and "the rank count is ambiguous" in one_line_error(res) and says in res.stderr

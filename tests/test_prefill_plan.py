@@ -28,7 +28,7 @@ def test_prefill_chunks_split_the_prompt():
 
 
 def test_qwen_prefill_in_chunks_by_hand():
-    # Qwen2.5-32B: 64 layers, hidden 5120, vocab 152064 (FACTS.md); TP=8, a 4096-token prompt in chunks of 512
+    # Qwen2.5-32B: 64 layers, hidden 5120, vocab 152064 (its config.json); TP=8, a 4096-token prompt in chunks of 512
     p = build_plan(get_model("Qwen2.5-32B"), 8, 1, 4096, phase="prefill", prompt=4096, chunk=512)
     assert p.phase == "prefill" and len(p.sites) == 2 * 64 + 2 == 130
     ops = _by_op(p.sites)

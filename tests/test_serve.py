@@ -184,7 +184,7 @@ def test_chat_multiturn_context_grows(real_server, cli_inproc, tmp_path):
 # A fake server for faults: the model name picks the behaviour. The pre-flight probe (max_tokens 2)
 # always gets a good answer, so each fault shows up in the levels.
 
-FAULTS = ("ok", "http500", "malformed", "stall", "drop", "dies", "sigint", "notopenai")
+FAULTS = ("ok", "http500", "malformed", "stall", "drop", "dies", "sigint", "notopenai", "burst")
 
 
 class _FakeHandler(BaseHTTPRequestHandler):
@@ -210,7 +210,7 @@ class _FakeHandler(BaseHTTPRequestHandler):
             return
         if self.path == "/v1/models":
             self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in FAULTS]})
-        elif self.path == "/metrics" and self.server.mode == "metrics":
+        elif self.path == "/metrics" and self.server.mode in ("metrics", "burst"):
             body = self.server.metrics_text().encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -250,6 +250,12 @@ class _FakeHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         tokens = int(body.get("max_tokens", 4))
+        if mode == "burst" and not probe:               # the whole output in one write, after a pause
+            time.sleep(0.02)
+            obj = [{"choices": [{"index": 0, "text": " the", "finish_reason": "length" if i == tokens - 1 else None}]}
+                   for i in range(tokens)]
+            self.wfile.write(b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in obj) + b"data: [DONE]\n\n")
+            return
         for i in range(tokens):
             if not probe and i == 1:
                 if mode == "malformed":
@@ -280,10 +286,21 @@ class FakeServer(ThreadingHTTPServer):
     def metrics_text(self) -> str:
         """vLLM's queue-time histogram in the Prometheus text format, as two series (two model
         names) that the client must add up: every request so far observed 0.03 s, split between
-        them; an unrelated family and a comment in between."""
+        them; an unrelated family and a comment in between. Mode "burst": vLLM's default buckets
+        (first bound 0.3 s) with every request in the first, and its TTFT/ITL/TPOT/e2e histograms,
+        each request observed 1 ms (TTFT), 0.5 ms (ITL, TPOT), 5 ms (e2e)."""
         n = self.queued
         lines = ["# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request.",
                  "# TYPE vllm:request_queue_time_seconds histogram"]
+        if self.mode == "burst":
+            for fam, v in (("request_queue_time_seconds", 0.00002), ("time_to_first_token_seconds", 0.001),
+                           ("inter_token_latency_seconds", 0.0005), ("request_time_per_output_token_seconds", 0.0005),
+                           ("e2e_request_latency_seconds", 0.005)):
+                for le in ("0.3", "0.5", "+Inf"):
+                    lines.append(f'vllm:{fam}_bucket{{le="{le}",model_name="burst"}} {float(n)}')
+                lines += [f'vllm:{fam}_sum{{model_name="burst"}} {v * n}',
+                          f'vllm:{fam}_count{{model_name="burst"}} {float(n)}']
+            return "\n".join(lines) + "\n"
         for model, k in (("a", n // 2), ("b", n - n // 2)):
             for le, c in (("0.01", 0), ("0.05", k), ("0.1", k), ("+Inf", k)):
                 lines.append(f'vllm:request_queue_time_seconds_bucket{{le="{le}",model_name="{model}"}} {float(c)}')
@@ -323,7 +340,9 @@ def test_faults_are_counted_per_level_and_never_hang(fault, kind, fake_server, c
     res = cli_inproc("serve", "--url", srv.url, "--model", fault, "--concurrency", "1,2", "--requests", "2",
                      "--output-tokens", "4", "--prompt-tokens", "4", "--timeout", "1", "--out", "out", "--no-charts")
     assert time.monotonic() - t < 15
-    assert res.returncode == 0, res.stderr
+    # every request of every level failed (all but http500, where half succeed): nothing was measured
+    assert res.returncode == (0 if fault == "http500" else 3), res.stderr
+    assert _meta(tmp_path / "out")["status"] == ("complete" if fault == "http500" else "failed")
     levels = _levels(tmp_path / "out")
     assert len(levels) == 2
     for lv in levels:
@@ -463,6 +482,47 @@ def test_queue_time_from_the_servers_metrics(fake_server, cli_inproc, tmp_path):
     assert "queue time: not reported: GET" in res.stdout
 
 
+def test_burst_first_bucket_goodput_and_the_servers_own_histograms(fake_server, cli_inproc, tmp_path):
+    """A server that sends each request's whole output in one write (as a loaded vLLM's API server
+    was seen to), with vLLM's default queue buckets and its own latency histograms."""
+    srv = fake_server("burst")
+    res = cli_inproc("serve", "--url", srv.url, "--model", "burst", "--concurrency", "1,2", "--requests", "4",
+                     "--output-tokens", "32", "--prompt-tokens", "4", "--slo", "ttft_p99=2s,tpot_p99=100ms,e2e_p50=1us",
+                     "--out", "out", "--no-charts")
+    assert res.returncode == 0, res.stderr
+    levels = _levels(tmp_path / "out")
+    for lv in levels:
+        assert int(lv["burst_requests"]) == 4 and "one burst" in lv["burst_note"]
+        # every request in the first bucket (0.3 s): only "<= 300 ms" is known, never 150 / 270 / 297
+        assert float(lv["queue_first_bucket_ms"]) == 300.0
+        assert float(lv["queue_ms_p50"]) == float(lv["queue_ms_p99"]) == 300.0
+        assert float(lv["queue_ms_mean"]) == pytest.approx(0.02)          # sum / count: exact
+        assert float(lv["server_ttft_ms_mean"]) == pytest.approx(1.0)
+        assert float(lv["server_tpot_ms_mean"]) == pytest.approx(0.5)
+        ttft = float(lv["ttft_ms_mean"])
+        assert float(lv["ttft_vs_server_pct"]) == pytest.approx(100 * (ttft - 1.0) / 1.0)
+        assert ttft >= 20                                                 # the server's 20 ms pause
+        assert float(lv["goodput_pct"]) == 0.0 and float(lv["goodput_rps"]) == 0.0   # e2e <= 1 us: none
+        for m in ("ttft", "tpot", "itl", "e2e"):
+            assert float(lv[f"{m}_ms_std"]) >= 0 and float(lv[f"{m}_ms_mean"]) > 0
+        assert float(lv["input_tokens_per_s"]) > 0
+    assert sum(r["burst"] == "1" for r in _requests(tmp_path / "out")) == 8
+    assert "BURST DELIVERY at concurrency 1: 4 of 4 requests" in res.stdout
+    assert "p99 <= 300 ms: in the first histogram bucket" in res.stdout
+    assert "vs the server's own histograms at concurrency 2 (means, client vs server): TTFT" in res.stdout
+    assert "as vllm bench serve prints them" in res.stdout
+    from commprof.results import load
+    from commprof.views.report import serve_section
+
+    sec = serve_section(load(str(tmp_path / "out")), str(tmp_path / "report"))
+    col = sec.tables[0].headers.index("queue p99 ms")
+    assert [row[col] for row in sec.tables[0].rows] == ["<= 300", "<= 300"]
+    assert any("BURST DELIVERY" in b for b in sec.bullets)
+    res = cli_inproc("check", str(tmp_path / "out"))
+    s3 = [line for line in res.stdout.splitlines() if "S3" in line]
+    assert s3 and "WARN" in s3[0], res.stdout
+
+
 def test_queue_histogram_parsing_and_quantiles():
     from commprof.servermetrics import Histogram, parse_histograms, queue_histogram
 
@@ -485,7 +545,8 @@ def test_queue_histogram_parsing_and_quantiles():
     assert h.name == "sglang:queue_time_seconds"
     assert h.buckets == {0.1: 4.0, 1.0: 8.0, float("inf"): 10.0} and h.count == 10 and h.sum == pytest.approx(9.6)
     assert h.mean() == pytest.approx(0.96)
-    assert h.quantile(0.2) == pytest.approx(0.05)                  # rank 2 of 4 in [0, 0.1]
+    assert h.quantile(0.2) == pytest.approx(0.1)                   # in the first bucket: only "<= 0.1" is known
+    assert h.first_bound() == 0.1
     assert h.quantile(0.6) == pytest.approx(0.1 + 0.9 * (6 - 4) / 4)   # rank 6: 2 of the 4 in (0.1, 1]
     assert h.quantile(0.99) == pytest.approx(1.0)                   # in the +Inf bucket: the last finite bound
     before = Histogram(h.name, {0.1: 4.0, 1.0: 4.0, float("inf"): 4.0}, 0.2, 4.0)
@@ -533,3 +594,51 @@ def test_report_ties_served_tpot_to_a_sweep_priced_token(tmp_path, monkeypatch):
     line = sweep_tie_lines(levels, comm)[0]
     assert "TP=8" in line and "130 collectives per token" in line and f"{100 * comm['comm_ms'] / 20:.0f}%" in line
     assert served_comm(box, None, 8) is None and served_comm(box, "Qwen2.5-32B", 1) is None
+
+
+def test_lean_client_chunked_keepalive_and_stale_connection():
+    """commprof.httpstream against an HTTP/1.1 server answering in chunked encoding (events split
+    across chunk boundaries): lines reassembled, the connection kept and reused, and a kept
+    connection the server closed meanwhile replaced once, transparently."""
+    import asyncio
+
+    from commprof import httpstream
+
+    async def main():
+        conns = []
+
+        async def handle(reader, writer):
+            conns.append(writer)
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                n = int(next(h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")))
+                await reader.readexactly(n)
+                body = b'data: {"a": 1}\n\ndata: {"b": 2}\n\ndata: [DONE]\n\n'
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for part in (body[:7], body[7:30], body[30:]):          # chunk edges inside events
+                    writer.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        pool = httpstream.Pool(f"http://127.0.0.1:{port}", 5.0)
+        got = []
+        for k in range(3):
+            if k == 2:                     # the server drops the idle kept connection
+                conns[0].close()
+                await asyncio.sleep(0.05)
+            resp = await pool.post_json("/v1/completions", {"k": k})
+            assert resp.status == 200
+            got.append([line async for line in resp.lines() if line])
+            resp.release()
+        pool.close()
+        srv.close()
+        return got, len(conns)
+
+    got, n_conns = asyncio.run(main())
+    assert got == [['data: {"a": 1}', 'data: {"b": 2}', "data: [DONE]"]] * 3
+    assert n_conns == 2                    # the first two requests on one connection; a new one after the drop

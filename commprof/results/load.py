@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..errors import UsageError
 from ..jsonfile import read_json_object
-from .meta import META_JSON, normalize, read_meta
+from .meta import META_JSON, normalize, read_meta, run_state
 from .table import read_table_rows
 
 #: Every table a verb writes: file name -> (key in Results.tables, required columns).
@@ -51,6 +51,11 @@ class Results:
     meta: dict
     tables: dict = field(default_factory=dict)
     docs: dict = field(default_factory=dict)
+    #: ``complete``, ``failed``, ``interrupted``, ``running`` (its writer lives), ``dead`` (meta says
+    #: running, its writer is gone) or ``unknown`` (no status); see :func:`.meta.run_state`.
+    state: str = "unknown"
+    #: One line for a reader to print when the run did not finish ("unfinished sweep (2 of 22 cells): ..."), else None.
+    unfinished: str | None = None
 
     @property
     def kind(self) -> str:
@@ -114,6 +119,13 @@ def load(path: str) -> Results:
             else:
                 header, rows = read_table_rows(os.path.join(path, fname), required)
                 res.tables[key] = frame(rows, header)
+    done = None
+    if "sweep" in res.tables:
+        from .sweep import cells_done
+
+        done = cells_done(res.tables["sweep"].astype(str).to_dict("records"))
+    if raw:
+        res.state, res.unfinished = run_state(path, raw, done)
     for fname, key in DOCS.items():
         if fname in names:
             res.docs[key] = read_json_object(os.path.join(path, fname), f"'{os.path.join(path, fname)}'")

@@ -10,14 +10,15 @@ dir: for imported and modelled dirs that is not the box the figures describe (``
 """
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import socket
 import sys
 import tempfile
 from datetime import datetime
 
-from ..errors import UsageError
+from ..errors import CommprofError, UsageError, shown
+from ..fileio import TMP_SUFFIX, remove_quietly, write_json
 from ..jsonfile import read_json_object
 from ..runinfo import machine, nccl_env, now_iso, versions
 
@@ -49,7 +50,7 @@ def provenance(verb: str, kind: str, what: str, *, command=None, hosts=None, gpu
         "command": [str(a) for a in (command if command is not None else sys.argv)],
         "hosts": sorted(set(hosts)) if hosts is not None else [socket.gethostname()],
         "gpus": [str(g) for g in gpus] if gpus else [],
-        "machine": machine(), "versions": versions(), "nccl_env": nccl_env(),
+        "machine": machine(), "versions": versions(), "nccl_env": nccl_env(), "writer": writer_info(),
     }
     meta.update(extra)
     return meta
@@ -150,28 +151,13 @@ def write_meta(path: str, meta: dict) -> None:
     """Atomic: a temporary file renamed into place, so a reader never sees half a file. A write
     that fails (a full disk, a read-only dir) is one UsageError naming the file; the old
     ``meta.json`` stays as it was and no temporary file is left."""
-    final = os.path.join(path, META_JSON)
-    tmp = final + TMP_SUFFIX
-    text = json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, final)
-    except OSError as e:
-        raise UsageError(f"'{final}': cannot write ({e.strerror or e})") from None
-    finally:
-        remove_quietly(tmp)
+    if meta.get("status") == "running":     # this process writes the dir now: readers can ask if it lives
+        meta["writer"] = writer_info()
+    write_json(os.path.join(path, META_JSON), meta, indent=2, sort_keys=False, default=str)
 
 
-TMP_SUFFIX = ".tmp"
-
-
-def remove_quietly(path: str) -> None:
-    """Remove a temporary file if it is there; a failure to remove it must not hide the cause."""
-    try:
-        os.remove(path)
-    except OSError:
-        pass
+#: The kinds of file commprof writes into a results dir (each through ``fileio``'s atomic writer).
+_WRITTEN_EXTS = (".json", ".csv", ".png", ".md", ".html", ".jsonl")
 
 
 def remove_temp_files(path: str) -> None:
@@ -182,7 +168,7 @@ def remove_temp_files(path: str) -> None:
     except OSError:
         return
     for name in names:
-        if name == META_JSON + TMP_SUFFIX or (name.endswith(".csv" + TMP_SUFFIX)):
+        if name.endswith(TMP_SUFFIX) and os.path.splitext(name[:-len(TMP_SUFFIX)])[1] in _WRITTEN_EXTS:
             remove_quietly(os.path.join(path, name))
 
 
@@ -221,6 +207,21 @@ def finish_meta(path: str, status: str, error: str | None = None):
     write_meta(path, meta)
 
 
+@contextlib.contextmanager
+def failing(path: str, what: str = "charts"):
+    """Around what a verb writes after its rows are complete (its charts): a failure there marks
+    ``meta.json`` failed (best effort: the failed file's temporary is gone, so the small meta write
+    usually fits) before the error goes on, so the dir never says complete with a chart missing."""
+    try:
+        yield
+    except (CommprofError, OSError) as e:
+        try:
+            finish_meta(path, "failed", f"{what}: {e}")
+        except (CommprofError, OSError):
+            pass
+        raise
+
+
 def normalize(meta: dict, verb: str) -> dict:
     """A copy of ``meta`` with every base key, for dirs written before the schema (or by hand):
     ``verb`` as the dir's files say, ``gpus`` always a list, missing keys empty."""
@@ -244,3 +245,136 @@ def normalize(meta: dict, verb: str) -> dict:
         if not isinstance(m.get(k), dict):
             m[k] = {}
     return m
+
+
+# --- a run that did not finish -------------------------------------------------------------------
+
+#: A run on another host whose dir has not changed for this long counts as gone (seconds).
+STALE_S = 30 * 60
+
+
+def _pid_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks since boot) of a process (Linux /proc), to tell a
+    zombie or a later process given the same pid from the writer; None where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _pid_start(pid: int) -> int | None:
+    st = _pid_stat(pid)
+    return None if st is None else st[1]
+
+
+def writer_info() -> dict:
+    """Who writes a running dir: host, pid, the pid's start time and a heartbeat (the time of this
+    write; appended rows move the dir's files' mtimes, which readers take as later beats)."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "pid_start": _pid_start(pid), "heartbeat": now_iso()}
+
+
+def _alive(writer: dict) -> bool | None:
+    """True/False for a writer on this host; None when it ran on another host (cannot look)."""
+    if not isinstance(writer, dict) or writer.get("host") != socket.gethostname():
+        return None
+    pid = writer.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 1 << 22:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass                                # another user's live process
+    except OSError:
+        return None
+    started, now = writer.get("pid_start"), _pid_stat(pid)
+    if now is None:
+        return True
+    return now[0] not in ("Z", "X") and not (isinstance(started, int) and now[1] != started)
+
+
+def last_change_s(path: str) -> float | None:
+    """Seconds since any file in ``path`` last changed (the heartbeat a reader sees)."""
+    import time
+
+    newest = None
+    try:
+        for e in os.scandir(path):
+            try:
+                m = e.stat(follow_symlinks=False).st_mtime
+            except OSError:
+                continue
+            newest = m if newest is None or m > newest else newest
+    except OSError:
+        return None
+    return None if newest is None else max(0.0, time.time() - newest)
+
+
+def run_state(path: str, meta: dict, done: int | None = None) -> tuple[str, str | None]:
+    """(state, line) of the run that wrote ``path``: ``complete``, ``failed``, ``interrupted``,
+    ``running`` (its writer is alive) or ``dead`` (meta says running but its writer is gone, or on
+    another host nothing changed for :data:`STALE_S`), with one line for a reader to print unless
+    complete, e.g. "unfinished sweep (2 of 22 cells): failed: ..." (``done``: cells written)."""
+    status = meta.get("status", "unknown")
+    if status not in ("failed", "interrupted", "running"):     # complete, or no status commprof writes
+        return ("complete" if status == "complete" else "unknown"), None
+    verb = meta.get("verb") if meta.get("verb") in VERBS else "run"
+    planned = meta.get("cells_planned")
+    cells = ""
+    if isinstance(done, int) and isinstance(planned, int) and not isinstance(planned, bool) and planned > 0:
+        cells = f" ({done} of {planned} cells)"
+    elif isinstance(done, int):
+        cells = f" ({done} cells written)"
+    writer = meta.get("writer") if isinstance(meta.get("writer"), dict) else {}
+    who = (f"pid {shown(writer.get('pid'), 24)} on host {shown(writer.get('host'), 60)}".replace("'", "")
+           if writer else "its writer")
+    if status == "running":
+        alive = _alive(writer)
+        if alive is None:
+            age = last_change_s(path)
+            alive = None if age is None else age < STALE_S
+            if alive is False:
+                return "dead", (f"unfinished {verb}{cells}: meta.json says running but nothing in '{path}' "
+                                f"changed for {age / 60:,.0f} min ({who}); it likely died")
+        if alive is False:
+            return "dead", (f"unfinished {verb}{cells}: meta.json says running but its writer ({who}) is "
+                            "gone: it was killed")
+        return "running", f"unfinished {verb}{cells}: still running ({who})"
+    error = " ".join(str(meta.get("error") or "").split())[:300]      # one line, whatever the file holds
+    return status, f"unfinished {verb}{cells}: {status}" + (f": {error}" if error else "")
+
+
+# --- one writer per dir ---------------------------------------------------------------------------
+
+_LOCKS: dict = {}
+
+
+def lock_dir(path: str, what: str = "--resume") -> None:
+    """Hold ``path``'s lock (an flock on the directory itself: nothing is written into it) until
+    :func:`unlock_dir` or this process ends; a second run asking for it is refused at once."""
+    import fcntl
+
+    key = os.path.abspath(path)
+    if key in _LOCKS:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as e:
+        raise UsageError(f"{what}: cannot lock '{path}' ({e.strerror or e})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UsageError(f"{what}: '{path}' is being written by another commprof run right now; wait for it "
+                         "to end, or use another --out") from None
+    _LOCKS[key] = fd
+
+
+def unlock_dir(path: str) -> None:
+    fd = _LOCKS.pop(os.path.abspath(path), None)
+    if fd is not None:
+        os.close(fd)            # closing the descriptor drops the flock

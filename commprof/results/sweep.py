@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 
 from ..errors import UsageError
-from ..sweepconfig import CUSTOM, SweepConfig, row_key
+from ..sweepconfig import CUSTOM, SweepConfig, plan_cells, row_key
 from ..runinfo import machine, nccl_env, now_iso, versions
-from .meta import META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, write_meta
+from .meta import META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, run_state, write_meta
 from .table import TableAppender, read_table_rows
 
 SWEEP_CSV = "sweep.csv"
@@ -31,15 +31,19 @@ COLUMN_DOCS = {
     "latency_us_*": "per-op latency in microseconds; each iteration's sample is the max "
                     "across the group's ranks; percentiles by linear interpolation. NCCL "
                     "(clock cuda_event_spin): the op's GPU time alone, CUDA events with the op "
-                    "enqueued behind a spin kernel (graph mode: events inside the graph); "
+                    "enqueued behind a spin kernel (graph mode: events inside the graph; clock "
+                    "cuda_event_spin_outer: events outside it, after the spin and after the replay, "
+                    "where events inside did not time); "
                     "gloo (clock perf_counter): host time around the call",
     "skew_us_*": "per iteration max - min over the group's ranks of their own latency: the "
                  "arrival skew the slowest rank's sample holds",
     "host_us_*": "GPU only: host time from issuing one call on an idle GPU until it is seen "
                  "complete (what an eager engine waiting on each op pays); max over ranks",
     "spin_us": "GPU only: the spin kernel's length at the end of the cell",
-    "spin_short": "GPU only: timed samples (summed over ranks) whose spin ended before the op "
-                  "was enqueued (the sample may hold host time); the spin doubles after each",
+    "spin_short": "GPU only: timed iterations in which some rank's spin ended before the op was "
+                  "enqueued (the sample may hold host time): left out of latency_us_*, "
+                  "latency_us_rankavg_* and skew_us_* (kept only if every iteration was short); the "
+                  "spin doubles after each",
     "comm": "collective, or 'none (1 rank)' at TP=1, where no communication happens",
     "timing": "per-call: one barrier-aligned call per sample (what a decode step pays); back-to-back: "
               "nccl-tests' method, a loop of `loop` calls timed as one on the host clock (and the GPU "
@@ -90,6 +94,18 @@ def read_rows(path: str) -> list[dict]:
     return read_table_rows(cp, required=("op", "tp", "size_bytes", "mode", "latency_us_p50"))[1]
 
 
+def cells_done(rows: list[dict]) -> int:
+    """How many cells ``rows`` (of ``sweep.csv``, as read) answer: the keys of their group-0 rows."""
+    keys = set()
+    for r in rows:
+        try:
+            if str(r.get("group", "0")) in ("0", "0.0"):
+                keys.add(row_key(r))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return len(keys)
+
+
 def load_frame(path: str, impl: str = "baseline"):
     """``sweep.csv`` as a typed pandas DataFrame (numbers as numbers).
 
@@ -113,6 +129,12 @@ def load_frame(path: str, impl: str = "baseline"):
     df["timing"] = df["timing"].replace("", "per-call").fillna("per-call")
     df["impl"] = df["impl"].fillna("").astype(str)
     df["fallback"] = df["fallback"].fillna("").astype(str)
+    if "latency_us_avg" in df.columns:      # imported nccl-tests rows: the average, not a percentile
+        avg = pd.to_numeric(df["latency_us_avg"], errors="coerce")
+        for c in ("latency_us_p50", "latency_us_rankavg_p50"):
+            if c in df.columns:         # readers of the p50 columns get the average, labelled by latency_stat
+                cur = pd.to_numeric(df[c], errors="coerce")
+                df[c] = cur.where(cur.notna(), avg)
     if impl == "baseline":
         df = df[df["impl"] != CUSTOM].reset_index(drop=True)
     elif impl == "custom":
@@ -122,11 +144,18 @@ def load_frame(path: str, impl: str = "baseline"):
             df[c] = pd.to_numeric(df[c], errors="coerce")
         elif c == "loop":
             df[c] = pd.to_numeric(df[c], errors="coerce")
-        elif c in ("tp", "group", "size_bytes", "count", "iters", "warmup", "wrong", "concurrent"):
+        elif c == "wrong":              # empty = not checked (imported with validation off): NaN, never 0
+            raw = df[c].fillna("").astype(str).str.strip()
+            num = pd.to_numeric(raw.where(raw != "", None), errors="coerce")
+            if (num.isna() & (raw != "")).any():
+                raise UsageError(f"'{os.path.join(path, SWEEP_CSV)}': column wrong holds a non-number")
+            df[c] = num.astype("int64") if not num.isna().any() else num
+        elif c in ("tp", "group", "size_bytes", "count", "iters", "warmup", "concurrent"):
             try:
                 df[c] = pd.to_numeric(df[c], errors="raise").astype("int64")
-            except (ValueError, TypeError):
-                raise UsageError(f"'{os.path.join(path, SWEEP_CSV)}': column {c} holds a non-number") from None
+            except (ValueError, TypeError, OverflowError):      # OverflowError: a number past int64
+                raise UsageError(f"'{os.path.join(path, SWEEP_CSV)}': column {c} holds a non-number or a "
+                                 "whole number past 2^63") from None
     return df
 
 
@@ -170,6 +199,11 @@ def resume_state(path: str, backend: str, dtype: str, impls=(), timing: str = "p
     leaves the dir exactly as it was. ``sweep`` calls it before any rank starts, rank 0 again
     when it opens the dir."""
     meta = read_meta(path)
+    if meta.get("status") == "running" and run_state(path, meta)[0] == "running" and \
+            meta.get("writer", {}).get("pid") != os.getpid():
+        w = meta.get("writer", {})
+        raise UsageError(f"--resume: '{path}' is still being written (pid {w.get('pid')} on host {w.get('host')} "
+                         "is alive); wait for it to end, or use another --out")
     verb = meta.get("verb")
     if verb not in (None, "sweep"):
         raise UsageError(f"--resume: '{path}' holds a commprof {verb} run, not a sweep; use a new --out")
@@ -222,6 +256,6 @@ def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
     meta.update(rank_fields(rank_infos))
     meta.update(backend=cfg.backend, backend_reason=cfg.backend_reason, launch=cfg.launch,
                 machine=machine(), versions=versions(), nccl_env=nccl_env(), config=cfg.to_dict(),
-                columns=COLUMN_DOCS)
+                columns=COLUMN_DOCS, cells_planned=len(plan_cells(cfg)))
     write_meta(path, meta)
     return SweepWriter(path, cfg, meta, done)

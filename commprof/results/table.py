@@ -12,6 +12,7 @@ import io
 import os
 
 from ..errors import UsageError
+from ..fileio import check_regular, read_user_bytes, write_atomic
 
 
 def _repair_tail(path: str) -> list[str] | None:
@@ -37,6 +38,8 @@ class TableAppender:
         self.columns = list(columns)
         header = None
         try:
+            if os.path.lexists(path):
+                check_regular(path, f"'{path}'")    # a symlink to /dev/zero, a FIFO: refused, not read
             if os.path.exists(path) and os.path.getsize(path) > 0:
                 header = _repair_tail(path)
             self._f = open(path, "a", encoding="utf-8", newline="")
@@ -81,19 +84,12 @@ class TableAppender:
 
 def write_table(path: str, columns: list[str], rows: list[dict]) -> None:
     """Write a whole table atomically (a temporary file renamed into place)."""
-    tmp = path + ".tmp"
-    try:
-        t = TableAppender(tmp, columns)
-        t.write(rows)
-        t.close()
-        os.replace(tmp, path)
-    except OSError as e:
-        raise UsageError(f"'{path}': cannot write ({e.strerror or e})") from None
-    finally:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    write_atomic(path, buf.getvalue())
 
 
 def read_table_rows(path: str, required=()) -> tuple[list[str], list[dict]]:
@@ -101,13 +97,11 @@ def read_table_rows(path: str, required=()) -> tuple[list[str], list[dict]]:
     dropped; an empty file (no header line), any other malformed line, undecodable bytes, a field
     over the csv module's limit or a missing required column is an error naming the file (and
     line)."""
+    raw = read_user_bytes(path, f"'{path}'")
     try:
-        with open(path, encoding="utf-8", newline="") as f:
-            text = f.read()
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UsageError(f"'{path}': not UTF-8 text (byte {e.start}); not a commprof table") from None
-    except OSError as e:
-        raise UsageError(f"'{path}': cannot read ({e.strerror or e})") from None
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines = lines[:-1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from ..fileio import write_atomic
 from ..runinfo import now_iso
 from .meta import check_out_dir, finish_meta, provenance, rank_fields, write_meta
 from .table import TableAppender
@@ -102,23 +103,13 @@ def write_timeline(path: str, runs: list, model: dict, dtype: str, backend: str,
     """``trace.json`` (Trace Event format; opens in Perfetto and chrome://tracing), written atomically."""
     import json
 
-    from ..errors import UsageError
 
     doc = {"schemaVersion": 1, "displayTimeUnit": "ms",
            "commprof": {"format": "commprof trace timeline", "version": 1, "backend": backend, "dtype": dtype,
                         "model": model.get("name"), "world_size": max(len(r[3]) for r in runs),
                         "layout": "tokens laid end to end; segment offsets and durations as stamped"},
            "traceEvents": timeline_events(runs, model, dtype, backend, chunk)}
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
-        os.replace(tmp, path)
-    except OSError as e:
-        raise UsageError(f"'{path}': cannot write ({e.strerror or e})") from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    write_atomic(path, json.dumps(doc, separators=(",", ":")))
 
 
 class TraceWriter:

@@ -2,6 +2,9 @@
 binary units, and one way to save it."""
 from __future__ import annotations
 
+import os
+
+from ..fileio import atomic_path
 from ..units import human_bytes
 
 
@@ -46,6 +49,9 @@ def _save(fig, path: str, provenance: str, size: float = 6, top: float = 1.0, dp
 
     bottom = footer(fig, provenance, fontsize=size)
     fig.tight_layout(rect=(0, bottom, 1, top))
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=dpi, format=os.path.splitext(path)[1].lstrip(".") or "png")
+    finally:
+        plt.close(fig)
     return path

@@ -55,7 +55,7 @@ def render(items: list[Item], console=None, boxes=None) -> None:
     from rich.table import Table
 
     console = console or stdout_console(200)
-    colors = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
+    colors = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim", "INSUFFICIENT": "bold magenta"}
     ics = {label: ic for label, ic in (boxes or [])}
     groups = _by_box(items)
     for box, mine in groups:

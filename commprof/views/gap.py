@@ -157,14 +157,15 @@ def pair_lines(g) -> list[str]:
         mode = s["mode_a"] if s["mode_a"] == s["mode_b"] else f"{s['mode_a']} vs {s['mode_b']}"
         rng = f"{human_bytes(s['size_min'])}-{human_bytes(s['size_max'])}"
         interp = f", {s['interpolated']} interpolated" if s["interpolated"] else ""
+        across = f"; across hosts: {s['across_hosts']}" if s.get("across_hosts") else ""
         if s["metric"] in ("latency", "latency-mid"):
             stats = s["stat_a"] if s["stat_a"] == s["stat_b"] else f"{s['stat_a']} vs {s['stat_b']}"
             band = "decode sizes" if s["metric"] == "latency" else "larger-batch decode sizes"
             out.append(f"{s['box_b']} vs {s['box_a']}, {s['op']} {tp} {mode}, {band} {rng} ({s['n']} sizes{interp}): "
-                       f"latency ({stats}) {s['median']:.2f}x (median; {s['lo']:.2f}x to {s['hi']:.2f}x)")
+                       f"latency ({stats}) {s['median']:.2f}x (median; {s['lo']:.2f}x to {s['hi']:.2f}x){across}")
         else:
             out.append(f"{s['box_b']} vs {s['box_a']}, {s['op']} {tp} {mode}, large sizes {rng} ({s['n']} sizes{interp}): "
-                       f"busbw {s['median']:.2f}x (median; {s['lo']:.2f}x to {s['hi']:.2f}x)")
+                       f"busbw {s['median']:.2f}x (median; {s['lo']:.2f}x to {s['hi']:.2f}x){across}")
     return out
 
 

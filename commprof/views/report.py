@@ -7,6 +7,7 @@ import base64
 import os
 from dataclasses import dataclass, field
 
+from ..fileio import write_atomic
 from ..items import verdict as _verdict
 from ..units import human_bytes
 from . import gap as gapviews
@@ -85,7 +86,7 @@ def sweep_section(sweep, meta: dict, sweep_dir: str, out_dir: str, level: int = 
     tails = [c for c in ("latency_us_p99",) if c in df.columns and df[c].notna().any()]
     rows = []
     for r in df.itertuples():
-        wrong = int(r.wrong)
+        wrong = int(r.wrong) if r.wrong == r.wrong else 0     # NaN: not checked
         status = str(getattr(r, "status", ""))
         rows.append((r.op, r.tp, r.mode, human_bytes(int(r.size_bytes)), f"{r.latency_us_p50:.1f}",
                      *(f"{getattr(r, c):.1f}" for c in tails), f"{r.busbw_gbps:.3f}",
@@ -241,7 +242,10 @@ def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str
     headers = list(SERVE_HEADERS)
     if "queue_ms_p99" in levels.columns and levels["queue_ms_p99"].notna().any():   # the server reports it
         headers.insert(-1, "queue p99 ms")
-        rows = [(*row[:-1], _ms(q), row[-1]) for row, q in zip(rows, levels["queue_ms_p99"])]
+        from .serve import queue_ms_text
+
+        rows = [(*row[:-1], queue_ms_text(r, "queue_ms_p99"), row[-1])
+                for row, r in zip(rows, levels.to_dict("records"))]
     tie = []
     if trace_res is not None and "trace_summary" in trace_res.tables:
         summ = trace_res.tables["trace_summary"]
@@ -355,7 +359,6 @@ def write_report(out_dir: str, title: str, sources: list[str], sections: list[Se
     for env, name, fname in ((env_html, "report.html.j2", REPORT_HTML), (env_md, "report.md.j2", REPORT_MD)):
         text = env.get_template(name).render(title=title, sources=sources, sections=ctx)
         path = os.path.join(out_dir, fname)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_atomic(path, text)
         paths.append(path)
     return paths

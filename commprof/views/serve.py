@@ -52,6 +52,81 @@ def knee_line(meta: dict) -> str:
     return f"knee: concurrency {knee} is the highest level that meets the SLOs ({slo})"
 
 
+def _has(levels, col: str) -> bool:
+    return col in getattr(levels, "columns", ()) and levels[col].notna().any()
+
+
+def queue_ms_text(row, col: str) -> str:
+    """A queue percentile as read: "<= B" when it lies in the histogram's first bucket (nothing
+    finer is known there), else the interpolated value."""
+    v, first = row.get(col), row.get("queue_first_bucket_ms")
+    if v is None or v != v:
+        return ""
+    if first is not None and first == first and v <= first:
+        return f"<= {first:.4g}"
+    return f"{v:.3g}"
+
+
+def burst_lines(levels) -> list[str]:
+    """One line per level whose requests got their output in one burst."""
+    if not _has(levels, "burst_requests"):
+        return []
+    return [f"BURST DELIVERY at {_level_name(r)}: {r['burst_note']}"
+            for r in levels.to_dict("records") if (r.get("burst_requests") or 0) > 0]
+
+
+def _level_name(r) -> str:
+    if r["mode"] == "open":
+        return f"{r['rate_rps']:g} req/s"
+    return f"{'profiled ' if r['mode'] == 'profiled' else ''}concurrency {int(r['concurrency'])}"
+
+
+def server_check_lines(levels) -> list[str]:
+    """Per level: the client's mean TTFT/TPOT/ITL beside the server's own histograms' means."""
+    lines = []
+    for r in levels.to_dict("records") if _has(levels, "server_ttft_ms_mean") else []:
+        parts = []
+        for m, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "e2e")):
+            srv, d = r.get(f"server_{m}_ms_mean"), r.get(f"{m}_vs_server_pct")
+            if srv is None or srv != srv:
+                continue
+            parts.append(f"{name} {r.get(f'{m}_ms_mean', float('nan')):.3g} vs {srv:.3g} ms"
+                         + (f" ({d:+.0f}%)" if d == d else ""))
+        if parts:
+            lines.append(f"vs the server's own histograms at {_level_name(r)} (means, client vs server): "
+                         + ", ".join(parts))
+    return lines
+
+
+def bench_rows(levels):
+    """The figures ``vllm bench serve`` prints, one row per level and metric (a DataFrame)."""
+    import pandas as pd
+
+    rows = []
+    for r in levels.to_dict("records"):
+        for m, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E")):
+            if f"{m}_ms_mean" not in r:
+                continue
+            rows.append({"level": _level_name(r), "metric": f"{name} ms", "mean": r[f"{m}_ms_mean"],
+                         "median": r[f"{m}_ms_p50"], "std": r.get(f"{m}_ms_std"), "p99": r[f"{m}_ms_p99"],
+                         "in tok/s": r.get("input_tokens_per_s"), "out tok/s": r.get("output_tokens_per_s"),
+                         "goodput req/s": r.get("goodput_rps")})
+    return pd.DataFrame(rows)
+
+
+def profile_lines(profile: dict, out: str, echo=print) -> None:
+    """What ``serve --profile`` captured and imported (or why not)."""
+    if profile.get("error"):
+        echo(f"profile: {profile['error']}")
+        return
+    for r in profile.get("runs", []):
+        phases = ", ".join(f"{n} {ph}" for ph, n in r["steps_by_phase"].items())
+        echo(f"profile: concurrency {profile['concurrency']} under the server's profiler: TP={r['tp']}, batch {r['batch']}, "
+             f"{r['steps']} steps ({phases}), {r['collectives_per_step']} collectives/step "
+             f"({r['backend'] or 'backend unknown'}), {r['ms_per_step']:.3f} ms/decode step, communication "
+             f"{r['comm_share_pct']:.1f}% exposed; imported into {os.path.join(out, profile['kineto_out'])}")
+
+
 def summary_lines(levels, meta: dict) -> list[str]:
     lines = []
     label = f" [{meta['label']}]" if meta.get("label") else ""
@@ -67,9 +142,13 @@ def summary_lines(levels, meta: dict) -> list[str]:
             top = closed.sort_values("concurrency").iloc[-1]
             share = (f", {100 * top['queue_ms_mean'] / top['ttft_ms_p50']:.0f}% of its TTFT p50"
                      if top["ttft_ms_p50"] == top["ttft_ms_p50"] and top["ttft_ms_p50"] > 0 else "")
+            p99 = queue_ms_text(top, "queue_ms_p99")
             lines.append(f"queue: at concurrency {int(top['concurrency'])} requests waited {top['queue_ms_mean']:.1f} ms "
-                         f"on average in the server's queue (p99 {top['queue_ms_p99']:.1f} ms){share}: "
-                         "scheduling, not transfer")
+                         f"on average in the server's queue (p99 {p99} ms"
+                         f"{': in the first histogram bucket, nothing finer known' if p99.startswith('<=') else ''})"
+                         f"{share}: scheduling, not transfer")
+    lines += burst_lines(levels)
+    lines += server_check_lines(levels)
     if meta.get("status") not in (None, "complete"):
         lines.append(f"status: {meta.get('status')}" + (f" ({meta['error']})" if meta.get("error") else ""))
     return lines
@@ -80,7 +159,14 @@ def render(levels, meta: dict, out: str, charts: bool = True, echo=print,
     """Print the level table and the knee; draw the charts into ``out``; the chart paths."""
     cols = [c for c in TABLE_COLUMNS if c in levels.columns
             and not (c in _OPTIONAL and levels[c].isna().all() | (levels[c].astype(str) == "").all())]
-    frame_table(levels[cols].rename(columns=TABLE_COLUMNS), f"commprof serve ({meta.get('kind', 'measured')}; {out})")
+    shown = levels[cols].copy()
+    for c in ("queue_ms_p99",):
+        if c in shown.columns:
+            shown[c] = [queue_ms_text(r, c) for r in levels.to_dict("records")]
+    frame_table(shown.rename(columns=TABLE_COLUMNS), f"commprof serve ({meta.get('kind', 'measured')}; {out})")
+    stats = bench_rows(levels)
+    if not stats.empty:
+        frame_table(stats, "latency and throughput per level (mean, median, std, p99 as vllm bench serve prints them)")
     for line in summary_lines(levels, meta):
         echo(line)
     paths = serve_charts(levels, meta, out) if charts else []

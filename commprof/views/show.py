@@ -13,6 +13,8 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
     dir. ``echo`` takes result lines, ``note`` the lines about files."""
     verb, meta, t = res.verb, res.meta, res.tables
     shown = False
+    if getattr(res, "unfinished", None):
+        note(f"commprof: warning: '{res.path}': {res.unfinished}")
     if "sweep" in t:
         from .sweep import charts as sweep_charts
         from .sweep import print_table

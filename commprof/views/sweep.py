@@ -46,7 +46,7 @@ def print_table(df, meta: dict, console=None) -> None:
         t.add_column("host p50 us", justify="right")
     order = ["op", "tp", "mode", "size_bytes", "group"] + (["impl"] if "impl" in df.columns else [])
     for r in df.sort_values(order).itertuples():
-        wrong = int(r.wrong)
+        wrong = int(r.wrong) if r.wrong == r.wrong else 0     # NaN: not checked
         impl_cell = ([str(r.impl) + (" (custom refused)" if getattr(r, "fallback", "") else "")]
                      if impls or fallback else [])
         unchecked = str(getattr(r, "status", "")) == "unchecked"
