@@ -66,7 +66,9 @@ def test_predict_from_reference_profile(cli_inproc, tmp_path):
     assert res.returncode == 0, res.stderr
     meta = json.load(open(os.path.join(out, "meta.json")))
     assert meta["kind"] == "predicted" and meta["inputs"]["communication"]["kind"] == "modelled"
-    assert "[predicted]" in res.stdout
+    assert "[predicted]" in res.stdout and "% = " in res.stdout          # the share's milliseconds beside it
+    # CPU compute says nothing of a GPU box: the line names the verb that models one, with this model
+    assert f"commprof predict --model {os.path.abspath(TOY)} --gpu SKU --comm " in res.stderr
 
 
 def _p2p_dir(tmp_path):
