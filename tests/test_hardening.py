@@ -87,14 +87,16 @@ def test_import_nccl_tests_on_a_full_disk_leaves_no_table_and_no_meta(tmp_path):
     assert show.returncode == 2 and "no commprof results" in one_line_error(show)
 
 
-@pytest.mark.parametrize("verb", ["check", "gap", "report", "plan"])
+@pytest.mark.parametrize("verb", ["check", "gap", "report", "plan", "import-topo"])
 def test_every_writer_on_a_full_disk_is_exit_2_naming_the_file(tmp_path, verb):
     box = a_sweep_dir(str(tmp_path / "box"))
     before = sorted(os.listdir(box))
     out = str(tmp_path / "out")
     args = {"check": ["check", box, "--out", out], "gap": ["gap", box, "--out", out],
             "report": ["report", box, "--out", out],
-            "plan": ["plan", "--model", TOY_MODEL, "--tp", "2", "--out", out]}[verb]
+            "plan": ["plan", "--model", TOY_MODEL, "--tp", "2", "--out", out],
+            "import-topo": ["import", "nvidia-smi-topo", os.path.join(REPO, "tests", "data", "nvidia-smi",
+                                                                      "h100x8-nvswitch-topo-m.txt"), "--out", out]}[verb]
     res = full_disk_cli(args, tmp_path)
     assert res.returncode == 2, res.stderr
     line = one_line_error(res)
