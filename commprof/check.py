@@ -216,10 +216,25 @@ def _hosts_of(r) -> set:
     return hosts - {"n/a", "?"}
 
 
-def gather_boxes(dirs: list[str]) -> list[Evidence]:
+def parse_labels(labels) -> list[str]:
+    """``--label A100,4090``: one name per box, in the boxes' order; [] when not given."""
+    if not labels:
+        return []
+    names = [n.strip() for n in (labels.split(",") if isinstance(labels, str) else labels)]
+    if any(not n for n in names):
+        raise UsageError(f"--label '{labels}': an empty name; give one name per box, comma-separated")
+    if len(set(names)) != len(names):
+        raise UsageError(f"--label '{labels}': the same name twice; each box needs its own")
+    return names
+
+
+def gather_boxes(dirs: list[str], labels=None) -> list[Evidence]:
     """The boxes the dirs describe (``results.load`` reads each; a corrupt file is an error naming
     it). Every dir with a sweep table is one box; any other dir joins the box whose hosts it shares,
-    else the box before it on the command line (the first box for dirs before any sweep)."""
+    else the box before it on the command line (the first box for dirs before any sweep). Each box
+    is named by ``labels`` (``--label``, in order), else by its sweep's ``import --label``, else by
+    its sweep dir's base name."""
+    names_given = parse_labels(labels)
     loaded = [(d, results.load(d)) for d in dirs]
     boxes: list[Evidence] = []
     owner = {}
@@ -244,9 +259,13 @@ def gather_boxes(dirs: list[str]) -> list[Evidence]:
         if not _absorb(box, r, d):
             raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv, trace_summary.csv, p2p.csv, "
                              "moe_steps.csv or serve_levels.csv")
+    if len(names_given) > len(boxes):
+        raise UsageError(f"--label: {len(names_given)} names for {len(boxes)} box(es) (every dir with a sweep is "
+                         "one box)")
     names = []
-    for b in boxes:
+    for k, b in enumerate(boxes):
         base = os.path.basename(os.path.normpath(b.sweep_dir or b.dirs[0])) if b.dirs else "box"
+        base = names_given[k] if k < len(names_given) else (str((b.sweep_meta or {}).get("label") or "") or base)
         name = base
         k = 2
         while name in names:
@@ -256,9 +275,9 @@ def gather_boxes(dirs: list[str]) -> list[Evidence]:
     return boxes
 
 
-def gather(dirs: list[str]) -> Evidence:
+def gather(dirs: list[str], labels=None) -> Evidence:
     """The evidence of the dirs' first box; ``.boxes`` lists every box when there are several."""
-    boxes = gather_boxes(dirs)
+    boxes = gather_boxes(dirs, labels)
     first = boxes[0]
     if len(boxes) > 1:
         first.boxes = boxes
@@ -982,7 +1001,7 @@ def serve_items(ev, th) -> list[Item]:
         p99, p50 = float(row[f"{metric}_ms_p99"]), float(row[f"{metric}_ms_p50"])
         pass_ms, warn_ms = t[f"{metric}_p99_pass_ms"], t[f"{metric}_p99_warn_ms"]
         status = "PASS" if p99 <= pass_ms else "WARN" if p99 <= warn_ms else "FAIL"
-        items.append(Item(sid, f"{name} at concurrency {t['concurrency']}", status,
+        items.append(Item(sid, f"{name} at concurrency {c}", status,
                           f"{p99:.1f} ms at concurrency {c}{note} (p50 {p50:.1f} ms) ({kind})",
                           f"PASS <= {pass_ms:g} ms, WARN <= {warn_ms:g} ms", t["source"],
                           "" if status == "PASS" else _SERVE_HINTS[metric]))
@@ -1001,7 +1020,7 @@ def serve_items(ev, th) -> list[Item]:
     if bursts:
         value += f"; {row.get('burst_note')}"
         status = "WARN" if status in ("PASS", "SKIP") else status
-    items.append(Item("S3", f"sustained output rate and jitter at concurrency {t['concurrency']}", status, value,
+    items.append(Item("S3", f"sustained output rate and jitter at concurrency {c}", status, value,
                       f"jitter growth PASS <= {t['jitter_growth_pass']:g}x, WARN <= {t['jitter_growth_warn']:g}x; "
                       "any failed request WARN", t["source"],
                       "" if status == "PASS" else "look at the failed requests (serve_requests.csv) and at queueing: "

@@ -187,12 +187,13 @@ def report(
     reference: Optional[str] = typer.Option(None, "--reference", help="Reference profile for the gap section."),
     interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Judge the box(es) as this interconnect (see check --help); a comma list gives one per box."),
     tp: Optional[int] = typer.Option(None, "--tp", help="The served TP degree: the serve section ties the served token time to the trace's row at this TP, or (no trace) to --model's collectives priced by the box's sweep."),
+    label: Optional[str] = typer.Option(None, "--label", help="Short names of the boxes, comma-separated, in order (default: each sweep's import --label, else its dir's name)."),
 ):
     """One self-contained HTML page and a Markdown twin: topology, sweep, trace, gap, checklist."""
     from .report import ReportConfig, run_report
 
     _exit_with(run_report, ReportConfig(dirs=list(dirs), out=out, thresholds=thresholds, model=model,
-                                        reference=reference, interconnect=interconnect, tp=tp))
+                                        reference=reference, interconnect=interconnect, tp=tp, labels=label))
 
 
 @app.command()
@@ -201,11 +202,13 @@ def gap(
     reference: Optional[str] = typer.Option(None, "--reference", help="Reference profile (default: the other kind)."),
     interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Take the box(es) as this interconnect (see check --help); a comma list gives one per box."),
     out: Optional[str] = typer.Option(None, "--out", help="Also write gap.md, gap.csv, gap_boxes.csv, gap.png and meta.json into this new dir."),
+    label: Optional[str] = typer.Option(None, "--label", help="Short names of the boxes, comma-separated, in order (default: each sweep's import --label, else its dir's name)."),
 ):
     """Each box against a reference (PCIe vs NVLink) and, with several boxes (one per dir with a sweep), the boxes against each other."""
     from .gap import GapConfig, run_gap
 
-    _exit_with(run_gap, GapConfig(dirs=list(dirs), reference=reference, interconnect=interconnect, out=out))
+    _exit_with(run_gap, GapConfig(dirs=list(dirs), reference=reference, interconnect=interconnect, out=out,
+                                  labels=label))
 
 
 @app.command(name="import")
@@ -216,12 +219,13 @@ def import_(
     step_marker: Optional[str] = typer.Option(None, "--step-marker", help="kineto: a regex of the annotation that marks one step (default ProfilerStep#N, or vLLM's 'gpu_model_runner: forward')."),
     model: Optional[str] = typer.Option(None, "--model", help="kineto: the served model (built-in name or config.json), to compare collectives per step with the plan's 2L+2 and name each collective's site."),
     tp: Optional[int] = typer.Option(None, "--tp", help="kineto: the TP degree of the traced group (default: the number of rank traces given)."),
+    label: Optional[str] = typer.Option(None, "--label", help="nccl-tests, kineto: the box's short name in gap, check and report (default: the dir's name)."),
 ):
     """Import another tool's output into the results format (e.g. a vendor's nccl-tests logs)."""
     from .importers import ImportConfig, run_import
 
     _exit_with(run_import, ImportConfig(kind=kind, paths=list(paths), out=out, step_marker=step_marker, model=model,
-                                        tp=tp))
+                                        tp=tp, label=label))
 
 
 @app.command()

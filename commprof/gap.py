@@ -231,7 +231,7 @@ def _box_gap(ev, reference: str | None):
                   notes=notes, meta=ev.sweep_meta or {}, curves=pd.DataFrame(curves), ttft=_ttft(ev, ref))
 
 
-def compute_gap(dirs: list[str], reference: str | None = None, ev=None, interconnect=None) -> Gap:
+def compute_gap(dirs: list[str], reference: str | None = None, ev=None, interconnect=None, labels=None) -> Gap:
     """The gap of every box the dirs describe against ``reference`` (default: the other kind of
     each box), and of the boxes against each other."""
     from .check import gather, resolve_all
@@ -243,7 +243,7 @@ def compute_gap(dirs: list[str], reference: str | None = None, ev=None, intercon
         except (KeyError, UsageError):
             raise UsageError(f"--reference '{reference.removeprefix('reference:')}': unknown; use one of "
                              f"{', '.join(p['name'] for p in list_profiles())}") from None
-    ev = ev if ev is not None else gather(dirs)
+    ev = ev if ev is not None else gather(dirs, labels)
     boxes = [b for b in resolve_all(ev, interconnect) if b.sweep is not None]
     if not boxes:
         raise UsageError("gap needs a sweep (or imported nccl-tests) results dir among the dirs")
@@ -724,15 +724,16 @@ class GapConfig:
     reference: str | None = None
     interconnect: str | None = None
     out: str | None = None
+    labels: str | None = None      # --label: one name per box, comma-separated
 
 
 def run_gap(cfg: GapConfig) -> int:
     """``commprof gap``: print the comparison (and write it into ``out``); the exit code."""
-    return gap_command(list(cfg.dirs), cfg.reference, interconnect=cfg.interconnect, out=cfg.out)
+    return gap_command(list(cfg.dirs), cfg.reference, interconnect=cfg.interconnect, out=cfg.out, labels=cfg.labels)
 
 
 def gap_command(dirs: list[str], reference: str | None = None, interconnect: str | None = None,
-                out: str | None = None) -> int:
+                out: str | None = None, labels: str | None = None) -> int:
     from .views.gap import render_gap
 
     import sys
@@ -746,9 +747,9 @@ def gap_command(dirs: list[str], reference: str | None = None, interconnect: str
             raise UsageError(f"gap: '{d}' and '{seen[real]}' are the same dir: a box compared with itself "
                              "says nothing; pass each box's dir once")
         seen[real] = d
-    g = compute_gap(dirs, reference, interconnect=interconnect)
+    g = compute_gap(dirs, reference, interconnect=interconnect, labels=labels)
     render_gap(g)
-    for b in gather_boxes(dirs):
+    for b in gather_boxes(dirs, labels):
         for note in b.notes:
             print(f"commprof: note: {note}", file=sys.stderr)
         for line in b.unfinished:

@@ -2,6 +2,7 @@
 subprocess as a user does, or in this process) and readers of a results dir. Fixtures live in
 conftest.py; everything a test imports by name lives here."""
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -155,3 +156,19 @@ def nccl_log(path, gpu, ranks=8, hosts=("boxa",), alpha_us=20.0, busbw_gbps=100.
     with open(p, "w") as f:
         f.write("\n".join(lines) + "\n")
     return p
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def dump_dom(path: str, width: int | None = None) -> str:
+    """What headless Chromium holds after loading the page at ``path`` (scripts run, images
+    decoded), optionally in a window ``width`` px wide."""
+    size = [f"--window-size={width},3000"] if width else []
+    res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                          "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                          "--disable-sync", f"--user-data-dir={os.path.dirname(path)}/chrome-profile-{width or 0}",
+                          *size, "--virtual-time-budget=5000", "--dump-dom", f"file://{path}"],
+                         capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout

@@ -10,7 +10,7 @@ import os
 
 from ..errors import UsageError
 from ..sweepconfig import CUSTOM, SweepConfig, plan_cells, row_key
-from ..runinfo import machine, nccl_env, now_iso, versions
+from ..runinfo import machine, nccl_env, now_iso, run_env, versions
 from .meta import META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, run_state, write_meta
 from .table import TableAppender, read_table_rows
 
@@ -255,7 +255,7 @@ def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
     meta.setdefault("verb", "sweep")
     meta.update(rank_fields(rank_infos))
     meta.update(backend=cfg.backend, backend_reason=cfg.backend_reason, launch=cfg.launch,
-                machine=machine(), versions=versions(), nccl_env=nccl_env(), config=cfg.to_dict(),
+                machine=machine(), versions=versions(), nccl_env=nccl_env(), env=run_env(), config=cfg.to_dict(),
                 columns=COLUMN_DOCS, cells_planned=len(plan_cells(cfg)))
     write_meta(path, meta)
     return SweepWriter(path, cfg, meta, done)

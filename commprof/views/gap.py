@@ -10,6 +10,8 @@ from .sweep import stat_of
 
 WIRE_PNG = "wire_vs_nccl.png"
 GAP_PNG = "gap.png"
+#: The reference curves' (colour, dash): greys and blacks, never a box's colour.
+REF_STYLES = (("0.15", "--"), ("0.45", "-."), ("0.6", (0, (5, 2, 1, 2))), ("0.3", (0, (1, 1))))
 
 
 def wire_chart(sweep_df, w: dict | None, out_path: str, provenance: str, custom=None) -> str:
@@ -61,6 +63,7 @@ def gap_chart(g, out_path: str, provenance: str) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     k = 0
+    refs: dict = {}
     for b in g.boxes:
         df = b.sweep[(b.sweep["op"] == "all_reduce") & (b.sweep["group"] == 0) & (b.sweep["tp"] > 1)]
         if df.empty:
@@ -83,9 +86,16 @@ def gap_chart(g, out_path: str, provenance: str) -> str:
             if c is not None and len(c):
                 c = c[(c["op"] == "all_reduce") & (c["tp"] == tp) & (c["mode"] == mode)].sort_values("size_bytes")
             if c is not None and len(c):
-                axes[0].plot(c["size_bytes"], c["reference_us"], "--", color=color, alpha=0.7,
-                             label=f"{b.reference} TP={int(c['reference_tp'].iloc[0])} (modelled)")
-                axes[1].plot(c["size_bytes"], c["reference_busbw_gbps"], "--", color=color, alpha=0.7)
+                # a reference is its own curve, not the box's: grey shades and dashes per reference,
+                # drawn once however many boxes are set against it
+                key = (b.reference, int(c["reference_tp"].iloc[0]))
+                if key not in refs:
+                    refs[key] = REF_STYLES[len(refs) % len(REF_STYLES)]
+                    rcolor, rdash = refs[key]
+                    axes[0].plot(c["size_bytes"], c["reference_us"], linestyle=rdash, color=rcolor, lw=1.6,
+                                 label=f"ref {key[0]} TP={key[1]} (modelled)")
+                    axes[1].plot(c["size_bytes"], c["reference_busbw_gbps"], linestyle=rdash, color=rcolor, lw=1.6,
+                                 label=f"ref {key[0]} TP={key[1]} (modelled)")
             fit = next((f for f in b.fits if f.op == "all_reduce" and f.tp == tp and f.mode == mode), None)
             if fit is not None and sizes:
                 axes[0].plot(sizes, [model_latency_us(fit.alpha_us, fit.beta_gbps, s) for s in sizes], ":",
@@ -93,11 +103,12 @@ def gap_chart(g, out_path: str, provenance: str) -> str:
                              f"{'inf' if fit.beta_gbps == float('inf') else f'{fit.beta_gbps:.1f} GB/s'}")
     size_axes(axes[0], "all_reduce size per rank (binary units)", "latency (us)")
     size_axes(axes[1], "all_reduce size per rank (binary units)", "busbw (GB/s, nccl-tests definition)")
-    axes[0].set_title("latency: boxes (solid), references (dashed, modelled), fits (dotted)", fontsize=9)
-    axes[1].set_title("busbw: boxes (solid), references (dashed, modelled)", fontsize=9)
+    axes[0].set_title("latency: boxes (colour, solid), references (grey, dashed, modelled), fits (dotted)",
+                      fontsize=9)
+    axes[1].set_title("busbw: boxes (colour, solid), references (grey, dashed, modelled)", fontsize=9)
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6)
+            ax.legend(fontsize=7.5)
     return _save(fig, out_path, provenance)
 
 
