@@ -610,6 +610,7 @@ def _latency_value(sub, t, label) -> tuple:
     return tp, mode, worst, value
 
 
+_NETWORK = Interconnect(cls="multi-node", link="network")   # the class of TP groups that span hosts
 MULTINODE_MAX_NODES = 2         # the [multinode] latency anchor: 2 nodes x 8 H20 (NVIDIA/nccl#1244)
 FIXED_MAX_TP = 8                # the fixed C10 thresholds' anchors are 8-GPU boxes (H100 TP8, 8x RTX 4090)
 _FIXED_LATENCY = ("nvlink_pass_us", "nvlink_warn_us", "pcie_pass_us", "pcie_warn_us")
@@ -626,6 +627,11 @@ def _size_text(n: int) -> str:
     from .units import human_bytes
 
     return human_bytes(int(n))
+
+
+def _refs_prefix(exp) -> str:
+    return ("healthy boxes of the class (commprof/data/healthy_boxes.toml)" if exp.kind == "healthy boxes" else
+            "modelled: no healthy box of the class measured this way")
 
 
 def _judge_ratio(ratio: float, pr: float, fr: float) -> str:
@@ -664,7 +670,7 @@ def _latency_vs_healthy(ev, t, sub, label, ic) -> Item | None:
         hint = ("; ".join(x for x in (hint, "measured without CUDA graphs; serving engines replay decode in graphs "
                                       "(nccl-tests -G, or commprof sweep --modes graph on the box)") if x))
     return Item("C10", f"all-reduce latency at decode sizes ({_mode_phrase(mode, label)})", status, value, threshold,
-                f"{t['source'].split(';')[0]}: {refs}", hint)
+                f"{_refs_prefix(exp)}: {refs}", hint)
 
 
 def item_allreduce_latency(ev, th) -> Item:
@@ -774,7 +780,7 @@ def item_busbw(ev, th) -> Item:
                         f"{above}",
                         f"vs {exp.span('GB/s')} for {exp.what} ({exp.logs()}): PASS >= {exp.lo / pr:.1f} GB/s "
                         f"(1/{pr:g}), WARN >= {exp.lo / fr:.1f} GB/s (1/{fr:g}), FAIL below",
-                        f"{t['source'].split(';')[0]}: {refs}",
+                        f"{_refs_prefix(exp)}: {refs}",
                         "" if status == "PASS" else f"{ratio:.1f}x below the healthy boxes of its class: check "
                         "NCCL_P2P_LEVEL, ACS/IOMMU, link training (C6) and NCCL_ALGO overrides")
         if nvls:
@@ -807,7 +813,14 @@ def _multinode_items(ev, th) -> list[Item]:
         p, w = t["latency_pass_us"], t["latency_warn_us"]
         status = "PASS" if worst <= p else "WARN" if worst <= w else "FAIL"
         user = _user_fixed(th, "multinode", ("latency_pass_us", "latency_warn_us"))
-        if nodes > MULTINODE_MAX_NODES and not user:
+        healthy = None if user else _latency_vs_healthy(ev, tl, small, label, _NETWORK)
+        if healthy is not None:
+            healthy.id, healthy.item = "C10n", f"{base} ({_mode_phrase(mode, label)})"
+            healthy.hint = "" if healthy.status == "PASS" else ("keep TP groups inside a node; decode across nodes "
+                                                                 "pays the network's latency on every collective")
+            out.append(healthy)
+            status = None
+        elif nodes > MULTINODE_MAX_NODES and not user:
             out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", "SKIP", value,
                             f"network: thresholds set for {MULTINODE_MAX_NODES} hosts", t["source"],
                             f"the [multinode] latency thresholds were anchored on {MULTINODE_MAX_NODES} nodes "

@@ -123,6 +123,36 @@ def plan(
 
 
 @app.command()
+def predict(
+    model: str = typer.Option("Qwen2.5-32B", "--model", help="Built-in model name or a Hugging Face config.json path."),
+    gpu: str = typer.Option("rtx5090", "--gpu", help="GPU SKU(s) of the box(es), e.g. rtx5090 or h100-sxm,rtx5090 (commprof/data/gpus.toml)."),
+    comm: str = typer.Option("reference:pcie5-nop2p", "--comm", help="Each box's collectives: reference:<profile> or a results dir (commprof import of nccl-tests logs, or a sweep); comma-separated, one per --gpu."),
+    tp: str = typer.Option("2,4,8", "--tp", help="TP degrees."),
+    batch: str = typer.Option("1,8,32", "--batch", help="Sequences decoded together."),
+    context: int = typer.Option(4096, "--context", help="Tokens each sequence attends over (KV cache)."),
+    prompt: Optional[int] = typer.Option(None, "--prompt", help="Prompt tokens: adds the time to first token."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16 or fp16 (activations, KV cache, collectives)."),
+    weights: str = typer.Option("bf16", "--weights", help="bf16, fp16 or fp8 (1-byte weights, GEMMs at the GPU's FP8 rate)."),
+    mode: str = typer.Option("graph", "--mode", help="graph (CUDA graphs, as engines decode) or eager."),
+    mem_util: float = typer.Option(0.9, "--mem-util", help="Share of GPU memory for weights and KV cache."),
+    out: Optional[str] = typer.Option(None, "--out", help="Write predict.csv, meta.json and predict.png into this new dir."),
+    no_charts: bool = typer.Option(False, "--no-charts", help="Skip the chart."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+):
+    """Each token's time on a box you don't own: modelled GPU compute + the box's own communication."""
+    from .predict import PredictConfig, run_predict
+    from .units import parse_int_list
+
+    def parts(text):
+        return [p.strip() for p in text.split(",") if p.strip()]
+
+    _exit_with(lambda: run_predict(PredictConfig(
+        model=model, gpus=parts(gpu), comms=parts(comm), tps=parse_int_list(tp, "--tp"),
+        batches=parse_int_list(batch, "--batch"), context=context, prompt=prompt, dtype=dtype, weights=weights, mode=mode,
+        mem_util=mem_util, out=out, charts=not no_charts, as_json=as_json)))
+
+
+@app.command()
 def topo(
     as_json: bool = typer.Option(False, "--json", help="Print the topology as JSON."),
     out: Optional[str] = typer.Option(None, "--out", help="Also write topo.json into this dir."),

@@ -143,6 +143,7 @@ class Gap:
     boxes: list
     pairs: object
     summaries: list = field(default_factory=list)    # pair_summaries(pairs)
+    token_boxes: object = None      # per_token_boxes(boxes): one token's collectives per box, in ms
 
     @property
     def first(self) -> BoxGap:
@@ -254,7 +255,49 @@ def compute_gap(dirs: list[str], reference: str | None = None, ev=None, intercon
                              "nothing to set against a TP >= 2 reference; measure TP >= 2 (or import a multi-GPU log)")
         raise UsageError(f"gap: the reference '{gaps[0].reference}' covers none of the sweep's ops "
                          "(it has all_reduce and all_gather at TP 2/4/8)")
-    return Gap(boxes=gaps, pairs=pairs, summaries=pair_summaries(pairs))
+    return Gap(boxes=gaps, pairs=pairs, summaries=pair_summaries(pairs), token_boxes=per_token_boxes(gaps))
+
+
+#: Batches at which gap prices one token's collectives box by box.
+TOKEN_BATCHES = (1, 8)
+
+
+def per_token_boxes(gaps: list, batches=TOKEN_BATCHES):
+    """One decode token's collectives (the 2L+2 of ``commprof plan``) priced by each box's own sweep
+    (:func:`sweep_price`), box by box: box, kind, model, tp, batch, mode, collectives,
+    comm_ms_per_token. The model is the sweep's (``sweep --model``), else the default; a (TP, batch)
+    whose sizes a box's sweep does not reach is left out for that box."""
+    import pandas as pd
+
+    from .models import DEFAULT_MODEL, get_model
+    from .planner import decode_collectives
+
+    cols = ["box", "kind", "model", "tp", "batch", "mode", "collectives", "comm_ms_per_token", "note"]
+    out = []
+    for b in gaps:
+        if b.sweep is None or not len(b.sweep):
+            continue
+        shape = _shape_of(b.meta) or get_model(DEFAULT_MODEL)
+        dtype = (b.meta.get("config") or {}).get("dtype") or "bf16"
+        for tp in sorted({int(t) for t in b.sweep["tp"]}):
+            if tp < 2 or shape.q_heads % tp:
+                continue
+            modes = set(b.sweep[b.sweep["tp"] == tp]["mode"])
+            mode = _pick_mode(modes)
+            price = sweep_price(b.sweep, tp, mode)
+            for batch in batches:
+                try:
+                    sites = decode_collectives(shape, tp, batch, dtype=dtype)
+                except UsageError:
+                    continue
+                us = [price(s.op if s.op in price.max_bytes else "all_reduce", s.size_bytes) for s in sites]
+                if any(u is None for u in us):
+                    continue
+                out.append({"box": b.label, "kind": b.meta.get("kind", "measured"), "model": shape.name, "tp": tp,
+                            "batch": batch, "mode": mode, "collectives": len(sites),
+                            "comm_ms_per_token": sum(us) / 1e3,
+                            "note": "" if "all_gather" in price.max_bytes else "logits all-gather priced as all_reduce"})
+    return pd.DataFrame(out, columns=cols)
 
 
 # --- box against box -------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import re
 from . import results
 from ._version import __version__
 from .errors import UsageError, shown
+from .fileio import all_or_none
 from .jsonfile import read_user_bytes
 from .runinfo import now_iso
 from .topo import NA, TOPO_JSON, _GPU_KEYS, classify_pairs, write_topology
@@ -246,12 +247,13 @@ def run_import_smi_topo(paths: list[str], out_dir: str, command=None) -> int:
 
     topo = parse_smi_topo(paths)
     results.check_out_dir(out_dir, resume=False)
-    write_topology(topo, os.path.join(out_dir, TOPO_JSON))
-    results.write_meta(out_dir, results.provenance(
-        "import", "imported", "nvidia-smi topo text imported as topo.json (commprof import nvidia-smi-topo)",
-        status="complete", command=list(command) if command is not None else list(sys.argv), hosts=[], gpus=[],
-        source_files=[{"path": os.path.abspath(p), "sha256": results.file_sha256(p)} for p in paths],
-        interconnect_class=topo["interconnect_class"], p2p_given=topo["p2p_given"]))
+    with all_or_none(os.path.join(out_dir, TOPO_JSON), os.path.join(out_dir, results.META_JSON)):
+        write_topology(topo, os.path.join(out_dir, TOPO_JSON))
+        results.write_meta(out_dir, results.provenance(
+            "import", "imported", "nvidia-smi topo text imported as topo.json (commprof import nvidia-smi-topo)",
+            status="complete", command=list(command) if command is not None else list(sys.argv), hosts=[], gpus=[],
+            source_files=[{"path": os.path.abspath(p), "sha256": results.file_sha256(p)} for p in paths],
+            interconnect_class=topo["interconnect_class"], p2p_given=topo["p2p_given"]))
     print(f"imported nvidia-smi topology: {topo['gpu_count']} GPUs, interconnect class "
           f"{topo['interconnect_class']} (P2P {'from -p2p ' + '/'.join(topo['p2p_given']) if topo['p2p_given'] else 'not given'}) "
           f"into {out_dir}")

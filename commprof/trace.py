@@ -407,6 +407,15 @@ def run_trace(cfg: TraceConfig, charts: bool = True) -> int:
         return 0
     with results.failing(cfg.out_dir):
         show(results.load(cfg.out_dir), charts=charts)
+    if comm_from is not None and cfg.backend == "gloo":
+        # CPU compute says nothing about a GPU box: point at the verb that models it
+        from .models import BUILTIN
+
+        tps = ",".join(str(t) for t in sorted({t for t, _, _ in plan_runs(cfg)}))
+        name = str(cfg.model["name"])
+        spec = name if name.lower() in BUILTIN else str(cfg.model.get("source", name)).removeprefix("config.json at ")
+        print(f"commprof: the compute above was measured on this CPU; for a GPU box, model it with: commprof predict "
+              f"--model {spec} --gpu SKU --comm {comm_from} --tp {tps}", file=sys.stderr)
     return 0
 
 

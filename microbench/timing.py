@@ -16,9 +16,10 @@ so :class:`DeviceTimer` does this instead, per sample:
 5. record the end event, wait for it: ``latency_us`` = end - start, device time of the op alone.
 
 The spin is sized in clock cycles (``torch.cuda._sleep``), so its length in time follows the SM
-clock, which idles far below its loaded rate (345 vs 1980 MHz on an H200). The rate is therefore
-measured after warming the clock (spinning until two consecutive measurements agree and the GPU
-has been busy ``WARM_MS``), and measured again for every cell (:meth:`DeviceTimer.calibrate`).
+clock, which idles far below its loaded rate (the GPU check's spin-clock assumption records both).
+The rate is therefore measured after warming the clock (spinning until two consecutive
+measurements agree and the GPU has been busy ``WARM_MS``), and measured again for every cell
+(:meth:`DeviceTimer.calibrate`).
 
 Graph mode reads events recorded by graph nodes (``external=True``). Should ``elapsed_time``
 between them fail on some driver, the timer falls back to plain events recorded outside the
@@ -43,7 +44,7 @@ from commprof.runinfo import supports_graph_events
 
 SPIN_MIN_US = 20.0
 SPIN_MAX_US = 20000.0
-CALIBRATE_CYCLES = 1_000_000     # one calibration spin: 0.5 ms at 1980 MHz, 2.9 ms at 345 MHz
+CALIBRATE_CYCLES = 1_000_000     # one calibration spin: 0.5 ms at 2 GHz, 3 ms at 330 MHz
 WARM_MS = 50.0                   # device time spun before the first rate counts (clock ramp-up)
 RATE_AGREE = 0.02                # two consecutive rates within 2%: the clock has settled
 MAX_CALIBRATION_ROUNDS = 200

@@ -306,11 +306,8 @@ def gen_config(rnd: random.Random) -> bytes:
 
 
 def check_config(data: bytes, tmp: str) -> str:
-    path = os.path.join(tmp, "config.json")
-    with open(path, "wb") as f:
-        f.write(data)
     try:
-        m = get_model(path)
+        m = get_model(_file(tmp, "config.json", data))
     except CommprofError as e:
         return _rejected(e)
     ints = {k: v for k, v in m.to_dict().items() if k not in ("name", "source", "extra", "global_layers",
@@ -844,14 +841,19 @@ def gen_workload(rnd: random.Random) -> bytes:
     return _mutate_bytes(rnd, data) if rnd.random() < 0.1 else data
 
 
+def _file(tmp: str, name: str, data: bytes) -> str:
+    """``data`` written as ``tmp/name``; its path."""
+    path = os.path.join(tmp, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
 def check_workload(data: bytes, tmp: str) -> str:
     from commprof.serve import load_replay
 
-    path = os.path.join(tmp, "workload.jsonl")
-    with open(path, "wb") as f:
-        f.write(data)
     try:
-        rows = load_replay(path)
+        rows = load_replay(_file(tmp, "workload.jsonl", data))
     except CommprofError as e:
         return _rejected(e)
     for r in rows:

@@ -183,7 +183,7 @@ def test_fake_external_event_times_only_after_a_replay():
 # ---- the biases: spin clock, short samples, graph-event fallback --------------------------------------
 
 def test_calibration_warms_the_clock_before_it_counts():
-    """An H200 idles at 345 MHz and spins at 1980 MHz under load: three 1M-cycle spins from idle
+    """A modelled GPU idling at 345 MHz that spins at 1980 MHz once busy 30 ms: three 1M-cycle spins from idle
     (8.7 ms) would all run at the idle clock. The calibration spins until the clock has settled."""
     gpu = FakeGpu(clock_hz=1.98e9, idle_clock_hz=0.345e9, ramp_s=0.03)
     timer = DeviceTimer(FakeTorch(gpu), SimpleNamespace(type="cuda"))

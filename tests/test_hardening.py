@@ -21,7 +21,8 @@ from commprof import results
 from commprof.errors import UsageError
 from commprof.results import meta as meta_mod
 
-from conftest import REPO, TOY_MODEL, cli_env, one_line_error, results_meta, write_sweep_dir
+from helpers import REPO, TOY_MODEL, cli_env, one_line_error, results_meta, write_sweep_dir
+from test_serve import _FakeHandler
 
 A100_LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_8xA100.log")
 
@@ -86,14 +87,16 @@ def test_import_nccl_tests_on_a_full_disk_leaves_no_table_and_no_meta(tmp_path):
     assert show.returncode == 2 and "no commprof results" in one_line_error(show)
 
 
-@pytest.mark.parametrize("verb", ["check", "gap", "report", "plan"])
+@pytest.mark.parametrize("verb", ["check", "gap", "report", "plan", "import-topo"])
 def test_every_writer_on_a_full_disk_is_exit_2_naming_the_file(tmp_path, verb):
     box = a_sweep_dir(str(tmp_path / "box"))
     before = sorted(os.listdir(box))
     out = str(tmp_path / "out")
     args = {"check": ["check", box, "--out", out], "gap": ["gap", box, "--out", out],
             "report": ["report", box, "--out", out],
-            "plan": ["plan", "--model", TOY_MODEL, "--tp", "2", "--out", out]}[verb]
+            "plan": ["plan", "--model", TOY_MODEL, "--tp", "2", "--out", out],
+            "import-topo": ["import", "nvidia-smi-topo", os.path.join(REPO, "tests", "data", "nvidia-smi",
+                                                                      "h100x8-nvswitch-topo-m.txt"), "--out", out]}[verb]
     res = full_disk_cli(args, tmp_path)
     assert res.returncode == 2, res.stderr
     line = one_line_error(res)
@@ -106,7 +109,7 @@ def test_every_writer_on_a_full_disk_is_exit_2_naming_the_file(tmp_path, verb):
 
 def test_check_on_a_full_disk_keeps_the_old_check_json(tmp_path):
     box = a_sweep_dir(str(tmp_path / "box"))
-    from conftest import run_cli
+    from helpers import run_cli
 
     assert run_cli(["check", box], tmp_path).returncode in (0, 8, 9)
     old = open(os.path.join(box, "check.json")).read()
@@ -180,7 +183,7 @@ def fill(mnt, leave: int) -> None:
 
 
 def test_real_full_tmpfs_import_check_gap_exit_2_with_nothing_broken(tiny_tmpfs, tmp_path):
-    from conftest import run_cli
+    from helpers import run_cli
 
     fill(tiny_tmpfs, 4096)
     out = os.path.join(tiny_tmpfs, "imp")
@@ -307,7 +310,7 @@ def test_killed_sweep_reads_as_unfinished(tmp_path):
 
 
 def test_two_resumes_of_one_dir_the_second_is_refused(tmp_path):
-    from conftest import run_cli, sweep_rows
+    from helpers import run_cli, sweep_rows
 
     out = str(tmp_path / "r")
     args = ["sweep", "--tp", "2", "--ops", "all_reduce", "--sizes", "4K,8K,16K", "--iters", "3", "--warmup", "1",
@@ -368,13 +371,7 @@ class _Hostile:
                     self.wfile.flush()
                     time.sleep(1.0)
 
-            def _json(self, code, obj):
-                body = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+            _json = _FakeHandler._json
 
             def do_GET(self):
                 models = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
@@ -463,7 +460,7 @@ def test_serve_against_a_server_answering_500_to_everything_fails(hostile, cli_i
 
 
 def test_serve_takes_no_negative_usage(hostile, cli_inproc, tmp_path):
-    from conftest import csv_rows
+    from helpers import csv_rows
 
     srv = hostile("negusage")
     out = str(tmp_path / "o")

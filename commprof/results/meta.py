@@ -26,7 +26,7 @@ META_JSON = "meta.json"
 SCHEMA_VERSION = 2
 
 #: The verbs that write results dirs, and the kinds of figures a dir can hold.
-VERBS = ("sweep", "trace", "moe", "p2p", "topo", "plan", "import", "reference", "check", "report", "gap", "serve")
+VERBS = ("sweep", "trace", "moe", "p2p", "topo", "plan", "import", "reference", "check", "report", "gap", "serve", "predict")
 KINDS = ("measured", "imported", "modelled", "predicted", "checklist")
 
 BASE_KEYS = ("schema_version", "verb", "kind", "what", "status", "start_time", "end_time", "command",

@@ -235,8 +235,27 @@ def wire_lines(g) -> list[str]:
 
 def per_token_lines(g) -> list[str]:
     return [f"this box ({r.kind}{', scaled' if r.scaled else ''}): TP={r.tp} batch={r.batch} communication share "
-            f"{r.comm_share_pct:.1f}%, {r.ms_per_token:.2f} ms/token; on {g.reference} (modelled, compute and gaps "
-            f"kept): {r.ref_comm_share_pct:.1f}%, {r.ref_ms_per_token:.2f} ms/token" for r in g.per_token.itertuples()]
+            f"{r.comm_share_pct:.1f}% ({r.ms_per_token * r.comm_share_pct / 100:.2f} ms), {r.ms_per_token:.2f} ms/token; "
+            f"on {g.reference} (modelled, compute and gaps kept): {r.ref_comm_share_pct:.1f}% "
+            f"({r.ref_ms_per_token * r.ref_comm_share_pct / 100:.2f} ms), {r.ref_ms_per_token:.2f} ms/token"
+            for r in g.per_token.itertuples()]
+
+
+def token_box_lines(g) -> list[str]:
+    """Box vs box per token: one decode token's collectives priced by each box's own sweep."""
+    tb = getattr(g, "token_boxes", None)
+    if tb is None or not len(tb):
+        return []
+    out = []
+    for (model, tp, batch), sub in tb.groupby(["model", "tp", "batch"], sort=True):
+        first = sub.iloc[0]
+        parts = [f"{r.box} ({r.kind}, {r.mode}) {r.comm_ms_per_token:.2f} ms" +
+                 (f" ({r.comm_ms_per_token / first.comm_ms_per_token:.2f}x)" if i else "") +
+                 (f" ({r.note})" if r.note else "")
+                 for i, r in enumerate(sub.itertuples())]
+        out.append(f"per token, {model} TP={tp} batch {batch} ({first.collectives} collectives, each box's own "
+                   f"sweep): communication " + "; ".join(parts))
+    return out
 
 
 def _fav(f) -> str:
@@ -323,6 +342,8 @@ def render_gap(g, console=None) -> None:
         console.print(t)
         for line in pair_lines(g):
             console.print(line)
+    for line in token_box_lines(g):
+        console.print(line)
 
 
 def _md_table(headers, rows) -> list[str]:
@@ -337,7 +358,7 @@ def markdown(g, chart: str | None = None) -> str:
     lines_ = [f"# commprof gap: {' vs '.join(b.label for b in boxes)}", "", provenance_line(g), ""]
     if len(g.pairs):
         lines_ += [f"## Boxes side by side (A = {boxes[0].label}, ratio = B / A)", ""]
-        lines_ += [f"- {x}" for x in pair_lines(g)] + [""]
+        lines_ += [f"- {x}" for x in pair_lines(g) + token_box_lines(g)] + [""]
         for box_b, sub in g.pairs.groupby("box_b", sort=False):
             lines_ += [f"B = {box_b}:", ""] + _md_table(PAIR_HEADERS, pair_rows(sub)) + [""]
     if chart:

@@ -96,6 +96,15 @@ def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
     return written
 
 
+def _comm_ms(r: dict) -> str:
+    """The communication of one token in ms (ms_per_token x comm_share_pct), as text."""
+    try:
+        v = float(r["ms_per_token"]) * float(r["comm_share_pct"]) / 100.0
+    except (KeyError, TypeError, ValueError):
+        return "?"
+    return f"{v:.3f}" if v == v else "?"
+
+
 def summary_lines(summary) -> list[str]:
     """One line per (tp, batch, mode) of ``trace_summary``; columns a table lacks are left out."""
     lines = []
@@ -122,6 +131,6 @@ def summary_lines(summary) -> list[str]:
         lines.append(f"TP={r.get('tp')} batch={r.get('batch')} {r.get('mode', '?')}: {num('ms_per_token', '.3f')} "
                      f"ms/token, {num('tokens_per_s', '.1f')} tokens/s, {r.get('collectives_per_step', '?')} "
                      f"collectives/step ({num('collectives_per_token', 'g')}/token), communication "
-                     f"{num('comm_share_pct', '.1f')}% (transfer {num('transfer_share_pct', '.1f')}%, "
+                     f"{num('comm_share_pct', '.1f')}% = {_comm_ms(r)} ms (transfer {num('transfer_share_pct', '.1f')}%, "
                      f"wait {num('wait_share_pct', '.1f')}%) [{label}]")
     return lines
