@@ -12,6 +12,11 @@ _API = ("Results", "load", "plan", "fit", "compare", "checklist", "reference", "
 __all__ = ["__version__", *_API]
 
 
+def __dir__():
+    # tab completion and dir() list the API, though it loads only on first use
+    return sorted({*globals(), *__all__})
+
+
 def __getattr__(name: str):
     # Loaded on first use, so `import commprof` stays light (no pandas) and the package itself
     # imports none of its layers.

@@ -216,10 +216,25 @@ def _hosts_of(r) -> set:
     return hosts - {"n/a", "?"}
 
 
-def gather_boxes(dirs: list[str]) -> list[Evidence]:
+def parse_labels(labels) -> list[str]:
+    """``--label A100,4090``: one name per box, in the boxes' order; [] when not given."""
+    if not labels:
+        return []
+    names = [n.strip() for n in (labels.split(",") if isinstance(labels, str) else labels)]
+    if any(not n for n in names):
+        raise UsageError(f"--label '{labels}': an empty name; give one name per box, comma-separated")
+    if len(set(names)) != len(names):
+        raise UsageError(f"--label '{labels}': the same name twice; each box needs its own")
+    return names
+
+
+def gather_boxes(dirs: list[str], labels=None) -> list[Evidence]:
     """The boxes the dirs describe (``results.load`` reads each; a corrupt file is an error naming
     it). Every dir with a sweep table is one box; any other dir joins the box whose hosts it shares,
-    else the box before it on the command line (the first box for dirs before any sweep)."""
+    else the box before it on the command line (the first box for dirs before any sweep). Each box
+    is named by ``labels`` (``--label``, in order), else by its sweep's ``import --label``, else by
+    its sweep dir's base name."""
+    names_given = parse_labels(labels)
     loaded = [(d, results.load(d)) for d in dirs]
     boxes: list[Evidence] = []
     owner = {}
@@ -244,9 +259,13 @@ def gather_boxes(dirs: list[str]) -> list[Evidence]:
         if not _absorb(box, r, d):
             raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv, trace_summary.csv, p2p.csv, "
                              "moe_steps.csv or serve_levels.csv")
+    if len(names_given) > len(boxes):
+        raise UsageError(f"--label: {len(names_given)} names for {len(boxes)} box(es) (every dir with a sweep is "
+                         "one box)")
     names = []
-    for b in boxes:
+    for k, b in enumerate(boxes):
         base = os.path.basename(os.path.normpath(b.sweep_dir or b.dirs[0])) if b.dirs else "box"
+        base = names_given[k] if k < len(names_given) else (str((b.sweep_meta or {}).get("label") or "") or base)
         name = base
         k = 2
         while name in names:
@@ -256,9 +275,9 @@ def gather_boxes(dirs: list[str]) -> list[Evidence]:
     return boxes
 
 
-def gather(dirs: list[str]) -> Evidence:
+def gather(dirs: list[str], labels=None) -> Evidence:
     """The evidence of the dirs' first box; ``.boxes`` lists every box when there are several."""
-    boxes = gather_boxes(dirs)
+    boxes = gather_boxes(dirs, labels)
     first = boxes[0]
     if len(boxes) > 1:
         first.boxes = boxes
@@ -591,6 +610,9 @@ def _latency_value(sub, t, label) -> tuple:
     return tp, mode, worst, value
 
 
+_NETWORK = Interconnect(cls="multi-node", link="network")   # the class of TP groups that span hosts
+MULTINODE_MAX_NODES = 2         # the [multinode] latency anchor: 2 nodes x 8 H20 (NVIDIA/nccl#1244)
+FIXED_MAX_TP = 8                # the fixed C10 thresholds' anchors are 8-GPU boxes (H100 TP8, 8x RTX 4090)
 _FIXED_LATENCY = ("nvlink_pass_us", "nvlink_warn_us", "pcie_pass_us", "pcie_warn_us")
 _FIXED_BUSBW = ("pass_fraction", "warn_fraction")
 
@@ -605,6 +627,11 @@ def _size_text(n: int) -> str:
     from .units import human_bytes
 
     return human_bytes(int(n))
+
+
+def _refs_prefix(exp) -> str:
+    return ("healthy boxes of the class (commprof/data/healthy_boxes.toml)" if exp.kind == "healthy boxes" else
+            "modelled: no healthy box of the class measured this way")
 
 
 def _judge_ratio(ratio: float, pr: float, fr: float) -> str:
@@ -643,7 +670,7 @@ def _latency_vs_healthy(ev, t, sub, label, ic) -> Item | None:
         hint = ("; ".join(x for x in (hint, "measured without CUDA graphs; serving engines replay decode in graphs "
                                       "(nccl-tests -G, or commprof sweep --modes graph on the box)") if x))
     return Item("C10", f"all-reduce latency at decode sizes ({_mode_phrase(mode, label)})", status, value, threshold,
-                f"{t['source'].split(';')[0]}: {refs}", hint)
+                f"{_refs_prefix(exp)}: {refs}", hint)
 
 
 def item_allreduce_latency(ev, th) -> Item:
@@ -677,6 +704,12 @@ def item_allreduce_latency(ev, th) -> Item:
         item = _latency_vs_healthy(ev, t, sub, label, ic)
         if item is not None:
             return item
+        if tp > FIXED_MAX_TP:
+            return Item("C10", name, "SKIP", value + f"; no healthy box or reference profile of {ic.cls} "
+                        f"{ic.link or '(generation unknown)'} at TP={tp}", f"healthy boxes at TP={tp}", t["source"],
+                        f"the fixed thresholds were set for groups of up to {FIXED_MAX_TP} GPUs, so they do not judge "
+                        f"TP={tp}; give the vendor's figure in a --thresholds file ([allreduce_latency] nvlink_pass_us "
+                        "/ nvlink_warn_us or pcie_*)")
     nv = ic.family == "nvlink"
     p, w = (t["nvlink_pass_us"], t["nvlink_warn_us"]) if nv else (t["pcie_pass_us"], t["pcie_warn_us"])
     status = "PASS" if worst <= p else "WARN" if worst <= w else "FAIL"
@@ -747,7 +780,7 @@ def item_busbw(ev, th) -> Item:
                         f"{above}",
                         f"vs {exp.span('GB/s')} for {exp.what} ({exp.logs()}): PASS >= {exp.lo / pr:.1f} GB/s "
                         f"(1/{pr:g}), WARN >= {exp.lo / fr:.1f} GB/s (1/{fr:g}), FAIL below",
-                        f"{t['source'].split(';')[0]}: {refs}",
+                        f"{_refs_prefix(exp)}: {refs}",
                         "" if status == "PASS" else f"{ratio:.1f}x below the healthy boxes of its class: check "
                         "NCCL_P2P_LEVEL, ACS/IOMMU, link training (C6) and NCCL_ALGO overrides")
         if nvls:
@@ -779,10 +812,26 @@ def _multinode_items(ev, th) -> list[Item]:
         tp, mode, worst, value = _latency_value(small, tl, label)
         p, w = t["latency_pass_us"], t["latency_warn_us"]
         status = "PASS" if worst <= p else "WARN" if worst <= w else "FAIL"
-        out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
-                        f"network: PASS <= {p} us, WARN <= {w} us", t["source"],
-                        "" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
-                        "network's latency on every collective"))
+        user = _user_fixed(th, "multinode", ("latency_pass_us", "latency_warn_us"))
+        healthy = None if user else _latency_vs_healthy(ev, tl, small, label, _NETWORK)
+        if healthy is not None:
+            healthy.id, healthy.item = "C10n", f"{base} ({_mode_phrase(mode, label)})"
+            healthy.hint = "" if healthy.status == "PASS" else ("keep TP groups inside a node; decode across nodes "
+                                                                 "pays the network's latency on every collective")
+            out.append(healthy)
+            status = None
+        elif nodes > MULTINODE_MAX_NODES and not user:
+            out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", "SKIP", value,
+                            f"network: thresholds set for {MULTINODE_MAX_NODES} hosts", t["source"],
+                            f"the [multinode] latency thresholds were anchored on {MULTINODE_MAX_NODES} nodes "
+                            f"(NVIDIA/nccl#1244); a group over {nodes} hosts pays more steps or tree levels: give the "
+                            "vendor's figure in a --thresholds file ([multinode] latency_pass_us / latency_warn_us)"))
+            status = None
+        if status is not None:
+            out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
+                            f"network: PASS <= {p} us, WARN <= {w} us", t["source"],
+                            "" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
+                            "network's latency on every collective"))
     big = sub[(sub["op"] == "all_reduce") & (sub["size_bytes"] >= th["busbw"]["min_bytes"])]
     name = f"large-message busbw between nodes ({nodes} hosts)"
     if big.empty:
@@ -952,7 +1001,7 @@ def serve_items(ev, th) -> list[Item]:
         p99, p50 = float(row[f"{metric}_ms_p99"]), float(row[f"{metric}_ms_p50"])
         pass_ms, warn_ms = t[f"{metric}_p99_pass_ms"], t[f"{metric}_p99_warn_ms"]
         status = "PASS" if p99 <= pass_ms else "WARN" if p99 <= warn_ms else "FAIL"
-        items.append(Item(sid, f"{name} at concurrency {t['concurrency']}", status,
+        items.append(Item(sid, f"{name} at concurrency {c}", status,
                           f"{p99:.1f} ms at concurrency {c}{note} (p50 {p50:.1f} ms) ({kind})",
                           f"PASS <= {pass_ms:g} ms, WARN <= {warn_ms:g} ms", t["source"],
                           "" if status == "PASS" else _SERVE_HINTS[metric]))
@@ -971,7 +1020,7 @@ def serve_items(ev, th) -> list[Item]:
     if bursts:
         value += f"; {row.get('burst_note')}"
         status = "WARN" if status in ("PASS", "SKIP") else status
-    items.append(Item("S3", f"sustained output rate and jitter at concurrency {t['concurrency']}", status, value,
+    items.append(Item("S3", f"sustained output rate and jitter at concurrency {c}", status, value,
                       f"jitter growth PASS <= {t['jitter_growth_pass']:g}x, WARN <= {t['jitter_growth_warn']:g}x; "
                       "any failed request WARN", t["source"],
                       "" if status == "PASS" else "look at the failed requests (serve_requests.csv) and at queueing: "

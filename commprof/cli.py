@@ -123,6 +123,36 @@ def plan(
 
 
 @app.command()
+def predict(
+    model: str = typer.Option("Qwen2.5-32B", "--model", help="Built-in model name or a Hugging Face config.json path."),
+    gpu: str = typer.Option("rtx5090", "--gpu", help="GPU SKU(s) of the box(es), e.g. rtx5090 or h100-sxm,rtx5090 (commprof/data/gpus.toml)."),
+    comm: str = typer.Option("reference:pcie5-nop2p", "--comm", help="Each box's collectives: reference:<profile> or a results dir (commprof import of nccl-tests logs, or a sweep); comma-separated, one per --gpu."),
+    tp: str = typer.Option("2,4,8", "--tp", help="TP degrees."),
+    batch: str = typer.Option("1,8,32", "--batch", help="Sequences decoded together."),
+    context: int = typer.Option(4096, "--context", help="Tokens each sequence attends over (KV cache)."),
+    prompt: Optional[int] = typer.Option(None, "--prompt", help="Prompt tokens: adds the time to first token."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16 or fp16 (activations, KV cache, collectives)."),
+    weights: str = typer.Option("bf16", "--weights", help="bf16, fp16 or fp8 (1-byte weights, GEMMs at the GPU's FP8 rate)."),
+    mode: str = typer.Option("graph", "--mode", help="graph (CUDA graphs, as engines decode) or eager."),
+    mem_util: float = typer.Option(0.9, "--mem-util", help="Share of GPU memory for weights and KV cache."),
+    out: Optional[str] = typer.Option(None, "--out", help="Write predict.csv, meta.json and predict.png into this new dir."),
+    no_charts: bool = typer.Option(False, "--no-charts", help="Skip the chart."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+):
+    """Each token's time on a box you don't own: modelled GPU compute + the box's own communication."""
+    from .predict import PredictConfig, run_predict
+    from .units import parse_int_list
+
+    def parts(text):
+        return [p.strip() for p in text.split(",") if p.strip()]
+
+    _exit_with(lambda: run_predict(PredictConfig(
+        model=model, gpus=parts(gpu), comms=parts(comm), tps=parse_int_list(tp, "--tp"),
+        batches=parse_int_list(batch, "--batch"), context=context, prompt=prompt, dtype=dtype, weights=weights, mode=mode,
+        mem_util=mem_util, out=out, charts=not no_charts, as_json=as_json)))
+
+
+@app.command()
 def topo(
     as_json: bool = typer.Option(False, "--json", help="Print the topology as JSON."),
     out: Optional[str] = typer.Option(None, "--out", help="Also write topo.json into this dir."),
@@ -157,12 +187,13 @@ def report(
     reference: Optional[str] = typer.Option(None, "--reference", help="Reference profile for the gap section."),
     interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Judge the box(es) as this interconnect (see check --help); a comma list gives one per box."),
     tp: Optional[int] = typer.Option(None, "--tp", help="The served TP degree: the serve section ties the served token time to the trace's row at this TP, or (no trace) to --model's collectives priced by the box's sweep."),
+    label: Optional[str] = typer.Option(None, "--label", help="Short names of the boxes, comma-separated, in order (default: each sweep's import --label, else its dir's name)."),
 ):
     """One self-contained HTML page and a Markdown twin: topology, sweep, trace, gap, checklist."""
     from .report import ReportConfig, run_report
 
     _exit_with(run_report, ReportConfig(dirs=list(dirs), out=out, thresholds=thresholds, model=model,
-                                        reference=reference, interconnect=interconnect, tp=tp))
+                                        reference=reference, interconnect=interconnect, tp=tp, labels=label))
 
 
 @app.command()
@@ -171,11 +202,13 @@ def gap(
     reference: Optional[str] = typer.Option(None, "--reference", help="Reference profile (default: the other kind)."),
     interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Take the box(es) as this interconnect (see check --help); a comma list gives one per box."),
     out: Optional[str] = typer.Option(None, "--out", help="Also write gap.md, gap.csv, gap_boxes.csv, gap.png and meta.json into this new dir."),
+    label: Optional[str] = typer.Option(None, "--label", help="Short names of the boxes, comma-separated, in order (default: each sweep's import --label, else its dir's name)."),
 ):
     """Each box against a reference (PCIe vs NVLink) and, with several boxes (one per dir with a sweep), the boxes against each other."""
     from .gap import GapConfig, run_gap
 
-    _exit_with(run_gap, GapConfig(dirs=list(dirs), reference=reference, interconnect=interconnect, out=out))
+    _exit_with(run_gap, GapConfig(dirs=list(dirs), reference=reference, interconnect=interconnect, out=out,
+                                  labels=label))
 
 
 @app.command(name="import")
@@ -186,12 +219,13 @@ def import_(
     step_marker: Optional[str] = typer.Option(None, "--step-marker", help="kineto: a regex of the annotation that marks one step (default ProfilerStep#N, or vLLM's 'gpu_model_runner: forward')."),
     model: Optional[str] = typer.Option(None, "--model", help="kineto: the served model (built-in name or config.json), to compare collectives per step with the plan's 2L+2 and name each collective's site."),
     tp: Optional[int] = typer.Option(None, "--tp", help="kineto: the TP degree of the traced group (default: the number of rank traces given)."),
+    label: Optional[str] = typer.Option(None, "--label", help="nccl-tests, kineto: the box's short name in gap, check and report (default: the dir's name)."),
 ):
     """Import another tool's output into the results format (e.g. a vendor's nccl-tests logs)."""
     from .importers import ImportConfig, run_import
 
     _exit_with(run_import, ImportConfig(kind=kind, paths=list(paths), out=out, step_marker=step_marker, model=model,
-                                        tp=tp))
+                                        tp=tp, label=label))
 
 
 @app.command()

@@ -34,7 +34,9 @@ def healthy_boxes() -> dict:
 def class_title(cls: str, link: str) -> str:
     """'NVLink 3 NVSwitch', 'PCIe 4.0 without P2P', 'PCIe 5.0 (P2P not known)'."""
     gen = _LINK_TITLE.get(link, link or "link generation unknown")
-    return {"nvswitch": f"{gen} NVSwitch", "nvlink": f"{gen} (no NVSwitch)", "pcie-p2p": f"{gen} with P2P",
+    if cls == "multi-node":
+        return "multi-node (TP group across hosts)"
+    return {"nvswitch": f"{gen} NVSwitch", "nvlink": f"{gen} (NVSwitch not known)", "pcie-p2p": f"{gen} with P2P",
             "pcie-no-p2p": f"{gen} without P2P", "pcie": f"{gen} (P2P not known)"}.get(cls, f"{gen} {cls}")
 
 
@@ -68,11 +70,13 @@ def methods_for(method: str) -> list[str]:
 
 
 def _classes(cls: str) -> tuple:
-    return ("pcie-p2p", "pcie-no-p2p") if cls == "pcie" else (cls,)
+    """The corpus classes that stand for ``cls``: P2P not known takes both PCIe classes; NVLink with
+    the switch not known (an SXM box seen with fewer than 8 GPUs) takes NVSwitch boxes."""
+    return {"pcie": ("pcie-p2p", "pcie-no-p2p"), "nvlink": ("nvlink", "nvswitch")}.get(cls, (cls,))
 
 
 def _profiles(cls: str, link: str) -> list[str]:
-    if cls == "nvswitch" and link in ("nvlink3", "nvlink4", "nvlink5"):
+    if cls in ("nvswitch", "nvlink") and link in ("nvlink3", "nvlink4", "nvlink5"):
         return [link]
     if cls.startswith("pcie") and link in ("pcie4", "pcie5"):
         return {"pcie-p2p": [f"{link}-p2p"], "pcie-no-p2p": [f"{link}-nop2p"]}.get(cls, [f"{link}-p2p", f"{link}-nop2p"])

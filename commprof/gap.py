@@ -143,6 +143,7 @@ class Gap:
     boxes: list
     pairs: object
     summaries: list = field(default_factory=list)    # pair_summaries(pairs)
+    token_boxes: object = None      # per_token_boxes(boxes): one token's collectives per box, in ms
 
     @property
     def first(self) -> BoxGap:
@@ -230,7 +231,7 @@ def _box_gap(ev, reference: str | None):
                   notes=notes, meta=ev.sweep_meta or {}, curves=pd.DataFrame(curves), ttft=_ttft(ev, ref))
 
 
-def compute_gap(dirs: list[str], reference: str | None = None, ev=None, interconnect=None) -> Gap:
+def compute_gap(dirs: list[str], reference: str | None = None, ev=None, interconnect=None, labels=None) -> Gap:
     """The gap of every box the dirs describe against ``reference`` (default: the other kind of
     each box), and of the boxes against each other."""
     from .check import gather, resolve_all
@@ -242,7 +243,7 @@ def compute_gap(dirs: list[str], reference: str | None = None, ev=None, intercon
         except (KeyError, UsageError):
             raise UsageError(f"--reference '{reference.removeprefix('reference:')}': unknown; use one of "
                              f"{', '.join(p['name'] for p in list_profiles())}") from None
-    ev = ev if ev is not None else gather(dirs)
+    ev = ev if ev is not None else gather(dirs, labels)
     boxes = [b for b in resolve_all(ev, interconnect) if b.sweep is not None]
     if not boxes:
         raise UsageError("gap needs a sweep (or imported nccl-tests) results dir among the dirs")
@@ -254,7 +255,49 @@ def compute_gap(dirs: list[str], reference: str | None = None, ev=None, intercon
                              "nothing to set against a TP >= 2 reference; measure TP >= 2 (or import a multi-GPU log)")
         raise UsageError(f"gap: the reference '{gaps[0].reference}' covers none of the sweep's ops "
                          "(it has all_reduce and all_gather at TP 2/4/8)")
-    return Gap(boxes=gaps, pairs=pairs, summaries=pair_summaries(pairs))
+    return Gap(boxes=gaps, pairs=pairs, summaries=pair_summaries(pairs), token_boxes=per_token_boxes(gaps))
+
+
+#: Batches at which gap prices one token's collectives box by box.
+TOKEN_BATCHES = (1, 8)
+
+
+def per_token_boxes(gaps: list, batches=TOKEN_BATCHES):
+    """One decode token's collectives (the 2L+2 of ``commprof plan``) priced by each box's own sweep
+    (:func:`sweep_price`), box by box: box, kind, model, tp, batch, mode, collectives,
+    comm_ms_per_token. The model is the sweep's (``sweep --model``), else the default; a (TP, batch)
+    whose sizes a box's sweep does not reach is left out for that box."""
+    import pandas as pd
+
+    from .models import DEFAULT_MODEL, get_model
+    from .planner import decode_collectives
+
+    cols = ["box", "kind", "model", "tp", "batch", "mode", "collectives", "comm_ms_per_token", "note"]
+    out = []
+    for b in gaps:
+        if b.sweep is None or not len(b.sweep):
+            continue
+        shape = _shape_of(b.meta) or get_model(DEFAULT_MODEL)
+        dtype = (b.meta.get("config") or {}).get("dtype") or "bf16"
+        for tp in sorted({int(t) for t in b.sweep["tp"]}):
+            if tp < 2 or shape.q_heads % tp:
+                continue
+            modes = set(b.sweep[b.sweep["tp"] == tp]["mode"])
+            mode = _pick_mode(modes)
+            price = sweep_price(b.sweep, tp, mode)
+            for batch in batches:
+                try:
+                    sites = decode_collectives(shape, tp, batch, dtype=dtype)
+                except UsageError:
+                    continue
+                us = [price(s.op if s.op in price.max_bytes else "all_reduce", s.size_bytes) for s in sites]
+                if any(u is None for u in us):
+                    continue
+                out.append({"box": b.label, "kind": b.meta.get("kind", "measured"), "model": shape.name, "tp": tp,
+                            "batch": batch, "mode": mode, "collectives": len(sites),
+                            "comm_ms_per_token": sum(us) / 1e3,
+                            "note": "" if "all_gather" in price.max_bytes else "logits all-gather priced as all_reduce"})
+    return pd.DataFrame(out, columns=cols)
 
 
 # --- box against box -------------------------------------------------------------------------------
@@ -681,15 +724,16 @@ class GapConfig:
     reference: str | None = None
     interconnect: str | None = None
     out: str | None = None
+    labels: str | None = None      # --label: one name per box, comma-separated
 
 
 def run_gap(cfg: GapConfig) -> int:
     """``commprof gap``: print the comparison (and write it into ``out``); the exit code."""
-    return gap_command(list(cfg.dirs), cfg.reference, interconnect=cfg.interconnect, out=cfg.out)
+    return gap_command(list(cfg.dirs), cfg.reference, interconnect=cfg.interconnect, out=cfg.out, labels=cfg.labels)
 
 
 def gap_command(dirs: list[str], reference: str | None = None, interconnect: str | None = None,
-                out: str | None = None) -> int:
+                out: str | None = None, labels: str | None = None) -> int:
     from .views.gap import render_gap
 
     import sys
@@ -703,9 +747,9 @@ def gap_command(dirs: list[str], reference: str | None = None, interconnect: str
             raise UsageError(f"gap: '{d}' and '{seen[real]}' are the same dir: a box compared with itself "
                              "says nothing; pass each box's dir once")
         seen[real] = d
-    g = compute_gap(dirs, reference, interconnect=interconnect)
+    g = compute_gap(dirs, reference, interconnect=interconnect, labels=labels)
     render_gap(g)
-    for b in gather_boxes(dirs):
+    for b in gather_boxes(dirs, labels):
         for note in b.notes:
             print(f"commprof: note: {note}", file=sys.stderr)
         for line in b.unfinished:

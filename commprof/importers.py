@@ -899,6 +899,7 @@ class ImportConfig:
     step_marker: str | None = None
     model: str | None = None
     tp: int | None = None
+    label: str | None = None        # --label: the box's short name in gap, check and report
 
 
 def run_import(cfg: ImportConfig) -> int:
@@ -910,8 +911,18 @@ def run_import(cfg: ImportConfig) -> int:
             check_writable(cfg.out)
         except UsageError as e:
             raise UsageError(f"--out: {e}") from None
-    return import_command(cfg.kind, list(cfg.paths), cfg.out, in_place=cfg.in_place, step_marker=cfg.step_marker,
-                          model=cfg.model, tp=cfg.tp)
+    if cfg.label is not None and not cfg.label.strip():
+        raise UsageError("--label '': give the box a name (e.g. --label 'A100 DGX')")
+    if cfg.label is not None and cfg.kind not in ("nccl-tests", "kineto"):
+        raise UsageError(f"import {cfg.kind}: --label is for 'import nccl-tests' and 'import kineto'")
+    out = cfg.out or default_import_dir(cfg.kind)
+    rc = import_command(cfg.kind, list(cfg.paths), out, in_place=cfg.in_place, step_marker=cfg.step_marker,
+                        model=cfg.model, tp=cfg.tp)
+    if cfg.label and rc == 0:
+        meta = results.read_meta(out)
+        meta["label"] = cfg.label.strip()
+        results.write_meta(out, meta)
+    return rc
 
 
 def import_command(kind: str, paths, out: str | None = None, in_place: bool = False, step_marker: str | None = None,

@@ -24,6 +24,7 @@ On CPU-only traces (gloo) the collectives are CPU ops and the compute is the oth
 """
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import zlib
@@ -214,6 +215,7 @@ class RankTrace:
     graph: bool = False
     span: tuple = (math.inf, -math.inf)
     kernels: int = 0
+    producer: dict = field(default_factory=dict)    # commprof trace.json's own header: model, layers run
 
 
 class _Collector:
@@ -441,7 +443,8 @@ def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
     for gpid, (rank, run) in groups.items():
         own = (lambda pid: True) if gpid is None else (lambda pid, g=gpid: pid == g)
         backend = info.get("backend") if isinstance(info.get("backend"), str) else None
-        rt = RankTrace(rank=rank, world=world, path=path, run=run, backend=backend and backend[:40], gpus=gpus)
+        rt = RankTrace(rank=rank, world=world, path=path, run=run, backend=backend and backend[:40], gpus=gpus,
+                       producer=header["commprof"] if isinstance(header.get("commprof"), dict) else {})
         rt.span = (col.span[0] + base_us, col.span[1] + base_us)
         for pid, cls, name, ts, dur, corr, args in col.gpu_events:
             if not own(pid):
@@ -896,6 +899,7 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
                              "and hold no kernels or CPU ops, as vLLM's front-end async_llm trace)")
         raise UsageError(f"{', '.join(repr(p) for p in paths)}: no GPU kernels and no CPU collectives in the trace; "
                          "capture with torch.profiler activities=[CPU, CUDA] around the decode steps")
+    shape, layers_run, layers_note = _producer_shape(ranks, shape)
     runs: dict = {}
     for r in ranks:
         runs.setdefault(r.run, []).append(r)
@@ -909,8 +913,10 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         dtype = next((_DTYPE_NAMES.get(c.dtype or "", None) for c in colls if _DTYPE_NAMES.get(c.dtype or "")), "bf16")
         plan = None
         if shape is not None and run_tp > 1:
-            plan = decode_collectives(shape, run_tp, 1, dtype=dtype)
+            plan = decode_collectives(_with_layers(shape, layers_run), run_tp, 1, dtype=dtype)
         att = attribute_run(rs, step_re, plan)
+        if layers_note:
+            att["notes"].insert(0, layers_note)
         if len(rs) < run_tp:
             att["notes"].insert(0, f"{len(rs)} of the TP group's {run_tp} ranks imported: transfer and wait are "
                                    "split over these ranks only (a single rank has no wait)")
@@ -922,7 +928,8 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         batch = int(lab.get("batch", 0)) or decode_batch or _batch_from_sizes(shape, colls, dtype) or 1
         common = {"kind": "imported", "tp": run_tp, "batch": batch, "mode": mode}
         L = shape.layers if shape else ""
-        tok_rows += [{**common, "scaled": 0, "layers_run": L, "layers_model": L, **t} for t in att["tokens"]]
+        ran = layers_run or L
+        tok_rows += [{**common, "scaled": 0, "layers_run": ran, "layers_model": L, **t} for t in att["tokens"]]
         lay_rows += [{**common, "phase": "decode", **r} for r in att["layers"]]
         phases = {}
         for t in att["tokens"]:
@@ -934,7 +941,7 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
             b = batch if ph == "decode" else (_median([t["decode_requests"] for t in toks]) or 0)
             summs[ph] = summarize(toks, b, att["collectives_per_step"], chunk=chunk or 0, prompt=chunk or 0)
             summs[ph]["phase"] = ph
-            sum_rows.append({**common, "batch": b if ph != "prefill" else 0, "scaled": 0, "layers_run": L,
+            sum_rows.append({**common, "batch": b if ph != "prefill" else 0, "scaled": 0, "layers_run": ran,
                              "layers_model": L, **summs[ph]})
         summ = summs.get("decode") or next(iter(summs.values()))
         step_rows += [{**common, **r} for r in att["steps"]]
@@ -967,7 +974,7 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         "world_size": max((r.world or 0 for r in ranks), default=0) or len({r.rank for r in ranks}),
         "ranks": sorted({r.rank for r in ranks}),
         "model": shape.to_dict() if shape else {"name": "unknown (no --model given)"},
-        "scaled": False, "scaling": "as captured (every layer the engine ran)",
+        "scaled": False, "scaling": layers_note or "as captured (every layer the engine ran)",
         "step_marker": step_marker, "runs": accounts,
         "phases": "per step from vLLM's iteration marks where the trace has them (execute_context_N(T)_generation_M(K): "
                   "prefill = context requests only, decode = generation only, mixed = both); else every step decode",
@@ -1022,6 +1029,41 @@ def backend_of_ops(rt: RankTrace) -> str:
 def _median(values) -> int | None:
     v = sorted(x for x in values if isinstance(x, (int, float)) and x == x)
     return int(v[len(v) // 2]) if v else None
+
+
+def _producer_shape(ranks, shape):
+    """What a commprof ``trace.json`` says about itself: its model (used when no ``--model`` is
+    given) and how many of its layers the engine ran. Returns (shape, layers run or None, a note
+    when the timeline holds fewer layers than the model: its per-step figures are of those layers,
+    not scaled to the whole model)."""
+    from .models import ModelShape, get_model
+
+    head = next((r.producer for r in ranks if r.producer), {})
+    if shape is None and head.get("model"):
+        try:
+            shape = get_model(str(head["model"]))
+        except UsageError:
+            d = head.get("model_shape")
+            if isinstance(d, dict):
+                try:
+                    names = {f.name for f in dataclasses.fields(ModelShape)}
+                    shape = ModelShape(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()
+                                          if k in names})
+                except (TypeError, ValueError):
+                    shape = None
+    run, total = head.get("layers_run"), head.get("layers_model")
+    if not (isinstance(run, int) and isinstance(total, int) and 0 < run < total) or shape is None:
+        return shape, None, ""
+    return shape, run, (f"a commprof trace timeline of {run} of {total} layers (trace --layers {run}): per-step "
+                        f"figures are of the {run} layer(s) run, not scaled to {total}; the trace's own "
+                        "trace_summary.csv holds the scaled figures")
+
+
+def _with_layers(shape, layers: int | None):
+    """``shape`` cut to its first ``layers`` layers (the plan of a timeline that ran only those)."""
+    if not layers or layers >= shape.layers:
+        return shape
+    return dataclasses.replace(shape, layers=layers)
 
 
 def _batch_from_sizes(shape, colls, dtype: str) -> int | None:

@@ -308,7 +308,7 @@ def _watch(cfg, procs, slots, errq):
                 rank, *report = errq.get()
                 errors.setdefault(rank, tuple(report))
             if bar is None and cfg.progress and slots.cells_total.value > 0:
-                bar = progress_bar(int(slots.cells_total.value))
+                bar = progress_bar(int(slots.cells_total.value), cfg.VERB or "run")
             if bar is not None:
                 bar.update(int(slots.rows_done.value))
             codes = [p.exitcode for p in procs]

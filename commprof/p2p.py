@@ -16,7 +16,7 @@ from .views.p2p import render_p2p
 
 P2P_CSV = "p2p.csv"
 COLUMNS = ["src_device", "dst_device", "probe", "kind", "p2p", "size_bytes", "gbps", "gbps_best",
-           "time_us_p50", "roundtrip_us", "oneway_us", "verified"]
+           "time_us_p50", "roundtrip_us", "oneway_us", "verified", "clock", "spin_short"]
 
 
 def host_staged_bandwidth(src_device: int, dst_device: int, nbytes: int, iters: int = 10) -> dict:
@@ -119,12 +119,12 @@ def probe_all(out: str | None = None, size_bytes: int = 64 << 20, rounds: int = 
             for j in range(n):
                 if i == j:
                     emit(copy_bandwidth(i, i, i, size_bytes, kernels=kernels), "on", i, i)
-                    emit(copy_engine_bandwidth(i, i, size_bytes), "on", i, i)
+                    emit(copy_engine_bandwidth(i, i, size_bytes, kernels=kernels), "on", i, i)
                     emit(pingpong_latency(i, i, rounds, kernels=kernels), "on", i, i)
                     continue
                 emit(copy_bandwidth(i, j, i, size_bytes, kernels=kernels), "on", j, i)      # i reads j
                 emit(copy_bandwidth(i, i, j, size_bytes, kernels=kernels), "on", i, j)      # i writes j
-                emit(copy_engine_bandwidth(i, j, size_bytes), "on", i, j)
+                emit(copy_engine_bandwidth(i, j, size_bytes, kernels=kernels), "on", i, j)
                 emit(pingpong_latency(i, j, rounds, kernels=kernels), "on", i, j)
                 emit(host_staged_bandwidth(i, j, size_bytes), "off", i, j)
     finally:

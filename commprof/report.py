@@ -20,7 +20,8 @@ from .views import report as views
 
 
 def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: str | None = None,
-          reference: str | None = None, interconnect: str | None = None, tp: int | None = None) -> list[str]:
+          reference: str | None = None, interconnect: str | None = None, tp: int | None = None,
+          labels: str | None = None) -> list[str]:
     """Write report.html and report.md into ``out_dir``; returns their paths.
 
     One box: its checklist, topology, sweep, trace, gap (table, chart, alpha-beta fit), wire and
@@ -41,7 +42,7 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
         results.load(d)
     check_writable(out_dir)         # a file in the way or a read-only dir: one line, not an OSError
     os.makedirs(out_dir, exist_ok=True)
-    ev = gather(dirs)
+    ev = gather(dirs, labels)
     items = run_items(ev, load_thresholds(thresholds), model, flags)
     boxes = ev.all_boxes()
     gap, gap_error = None, None
@@ -51,7 +52,7 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
         except UsageError as e:
             gap_error = str(e)
     multi = len(boxes) > 1
-    sections = []
+    sections = [views.headline_section(boxes, items)]
     partial = unfinished_lines(ev)
     if partial:
         sections.append(views.Section("Unfinished runs: the figures below are partial", paragraphs=partial))
@@ -62,7 +63,9 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
         level = 3 if multi else 2
         prefix = f"{b.label}: " if multi else ""
         if multi:
+            meta = b.sweep_meta or b.trace_meta or b.serve_meta
             sections.append(views.Section(f"Box {k}: {b.label}", level=2,
+                                          headlines=[(b.label, views.box_headline(b.label, mine, meta, b.interconnect))],
                                           paragraphs=[f"dirs: {', '.join(os.path.abspath(d) for d in b.dirs)}"]))
         sections.append(views.checklist_section(mine, verdict(mine), b.interconnect, level=level, prefix=prefix))
         if b.topo:
@@ -118,6 +121,7 @@ class ReportConfig:
     reference: str | None = None
     interconnect: str | None = None
     tp: int | None = None           # the served TP degree: the serve section ties back to it
+    labels: str | None = None       # --label: one name per box, comma-separated
 
 
 def served_comm(box, model: str | None, tp: int | None) -> dict | None:
@@ -156,7 +160,7 @@ def run_report(cfg: ReportConfig) -> int:
         raise UsageError("report needs at least one results dir (from commprof sweep, trace or topo)")
     if cfg.tp is not None and not 1 <= cfg.tp <= 65536:
         raise UsageError(f"--tp {cfg.tp}: expected a whole number from 1 to 65,536")
-    paths = build(dirs, out or dirs[0], thresholds, model, reference, interconnect, cfg.tp)
+    paths = build(dirs, out or dirs[0], thresholds, model, reference, interconnect, cfg.tp, labels=cfg.labels)
     for p in paths:
         print(f"wrote {p}")
     if any(results.load(d).unfinished for d in dirs):

@@ -289,6 +289,7 @@ def hot_list(loads, top: int = 3) -> str:
 
 @dataclass
 class MoeConfig(RunConfig):
+    VERB = "moe"
     model: dict
     eps: list
     tokens: list

@@ -4,10 +4,13 @@ the ranks were launched. Model layer: the standard library only."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 
 @dataclass(kw_only=True)
 class RunConfig:
+    #: the verb that runs this config: labels the progress bar and the errors.
+    VERB: ClassVar[str] = ""
     backend: str = "gloo"
     backend_reason: str = ""
     timeout_s: float = 120.0

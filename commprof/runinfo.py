@@ -94,6 +94,35 @@ def driver_version() -> str:
         return "n/a"
 
 
+def commprof_commit() -> str:
+    """The git commit commprof runs from when it is a checkout (``abc123...``, ``+ local changes``
+    when tracked files differ from it), else ``n/a (not a git checkout)``: two runs of the same
+    version number from different commits are told apart."""
+    return _commit(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _commit(root: str, _cache: dict = {}) -> str:  # noqa: B006 - one answer per process
+    if root in _cache:
+        return _cache[root]
+    import subprocess
+
+    answer = "n/a (not a git checkout)"
+    if os.path.exists(os.path.join(root, ".git")):
+        try:
+            head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                  timeout=5)
+            if head.returncode == 0 and head.stdout.strip():
+                answer = head.stdout.strip()
+                dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                                       capture_output=True, text=True, timeout=5)
+                if dirty.returncode == 0 and dirty.stdout.strip():
+                    answer += " + local changes"
+        except (OSError, subprocess.SubprocessError):
+            answer = "n/a (git not runnable)"
+    _cache[root] = answer
+    return answer
+
+
 def _torch_cuda_from_metadata() -> str:
     """The CUDA version torch was built for, read from its ``torch/version.py`` without importing
     torch (a 1 s import for a verb that never uses it); "n/a" for a CPU build or no torch."""
@@ -117,8 +146,11 @@ def versions() -> dict:
     """commprof, Python, torch, CUDA runtime, NCCL and driver versions. torch is asked only when
     this process has already imported it (the verbs that run ranks); otherwise its version comes
     from the installed package's metadata and NCCL, which only a loaded torch can tell, is "n/a"."""
-    out = {"commprof": __version__, "python": sys.version.split()[0], "torch": "n/a",
+    out = {"commprof": __version__, "commprof_commit": commprof_commit(), "python": sys.version.split()[0],
+           "torch": "n/a",
            "cuda_runtime": "n/a", "nccl": "n/a", "driver": driver_version()}
+    if "torch" in sys.modules and sys.modules["torch"] is None:   # its import is blocked: not available
+        return out
     torch = sys.modules.get("torch")
     if torch is None:
         try:
@@ -141,6 +173,17 @@ def versions() -> dict:
 def machine() -> dict:
     return {"host": socket.gethostname(), "platform": platform.platform(), "cpu": cpu_model(),
             "cpu_cores": os.cpu_count()}
+
+
+#: Variables outside NCCL's own that change what a run measures: which GPUs it sees, how many
+#: threads each CPU rank's ops use.
+RUN_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_DEVICE_MAX_CONNECTIONS",
+                "PYTORCH_CUDA_ALLOC_CONF")
+
+
+def run_env() -> dict:
+    """The :data:`RUN_ENV_VARS` set in this process (unset ones left out: "unset" is the default)."""
+    return {k: os.environ[k] for k in RUN_ENV_VARS if k in os.environ}
 
 
 def nccl_env() -> dict:

@@ -17,6 +17,7 @@ TIMINGS = (PER_CALL, BACK_TO_BACK)
 
 @dataclass
 class SweepConfig(RunConfig):
+    VERB = "sweep"
     ops: list[str]
     tps: list[int]
     points: list[SizePoint]

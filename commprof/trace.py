@@ -138,32 +138,41 @@ def available_bytes_per_rank(backend: str, ranks_on_node: int) -> tuple[int, str
         avail = 0
     if not avail:
         return 1 << 62, "unknown (no /proc/meminfo)"
-    return int(avail * 0.8 / ranks_on_node), f"80% of MemAvailable shared by {ranks_on_node} CPU ranks"
+    return int(avail * 0.8 / ranks_on_node), (f"80% of MemAvailable shared by the {ranks_on_node} CPU ranks that "
+                                              "build engines at this TP degree")
 
 
 def memory_guard(model: dict, tps, batches, context: int, layers: int | None, dtype: str, backend: str,
                  ranks_on_node: int, chunk: int = 0) -> tuple[int, dict]:
     """Choose the layers to run: all of them if they fit, else refuse with the numbers (or run
-    ``--layers N`` and scale). Returns (layers, report)."""
+    ``--layers N`` and scale). Returns (layers, report). Only the ranks of the TP degree being
+    traced build an engine (the others wait, theirs released), so on CPU a run at TP=t shares the
+    machine's memory among ``min(t, ranks_on_node)`` ranks, not among every rank started."""
     L = int(model["layers"])
-    avail, how = available_bytes_per_rank(backend, ranks_on_node)
-    worst = lambda n: max(engine_bytes_per_rank(model, tp, b, context, n, dtype, chunk)["total_bytes"]  # noqa: E731
-                          for tp in tps for b in batches)
+    budgets = {tp: available_bytes_per_rank(backend, ranks_on_node if backend == "nccl" else min(tp, ranks_on_node))
+               for tp in sorted(set(tps))}
+
+    def worst(n):
+        """(need, available, how, tp) of the (tp, batch) whose engine overshoots its share the most."""
+        cells = [(engine_bytes_per_rank(model, tp, b, context, n, dtype, chunk)["total_bytes"], *budgets[tp], tp)
+                 for tp in budgets for b in batches]
+        return max(cells, key=lambda c: c[0] / max(c[1], 1))
+
     want = L if layers is None else layers
-    need = worst(want)
+    need, avail, how, at_tp = worst(want)
     report = {"available_bytes_per_rank": avail, "available_how": how, "needed_bytes_per_rank": need,
-              "layers_run": want}
+              "layers_run": want, "judged_at_tp": at_tp}
     if need <= avail:
         return want, report
     fit = 0
     for n in range(1, min(want, L) + 1):
-        if worst(n) > avail:
+        if worst(n)[0] > worst(n)[1]:
             break
         fit = n
     gb = lambda v: f"{v / 1e9:.2f} GB"  # noqa: E731
     hint = (f"pass --layers {fit} (or fewer) to run {fit} of {L} layers and scale" if fit else
             "even one layer does not fit: lower --batch/--context/--prompt/--chunk or use a larger device")
-    raise UsageError(f"trace: {model['name']} at tp={min(tps)} needs {gb(need)} per rank for {want} layers "
+    raise UsageError(f"trace: {model['name']} at tp={at_tp} needs {gb(need)} per rank for {want} layers "
                      f"but {gb(avail)} are available ({how}); {hint}")
 
 
@@ -202,8 +211,10 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
     check_shapes(shape, tps)
     if predict:
         trun = torchrun_env()
-        name, reason = ("nccl", "predict: compute on one GPU") if backend == "nccl" else \
-            resolve_backend(backend, 1, None)
+        # one GPU (or CPU); nccl without a CUDA GPU is one line and exit 3, as for a live run
+        name, reason = resolve_backend(backend, 1, None)
+        if name == "nccl" and backend == "nccl":
+            reason = "predict: compute on one GPU"
         world = 1
     else:
         world, name, reason, trun = choose_world(backend, max(tps), "--tp")
@@ -396,6 +407,15 @@ def run_trace(cfg: TraceConfig, charts: bool = True) -> int:
         return 0
     with results.failing(cfg.out_dir):
         show(results.load(cfg.out_dir), charts=charts)
+    if comm_from is not None and cfg.backend == "gloo":
+        # CPU compute says nothing about a GPU box: point at the verb that models it
+        from .models import BUILTIN
+
+        tps = ",".join(str(t) for t in sorted({t for t, _, _ in plan_runs(cfg)}))
+        name = str(cfg.model["name"])
+        spec = name if name.lower() in BUILTIN else str(cfg.model.get("source", name)).removeprefix("config.json at ")
+        print(f"commprof: the compute above was measured on this CPU; for a GPU box, model it with: commprof predict "
+              f"--model {spec} --gpu SKU --comm {comm_from} --tp {tps}", file=sys.stderr)
     return 0
 
 

@@ -9,6 +9,7 @@ from .runconfig import RunConfig
 
 @dataclass
 class TraceConfig(RunConfig):
+    VERB = "trace"
     model: dict
     tps: list[int]
     batches: list[int]

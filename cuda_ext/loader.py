@@ -56,6 +56,7 @@ NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo")
 KERNELS = {
     "commprof_p2p_copy": "p2p_probes",
     "commprof_pingpong": "p2p_probes",
+    "commprof_spin": "p2p_probes",
     "commprof_oneshot_allreduce_bf16": "oneshot_allreduce",
     "commprof_oneshot_allreduce_fp16": "oneshot_allreduce",
     "commprof_oneshot_allreduce_fp32": "oneshot_allreduce",

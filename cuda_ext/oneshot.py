@@ -22,6 +22,8 @@ functions that need them, so ``import cuda_ext.oneshot`` works without either.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import math
 from dataclasses import dataclass, field
 
@@ -560,20 +562,10 @@ class OneShotAllReduce:
             raise UsageError(f"one-shot all-reduce rank {self.rank}: the kernel refused its arguments (status {s})")
 
 
-def emulate_on_one_gpu(inputs, dtype, kernels=None, layout: RegionLayout | None = None,
-                       timeout_s: float = 5.0, calls: int = 1):
-    """Run a ``len(inputs)``-rank one-shot all-reduce on the current GPU: one region and one stream per
-    emulated rank, all kernels in flight at once (so the barriers really synchronise them).
-
-    ``len(inputs) == 1`` is the single-rank path. Each input is a cupy array of ``dtype``
-    (uint16 bits for bf16). ``calls`` back-to-back calls (epochs 1..calls, no host synchronisation
-    between them, so ranks run ahead of each other as in a real decode step) write the same
-    outputs. Returns one output cupy array per rank; raises on a barrier timeout.
-
-    All emulated ranks share one GPU, so every block of every rank must be resident at once (a
-    block spinning on a barrier holds its SM until a peer's block arrives): the default layout gives
-    each rank at most ``SMs // world`` blocks (at least one block fits on every SM).
-    """
+@contextmanager
+def _emulated_ranks(inputs, kernels, layout, timeout_s: float):
+    """``(ranks, streams, outs)`` of a ``len(inputs)``-rank emulation on the current GPU; regions
+    freed on exit. Sizing: see :func:`emulate_on_one_gpu`."""
     from .loader import load, require_gpu
 
     cupy = require_gpu()
@@ -590,15 +582,78 @@ def emulate_on_one_gpu(inputs, dtype, kernels=None, layout: RegionLayout | None 
         streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(world)]
         outs = [cupy.empty_like(x) for x in inputs]
         cupy.cuda.Device().synchronize()   # inputs and zeroed regions are in place before any rank starts
-        for _ in range(calls):
-            for q in range(world):
-                ranks[q].launch(inputs[q].data.ptr, outs[q].data.ptr, int(inputs[q].nbytes), dtype, streams[q])
+        yield ranks, streams, outs
         for s in streams:
             s.synchronize()
         for r in ranks:
             r.raise_for_status()
-        return outs
     finally:
         cupy.cuda.Device().synchronize()
         for r in regions:
             r.close()
+
+
+def emulate_on_one_gpu(inputs, dtype, kernels=None, layout: RegionLayout | None = None,
+                       timeout_s: float = 5.0, calls: int = 1):
+    """Run a ``len(inputs)``-rank one-shot all-reduce on the current GPU: one region and one stream per
+    emulated rank, all kernels in flight at once (so the barriers really synchronise them).
+
+    ``len(inputs) == 1`` is the single-rank path. Each input is a cupy array of ``dtype``
+    (uint16 bits for bf16). ``calls`` back-to-back calls (epochs 1..calls, no host synchronisation
+    between them, so ranks run ahead of each other as in a real decode step) write the same
+    outputs. Returns one output cupy array per rank; raises on a barrier timeout.
+
+    All emulated ranks share one GPU, so every block of every rank must be resident at once (a
+    block spinning on a barrier holds its SM until a peer's block arrives): the default layout gives
+    each rank at most ``SMs // world`` blocks (at least one block fits on every SM). Each rank's
+    kernels run on its own stream; streams that share one of the GPU's hardware queues
+    (``CUDA_DEVICE_MAX_CONNECTIONS``, 8 by default) can order one rank's kernel behind another's
+    spinning one, and the barrier then times out: set it to 32 for more than a few ranks.
+    """
+    with _emulated_ranks(inputs, kernels, layout, timeout_s) as (ranks, streams, outs):
+        for _ in range(calls):
+            for q, r in enumerate(ranks):
+                r.launch(inputs[q].data.ptr, outs[q].data.ptr, int(inputs[q].nbytes), dtype, streams[q])
+    return outs
+
+
+def time_on_one_gpu(inputs, dtype, iters: int = 50, spin_us: float = 500.0, kernels=None,
+                    layout: RegionLayout | None = None, timeout_s: float = 5.0) -> dict:
+    """Device time of ``iters`` emulated one-shot all-reduces (see :func:`emulate_on_one_gpu`), each
+    timed alone, spin first: every rank's stream is held by ``commprof_spin`` until a common moment
+    (each spin is shortened by the host time since the first was queued), so all ranks' launches
+    are enqueued before any runs and the ranks start together. Per call and rank, CUDA events
+    around the rank's input copy and kernel. Returns ``transfer_us`` (per call, the fastest rank's
+    time: the others' extra is waiting), ``slowest_us`` (per call, the slowest rank's) and
+    ``spin_short`` (calls where some rank's start had fired before all launches were in)."""
+    import time
+
+    import numpy as np
+
+    from .loader import load, require_gpu
+
+    cupy = require_gpu()
+    kernels = kernels or load()
+    spin = kernels.get_function("commprof_spin")
+    world = len(inputs)
+    fastest, slowest, short = [], [], 0
+    with _emulated_ranks(inputs, kernels, layout, timeout_s) as (ranks, streams, outs):
+        for _ in range(iters):
+            starts = [cupy.cuda.Event() for _ in range(world)]
+            ends = [cupy.cuda.Event() for _ in range(world)]
+            t0 = time.perf_counter()
+            for q, r in enumerate(ranks):
+                left_ns = max(0, int((spin_us - (time.perf_counter() - t0) * 1e6) * 1e3))
+                with streams[q]:
+                    spin((1,), (1,), (np.uint64(left_ns),))
+                starts[q].record(streams[q])
+                r.launch(inputs[q].data.ptr, outs[q].data.ptr, int(inputs[q].nbytes), dtype, streams[q])
+                ends[q].record(streams[q])
+            short += int(any(e.done for e in starts))
+            for e in ends:
+                e.synchronize()
+            per_rank = [cupy.cuda.get_elapsed_time(a, b) * 1e3 for a, b in zip(starts, ends)]
+            fastest.append(min(per_rank))
+            slowest.append(max(per_rank))
+    return {"world": world, "iters": iters, "size_bytes": int(inputs[0].nbytes), "spin_short": short,
+            "transfer_us": fastest, "slowest_us": slowest, "outputs": outs}

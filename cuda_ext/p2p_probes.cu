@@ -6,6 +6,9 @@
 //                      the launching GPU = the same-GPU self-test.
 //   commprof_pingpong  flag ping-pong between two sides; round-trip latency timed inside the
 //                      kernel with %globaltimer.
+//   commprof_spin      one thread spins for ns nanoseconds of %globaltimer: queued before a timed
+//                      copy so the host's launch of the copy is hidden (its length does not follow
+//                      the SM clock, so it needs no calibration).
 //
 // No headers are included, so the file builds unchanged with nvcc and with NVRTC (cupy).
 // Copy-engine bandwidth needs no kernel: the host side uses cudaMemcpyPeerAsync (cuda_ext/probes.py).
@@ -73,6 +76,14 @@ commprof_p2p_copy(const unsigned char* __restrict__ src, unsigned char* __restri
     }
     for (u64 i = done + tid; i < nbytes; i += stride)
         dst[i] = src[i];
+}
+
+// Holds the stream for ns nanoseconds of the device-wide clock. Launch with one block of one thread.
+extern "C" __global__ void commprof_spin(u64 ns)
+{
+    const u64 start = globaltimer_ns();
+    while (globaltimer_ns() - start < ns) {
+    }
 }
 
 // Spin until *flag == want; gives up after timeout_ns (0 = never) and then returns false.

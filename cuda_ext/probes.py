@@ -5,15 +5,23 @@ What each measures and how it is timed:
 
 * :func:`copy_bandwidth`: ``commprof_p2p_copy`` launched on ``exec_device`` copying from
   ``src_device``'s memory to ``dst_device``'s. src on the peer = ``read``, dst on the peer =
-  ``write``, all three the same GPU = ``same-gpu``. Each iteration is timed alone with CUDA events
-  around the launch; ``gbps`` is bytes copied / p50 time (a same-GPU copy reads and writes those
-  bytes, so device-memory traffic is twice that: ``rw_gbps``). The destination is compared with
-  the source after timing (``verified``).
+  ``write``, all three the same GPU = ``same-gpu``. Each iteration is timed alone (see *timing*);
+  ``gbps`` is bytes copied / p50 time (a same-GPU copy reads and writes those bytes, so
+  device-memory traffic is twice that: ``rw_gbps``). The destination is compared with the source
+  after timing (``verified``).
 * :func:`copy_engine_bandwidth`: ``cudaMemcpyPeerAsync`` (``cudaMemcpyAsync`` device-to-device
   on one GPU), the DMA engines instead of SMs; no kernel of ours. Timed and verified the same way.
 * :func:`pingpong_latency`: ``commprof_pingpong``; the kernel times ``rounds`` round trips with
   ``%globaltimer`` (ns) after an untimed handshake, so launch overhead and launch skew between
   two GPUs are not in the figure; ``oneway_us`` is half the round trip.
+
+*Timing* (the sweep's spin-first method, ``microbench/timing.py``): a start event recorded on an
+idle stream fires at once, so an event pair around a launch would also hold the host's launch
+time (worst at small sizes). Per iteration, ``commprof_spin`` holds the stream first (sized from
+the warm-ups' enqueue times: twice the slowest plus 20 us, in ``%globaltimer`` ns, so no clock
+calibration), then the start event, the copy, the end event. If the start event has already
+fired when the copy's enqueue returns, the spin was short: that iteration is left out of the
+figures and counted (``spin_short``), and the spin doubles.
 
 Only the standard library is imported at module level.
 """
@@ -25,6 +33,8 @@ from .loader import CudaUnavailable, load, require_gpu
 
 COPY_THREADS = 512
 BLOCKS_PER_SM = 4
+SPIN_MIN_US = 20.0
+SPIN_MAX_US = 20000.0
 
 
 def enable_peer_access(device: int, peer: int) -> None:
@@ -63,28 +73,49 @@ def launch_copy(kernels, src_ptr: int, dst_ptr: int, nbytes: int, stream=None) -
         fn((blocks,), (threads,), (np.uint64(src_ptr), np.uint64(dst_ptr), np.uint64(nbytes)))
 
 
-def _summary(times_ms: list[float], nbytes: int) -> dict:
+def _summary(timed: dict, nbytes: int) -> dict:
+    times_ms = timed["times_ms"]
     p50 = statistics.median(times_ms)
     return {"size_bytes": nbytes, "iters": len(times_ms), "time_us_p50": p50 * 1e3,
             "time_us_min": min(times_ms) * 1e3, "gbps": nbytes / (p50 * 1e-3) / 1e9,
-            "gbps_best": nbytes / (min(times_ms) * 1e-3) / 1e9, "clock": "cuda_event"}
+            "gbps_best": nbytes / (min(times_ms) * 1e-3) / 1e9, "clock": "cuda_event_spin",
+            "spin_us": timed["spin_us"], "spin_short": timed["spin_short"]}
 
 
-def _timed(cupy, device: int, enqueue, iters: int, warmup: int) -> list[float]:
+def _timed(cupy, device: int, enqueue, iters: int, warmup: int, kernels) -> dict:
+    """Spin-first timing of ``enqueue(stream)`` (module docstring): ``times_ms`` of the iterations
+    whose spin covered the enqueue (all of them if none did), ``spin_short``, final ``spin_us``."""
+    import time
+
+    import numpy as np
+
+    spin = kernels.get_function("commprof_spin")
     with cupy.cuda.Device(device):
         stream = cupy.cuda.Stream(non_blocking=True)
-        for _ in range(warmup):
+        enq = []
+        for _ in range(max(1, warmup)):
+            t0 = time.perf_counter()
             enqueue(stream)
-        stream.synchronize()
-        times = []
+            enq.append((time.perf_counter() - t0) * 1e6)
+            stream.synchronize()
+        spin_us = min(max(2.0 * max(enq) + SPIN_MIN_US, SPIN_MIN_US), SPIN_MAX_US)
+        covered, short = [], []
         for _ in range(iters):
             start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            with stream:
+                spin((1,), (1,), (np.uint64(int(spin_us * 1e3)),))
             start.record(stream)
             enqueue(stream)
+            was_short = start.done          # the GPU reached the copy before its launch was in
             end.record(stream)
             end.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, end))
-        return times
+            ms = cupy.cuda.get_elapsed_time(start, end)
+            if was_short:
+                short.append(ms)
+                spin_us = min(spin_us * 2.0, SPIN_MAX_US)
+            else:
+                covered.append(ms)
+        return {"times_ms": covered or short, "spin_short": len(short), "spin_us": spin_us}
 
 
 def _buffers(cupy, src_device: int, dst_device: int, nbytes: int):
@@ -116,7 +147,7 @@ def copy_bandwidth(exec_device: int, src_device: int, dst_device: int, nbytes: i
     kind = "same-gpu" if src_device == dst_device == exec_device else \
         "read" if dst_device == exec_device else "write" if src_device == exec_device else "remote-to-remote"
     times = _timed(cupy, exec_device, lambda s: launch_copy(kernels, src.data.ptr, dst.data.ptr, nbytes, s),
-                   iters, warmup)
+                   iters, warmup, kernels)
     out = {"probe": "sm_copy", "kind": kind, "exec_device": exec_device, "src_device": src_device,
            "dst_device": dst_device, **_summary(times, nbytes)}
     if kind == "same-gpu":
@@ -126,9 +157,11 @@ def copy_bandwidth(exec_device: int, src_device: int, dst_device: int, nbytes: i
 
 
 def copy_engine_bandwidth(src_device: int, dst_device: int, nbytes: int = 256 << 20, iters: int = 20,
-                          warmup: int = 3) -> dict:
-    """Copy-engine bandwidth: ``cudaMemcpyPeerAsync`` between GPUs, ``cudaMemcpyAsync`` on one GPU."""
+                          warmup: int = 3, kernels=None) -> dict:
+    """Copy-engine bandwidth: ``cudaMemcpyPeerAsync`` between GPUs, ``cudaMemcpyAsync`` on one GPU
+    (no kernel of ours does the copy; ``commprof_spin`` holds the stream before it)."""
     cupy = require_gpu()
+    kernels = kernels or load()
     rt = cupy.cuda.runtime
     src, dst = _buffers(cupy, src_device, dst_device, nbytes)
     if src_device == dst_device:
@@ -137,7 +170,7 @@ def copy_engine_bandwidth(src_device: int, dst_device: int, nbytes: int = 256 <<
     else:
         def enqueue(s):
             rt.memcpyPeerAsync(dst.data.ptr, dst_device, src.data.ptr, src_device, nbytes, s.ptr)
-    times = _timed(cupy, src_device, enqueue, iters, warmup)
+    times = _timed(cupy, src_device, enqueue, iters, warmup, kernels)
     out = {"probe": "copy_engine", "kind": "same-gpu" if src_device == dst_device else "peer",
            "src_device": src_device, "dst_device": dst_device, **_summary(times, nbytes)}
     if src_device == dst_device:

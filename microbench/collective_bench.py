@@ -29,7 +29,7 @@ from commprof.stats import summarize_us
 from commprof.sweepconfig import BACK_TO_BACK, CUSTOM, Cell, SweepConfig, plan_cells
 from microbench.heartbeat import Heartbeat, TextProgress
 from microbench.rank import rank_session
-from microbench.timing import DeviceTimer
+from microbench.timing import CLOCK, CLOCK_OUTER, DeviceTimer
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 NO_COMM = "none (1 rank)"
@@ -43,6 +43,8 @@ class Samples:
     host_us: np.ndarray | None = None
     spin_us: float | None = None
     spin_short: int | None = None
+    short: np.ndarray | None = None      # GPU: per iteration, the spin ended before the op was enqueued
+    clock: str = ""                      # GPU: timing.CLOCK, or CLOCK_OUTER after the graph-event fallback
     wrong: int = 0
 
 
@@ -240,8 +242,12 @@ class CellRunner:
             torch.cuda.synchronize(self.device)
         timer.fit_spin(warm[len(warm) // 2:] or warm)
         timer.spin_short = 0
+        # the clock may have dropped while the host gathered the last cell's rows: the warm-up
+        # just ran the GPU, so measure the spin's rate again for this cell
+        timer.calibrate()
         iters = self.cfg.iters
         lat, enq, host = (np.empty(iters, dtype=np.float64) for _ in range(3))
+        short = np.zeros(iters, dtype=bool)
         verify_wrong = 0
         barrier = dist.barrier
         hb.stage(f"{cell.label}: timing")
@@ -253,7 +259,7 @@ class CellRunner:
             if i == fault_iter:
                 self.fault.trigger()
             hb.enter()
-            lat[i], enq[i] = timer.device_sample(call)
+            lat[i], enq[i], short[i] = timer.device_sample(call)
             hb.leave()
             if verify is not None:
                 verify_wrong += int((inp != verify[1]).sum().item())
@@ -264,7 +270,8 @@ class CellRunner:
             hb.leave()
             if verify is not None:
                 verify_wrong += int((inp != verify[1]).sum().item())
-        return Samples(lat, enq, host, timer.spin_us, timer.spin_short), call, verify_wrong
+        clock = timer.clock if cell.mode == "graph" else CLOCK
+        return Samples(lat, enq, host, timer.spin_us, timer.spin_short, short, clock), call, verify_wrong
 
     def _check(self, cell, coll, inp, out, op, call, group_rank: int, n: int) -> int:
         """Untimed: deterministic inputs through the same buffers (and the same graph), compared
@@ -290,12 +297,15 @@ def _row(cell: Cell, cfg: SweepConfig, group_index: int, ranks, agg: dict, hosts
          impl: str = "", fallback: str = "") -> dict:
     """One sweep.csv row from the group's per-iteration samples (``agg``: see ``_aggregate``)."""
     coll = COLLECTIVES[cell.op]
-    stats = summarize_us(agg["latency_us"])
+    keep = agg.get("keep")                # GPU: iterations where no rank's spin fell short
+    if keep is None or not keep.any():    # every one short: nothing better to report than all
+        keep = slice(None)
+    stats = summarize_us(agg["latency_us"][keep])
     algbw, busbw = coll.bandwidth_gbps(cell.size_bytes, stats["latency_us_p50"], cell.tp)
     gpu = cfg.backend == "nccl"
     row = {
         "op": cell.op, "tp": cell.tp, "group": group_index, "ranks": f"{ranks[0]}-{ranks[-1]}",
-        "mode": cell.mode, "clock": ("perf_counter_loop" if cfg.timing == BACK_TO_BACK else "cuda_event_spin")
+        "mode": cell.mode, "clock": ("perf_counter_loop" if cfg.timing == BACK_TO_BACK else agg.get("clock") or CLOCK)
         if gpu else "perf_counter",
         "backend": cfg.backend, "impl": impl or cfg.baseline_impl, "dtype": cfg.dtype, "size_bytes": cell.size_bytes,
         "count": cell.in_numel, "batch": cell.batch if cell.batch is not None else "",
@@ -304,8 +314,8 @@ def _row(cell: Cell, cfg: SweepConfig, group_index: int, ranks, agg: dict, hosts
         "loop": cfg.loop if cfg.timing == BACK_TO_BACK else 1,
     }
     row.update(stats)
-    rank_avg = agg["latency_us_rankavg"]
-    skew = agg["skew_us"]
+    rank_avg = agg["latency_us_rankavg"][keep]
+    skew = agg["skew_us"][keep]
     row.update(latency_us_rankavg_p50=float(np.percentile(rank_avg, 50)),
                latency_us_rankavg_mean=float(rank_avg.mean()),
                skew_us_p50=float(np.percentile(skew, 50)), skew_us_p99=float(np.percentile(skew, 99)))
@@ -335,16 +345,26 @@ def _aggregate(torch, dist, s: Samples, group, n: int) -> dict:
     dist.all_reduce(mn, op=dist.ReduceOp.MIN, group=group)
     avg = torch.from_numpy(lat.copy())
     dist.all_reduce(avg, group=group)
-    counts = torch.tensor([s.wrong, s.spin_short or 0], dtype=torch.int64)
+    counts = torch.tensor([s.wrong], dtype=torch.int64)
     dist.all_reduce(counts, group=group)
-    spin = torch.tensor([s.spin_us or 0.0], dtype=torch.float64)
-    dist.all_reduce(spin, op=dist.ReduceOp.MAX, group=group)
+    # GPU: per iteration, 1 where any rank's spin fell short (that sample may hold host time), and
+    # 1 where any rank fell back to the outer graph clock
+    flags = np.zeros(len(lat) + 2, dtype=np.float64)
+    if s.short is not None:
+        flags[:-2] = s.short
+    flags[-2] = float(s.spin_us or 0.0)
+    flags[-1] = float(bool(s.clock) and s.clock != CLOCK)
+    fl = torch.from_numpy(flags)
+    dist.all_reduce(fl, op=dist.ReduceOp.MAX, group=group)
+    fl = fl.numpy()
+    short = fl[:-2] > 0
     mx = mx.numpy()
     out = {"latency_us": mx[0], "latency_us_rankavg": avg.numpy() / n, "skew_us": mx[0] - mn.numpy(),
            "enqueue_us": None, "host_us": None}
     out.update({k: mx[1 + i] for i, k in enumerate(present)})
-    return {**out,
-            "wrong": int(counts[0].item()), "spin_short": int(counts[1].item()), "spin_us": float(spin.item())}
+    clock = (CLOCK_OUTER if fl[-1] > 0 else CLOCK) if s.clock else ""
+    return {**out, "keep": ~short if s.short is not None else None, "clock": clock,
+            "wrong": int(counts[0].item()), "spin_short": int(short.sum()), "spin_us": float(fl[-2])}
 
 
 def run_rank(cfg: SweepConfig, rank: int, world: int, local_rank: int, store=None, slots=None):

@@ -291,6 +291,10 @@ class CpuStamps:
                 [(e - s) * 1e6 for s, e in zip(self.start, self.end)])
 
 
+ORIGIN_TOKEN = "token start"
+ORIGIN_FIRST_SEGMENT = "first segment (elapsed_time across graph-recorded and outside events failed)"
+
+
 class CudaStamps:
     """CUDA-event stamps: the same interface, device time. ``external=True`` (graph mode): events
     recorded inside a captured CUDA graph stay timeable after replay; a plain record would become
@@ -301,6 +305,7 @@ class CudaStamps:
         self.start = [E() for _ in range(nseg)]
         self.end = [E() for _ in range(nseg)]
         self.e0, self.e1 = E(), E()
+        self.origin = ORIGIN_TOKEN
 
     def begin(self):
         self.e0.record()
@@ -318,9 +323,23 @@ class CudaStamps:
         return self.e0.elapsed_time(self.e1) * 1e3
 
     def result_us(self):
+        """(token latency, [segment start offsets], [segment durations]) in us. In graph mode the
+        token's events are recorded outside the graph and the segments' by its nodes; should
+        ``elapsed_time`` across the two fail, offsets are taken from the first segment's start and
+        the whole rest of the token (launch and tail) is put before it (``origin`` says which)."""
         e0 = self.e0
-        return (e0.elapsed_time(self.e1) * 1e3, [e0.elapsed_time(s) * 1e3 for s in self.start],
-                [s.elapsed_time(e) * 1e3 for s, e in zip(self.start, self.end)])
+        lat = e0.elapsed_time(self.e1) * 1e3
+        durs = [s.elapsed_time(e) * 1e3 for s, e in zip(self.start, self.end)]
+        if self.origin == ORIGIN_TOKEN:
+            try:
+                return lat, [e0.elapsed_time(s) * 1e3 for s in self.start], durs
+            except RuntimeError:
+                self.origin = ORIGIN_FIRST_SEGMENT
+        first = self.start[0]
+        rel = [first.elapsed_time(s) * 1e3 for s in self.start]
+        span = first.elapsed_time(self.end[-1]) * 1e3
+        lead = max(0.0, lat - span)
+        return lat, [lead + r for r in rel], durs
 
 
 def no_mark(j, end=False):

@@ -10,9 +10,21 @@ so :class:`DeviceTimer` does this instead, per sample:
    the op and the end event (events captured with ``external=True`` stay timeable after replay);
 3. call the op: the host enqueues it while the GPU is still spinning;
 4. check that the start event had not fired yet when the call returned: if it had, the GPU reached
-   the op before it was fully enqueued, the sample may hold host time, and the spin is doubled for
-   the next samples (``spin_short`` counts such samples);
+   the op before it was fully enqueued, the sample may hold host time: it is flagged *short* (the
+   sweep drops such iterations from its statistics and counts them in ``spin_short``) and the spin
+   is doubled for the next samples;
 5. record the end event, wait for it: ``latency_us`` = end - start, device time of the op alone.
+
+The spin is sized in clock cycles (``torch.cuda._sleep``), so its length in time follows the SM
+clock, which idles far below its loaded rate (the GPU check's spin-clock assumption records both).
+The rate is therefore measured after warming the clock (spinning until two consecutive
+measurements agree and the GPU has been busy ``WARM_MS``), and measured again for every cell
+(:meth:`DeviceTimer.calibrate`).
+
+Graph mode reads events recorded by graph nodes (``external=True``). Should ``elapsed_time``
+between them fail on some driver, the timer falls back to plain events recorded outside the
+graph, right after the spin and right after the replay (``clock`` then says
+``cuda_event_spin_outer``: the figure then includes the graph launch's device-side start).
 
 ``enqueue_us`` is the host time of step 3 (what a graph replay or an eager dispatch costs the CPU).
 ``host_us`` comes from a separate sample with no spin: the host's view of one call on an idle GPU,
@@ -32,6 +44,12 @@ from commprof.runinfo import supports_graph_events
 
 SPIN_MIN_US = 20.0
 SPIN_MAX_US = 20000.0
+CALIBRATE_CYCLES = 1_000_000     # one calibration spin: 0.5 ms at 2 GHz, 3 ms at 330 MHz
+WARM_MS = 50.0                   # device time spun before the first rate counts (clock ramp-up)
+RATE_AGREE = 0.02                # two consecutive rates within 2%: the clock has settled
+MAX_CALIBRATION_ROUNDS = 200
+CLOCK = "cuda_event_spin"
+CLOCK_OUTER = "cuda_event_spin_outer"
 
 
 def timing_event(torch, external: bool = False):
@@ -46,25 +64,34 @@ class DeviceTimer:
 
     def __init__(self, torch, device, spin_us: float = 50.0):
         self.torch, self.device = torch, device
-        self.cycles_per_us = self._calibrate()
+        self.calibrations = []           # (rounds, cycles_per_us) of every calibration
+        self.cycles_per_us = self.calibrate(WARM_MS)
         self.spin_us = min(max(spin_us, SPIN_MIN_US), SPIN_MAX_US)
         self.spin_short = 0
         self.start = self.end = None
+        self.clock = CLOCK
 
-    def _calibrate(self) -> float:
-        """Clock cycles of ``torch.cuda._sleep`` per microsecond, measured here with events."""
+    def calibrate(self, warm_ms: float = 0.0) -> float:
+        """Clock cycles of ``torch.cuda._sleep`` per microsecond, measured here with events: spins
+        of ``CALIBRATE_CYCLES`` until the GPU has spun ``warm_ms`` and two consecutive rates agree
+        within ``RATE_AGREE`` (the first spin also warms the kernel up). Sets and returns the rate."""
         torch = self.torch
         a, b = timing_event(torch), timing_event(torch)
-        cycles = 1_000_000
-        rate = 0.0
-        for _ in range(3):               # the first one warms the kernel up
+        rates, spun_us = [], 0.0
+        for _ in range(MAX_CALIBRATION_ROUNDS):
             a.record()
-            torch.cuda._sleep(cycles)
+            torch.cuda._sleep(CALIBRATE_CYCLES)
             b.record()
             b.synchronize()
             us = a.elapsed_time(b) * 1e3
-            rate = cycles / us if us > 0 else 1000.0
-        return rate
+            spun_us += us
+            rates.append(CALIBRATE_CYCLES / us if us > 0 else 1000.0)
+            if len(rates) >= 3 and spun_us >= warm_ms * 1e3 and \
+                    abs(rates[-1] - rates[-2]) <= RATE_AGREE * rates[-1]:
+                break
+        self.cycles_per_us = rates[-1]
+        self.calibrations.append((len(rates), rates[-1]))
+        return rates[-1]
 
     def prepare(self, op, mode: str):
         """The callable to time: the op (eager), or the replay of a graph that holds the start
@@ -86,11 +113,11 @@ class DeviceTimer:
             torch.cuda.synchronize(self.device)
             self._graph = graph
             # a plain event after the spin, outside the graph, tells whether the spin was still
-            # running when the replay call returned
-            self._ready = timing_event(torch)
+            # running when the replay call returned (and, with ``_after``, is the fallback clock)
+            self._ready, self._after = timing_event(torch), timing_event(torch)
             return graph.replay
         self.start, self.end = timing_event(torch), timing_event(torch)
-        self._ready = self.start      # eager: the start event itself follows the spin
+        self._ready, self._after = self.start, None   # eager: the start event itself follows the spin
         return op
 
     def fit_spin(self, enqueue_us) -> None:
@@ -98,8 +125,9 @@ class DeviceTimer:
         if len(enqueue_us):
             self.spin_us = min(max(2.0 * max(enqueue_us) + SPIN_MIN_US, SPIN_MIN_US), SPIN_MAX_US)
 
-    def device_sample(self, call) -> tuple[float, float]:
-        """One spin-covered sample: (device latency_us, enqueue_us)."""
+    def device_sample(self, call) -> tuple[float, float, bool]:
+        """One spin-covered sample: (device latency_us, enqueue_us, short). ``short``: the spin
+        ended before the op was enqueued, so the latency may hold host time."""
         torch, perf = self.torch, time.perf_counter
         ready = self._ready
         torch.cuda._sleep(int(self.spin_us * self.cycles_per_us))
@@ -107,14 +135,23 @@ class DeviceTimer:
         t0 = perf()
         call()
         t1 = perf()
-        if ready.query():
+        short = ready.query()
+        if short:
             # The GPU finished the spin before the op was enqueued: widen it for the next samples.
             self.spin_short += 1
             self.spin_us = min(self.spin_us * 2.0, SPIN_MAX_US)
         if self._graph is None:
             self.end.record()
-        self.end.synchronize()
-        return self.start.elapsed_time(self.end) * 1e3, (t1 - t0) * 1e6
+            self.end.synchronize()
+            return self.start.elapsed_time(self.end) * 1e3, (t1 - t0) * 1e6, short
+        self._after.record()
+        self._after.synchronize()
+        if self.clock == CLOCK:
+            try:
+                return self.start.elapsed_time(self.end) * 1e3, (t1 - t0) * 1e6, short
+            except RuntimeError:
+                self.clock = CLOCK_OUTER       # events inside the graph do not time here
+        return ready.elapsed_time(self._after) * 1e3, (t1 - t0) * 1e6, short
 
     def host_sample(self, call) -> float:
         """The host's view of one call on an idle GPU: issue to seen complete, in us."""

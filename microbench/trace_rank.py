@@ -3,6 +3,7 @@ send the stamps to rank 0, which attributes and writes them (``commprof.trace``)
 from __future__ import annotations
 
 import gc
+import sys
 import time
 
 import numpy as np
@@ -14,9 +15,10 @@ TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
 def run_tokens(torch, eng: DecodeEngine, tokens: int, warmup: int, mode: str, traced: bool = True,
-               mark_hook=None, on_token=None):
+               mark_hook=None, on_token=None, info: dict | None = None):
     """Decode ``warmup`` untimed then ``tokens`` timed steps. Returns (latency_us[t],
-    offsets_us[t][seg], durations_us[t][seg]); offsets/durations are None when untraced."""
+    offsets_us[t][seg], durations_us[t][seg]); offsets/durations are None when untraced.
+    ``info`` (a dict), when given, receives ``origin``: what the offsets count from."""
     cuda = eng.cuda
     nseg = len(eng.segments)
     stamps = CudaStamps(torch, nseg, external=mode == "graph") if cuda else CpuStamps(nseg)
@@ -47,6 +49,8 @@ def run_tokens(torch, eng: DecodeEngine, tokens: int, warmup: int, mode: str, tr
             lat[t] = stamps.latency_us()
         if on_token is not None:
             on_token()
+    if info is not None:
+        info["origin"] = getattr(stamps, "origin", "token start")
     return lat, offs, durs
 
 
@@ -113,14 +117,19 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
                 if f is not None and f.kind == "sleep" and int(f.opts.get("rank", -1)) == rank:
                     hook = _delay_hook(f, rank, eng)
                 hb.stage(f"{label}: decode")
+                info = {}
                 lat, offs, durs = run_tokens(torch, eng, cfg.steps, cfg.warmup, mode, mark_hook=hook,
-                                             on_token=hb.tick)
-                rec = {"rank": rank, "lat": lat, "offs": offs, "durs": durs, "segments": eng.segments}
+                                             on_token=hb.tick, info=info)
+                rec = {"rank": rank, "lat": lat, "offs": offs, "durs": durs, "segments": eng.segments,
+                       "origin": info["origin"]}
             hb.stage(f"{label}: collecting")
             gathered = [None] * world if rank == 0 else None
             dist.gather_object(rec, gathered, dst=0, group=env.world_ctrl)
             if rank == 0:
                 recs = [r for r in gathered if r is not None]
+                moved = sorted({r["origin"] for r in recs} - {"token start"})
+                if moved:
+                    print(f"commprof trace: {label}: segment offsets count from the {moved[0]}", file=sys.stderr)
                 writer.add_attributed(tp, batch, mode, attribute_run(recs, cfg.layers_model, tp, batch,
                                                                      cfg.chunk, cfg.prompt), recs=recs)
                 hb.row_written(1)

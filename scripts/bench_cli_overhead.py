@@ -21,6 +21,14 @@ So by default both sides run on core 0 (``--cpus 0``), which also makes the comp
 the CLI's own threads (the parent's poll, each rank's pulse and watchdog) then share the one core
 with the ranks. ``--cpus all`` measures with the ranks on separate cores.
 
+``--attribute`` looks for where a difference would come from, at the issue's case (gloo TP=2, fp32,
+1 MiB, ranks on their own cores as commprof places them): per round, in rotating order, the bare
+loop; the bare loop plus commprof's pulse thread (``Heartbeat.start_pulse``); commprof's own timing
+loop (``CellRunner.measure`` on a real cell, with the heartbeat's per-call bookkeeping and the pulse
+thread, in the same bare processes: everything a rank does per call, without the CLI's process
+tree); and the whole CLI. Each variant's p50 over the rounds, and its ratio to the bare loop of the
+same round. Writes cli_overhead_attribution.{json,md}.
+
 Writes cli_overhead.json and cli_overhead.md (``cli_overhead_cpus-all.*`` with ``--cpus all``; machine, command, per-round p50s, the median ratio
 and its spread). Target: median ratio <= 1.05 at every size and dtype.
 """
@@ -46,8 +54,6 @@ DTYPES = ("fp32", "bf16")
 
 
 def bare_rank(rank, world, dtype: str, iters: int, warmup: int):
-    import time
-
     import torch
     import torch.distributed as dist
 
@@ -56,25 +62,108 @@ def bare_rank(rank, world, dtype: str, iters: int, warmup: int):
     out = {}
     for size in SIZES:
         x = torch.zeros(size // (4 if dtype == "fp32" else 2), dtype=tdt)
-        for _ in range(warmup):
-            dist.barrier(group=g)
-            dist.all_reduce(x, group=g)
-        lat = torch.empty(iters, dtype=torch.float64)
-        for i in range(iters):
-            dist.barrier(group=g)
-            t0 = time.perf_counter()
-            dist.all_reduce(x, group=g)
-            lat[i] = (time.perf_counter() - t0) * 1e6
-        dist.all_reduce(lat, op=dist.ReduceOp.MAX, group=g)       # the slowest rank, per iteration
-        out[size] = float(np.percentile(lat.numpy(), 50))
+        out[size] = bare_p50(torch, dist, x, g, iters, warmup)
     return out
 
 
-def cli_run(dtype: str, iters: int, warmup: int) -> dict:
+def bare_p50(torch, dist, x, g, iters: int, warmup: int) -> float:
+    """The bare loop: barrier, perf_counter, all_reduce, perf_counter; p50 of the slowest rank's."""
+    import time
+
+    for _ in range(warmup):
+        dist.barrier(group=g)
+        dist.all_reduce(x, group=g)
+    lat = torch.empty(iters, dtype=torch.float64)
+    for i in range(iters):
+        dist.barrier(group=g)
+        t0 = time.perf_counter()
+        dist.all_reduce(x, group=g)
+        lat[i] = (time.perf_counter() - t0) * 1e6
+    dist.all_reduce(lat, op=dist.ReduceOp.MAX, group=g)       # the slowest rank, per iteration
+    return float(np.percentile(lat.numpy(), 50))
+
+
+ATTRIBUTE_SIZE = 1 << 20
+VARIANTS = ("bare", "pulse", "runner", "cli")
+
+
+def variant_rank(rank, world, variant: str, iters: int, warmup: int, slots):
+    """fp32 1 MiB in-place all_reduce, barrier-aligned: the bare loop, or with commprof's parts."""
+    from types import SimpleNamespace
+
+    import torch
+    import torch.distributed as dist
+
+    from microbench.heartbeat import Heartbeat
+
+    g = dist.group.WORLD
+    hb = Heartbeat(rank, slots)
+    if variant in ("pulse", "runner"):
+        hb.start_pulse()
+    if variant == "runner":
+        from commprof.sweepconfig import Cell
+        from microbench.collective_bench import CellRunner, _aggregate
+
+        cfg = SimpleNamespace(dtype="fp32", warmup=warmup, iters=iters, verify=False, timing="per-call")
+        n = ATTRIBUTE_SIZE // 4
+        cell = Cell("all_reduce", world, ATTRIBUTE_SIZE, n, 0, "eager", None, "")
+        s = CellRunner(torch, dist, cfg, rank, torch.device("cpu"), hb, None).measure(cell, list(range(world)), g, g)
+        return float(np.percentile(_aggregate(torch, dist, s, g, world)["latency_us"], 50))
+    return bare_p50(torch, dist, torch.zeros(ATTRIBUTE_SIZE // 4, dtype=torch.float32), g, iters, warmup)
+
+
+def attribute(args, cpus, start) -> int:
+    from microbench.heartbeat import SharedSlots
+
+    rounds = []
+    for r in range(args.rounds):
+        order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
+        got = {}
+        for v in order:
+            if v == "cli":
+                got[v] = cli_run("fp32", args.iters, args.warmup, sizes=[ATTRIBUTE_SIZE])[ATTRIBUTE_SIZE]
+            else:
+                got[v] = run_gloo_ranks(variant_rank, 2, (v, args.iters, args.warmup),
+                                        extra=lambda ctx: SharedSlots(ctx, 2), pin=True)
+        rounds.append({"round": r, "order": list(order), "p50_us": got})
+        print(f"round {r}: " + ", ".join(f"{v} {got[v]:.0f} us ({got[v] / got['bare']:.2f})" for v in VARIANTS),
+              flush=True)
+    table = ["| variant | what runs | median p50 us | median ratio to bare | p10 | p90 | min | max |",
+             "|---|---|---|---|---|---|---|---|"]
+    what = {"bare": "barrier, perf_counter, all_reduce, perf_counter",
+            "pulse": "bare + commprof's pulse thread (beats every 0.25 s)",
+            "runner": "commprof's CellRunner.measure: heartbeat enter/leave per call, pulse thread, checks",
+            "cli": "the whole commprof sweep command (parent watcher, spawn, results written)"}
+    summary = []
+    for v in VARIANTS:
+        ratio = np.array([x["p50_us"][v] / x["p50_us"]["bare"] for x in rounds])
+        p50 = float(np.median([x["p50_us"][v] for x in rounds]))
+        summary.append({"variant": v, "median_p50_us": p50, "median_ratio": float(np.median(ratio)),
+                        "p10": float(np.percentile(ratio, 10)), "p90": float(np.percentile(ratio, 90)),
+                        "min": float(ratio.min()), "max": float(ratio.max())})
+        table.append(f"| {v} | {what[v]} | {p50:.0f} | **{np.median(ratio):.3f}** | {np.percentile(ratio, 10):.2f} | "
+                     f"{np.percentile(ratio, 90):.2f} | {ratio.min():.2f} | {ratio.max():.2f} |")
+    try:
+        load = open("/proc/loadavg").read().split()[:3]
+    except OSError:
+        load = None
+    res = measured(__file__, start, f"gloo tp=2 fp32 1 MiB all_reduce, p50 of {args.iters} barrier-aligned calls "
+                                   f"(max over the 2 ranks per call), {args.rounds} rounds in rotating order: the "
+                                   f"bare loop, + commprof's pulse thread, commprof's own timing loop, the whole CLI; "
+                                   f"ranks on core(s) {','.join(map(str, cpus))}, rank r on the r-th")
+    met = all(x["median_ratio"] <= 1.05 for x in summary if x["variant"] != "bare")
+    res.update(cpus=cpus, rounds=rounds, summary=summary, loadavg_at_end=load,
+               target="every variant's median ratio to the bare loop <= 1.05", met=bool(met))
+    write_result(args.out, "cli_overhead_attribution", "CLI overhead: where a difference would come from", res, table)
+    print(json.dumps({"met": bool(met)}))
+    return 0 if met else 1
+
+
+def cli_run(dtype: str, iters: int, warmup: int, sizes=None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "s")
         cmd = [sys.executable, "-m", "commprof", "sweep", "--tp", "2", "--ops", "all_reduce", "--backend", "gloo",
-               "--dtype", dtype, "--sizes", ",".join(f"{s >> 10}K" for s in SIZES), "--iters", str(iters),
+               "--dtype", dtype, "--sizes", ",".join(f"{s >> 10}K" for s in (sizes or SIZES)), "--iters", str(iters),
                "--warmup", str(warmup), "--out", out, "--no-charts"]
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
         subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=REPO)
@@ -94,9 +183,13 @@ def main():
     ap.add_argument("--cpus", default="0",
                     help="cores both sides run on (comma list; 'all' = no restriction); default one core")
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
+    ap.add_argument("--attribute", action="store_true",
+                    help="bare loop vs + pulse thread vs commprof's timing loop vs the CLI, fp32 1 MiB")
     args = ap.parse_args()
     cpus = restrict_cpus(args.cpus)     # inherited by the CLI's process and its ranks, and the bare ranks
     start = now_iso()
+    if args.attribute:
+        return attribute(args, cpus, start)
     rounds = []
     for r in range(args.rounds):
         for dtype in DTYPES:

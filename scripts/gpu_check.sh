@@ -7,24 +7,33 @@
 # nvidia-ml-py, pytest; cupy and nvcc for the CUDA kernels) with this checkout on PYTHONPATH:
 # nothing is installed or downloaded.
 #
-# Steps, most valuable first; each runs under its own `timeout -k 10 BOX`, its output teed into
-# OUTDIR/<step>.log, and a step that fails or times out never stops the later ones:
+# Steps, ordered by what they prove (what later steps stand on first); each runs under its own
+# `timeout -k 10 BOX`, its output teed into OUTDIR/<step>.log, and a step that fails or times out
+# never stops the later ones:
 #   machine.txt       nvidia-smi, nvidia-smi topo -m, nvcc, python/torch/CUDA/NCCL/cupy versions
 #   topo/             commprof topo (NVML on a real driver: GPUs, links, P2P)
+#   assumptions/      scripts/gpu_assumptions.py, groups events + nccl: the spin clock's ramp (first,
+#                     on an idle GPU), the event and capture rules tests/fake_cuda.py models,
+#                     graph-recorded and mixed events, NCCL's one-rank AVG kernel vs in-place SUM,
+#                     the sweep's own timing path over that kernel (eager and graph, short spins)
 #   sweep-tp1/        commprof sweep --backend nccl --tp 1, decode sizes of Qwen2.5-32B, eager and
-#                     graph, with commprof's one-shot all-reduce (--impl custom, eager, all_reduce
-#                     only: its single-rank path) beside NCCL and every custom call checked (--verify)
-#   p2p/              commprof p2p on one GPU: HBM copy bandwidth, flag ping-pong on itself
-#   trace-tp1/        commprof trace, all of Qwen2.5-32B (64 layers, ~66 GB bf16) on one GPU, eager
-#                     and graph (the engine draws its weights on the GPU; one build per batch size)
-#   predict-pcie5/    commprof trace --predict: per-rank shapes of TP=2/4/8 run here, collectives
-#   predict-nvlink4/  from the reference:pcie5-nop2p / reference:nvlink4 profile (graph mode)
-#   check/            commprof check over topo, sweep-tp1, trace-tp1, p2p (exit 8 = a checklist FAIL:
-#                     a finding, counted ok)
-#   report/           commprof report over the same dirs
+#                     graph, with commprof's one-shot all-reduce (--impl custom, its single-rank path)
+#                     beside NCCL, every custom call checked (--verify): the verb end to end
+#   assume-oneshot    (into assumptions/) 8/4/2 emulated ranks of the one-shot all-reduce on one GPU,
+#                     verified and timed beside NCCL's one-rank AVG
+#   assume-trace      (into assumptions/) the whole Qwen2.5-32B engine at TP=1: build time, traced vs
+#                     untraced token latency, eager and graph (the cost of 522 event nodes a step)
+#   p2p/              commprof p2p on one GPU: HBM copy bandwidth (spin-first), flag ping-pong
+#   trace-tp1/        commprof trace, all of Qwen2.5-32B on one GPU, eager and graph
+#   predict-nvlink4/  commprof trace --predict: per-rank shapes of TP=2/4/8 run here, collectives
+#                     from the reference:nvlink4 profile (graph mode)
+#   check/, report/   commprof check and report over topo, sweep-tp1, trace-tp1, p2p (check's exit 8
+#                     = a checklist FAIL: a finding, counted ok)
 #   gpu-tests.log     pytest -m gpu; last, so it mostly runs on the time the earlier steps left
-#   summary.txt       step, status (ok / failed (rc N) / timeout / skipped), seconds, time box
-# then OUTDIR is packed into one tarball (default OUTDIR.tgz, or --tar FILE).
+#   summary.txt       step, status (ok / failed (rc N) / timeout / skipped), seconds, time box; then
+#                     one line per assumption: confirmed / refuted / not reached, with what was seen
+# then OUTDIR is packed into one tarball (default OUTDIR.tgz, or --tar FILE), and summary.txt is
+# copied beside it as <tarball without .tgz>.summary.txt: two files back from the device machine.
 # Exit status: 0 every step ok, 1 a step failed or timed out, 2 bad usage or a plan over budget.
 #
 # Budget: the time boxes plus PACK_S (tar, and the last step's kill grace) must fit BUDGET - SPARE_S
@@ -47,20 +56,22 @@ PACK_S=20           # tar (10 s) and the kill grace of the last step (KILL_S)
 KILL_S=10           # timeout -k: SIGKILL this long after SIGTERM
 MIN_BOX=5           # a step left less time than this is skipped, not started
 
-STEPS=(machine topo sweep p2p trace predict-pcie5 predict-nvlink4 check report gpu-tests)
+STEPS=(machine topo assumptions sweep assume-oneshot assume-trace p2p trace predict-nvlink4 check report gpu-tests)
 # Time boxes (s). A step may also use what the steps before it left unused: step i runs until
 # the sum of the boxes up to i, counted from the start, so the last step ends by their total.
 declare -A BOX=(
-  [machine]=20            # nvidia-smi twice, one torch + cupy import
-  [topo]=15               # NVML only
-  [sweep]=100             # nvcc build of cuda_ext at first use (30-60 s), NCCL init, 20 cells, charts
-  [p2p]=40                # kernels cached by the sweep; 256 MiB copies, 10000 ping-pong rounds
-  [trace]=80              # rank start, NCCL init, 2 builds of 66 GB, 4 x 35 tokens of 64 layers, charts
-  [predict-pcie5]=45      # 6 runs of one rank's shard (TP=2/4/8 x batch 1,8), one process
-  [predict-nvlink4]=45
-  [check]=20
-  [report]=30
-  [gpu-tests]=65          # pytest -m gpu: several CLI sweeps; last, so it also runs on what is left
+  [machine]=15            # nvidia-smi twice, one torch + cupy import
+  [topo]=10               # NVML only
+  [assumptions]=85        # torch import, 6 event checks (~1 s each), NCCL init, profiler, 8 timed cells
+  [sweep]=75              # nvcc build of cuda_ext at first use (~1 s here), NCCL init, 20 cells, charts
+  [assume-oneshot]=40     # kernels cached; 9 emulations x 50 calls, NCCL's AVG at 3 sizes
+  [assume-trace]=60       # one 66 GB build, 4 x 19 tokens of 64 layers
+  [p2p]=25                # 256 MiB copies, 10000 ping-pong rounds
+  [trace]=55              # rank start, NCCL init, 2 builds of 66 GB, 4 x 20 tokens of 64 layers, charts
+  [predict-nvlink4]=30    # 6 runs of one rank's shard (TP=2/4/8 x batch 1,8), one process
+  [check]=15
+  [report]=15
+  [gpu-tests]=35          # pytest -m gpu; last, so it also runs on what is left
 )
 
 usage() {
@@ -145,13 +156,14 @@ step_cmd() {
                 --model "$MODEL" --batch 1,8,32,128 --modes eager,graph --impl nccl,custom --verify
                 --iters 200 --warmup 20 --out "$OUTDIR/sweep-tp1") ;;
     p2p) CMD=("$PY" -m commprof p2p --size 256M --rounds 10000 --out "$OUTDIR/p2p") ;;
+    assumptions) CMD=("$PY" scripts/gpu_assumptions.py "$OUTDIR/assumptions" --group events,nccl) ;;
+    assume-oneshot) CMD=("$PY" scripts/gpu_assumptions.py "$OUTDIR/assumptions" --group oneshot) ;;
+    assume-trace) CMD=("$PY" scripts/gpu_assumptions.py "$OUTDIR/assumptions" --group trace) ;;
     trace) CMD=("$PY" -m commprof trace --backend nccl --model "$MODEL" --tp 1 --batch 1,8 --context 2048
-                --tokens 32 --modes eager,graph --out "$OUTDIR/trace-tp1") ;;
-    predict-pcie5|predict-nvlink4)
-      local ref=pcie5-nop2p
-      [ "$1" = predict-nvlink4 ] && ref=nvlink4
-      CMD=("$PY" -m commprof trace --predict --comm-from "reference:$ref" --backend nccl --model "$MODEL"
-           --tp 2,4,8 --batch 1,8 --context 2048 --tokens 32 --modes graph --out "$OUTDIR/$1") ;;
+                --tokens 16 --modes eager,graph --out "$OUTDIR/trace-tp1") ;;
+    predict-nvlink4)
+      CMD=("$PY" -m commprof trace --predict --comm-from "reference:nvlink4" --backend nccl --model "$MODEL"
+           --tp 2,4,8 --batch 1,8 --context 2048 --tokens 16 --modes graph --out "$OUTDIR/$1") ;;
     check|report)
       mapfile -t dirs < <(results_dirs "$2")
       CMD=()
@@ -300,11 +312,17 @@ done
   for s in "${SELECTED[@]}"; do
     printf '%-16s %-30s %7s %7s\n' "$s" "${STATUS[$s]}" "${TOOK[$s]}" "${GAVE[$s]}"
   done
+  echo "# assumptions (scripts/gpu_assumptions.py; details in assumptions/<key>.json)"
+  # the summary needs only the standard library: any python3 will do when $PY cannot
+  timeout -k 2 10 "$PY" "$REPO/scripts/gpu_assumptions.py" --summarize "$OUTDIR/assumptions" 2>/dev/null \
+    || timeout -k 2 10 python3 "$REPO/scripts/gpu_assumptions.py" --summarize "$OUTDIR/assumptions" 2>&1 \
+    || echo "(the assumptions could not be summarised with $PY or python3)"
 } > "$OUTDIR/summary.txt"
 cat "$OUTDIR/summary.txt"
 
+cp "$OUTDIR/summary.txt" "${TAR%.tgz}.summary.txt" 2>/dev/null || true
 if timeout -k 2 $((PACK_S - KILL_S - 2)) tar -czf "$TAR" -C "$(dirname "$OUTDIR")" "$(basename "$OUTDIR")"; then
-  echo "packed $OUTDIR -> $TAR ($(du -h "$TAR" | cut -f1))"
+  echo "packed $OUTDIR -> $TAR ($(du -h "$TAR" | cut -f1)); summary beside it: ${TAR%.tgz}.summary.txt"
 else
   echo "gpu_check: packing $OUTDIR into $TAR failed" >&2
   FAILED=1

@@ -144,6 +144,10 @@ class SimCupy:
         class Event:
             t = None
 
+            @property
+            def done(self_):                 # cupy: cudaEventQuery == success (no flush: no sync)
+                return self_.t is not None
+
             def record(self_, stream):
                 def op():
                     self_.t = sim.clock
@@ -299,7 +303,8 @@ class SimCupy:
                 vals.append(int(a))
         self.launches.append((name, self.dev_stack[-1], grid, block))
         assert self._current_stream().device == self.dev_stack[-1], (name, "launched on another GPU's stream")
-        model = {"commprof_p2p_copy": self._copy, "commprof_pingpong": self._pingpong}.get(name, self._oneshot)
+        model = {"commprof_p2p_copy": self._copy, "commprof_pingpong": self._pingpong,
+                 "commprof_spin": self._spin}.get(name, self._oneshot)
         run = model(name, grid[0], *vals)
         if name == "commprof_p2p_copy":
             run = self._logged_copy(self.dev_stack[-1], vals, run)
@@ -309,6 +314,10 @@ class SimCupy:
         src, dst, nbytes = vals
         self.copies.append((next(self.seq), device, src, dst, nbytes, self.ct.string_at(src, nbytes)))
         yield from run
+
+    def _spin(self, name, blocks, ns):
+        for _ in range(min(ns // 1000, 50)):      # a few scheduler steps: other streams run meanwhile
+            yield
 
     def _copy(self, name, blocks, src, dst, nbytes):
         self.ct.memmove(dst, src, nbytes)

@@ -2,6 +2,7 @@
 subprocess as a user does, or in this process) and readers of a results dir. Fixtures live in
 conftest.py; everything a test imports by name lives here."""
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -126,3 +127,48 @@ def one_line_error(res):
     assert len(errors) == 1, res.stderr
     assert "Traceback" not in res.stderr
     return errors[0]
+
+
+def nccl_log(path, gpu, ranks=8, hosts=("boxa",), alpha_us=20.0, busbw_gbps=100.0, op="all_reduce", graph=0,
+             wrong=None, validation=True, sizes=None):
+    """A synthetic nccl-tests 2.1x text log: rank lines naming ``gpu`` on ``hosts`` (ranks spread
+    evenly), times from alpha + size / algbw. ``wrong``: {size: (out-of-place, in-place) #wrong}."""
+    sizes = sizes or [8 << (2 * k) for k in range(14)] + [256 << 20, 1 << 30]
+    per_host = ranks // len(hosts)
+    lines = [f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: 4(factor) warmup iters: 5 iters: 20 "
+             f"agg iters: 1 validation: {int(validation)} graph: {graph}", "#", "# Using devices"]
+    for r in range(ranks):
+        lines.append(f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on {hosts[r // per_host]:>10s} device {r % per_host:2d} "
+                     f"[0x{16 + r:02x}] {gpu}")
+    lines += ["#", "#                                                              out-of-place                       in-place",
+              "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong"]
+    factor = 2 * (ranks - 1) / ranks if op == "all_reduce" else (ranks - 1) / ranks
+    for s in sizes:
+        t = alpha_us + s / (busbw_gbps / factor * 1e3)
+        alg = s / t / 1e3
+        w = (wrong or {}).get(s, (0, 0))
+        wo, wi = ("N/A", "N/A") if not validation else w
+        lines.append(f"{s:12d} {max(s // 4, 1):13d}     float     sum      -1 {t:8.2f} {alg:7.2f} {alg * factor:7.2f} "
+                     f"{wo:>6} {t:8.2f} {alg:7.2f} {alg * factor:7.2f} {wi:>6}")
+    lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 1.0", "#"]
+    name = f"{op}_perf.log"
+    p = os.path.join(path, name) if os.path.isdir(path) else path
+    with open(p, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return p
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def dump_dom(path: str, width: int | None = None) -> str:
+    """What headless Chromium holds after loading the page at ``path`` (scripts run, images
+    decoded), optionally in a window ``width`` px wide."""
+    size = [f"--window-size={width},3000"] if width else []
+    res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                          "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                          "--disable-sync", f"--user-data-dir={os.path.dirname(path)}/chrome-profile-{width or 0}",
+                          *size, "--virtual-time-budget=5000", "--dump-dom", f"file://{path}"],
+                         capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout

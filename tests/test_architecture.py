@@ -27,3 +27,18 @@ def test_no_import_cycles():
             if graph.chain_exists(importer=b, imported=a):
                 cycles.append(" -> ".join(graph.find_shortest_chain(importer=b, imported=a) + (b,)))
     assert not cycles, "import cycles:\n" + "\n".join(cycles[:20])
+
+
+def test_no_test_or_script_reads_outside_the_checkout():
+    """Everything the tests and benchmarks read is committed: no path into a sibling ../shared."""
+    import glob
+    import re
+
+    pattern = re.compile(r"""["']\.\.["']\s*,\s*["']shared["']|\.\./shared/|["']\.\.["']\s*,\s*["']\.\.["']""")
+    found = []
+    for path in sorted(glob.glob(os.path.join(REPO, "tests", "*.py")) + glob.glob(os.path.join(REPO, "scripts", "*"))):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                if pattern.search(line) and "pattern = re.compile" not in line:
+                    found.append(f"{os.path.relpath(path, REPO)}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)

@@ -1,9 +1,8 @@
 """Bad input to the parsers gets one line naming the flag, field or file and the rule, and exit 2.
 
-One test per case of issue 14's parser list (sizes, config.json, nccl-tests text and -J JSON),
-each of which, before the fix, crashed with another exception type (OverflowError, ValueError,
-TypeError, IndexError, AttributeError: exit 70 from the CLI), or was accepted (exit 0), or gave a
-message that named no field. All run in this process: the parsing functions themselves, or typer's
+One test per class of bad input to each parser (sizes, config.json, nccl-tests text and -J JSON):
+none may end in another exception type (OverflowError, ValueError, TypeError, IndexError,
+AttributeError: exit 70 from the CLI), be accepted (exit 0), or give a message that names no field. All run in this process: the parsing functions themselves, or typer's
 CliRunner on ``commprof.cli.app``.
 """
 import copy

@@ -83,7 +83,7 @@ def test_check_cli_exit_code_and_files(cli_inproc, tmp_path):
     res = cli_inproc("check", d)
     assert res.returncode == EXIT_CHECK_FAILED, res.stderr
     data = json.load(open(os.path.join(d, "check.json")))
-    assert data["verdict"] == "FAIL" and data["thresholds_version"] == 2
+    assert data["verdict"] == "FAIL" and data["thresholds_version"] == 3
     assert data["interconnect"]["cls"] == "pcie-no-p2p" and data["interconnect"]["evidence"].startswith("topo.json")
     assert "FAIL" in open(os.path.join(d, "check.md")).read()
     ok = box(tmp_path, H100, 12.0, 380.0, 10.0, name="ok")

@@ -166,3 +166,65 @@ def test_healthy_box_table_is_generated_from_the_corpus():
     assert all(r["source"].startswith("https://") for r in hb["decode"] + hb["busbw"])
     assert {(r["class"], r["link"]) for r in hb["decode"]} >= {("nvswitch", "nvlink3"), ("pcie-no-p2p", "pcie4"),
                                                                ("pcie-p2p", "pcie5"), ("pcie-no-p2p", "pcie5")}
+
+
+def test_a_rack_sized_group_is_not_judged_by_8_gpu_fixed_thresholds(tmp_path):
+    """72 GPUs in one NVLink domain (the rank lines show only 'Rank 71'): no healthy box or profile
+    at TP=72, and the fixed thresholds were set on 8-GPU boxes, so C10 SKIPs and says what to give."""
+    from test_import_nccl_tests import _rank_log
+
+    d = str(tmp_path / "rack")
+    import_nccl_tests([_rank_log(tmp_path, [71], 72, points=((8192, 0.27), (1048576, 20.0), (1073741824, 600.0)))], d)
+    by, ev = _items(d)
+    assert int(ev.sweep["tp"].max()) == 72
+    assert by["C10"].status == "SKIP" and "at TP=72" in by["C10"].value and "--thresholds" in by["C10"].hint
+
+
+def test_multinode_latency_beyond_the_anchor_is_not_judged_by_it(tmp_path):
+    """The [multinode] latency thresholds come from 2 nodes (nccl#1244); 32 ranks on 4 hosts SKIP C10n
+    unless a thresholds file gives the vendor's figure."""
+    from helpers import nccl_log
+
+    d = str(tmp_path / "four")
+    import_nccl_tests([nccl_log(str(tmp_path), "NVIDIA H100 80GB HBM3", ranks=32, hosts=("n1", "n2", "n3", "n4"),
+                                alpha_us=80.0, busbw_gbps=40.0)], d)
+    by, _ = _items(d)
+    assert by["C10n"].status == "SKIP" and "--thresholds" in by["C10n"].hint
+    f = tmp_path / "t.toml"
+    f.write_text("[multinode]\nlatency_pass_us = 100.0\nlatency_warn_us = 200.0\n")
+    by = {i.id: i for i in run_items(gather([d]), load_thresholds(str(f)))}
+    assert by["C10n"].status == "PASS"
+
+
+def test_multinode_group_is_judged_against_healthy_multinode_boxes(tmp_path):
+    """Two hosts with one GPU each at the DGX Spark pair's figures (NVIDIA/dgx-spark-playbooks#103):
+    C10n PASSes against that healthy pair and says so; twice as slow WARNs."""
+    from test_verdicts import nccl_log
+
+    for alpha, want in ((60.0, "PASS"), (130.0, "WARN")):
+        d = str(tmp_path / f"pair{int(alpha)}")
+        import_nccl_tests([nccl_log(str(tmp_path), "NVIDIA GB10", ranks=2, hosts=("spark1", "spark2"), alpha_us=alpha,
+                                    busbw_gbps=20.0)], d)
+        by, _ = _items(d)
+        assert by["C10n"].status == want, by["C10n"]
+        assert "healthy multi-node (TP group across hosts) boxes at TP=2" in by["C10n"].threshold
+        assert "dgx-spark-playbooks" in by["C10n"].source
+
+
+def test_graph_log_is_judged_against_graph_figures(tmp_path):
+    """nccl-tests -G (CUDA graphs) on 2x H100: judged against nccl#1259's 2x H100 -G figure, the
+    method named; the same box measured eager at 4 GPUs has no eager figure at TP=4 and is judged
+    against the nvlink4 profile (modelled), said so."""
+    from test_verdicts import nccl_log
+
+    d = str(tmp_path / "g")
+    import_nccl_tests([nccl_log(str(tmp_path), "NVIDIA H100 80GB HBM3", ranks=2, alpha_us=5.8, busbw_gbps=360.0,
+                                graph=10)], d)
+    by, _ = _items(d)
+    assert by["C10"].status == "PASS" and "avg (nccl-tests, graph)" in by["C10"].value
+    assert "at TP=2 (back-to-back avg, graph)" in by["C10"].threshold and "nccl/issues/1259" in by["C10"].source
+    d4 = str(tmp_path / "e4")
+    import_nccl_tests([nccl_log(str(tmp_path), "NVIDIA H100 80GB HBM3", ranks=4, alpha_us=12.0, busbw_gbps=360.0)], d4)
+    by, _ = _items(d4)
+    assert by["C10"].status == "PASS" and "reference profile nvlink4 at TP=4" in by["C10"].threshold
+    assert by["C10"].source.startswith("modelled")

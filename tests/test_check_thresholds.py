@@ -9,7 +9,7 @@ from commprof.errors import UsageError
 
 def test_defaults_are_versioned_and_sourced():
     th = load_thresholds()
-    assert th["version"] == 2
+    assert th["version"] == 3
     for key, table in th.items():
         if isinstance(table, dict):
             assert table.get("source"), key

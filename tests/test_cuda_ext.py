@@ -49,6 +49,71 @@ def test_every_kernel_compiles(arch, tmp_path):
         assert name.encode() in blob, f"{name} missing from {stem}.{arch}.cubin"
 
 
+# Per-SM limits of the CI archs (CUDA C Programming Guide, "Technical Specifications per Compute
+# Capability"): registers, resident threads, resident blocks; registers are allocated per warp in
+# units of 256.
+SM_LIMITS = {"sm_80": (65536, 2048, 32), "sm_90": (65536, 2048, 32), "sm_120": (65536, 1536, 32)}
+REG_UNIT = 256
+
+
+def _ptxas_report(arch: str, tmp_path) -> dict:
+    """{kernel: (registers, spill bytes)} from nvcc -Xptxas -v with the build's own flags."""
+    nvcc = loader.find_nvcc()
+    out = {}
+    for src in loader.sources():
+        cmd = loader.nvcc_command(nvcc, src, arch, str(tmp_path / f"{os.path.basename(src)}.{arch}.cubin"))
+        res = subprocess.run(cmd + ["-Xptxas", "-v"], capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr
+        name = None
+        for line in res.stderr.splitlines():
+            m = re.search(r"Compiling entry function '(\w+)' for '(\w+)'", line)
+            if m:
+                name = m.group(1)
+                assert m.group(2) == arch
+            m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+            if m and name:
+                out[name] = [None, int(m.group(1)) + int(m.group(2))]
+            m = re.search(r"Used (\d+) registers", line)
+            if m and name:
+                out[name][0] = int(m.group(1))
+    return out
+
+
+def _blocks_per_sm(arch: str, regs: int, threads: int) -> int:
+    """Resident blocks per SM as the register file and the thread and block limits allow."""
+    reg_file, max_threads, max_blocks = SM_LIMITS[arch]
+    warps = -(-threads // 32)
+    per_warp = -(-regs * 32 // REG_UNIT) * REG_UNIT
+    return min(reg_file // (warps * per_warp), max_threads // threads, max_blocks)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ARCHS)
+def test_kernel_registers_and_occupancy(arch, tmp_path):
+    """What the host code assumes of each kernel's residency, from ptxas' own report: no spills;
+    on sm_90 (H100/H200) the copy fills every SM with BLOCKS_PER_SM blocks of COPY_THREADS (32
+    registers a thread: 4 x 512 threads is the SM's whole 2048); on sm_80 and sm_120 it takes 40 and
+    two blocks are resident (the grid-stride copy needs no co-residency: the other blocks wait their
+    turn; forcing 4 with __launch_bounds__(512, 4) spills). The one-shot all-reduce keeps one block
+    of THREADS_PER_BLOCK per SM (__launch_bounds__(512, 1)), which the one-GPU emulation's sizing
+    (world x SMs // world blocks) relies on, since a spinning block holds its SM."""
+    from cuda_ext import probes
+
+    rep = _ptxas_report(arch, tmp_path)
+    assert set(rep) == set(loader.KERNELS)
+    for name, (regs, spill) in rep.items():
+        assert regs is not None and spill == 0, (arch, name, regs, spill)
+    copy_fit = _blocks_per_sm(arch, rep["commprof_p2p_copy"][0], probes.COPY_THREADS)
+    assert copy_fit >= (probes.BLOCKS_PER_SM if arch == "sm_90" else 2), (arch, rep)
+    for dt in ("bf16", "fp16", "fp32"):
+        assert _blocks_per_sm(arch, rep[f"commprof_oneshot_allreduce_{dt}"][0], oneshot.THREADS_PER_BLOCK) >= 1
+    assert rep["commprof_spin"][0] <= 32 and rep["commprof_pingpong"][0] <= 32
+    # the emulation's sizing on an H200 (132 SMs): 8 ranks x 16 blocks, at one block per SM, all resident
+    for world in range(1, oneshot.MAX_WORLD + 1):
+        blocks = max(1, min(oneshot.DEFAULT_MAX_BLOCKS, 132 // world))
+        assert world * blocks <= 132
+
+
 def test_kernel_table_matches_sources():
     assert _source_kernels() == loader.KERNELS
     assert [os.path.basename(s) for s in loader.sources()] == ["oneshot_allreduce.cu", "p2p_probes.cu"]
@@ -399,6 +464,7 @@ def test_sim_kernel_signatures_are_parsed():
     assert kernel_params() == {
         "commprof_p2p_copy": ["ptr", "ptr", "u64"],
         "commprof_pingpong": ["ptr", "ptr", "int", "int", "u64", "ptr"],
+        "commprof_spin": ["u64"],
         **{f"commprof_oneshot_allreduce_{d}": ["ptr", "ptr", "ptr", "u64", "int", "int", "u32", "u32", "u64", "ptr"]
            for d in ("bf16", "fp16", "fp32")}}
 
@@ -424,6 +490,25 @@ def _check_sim_allreduce(inputs, dtype, calls=3):
     outs = _sim_allreduce(inputs, dtype, calls)
     ref.assert_allreduce_outputs(outs, inputs, dtype, what=f"{dtype}, {len(inputs)} ranks: ")
     return outs
+
+
+@pytest.mark.parametrize("world", [1, 8])
+def test_sim_oneshot_timed_emulation_spins_first_and_verifies(sim, world):
+    """time_on_one_gpu (the GPU check's custom-vs-NCCL figure): every rank's stream is held by
+    commprof_spin before its launch, each call is timed per rank, and the outputs still verify."""
+    import oneshot_reference as ref
+
+    n = 10240 // 2
+    inputs = [ref.to_storage(oneshot.rank_pattern(r, n), "bf16") for r in range(world)]
+    res = oneshot.time_on_one_gpu([sim.asarray(x) for x in inputs], "bf16", iters=3, spin_us=200)
+    ref.assert_allreduce_outputs(res["outputs"], inputs, "bf16", what=f"timed, {world} ranks: ")
+    assert len(res["transfer_us"]) == len(res["slowest_us"]) == 3
+    assert all(0 <= a <= b for a, b in zip(res["transfer_us"], res["slowest_us"]))
+    names = [entry[0] for entry in sim.launches]
+    assert names.count("commprof_spin") == 3 * world
+    for i, name in enumerate(names):                 # each rank's kernel right after its spin
+        if name.startswith("commprof_oneshot"):
+            assert names[i - 1] == "commprof_spin"
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])

@@ -7,7 +7,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "results" / "bench" / "README.md"]
-VERB_PAGES = ["sweep", "trace", "plan", "topo", "gap", "check", "report", "moe", "import", "serve", "p2p", "show"]
+VERB_PAGES = ["sweep", "trace", "predict", "plan", "topo", "gap", "check", "report", "moe", "import", "serve", "p2p", "show"]
 TOPIC_PAGES = ["timing", "results", "errors", "architecture"]
 
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")

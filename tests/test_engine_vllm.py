@@ -7,6 +7,7 @@ Structure, not speed, is asserted: every request answered with the forced token 
 own histograms counting exactly the level's requests and bounding commprof's client figures from
 below (the server's clock starts after the client sends and stops before the client reads), and
 under the profiler the steps, phases, batch and collectives per step of the model (2L + 2)."""
+import atexit
 import json
 import math
 import os
@@ -47,6 +48,7 @@ def vllm(request, tiny_model, tmp_path_factory):
     tp = request.param
     prof = str(tmp_path_factory.mktemp(f"prof-tp{tp}"))
     port = free_port()
+    atexit.register(_sh, "stop", str(port), timeout=120)   # a second net: no server outlives the run
     r = _sh("start", tiny_model, str(port), str(tp), prof)
     if r.returncode != 0:
         pytest.fail(f"vllm serve TP={tp} did not start: {r.stderr[-3000:]}")

@@ -1,5 +1,5 @@
-"""Faults and bad input around a run, from issue 14: each gets one line, the right exit code, the
-right rank and stage named, and leaves the results dir as the README promises.
+"""Faults and bad input around a run: each gets one line, the right exit code, the
+right rank and stage named, and leaves the results dir as docs/errors.md promises.
 
 * bad input a rank used to meet (exit 6) is refused before any rank starts (exit 2);
 * an output dir that cannot be written, for every verb that writes one (exit 2, nothing made);

@@ -66,7 +66,9 @@ def test_predict_from_reference_profile(cli_inproc, tmp_path):
     assert res.returncode == 0, res.stderr
     meta = json.load(open(os.path.join(out, "meta.json")))
     assert meta["kind"] == "predicted" and meta["inputs"]["communication"]["kind"] == "modelled"
-    assert "[predicted]" in res.stdout
+    assert "[predicted]" in res.stdout and "% = " in res.stdout          # the share's milliseconds beside it
+    # CPU compute says nothing of a GPU box: the line names the verb that models one, with this model
+    assert f"commprof predict --model {os.path.abspath(TOY)} --gpu SKU --comm " in res.stderr
 
 
 def _p2p_dir(tmp_path):
@@ -159,7 +161,7 @@ def test_gap_leaves_wrong_rows_out_of_every_ratio_and_says_so(tmp_path):
 def test_gap_across_hosts_says_so_and_one_gpu_per_host_is_the_network(tmp_path):
     """Two hosts with one GPU each: the TP group is joined by the network, never 'nvlink', and every
     comparison says it crosses hosts (not only when the TP degrees differ)."""
-    from test_verdicts import nccl_log
+    from helpers import nccl_log
 
     from commprof.gap import compute_gap
     from commprof.views.gap import pair_lines

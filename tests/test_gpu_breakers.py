@@ -1,5 +1,5 @@
 """Bugs that only a GPU box would show, reproduced on CPU: each test is named after the bug it
-reproduces and runs commprof's GPU host code on the simulated cupy of ``test_cuda_ext`` (as strict as
+reproduces and runs commprof's GPU host code on the simulated cupy of ``fake_cupy`` (as strict as
 real cupy where the bug lived) or on fakes of the installed packages."""
 import os
 import subprocess

@@ -9,14 +9,16 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tarfile
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
 SCRIPT = os.path.join(REPO, "scripts", "gpu_check.sh")
-STEPS = ["machine", "topo", "sweep", "p2p", "trace", "predict-pcie5", "predict-nvlink4", "check", "report",
-         "gpu-tests"]
+STEPS = ["machine", "topo", "assumptions", "sweep", "assume-oneshot", "assume-trace", "p2p", "trace",
+         "predict-nvlink4", "check", "report", "gpu-tests"]
 LIMIT_S = 600 - 120        # one device command, two minutes kept spare
 STEP_RE = re.compile(r"^step (\d+)/(\d+) (\S+) +box +(\d+) s, ends by +(\d+) s")
 
@@ -50,6 +52,8 @@ def summary(outdir):
     rows = {}
     with open(os.path.join(outdir, "summary.txt")) as f:
         for line in f.read().splitlines()[2:]:
+            if line.startswith("# assumptions"):
+                break
             m = re.match(r"^(\S+) +(.+?) +(\d+) +(\d+)$", line)
             assert m, line
             rows[m.group(1)] = (m.group(2), int(m.group(3)), int(m.group(4)))
@@ -108,6 +112,7 @@ def no_device(monkeypatch, tmp_path):
     monkeypatch.delenv("COMMPROF_TEST_ONESHOT", raising=False)
     monkeypatch.setattr(commprof.launch, "choose_world",
                         lambda backend, n, flag: (n, "nccl", "test: one H200", None))
+    monkeypatch.setattr(commprof.launch, "cuda_device_count", lambda: 1)     # trace --predict checks it
     monkeypatch.setattr(cuda_ext.loader, "require_gpu", lambda *a, **k: None)
     monkeypatch.setattr(commprof.trace, "available_bytes_per_rank", lambda *a: (int(141e9 * 0.9), "test"))
     monkeypatch.setattr(commprof.sweep, "run_sweep", lambda cfg, charts=True: calls.append(("sweep", cfg)) or 0)
@@ -129,11 +134,15 @@ def test_every_planned_commprof_command_passes_the_cli_validation(tmp_path, no_d
     rc, steps, _, text = plan(tmp_path / "gc")
     assert rc == 0, text
     runner = CliRunner()
-    verbs = []
+    verbs, groups = [], []
     for step, _, argv in steps:
         cmd = argv[4:]                               # after: timeout -k 10 BOX
         if step == "machine":
             assert cmd == ["bash", SCRIPT, "--machine-info"]
+            continue
+        if step.startswith("assum"):
+            assert cmd[1:3] == ["scripts/gpu_assumptions.py", f"{tmp_path}/gc/assumptions"] and cmd[3] == "--group"
+            groups += cmd[4].split(",")
             continue
         if step == "gpu-tests":
             assert cmd[1:3] == ["-m", "pytest"] and "-m" in cmd[3:] and cmd[-1] == "tests/"
@@ -146,7 +155,11 @@ def test_every_planned_commprof_command_passes_the_cli_validation(tmp_path, no_d
         res = runner.invoke(app, cmd[3:])
         assert res.exit_code == 0, f"{step}: {shlex.join(cmd)}\n{res.output}\n{res.exception!r}"
         assert len(no_device) == before + 1, f"{step}: the core was not reached"
-    assert verbs == ["topo", "sweep", "p2p", "trace", "trace", "trace", "check", "report"]
+    assert verbs == ["topo", "sweep", "p2p", "trace", "trace", "check", "report"]
+    import gpu_assumptions
+
+    assert groups == gpu_assumptions.GROUPS          # every group of checks runs, each once, spin clock first
+    assert gpu_assumptions.CHECKS[0][0] == "spin-clock"
 
     by = {}
     for c in no_device:
@@ -160,7 +173,7 @@ def test_every_planned_commprof_command_passes_the_cli_validation(tmp_path, no_d
     trace_cfg = by["trace"][0][1]
     assert trace_cfg.tps == [1] and trace_cfg.modes == ["eager", "graph"]
     assert trace_cfg.layers == trace_cfg.layers_model == 64     # the whole model fits one H200
-    assert len(by["predict"]) == 2
+    assert len(by["predict"]) == 1
     for _, cfg, src in by["predict"]:
         assert cfg.tps == [2, 4, 8] and cfg.modes == ["graph"]
         table = CommTable(src)                   # the reference profile covers every lookup the run makes
@@ -188,13 +201,23 @@ def test_a_failing_step_does_not_stop_the_later_ones(tmp_path):
     assert list(rows) == ["topo", "sweep", "check", "gpu-tests"]
     assert rows["topo"][0] == rows["sweep"][0] == rows["gpu-tests"][0] == "failed (rc 1)"
     assert rows["check"][0] == "skipped (no results to read)"     # never "measure now" instead
-    # the last step runs on its own 25 s plus the boxes the (instantly) failed steps left unused
-    assert rows["gpu-tests"][2] >= 150
+    # the last step runs on its own box plus the boxes the (instantly) failed steps left unused
+    _, planned, _, _ = plan(tmp_path / "plan")
+    boxes = {step: box for step, box, _ in planned}
+    assert rows["gpu-tests"][2] >= sum(boxes[s] for s in rows) - 10
+    assert rows["gpu-tests"][2] > boxes["gpu-tests"] + boxes["sweep"]
     assert (out / "topo.log").exists() and (out / "sweep.log").exists()
     assert [p.name for p in tmp_path.glob("gc.prev-*")], "the earlier run was not kept"
     with tarfile.open(tar) as t:
         names = t.getnames()
     assert "gc/summary.txt" in names and "gc/gpu-tests.log" in names and "gc/old.txt" not in names
+    # beside the tarball, the summary: per step, then one line per assumption (here none was reached)
+    text = (tmp_path / "back" / "gc.summary.txt").read_text()
+    assert text == (out / "summary.txt").read_text()
+    import gpu_assumptions
+
+    tail = text.split("# assumptions", 1)[1].splitlines()[1:]
+    assert len(tail) == len(gpu_assumptions.CHECKS) and all(ln.startswith("not reached") for ln in tail), tail
 
 
 def test_check_exit_8_is_a_finding_and_only_written_dirs_are_read(tmp_path):

@@ -242,7 +242,8 @@ def test_unsupported_or_unnamed_collective(tmp_path):
     assert set(df["op"]) == {"all_reduce"} and set(df["tp"]) == {2}
 
 
-def _rank_log(tmp_path, rank_lines, ranks, name="all_reduce_perf_rack.log", nthreads=1, ngpus=1):
+def _rank_log(tmp_path, rank_lines, ranks, name="all_reduce_perf_rack.log", nthreads=1, ngpus=1,
+              points=((1048576, 20.0), (1073741824, 600.0))):
     """A 2.1x log whose busbw/algbw says ``ranks``, printing only ``rank_lines``."""
     factor = 2 * (ranks - 1) / ranks
     lines = [f"# nThread {nthreads} nGpus {ngpus} minBytes 1048576 maxBytes 1073741824 step: 1024(factor) warmup iters: 5 "
@@ -251,7 +252,7 @@ def _rank_log(tmp_path, rank_lines, ranks, name="all_reduce_perf_rack.log", nthr
               for r in rank_lines]
     lines += ["#", "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   "
               "busbw #wrong"]
-    for size, alg in ((1048576, 20.0), (1073741824, 600.0)):
+    for size, alg in points:
         t = size / alg / 1e3
         lines.append(f"{size:12d} {size // 4:13d}     float     sum      -1 {t:8.2f} {alg:7.2f} {alg * factor:7.2f}      0 "
                      f"{t:8.2f} {alg:7.2f} {alg * factor:7.2f}      0")

@@ -126,8 +126,8 @@ def test_cli_run_writes_tables_and_charts_and_bytes_match(cli_inproc, tmp_path):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["kind"] == "measured" and meta["status"] == "complete" and meta["seed"] == 5
     assert meta["model"]["name"] == "Qwen3-30B-A3B" and meta["backend"] == "gloo"
-    lines = [l for l in res.stdout.splitlines() if l.startswith("ep ")]
-    assert len(lines) == 2 * 2 * 3 and "rebalanced:" in lines[0]
+    rows = [l for l in res.stdout.splitlines() if l.startswith("│")]     # the summary table's data rows
+    assert len(rows) == 2 * 2 * 3 and "rebal. slowdown" in res.stdout
 
 
 def _config(tmp_path, **over):

@@ -4,26 +4,9 @@ The pages are built from results dirs this session measures itself (``gloo_sweep
 ``gloo_trace`` in conftest.py), so nothing here depends on the committed examples' host or
 row counts (that every committed results dir still loads: test_results_layer.py).
 """
-import os
-import shutil
-import subprocess
-
 import pytest
 
-from helpers import results_meta
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def dump_dom(path: str) -> str:
-    """What Chromium holds after loading the page (scripts run, images decoded)."""
-    res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                          "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                          "--disable-sync", f"--user-data-dir={os.path.dirname(path)}/chrome-profile",
-                          "--virtual-time-budget=5000", "--dump-dom", f"file://{path}"],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return res.stdout
+from helpers import CHROMIUM, dump_dom, results_meta
 
 
 @pytest.fixture(scope="module")
@@ -74,5 +57,5 @@ def test_report_has_a_moe_section(cli_inproc, gloo_sweep, tmp_path):
     assert res.returncode == 0, res.stderr
     html = (tmp_path / "rep" / "report.html").read_text()
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "MoE: expert-parallel all-to-all under skewed routing" in html and "ep 2 tokens 8 hot:2" in md
+    assert "MoE: expert-parallel all-to-all under skewed routing" in html and "| 2 | 8 | hot:2 |" in md
     assert html.count("data:image/png;base64,") == 5          # 2 sweep charts + the gap chart + 2 MoE charts

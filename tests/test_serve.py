@@ -228,6 +228,9 @@ class _FakeHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         srv = self.server
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if self.path not in ("/v1/completions", "/v1/chat/completions"):
+            self._json(404, {"detail": "Not Found"})          # e.g. /start_profile: no profiler here
+            return
         if srv.mode == "notopenai":
             self.do_GET()
             return
@@ -642,3 +645,21 @@ def test_lean_client_chunked_keepalive_and_stale_connection():
     got, n_conns = asyncio.run(main())
     assert got == [['data: {"a": 1}', 'data: {"b": 2}', "data: [DONE]"]] * 3
     assert n_conns == 2                    # the first two requests on one connection; a new one after the drop
+
+
+def test_profile_flag_bad_dir_and_a_server_without_a_profiler(fake_server, cli_inproc, tmp_path):
+    """--profile: a dir that is not there is one line (exit 2) before anything runs; a server that
+    has no /start_profile ends the run with exit 3 after its levels are written, the reason in meta.json."""
+    from helpers import one_line_error
+
+    srv = fake_server()
+    args = ["serve", "--url", srv.url, "--model", "ok", "--concurrency", "1", "--requests", "2",
+            "--output-tokens", "3", "--prompt-tokens", "4", "--no-charts"]
+    res = cli_inproc(*args, "--profile", str(tmp_path / "nope"), "--out", "o1")
+    assert res.returncode == 2 and "--profile" in one_line_error(res) and "not a directory" in res.stderr
+    assert not (tmp_path / "o1").exists()
+    (tmp_path / "prof").mkdir()
+    res = cli_inproc(*args, "--profile", str(tmp_path / "prof"), "--out", "o2")
+    assert res.returncode == 3 and "POST /start_profile answered 404" in one_line_error(res)
+    assert [int(lv["ok"]) for lv in _levels(tmp_path / "o2")] == [2]
+    assert "start_profile" in _meta(tmp_path / "o2")["profile"]["error"]

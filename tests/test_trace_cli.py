@@ -116,6 +116,20 @@ def test_trace_config_missing_fields(cli_inproc, tmp_path):
     assert res.returncode == 2 and "missing field 'num_attention_heads'" in one_line_error(res)
 
 
+def test_predict_on_nccl_without_cuda_is_one_line_exit_3(cli_inproc, tmp_path):
+    """It was exit 70 ("unexpected AssertionError: Torch not compiled with CUDA enabled"): predict
+    skipped the backend check that a live run makes."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    res = cli_inproc("trace", "--predict", "--comm-from", "reference:nvlink4", "--backend", "nccl", "--tp", "2",
+                     *FAST, "--out", str(tmp_path / "x"))
+    assert res.returncode == 3, res.stderr
+    assert "--backend nccl needs NVIDIA GPUs" in one_line_error(res)
+    assert not os.path.exists(tmp_path / "x")
+
+
 def test_predict_from_corrupt_dir(cli_inproc, tmp_path):
     d = tmp_path / "bad"
     d.mkdir()

@@ -23,6 +23,7 @@ TABLES = {
     "kineto_ranks.csv": ("kineto_ranks", ("rank", "comm_kernel_us", "compute_kernel_us")),
     "plan.csv": ("plan", ()),
     "gap.csv": ("gap", ()),
+    "predict.csv": ("predict", ("box", "tp", "batch", "ms_per_token", "comm_ms")),
     "gap_boxes.csv": ("gap_boxes", ()),
     "serve_levels.csv": ("serve_levels", ("level", "mode", "concurrency", "ttft_ms_p99", "tpot_ms_p99")),
     "serve_requests.csv": ("serve_requests", ("level", "status", "ttft_ms", "tpot_ms")),
@@ -32,7 +33,7 @@ DOCS = {"topo.json": "topo", "hostbw.json": "hostbw", "plan.json": "plan", "chec
 
 #: The verb of a dir written before ``meta.json`` named it, from the files it holds (first match).
 _VERB_BY_FILE = (("sweep.csv", None), ("trace_summary.csv", "trace"), ("moe_steps.csv", "moe"),
-                 ("p2p.csv", "p2p"), ("gap.csv", "gap"), ("plan.json", "plan"), ("check.json", "check"),
+                 ("p2p.csv", "p2p"), ("gap.csv", "gap"), ("predict.csv", "predict"), ("plan.json", "plan"), ("check.json", "check"),
                  ("report.html", "report"), ("topo.json", "topo"),
                  ("serve_levels.csv", "serve"))
 _TEXT_COLUMNS = {"op", "mode", "clock", "backend", "impl", "dtype", "ranks", "site", "status", "hosts",

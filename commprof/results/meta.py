@@ -20,17 +20,17 @@ from datetime import datetime
 from ..errors import CommprofError, UsageError, shown
 from ..fileio import TMP_SUFFIX, remove_quietly, write_json
 from ..jsonfile import read_json_object
-from ..runinfo import machine, nccl_env, now_iso, versions
+from ..runinfo import machine, nccl_env, now_iso, run_env, versions
 
 META_JSON = "meta.json"
 SCHEMA_VERSION = 2
 
 #: The verbs that write results dirs, and the kinds of figures a dir can hold.
-VERBS = ("sweep", "trace", "moe", "p2p", "topo", "plan", "import", "reference", "check", "report", "gap", "serve")
+VERBS = ("sweep", "trace", "moe", "p2p", "topo", "plan", "import", "reference", "check", "report", "gap", "serve", "predict")
 KINDS = ("measured", "imported", "modelled", "predicted", "checklist")
 
 BASE_KEYS = ("schema_version", "verb", "kind", "what", "status", "start_time", "end_time", "command",
-             "hosts", "gpus", "machine", "versions", "nccl_env")
+             "hosts", "gpus", "machine", "versions", "nccl_env", "env")
 
 
 def provenance(verb: str, kind: str, what: str, *, command=None, hosts=None, gpus=None,
@@ -50,7 +50,8 @@ def provenance(verb: str, kind: str, what: str, *, command=None, hosts=None, gpu
         "command": [str(a) for a in (command if command is not None else sys.argv)],
         "hosts": sorted(set(hosts)) if hosts is not None else [socket.gethostname()],
         "gpus": [str(g) for g in gpus] if gpus else [],
-        "machine": machine(), "versions": versions(), "nccl_env": nccl_env(), "writer": writer_info(),
+        "machine": machine(), "versions": versions(), "nccl_env": nccl_env(), "env": run_env(),
+        "writer": writer_info(),
     }
     meta.update(extra)
     return meta
@@ -241,7 +242,7 @@ def normalize(meta: dict, verb: str) -> dict:
         m.setdefault("gpu_count", gpus)
         gpus = []
     m["gpus"] = [str(g) for g in gpus] if isinstance(gpus, list) else ([] if gpus is None else [str(gpus)])
-    for k in ("machine", "versions", "nccl_env"):
+    for k in ("machine", "versions", "nccl_env", "env"):
         if not isinstance(m.get(k), dict):
             m[k] = {}
     return m

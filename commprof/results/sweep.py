@@ -10,7 +10,7 @@ import os
 
 from ..errors import UsageError
 from ..sweepconfig import CUSTOM, SweepConfig, plan_cells, row_key
-from ..runinfo import machine, nccl_env, now_iso, versions
+from ..runinfo import machine, nccl_env, now_iso, run_env, versions
 from .meta import META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, run_state, write_meta
 from .table import TableAppender, read_table_rows
 
@@ -31,15 +31,19 @@ COLUMN_DOCS = {
     "latency_us_*": "per-op latency in microseconds; each iteration's sample is the max "
                     "across the group's ranks; percentiles by linear interpolation. NCCL "
                     "(clock cuda_event_spin): the op's GPU time alone, CUDA events with the op "
-                    "enqueued behind a spin kernel (graph mode: events inside the graph); "
+                    "enqueued behind a spin kernel (graph mode: events inside the graph; clock "
+                    "cuda_event_spin_outer: events outside it, after the spin and after the replay, "
+                    "where events inside did not time); "
                     "gloo (clock perf_counter): host time around the call",
     "skew_us_*": "per iteration max - min over the group's ranks of their own latency: the "
                  "arrival skew the slowest rank's sample holds",
     "host_us_*": "GPU only: host time from issuing one call on an idle GPU until it is seen "
                  "complete (what an eager engine waiting on each op pays); max over ranks",
     "spin_us": "GPU only: the spin kernel's length at the end of the cell",
-    "spin_short": "GPU only: timed samples (summed over ranks) whose spin ended before the op "
-                  "was enqueued (the sample may hold host time); the spin doubles after each",
+    "spin_short": "GPU only: timed iterations in which some rank's spin ended before the op was "
+                  "enqueued (the sample may hold host time): left out of latency_us_*, "
+                  "latency_us_rankavg_* and skew_us_* (kept only if every iteration was short); the "
+                  "spin doubles after each",
     "comm": "collective, or 'none (1 rank)' at TP=1, where no communication happens",
     "timing": "per-call: one barrier-aligned call per sample (what a decode step pays); back-to-back: "
               "nccl-tests' method, a loop of `loop` calls timed as one on the host clock (and the GPU "
@@ -251,7 +255,7 @@ def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
     meta.setdefault("verb", "sweep")
     meta.update(rank_fields(rank_infos))
     meta.update(backend=cfg.backend, backend_reason=cfg.backend_reason, launch=cfg.launch,
-                machine=machine(), versions=versions(), nccl_env=nccl_env(), config=cfg.to_dict(),
+                machine=machine(), versions=versions(), nccl_env=nccl_env(), env=run_env(), config=cfg.to_dict(),
                 columns=COLUMN_DOCS, cells_planned=len(plan_cells(cfg)))
     write_meta(path, meta)
     return SweepWriter(path, cfg, meta, done)

@@ -99,14 +99,20 @@ def timeline_events(runs: list, model: dict, dtype: str, backend: str, chunk: in
     return out
 
 
-def write_timeline(path: str, runs: list, model: dict, dtype: str, backend: str, chunk: int = 0) -> None:
-    """``trace.json`` (Trace Event format; opens in Perfetto and chrome://tracing), written atomically."""
+def write_timeline(path: str, runs: list, model: dict, dtype: str, backend: str, chunk: int = 0,
+                   layers_run: int | None = None) -> None:
+    """``trace.json`` (Trace Event format; opens in Perfetto and chrome://tracing), written atomically.
+    Its ``commprof`` header says what the file is: the model's shape and how many of its layers
+    the engine ran (``import kineto`` reads both, so a ``--layers 1`` timeline is not taken for a
+    whole model)."""
     import json
 
 
     doc = {"schemaVersion": 1, "displayTimeUnit": "ms",
            "commprof": {"format": "commprof trace timeline", "version": 1, "backend": backend, "dtype": dtype,
                         "model": model.get("name"), "world_size": max(len(r[3]) for r in runs),
+                        "model_shape": model, "layers_model": model.get("layers"),
+                        "layers_run": layers_run or model.get("layers"),
                         "layout": "tokens laid end to end; segment offsets and durations as stamped"},
            "traceEvents": timeline_events(runs, model, dtype, backend, chunk)}
     write_atomic(path, json.dumps(doc, separators=(",", ":")))
@@ -142,7 +148,8 @@ class TraceWriter:
         if self.timeline:
             write_timeline(os.path.join(self.cfg.out_dir, TRACE_JSON), self.timeline, self.cfg.model,
                            getattr(self.cfg, "dtype", "bf16"), getattr(self.cfg, "backend", "gloo"),
-                           chunk=int(getattr(self.cfg, "chunk", 0) or 0))
+                           chunk=int(getattr(self.cfg, "chunk", 0) or 0),
+                           layers_run=getattr(self.cfg, "layers", None))
         finish_meta(self.cfg.out_dir, status)
 
 

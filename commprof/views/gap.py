@@ -10,6 +10,8 @@ from .sweep import stat_of
 
 WIRE_PNG = "wire_vs_nccl.png"
 GAP_PNG = "gap.png"
+#: The reference curves' (colour, dash): greys and blacks, never a box's colour.
+REF_STYLES = (("0.15", "--"), ("0.45", "-."), ("0.6", (0, (5, 2, 1, 2))), ("0.3", (0, (1, 1))))
 
 
 def wire_chart(sweep_df, w: dict | None, out_path: str, provenance: str, custom=None) -> str:
@@ -61,6 +63,7 @@ def gap_chart(g, out_path: str, provenance: str) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     k = 0
+    refs: dict = {}
     for b in g.boxes:
         df = b.sweep[(b.sweep["op"] == "all_reduce") & (b.sweep["group"] == 0) & (b.sweep["tp"] > 1)]
         if df.empty:
@@ -83,9 +86,16 @@ def gap_chart(g, out_path: str, provenance: str) -> str:
             if c is not None and len(c):
                 c = c[(c["op"] == "all_reduce") & (c["tp"] == tp) & (c["mode"] == mode)].sort_values("size_bytes")
             if c is not None and len(c):
-                axes[0].plot(c["size_bytes"], c["reference_us"], "--", color=color, alpha=0.7,
-                             label=f"{b.reference} TP={int(c['reference_tp'].iloc[0])} (modelled)")
-                axes[1].plot(c["size_bytes"], c["reference_busbw_gbps"], "--", color=color, alpha=0.7)
+                # a reference is its own curve, not the box's: grey shades and dashes per reference,
+                # drawn once however many boxes are set against it
+                key = (b.reference, int(c["reference_tp"].iloc[0]))
+                if key not in refs:
+                    refs[key] = REF_STYLES[len(refs) % len(REF_STYLES)]
+                    rcolor, rdash = refs[key]
+                    axes[0].plot(c["size_bytes"], c["reference_us"], linestyle=rdash, color=rcolor, lw=1.6,
+                                 label=f"ref {key[0]} TP={key[1]} (modelled)")
+                    axes[1].plot(c["size_bytes"], c["reference_busbw_gbps"], linestyle=rdash, color=rcolor, lw=1.6,
+                                 label=f"ref {key[0]} TP={key[1]} (modelled)")
             fit = next((f for f in b.fits if f.op == "all_reduce" and f.tp == tp and f.mode == mode), None)
             if fit is not None and sizes:
                 axes[0].plot(sizes, [model_latency_us(fit.alpha_us, fit.beta_gbps, s) for s in sizes], ":",
@@ -93,11 +103,12 @@ def gap_chart(g, out_path: str, provenance: str) -> str:
                              f"{'inf' if fit.beta_gbps == float('inf') else f'{fit.beta_gbps:.1f} GB/s'}")
     size_axes(axes[0], "all_reduce size per rank (binary units)", "latency (us)")
     size_axes(axes[1], "all_reduce size per rank (binary units)", "busbw (GB/s, nccl-tests definition)")
-    axes[0].set_title("latency: boxes (solid), references (dashed, modelled), fits (dotted)", fontsize=9)
-    axes[1].set_title("busbw: boxes (solid), references (dashed, modelled)", fontsize=9)
+    axes[0].set_title("latency: boxes (colour, solid), references (grey, dashed, modelled), fits (dotted)",
+                      fontsize=9)
+    axes[1].set_title("busbw: boxes (colour, solid), references (grey, dashed, modelled)", fontsize=9)
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6)
+            ax.legend(fontsize=7.5)
     return _save(fig, out_path, provenance)
 
 
@@ -224,8 +235,27 @@ def wire_lines(g) -> list[str]:
 
 def per_token_lines(g) -> list[str]:
     return [f"this box ({r.kind}{', scaled' if r.scaled else ''}): TP={r.tp} batch={r.batch} communication share "
-            f"{r.comm_share_pct:.1f}%, {r.ms_per_token:.2f} ms/token; on {g.reference} (modelled, compute and gaps "
-            f"kept): {r.ref_comm_share_pct:.1f}%, {r.ref_ms_per_token:.2f} ms/token" for r in g.per_token.itertuples()]
+            f"{r.comm_share_pct:.1f}% ({r.ms_per_token * r.comm_share_pct / 100:.2f} ms), {r.ms_per_token:.2f} ms/token; "
+            f"on {g.reference} (modelled, compute and gaps kept): {r.ref_comm_share_pct:.1f}% "
+            f"({r.ref_ms_per_token * r.ref_comm_share_pct / 100:.2f} ms), {r.ref_ms_per_token:.2f} ms/token"
+            for r in g.per_token.itertuples()]
+
+
+def token_box_lines(g) -> list[str]:
+    """Box vs box per token: one decode token's collectives priced by each box's own sweep."""
+    tb = getattr(g, "token_boxes", None)
+    if tb is None or not len(tb):
+        return []
+    out = []
+    for (model, tp, batch), sub in tb.groupby(["model", "tp", "batch"], sort=True):
+        first = sub.iloc[0]
+        parts = [f"{r.box} ({r.kind}, {r.mode}) {r.comm_ms_per_token:.2f} ms" +
+                 (f" ({r.comm_ms_per_token / first.comm_ms_per_token:.2f}x)" if i else "") +
+                 (f" ({r.note})" if r.note else "")
+                 for i, r in enumerate(sub.itertuples())]
+        out.append(f"per token, {model} TP={tp} batch {batch} ({first.collectives} collectives, each box's own "
+                   f"sweep): communication " + "; ".join(parts))
+    return out
 
 
 def _fav(f) -> str:
@@ -312,6 +342,8 @@ def render_gap(g, console=None) -> None:
         console.print(t)
         for line in pair_lines(g):
             console.print(line)
+    for line in token_box_lines(g):
+        console.print(line)
 
 
 def _md_table(headers, rows) -> list[str]:
@@ -326,7 +358,7 @@ def markdown(g, chart: str | None = None) -> str:
     lines_ = [f"# commprof gap: {' vs '.join(b.label for b in boxes)}", "", provenance_line(g), ""]
     if len(g.pairs):
         lines_ += [f"## Boxes side by side (A = {boxes[0].label}, ratio = B / A)", ""]
-        lines_ += [f"- {x}" for x in pair_lines(g)] + [""]
+        lines_ += [f"- {x}" for x in pair_lines(g) + token_box_lines(g)] + [""]
         for box_b, sub in g.pairs.groupby("box_b", sort=False):
             lines_ += [f"B = {box_b}:", ""] + _md_table(PAIR_HEADERS, pair_rows(sub)) + [""]
     if chart:

@@ -4,27 +4,79 @@ from __future__ import annotations
 import os
 
 from ..routing import PLACEMENTS
-from .charts import _provenance, _save
+from .charts import _provenance, _save, plain_log_ticks
 
 LOAD_PNG = "moe_rank_load.png"
 LATENCY_PNG = "moe_latency_vs_skew.png"
 
 
-def summary_lines(steps) -> list[str]:
-    """One line per (ep, tokens, skew) of ``moe_steps``: contiguous numbers, then after rebalancing."""
-    lines = []
+#: Header of each column of :func:`summary_table`, before and after rebalancing.
+_COLS = (("imbalance", "imbalance", 2), ("latency_us_p50", "p50 us", 1), ("latency_us_p99", "p99 us", 1),
+         ("slowdown", "slowdown", 2))
+
+
+def slowdown_text(v) -> str:
+    """A slowdown against the uniform run: ``1.76x``; one below 1x is flagged ``(noise)``: skewed
+    routing never lightens the busiest rank below a balanced split, so a skewed run timed faster
+    than uniform is timing noise (or a uniform draw that happened to be as uneven)."""
+    if v != v:
+        return "-"
+    return f"{v:.2f}x" + (" (noise)" if v < 1 - 1e-9 else "")
+
+
+def summary_table(steps):
+    """One row per (ep, tokens, skew) of ``moe_steps``: imbalance, p50/p99 latency and slowdown
+    against uniform for the contiguous placement, then the same after rebalancing; cells as
+    text, ready to print."""
+    import pandas as pd
+
+    rows = []
     for (ep, tok, skew), g in steps.groupby(["ep", "tokens", "skew"], sort=False):
-        parts = []
+        row = {"ep": int(ep), "tokens": int(tok), "skew": str(skew)}
         for pl in PLACEMENTS:
             r = g[g.placement == pl]
             if r.empty:
                 continue
             r = r.iloc[0]
-            sd = f"{r.slowdown:.2f}x" if r.slowdown == r.slowdown else "-"
-            parts.append(f"imbalance {r.imbalance:.2f} p50 {r.latency_us_p50:,.1f} us p99 "
-                         f"{r.latency_us_p99:,.1f} us slowdown {sd}" + (" WRONG" if r.wrong else ""))
-        lines.append(f"ep {ep} tokens {tok} {skew}: {parts[0]}" +
-                     (f" | rebalanced: {parts[1]}" if len(parts) > 1 else ""))
+            pre = "" if pl == PLACEMENTS[0] else "rebal. "
+            for col, head, d in _COLS:
+                v = float(r[col])
+                row[pre + head] = slowdown_text(v) if col == "slowdown" else ("-" if v != v else f"{v:,.{d}f}")
+            if int(r.wrong):
+                row["wrong"] = (row.get("wrong", "") + f" {pl} WRONG").strip()
+        rows.append(row)
+    return pd.DataFrame(rows).fillna("")
+
+
+def summary_lines(steps, width: int = 160) -> list[str]:
+    """The :func:`summary_table` as terminal lines (a rich table), then what the columns mean."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    df = summary_table(steps)
+    t = Table(title="commprof moe: dispatch + combine all-to-all per step, contiguous experts vs rebalanced",
+              title_justify="left")
+    for c in df.columns:
+        t.add_column(c, justify="left" if c in ("skew", "wrong") else "right")
+    for r in df.itertuples(index=False):
+        t.add_row(*(str(v) for v in r))
+    c = Console(file=io.StringIO(), width=width, record=True)
+    c.print(t)
+    lines = c.export_text().rstrip("\n").splitlines()
+    return lines + noise_note(steps)
+
+
+def noise_note(steps) -> list[str]:
+    """What the summary's columns mean, and how many slowdowns below 1x it marks as noise."""
+    lines = ["imbalance: the busiest rank's load / the mean; slowdown: p50 / the uniform run's p50 at the same "
+             "ep, tokens and placement"]
+    noise = int((steps["slowdown"] < 1 - 1e-9).sum()) if "slowdown" in steps.columns else 0
+    if noise:
+        lines.append(f"{noise} slowdown(s) below 1x marked (noise): skewed routing does not make the all-to-all "
+                     "faster; a skewed run timed faster than uniform is timing noise (tens of percent on gloo/CPU) "
+                     "or a uniform draw as uneven as the skewed one (compare imbalance)")
     return lines
 
 
@@ -60,17 +112,23 @@ def charts(steps, ranks, meta: dict, out_dir: str) -> list[str]:
 
     fig, axes = plt.subplots(1, len(eps), figsize=(4.5 * len(eps), 4.4), squeeze=False)
     skews = list(dict.fromkeys(steps["skew"]))
+    pairs = plt.get_cmap("tab20")
     for ax, ep in zip(axes[0], eps):
-        for tok in sorted(steps.tokens.unique()):
-            for pl, style in zip(PLACEMENTS, ("-", "--")):
+        for i, tok in enumerate(sorted(steps.tokens.unique())):
+            # one hue per token count: dark solid for contiguous, the light shade dashed once rebalanced
+            for j, (pl, style) in enumerate(zip(PLACEMENTS, ("-", "--"))):
                 s = steps[(steps.ep == ep) & (steps.tokens == tok) & (steps.placement == pl)]
                 s = s.set_index("skew").reindex(skews)
-                ax.plot(range(len(skews)), s.latency_us_p50, style, marker="o", label=f"{tok} tok, {pl}")
+                ax.plot(range(len(skews)), s.latency_us_p50, style, marker="o", color=pairs((2 * i + j) % 20),
+                        label=f"{tok} tok, {pl}")
+        ax.set_yscale("log")
+        plain_log_ticks(ax.yaxis)
         ax.set_xticks(range(len(skews)))
         ax.set_xticklabels(skews, fontsize=7, rotation=20)
         ax.set_title(f"ep {ep}", fontsize=9)
-        ax.set_ylabel("dispatch+combine p50 (us)")
-        ax.legend(fontsize=6)
+        ax.set_ylabel("dispatch+combine p50 (us, log)")
+        ax.grid(True, which="both", axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
     fig.suptitle("MoE all-to-all latency vs routing skew", fontsize=10)
     paths.append(_save(fig, os.path.join(out_dir, LATENCY_PNG), prov))
     return paths

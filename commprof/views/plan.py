@@ -82,8 +82,10 @@ def render_plan(plan, console=None) -> None:
         per_what = "per generated token" if plan.phase == "decode" else "per token in the step"
         console.print(f"per step: {c['collectives_per_step']} collectives ({ops}); "
                       f"{per_what}: {per_token_text}; "
-                      f"bytes per step: {human_bytes(c['size_bytes_per_step'])} "
-                      f"(one rank sends {human_bytes(c['send_bytes_per_rank_per_step'])})")
+                      f"bytes per step: {human_bytes(c['size_bytes_per_step'])} in nccl-tests sizes; "
+                      f"one rank's input buffers {human_bytes(c['send_bytes_per_rank_per_step'])}, "
+                      f"{human_bytes(wire_bytes_per_rank(plan.sites, plan.tp))} on the wire per rank "
+                      "(ring: size x nccl-tests' bus factor)")
         if pf:
             for line in prefill_lines(plan):
                 console.print(line)
@@ -128,6 +130,15 @@ KIND_LABEL = {
 }
 
 
+def wire_bytes_per_rank(sites, tp: int) -> int:
+    """Bytes one rank moves over the interconnect for ``sites`` under a ring algorithm: each call's
+    nccl-tests size times its bus factor (all_reduce 2(n-1)/n: a rank sends almost twice its
+    buffer; all_gather (n-1)/n of the gathered output), the figure busbw is defined on."""
+    from ..collectives import COLLECTIVES
+
+    return int(round(sum(s.size_bytes * COLLECTIVES[s.op].busbw_factor(tp) for s in sites)))
+
+
 def prefill_lines(plan) -> list[str]:
     """A prefill or mixed plan's totals over the prompt, its chunks and one step's activations."""
     pf = plan.prefill
@@ -138,7 +149,7 @@ def prefill_lines(plan) -> list[str]:
     ops = ", ".join(f"{n} {op}" for op, n in tot["by_op"].items())
     lines = [f"whole prompt ({pf['prompt']} tokens): {pf['steps']} step(s): {sizes}",
              f"prompt total: {tot['collectives']} collectives ({ops}); {human_bytes(tot['size_bytes'])} in "
-             f"nccl-tests sizes; one rank sends {human_bytes(tot['send_bytes_per_rank'])}",
+             f"nccl-tests sizes; one rank's input buffers {human_bytes(tot['send_bytes_per_rank'])}",
              f"logits: each step all-gathers {pf['logits_tokens_per_step']} token(s) (the chunk's last"
              + (" and the decode tokens" if pf["decode_tokens"] else "") + "): the last chunk's is the first "
              "output token",

@@ -40,6 +40,35 @@ class Section:
     bullets: list = field(default_factory=list)
     tables: list = field(default_factory=list)
     images: list = field(default_factory=list)     # paths of PNGs
+    headlines: list = field(default_factory=list)  # (box, text): one verdict line per box, first thing read
+    anchor: str = ""                                # the heading's id (set by write_report, unique)
+
+
+def box_headline(label: str, items, meta: dict | None = None, interconnect=None) -> str:
+    """One box's verdict in a line: its status and counts, what it is (GPUs, kind, interconnect)
+    and the items that did not pass, by id and name (up to three of each)."""
+    meta = meta or {}
+    v = _verdict(items)
+    gpus = ", ".join(dict.fromkeys(g for g in meta.get("gpus") or [] if g)) or "GPUs not named"
+    ic = f", {interconnect.cls}" + (f" ({interconnect.link})" if interconnect.link else "") if interconnect else ""
+    parts = [f"{label}: {v} ({counts(items)}); {gpus}, {meta.get('kind', '?')}{ic}"]
+    for status in ("FAIL", "INSUFFICIENT", "WARN"):
+        bad = [i for i in items if i.status == status]
+        if bad:
+            more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+            parts.append(f"{status}: " + "; ".join(f"{i.id} {i.item}" for i in bad[:3]) + more)
+    return ". ".join(parts)
+
+
+def headline_section(boxes, items) -> Section:
+    """The page's first section: one headline per box (its own verdict, not one for all boxes)."""
+    multi = len(boxes) > 1
+    lines = []
+    for b in boxes:
+        mine = [i for i in items if i.box in ("", b.label)] if multi else items
+        lines.append((b.label, box_headline(b.label, mine, b.sweep_meta or b.trace_meta or b.serve_meta,
+                                            b.interconnect)))
+    return Section("Headlines" if multi else "Headline", headlines=lines)
 
 
 def prov_line(meta: dict | None, what: str) -> str:
@@ -264,13 +293,15 @@ def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str
 
 
 def moe_section(res, level: int = 2, prefix: str = "") -> Section:
-    from .moe import LATENCY_PNG as MOE_LATENCY_PNG, LOAD_PNG, charts, summary_lines
+    from .moe import LATENCY_PNG as MOE_LATENCY_PNG, LOAD_PNG, charts, noise_note, summary_table
 
     steps, ranks = res.tables["moe_steps"], res.tables.get("moe_ranks")
+    table = summary_table(steps)
     if ranks is not None and any(not os.path.exists(os.path.join(res.path, c)) for c in (LOAD_PNG, MOE_LATENCY_PNG)):
         charts(steps, ranks, res.meta, res.path)
     return Section(f"{prefix}MoE: expert-parallel all-to-all under skewed routing", level=level,
-                   prov=prov_line(res.meta, "moe"), bullets=summary_lines(steps),
+                   prov=prov_line(res.meta, "moe"), bullets=noise_note(steps),
+                   tables=[Table(tuple(table.columns), [tuple(r) for r in table.itertuples(index=False)])],
                    images=[p for p in (os.path.join(res.path, c) for c in (LOAD_PNG, MOE_LATENCY_PNG))
                            if os.path.exists(p)])
 
@@ -322,7 +353,7 @@ def side_by_side_section(boxes, items, gap, gap_error, out_dir: str) -> Section:
     paras = []
     images = boxes_charts(boxes, out_dir)
     if gap is not None and len(gap.pairs):
-        paras += gapviews.pair_lines(gap)
+        paras += gapviews.pair_lines(gap) + gapviews.token_box_lines(gap)
         for box_b, sub in gap.pairs.groupby("box_b", sort=False):
             tables.append(Table(("B",) + gapviews.PAIR_HEADERS, [(box_b, *r) for r in gapviews.pair_rows(sub)]))
         images.append(gapviews.gap_chart(gap, os.path.join(out_dir, gapviews.GAP_PNG), gapviews.provenance_line(gap)))
@@ -330,15 +361,31 @@ def side_by_side_section(boxes, items, gap, gap_error, out_dir: str) -> Section:
         paras.append(f"gap not computed: {gap_error}")
     else:
         paras.append("no size and TP degree in common between the boxes' sweeps: nothing to set side by side")
+    # no verdict over all boxes: each box has its own headline
     return Section(f"Boxes side by side (A = {boxes[0].label}; ratio = B / A)", prov=(gapviews.provenance_line(gap)
                                                                                       if gap is not None else ""),
-                   verdict=_verdict(items), counts=counts(items), paragraphs=paras, tables=tables, images=images)
+                   paragraphs=paras, tables=tables, images=images)
 
 
 def _image(path: str, out_dir: str) -> dict:
     with open(path, "rb") as f:
         data = base64.b64encode(f.read()).decode()
     return {"name": os.path.basename(path), "data": data, "rel": os.path.relpath(path, out_dir)}
+
+
+def anchors(titles: list[str]) -> list[str]:
+    """A unique, URL-safe id per heading (``box-1-a100-checklist``), for the table of contents."""
+    import re
+
+    seen, out = set(), []
+    for t in titles:
+        base = re.sub(r"[^a-z0-9]+", "-", str(t).lower()).strip("-")[:60].strip("-") or "section"
+        a, k = base, 2
+        while a in seen:
+            a, k = f"{base}-{k}", k + 1
+        seen.add(a)
+        out.append(a)
+    return out
 
 
 def write_report(out_dir: str, title: str, sources: list[str], sections: list[Section]) -> list[str]:
@@ -351,7 +398,8 @@ def write_report(out_dir: str, title: str, sources: list[str], sections: list[Se
                                 autoescape=False, keep_trailing_newline=True)
     os.makedirs(out_dir, exist_ok=True)
     ctx = []
-    for s in sections:
+    for s, anchor in zip(sections, anchors([s.title for s in sections])):
+        s.anchor = anchor
         d = dict(s.__dict__)
         d["images"] = [_image(p, out_dir) for p in s.images]
         ctx.append(d)

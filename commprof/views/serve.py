@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .charts import _save
-from .console import frame_table
+from .charts import _save, plain_log_ticks
+from .console import frame_table, progress_bar
 
 #: The console table: column in serve_levels.csv -> header (the CSV holds every column).
 TABLE_COLUMNS = {"mode": "mode", "concurrency": "conc", "rate_rps": "req/s in", "ok": "ok", "errors": "err",
@@ -20,28 +20,11 @@ TABLE_COLUMNS = {"mode": "mode", "concurrency": "conc", "rate_rps": "req/s in", 
 _OPTIONAL = ("rate_rps", "error_kinds", "queue_ms_mean", "queue_ms_p99")
 
 
-class _LevelProgress:
-    """A rich progress bar on stderr for one level (shown only on a terminal)."""
-
-    def __init__(self, total: int, label: str):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           transient=True, disable=not sys.stderr.isatty())
-        self._task = self._p.add_task(label, total=total)
-        self._p.start()
-
-    def advance(self, n: int = 1):
-        self._p.advance(self._task, n)
-
-    def close(self):
-        self._p.stop()
-
-
-def level_progress(total: int, level: dict) -> _LevelProgress:
+def level_progress(total: int, level: dict):
+    """The progress bar of one level (:func:`commprof.views.console.progress_bar`)."""
     what = (f"concurrency {level['concurrency']}" if level["mode"] == "closed"
             else f"{level['rate_rps']:g} req/s")
-    return _LevelProgress(total, f"serve {what}")
+    return progress_bar(total, f"serve {what}")
 
 
 def knee_line(meta: dict) -> str:
@@ -154,6 +137,21 @@ def summary_lines(levels, meta: dict) -> list[str]:
     return lines
 
 
+#: A latency column whose largest value reaches this many ms is shown in seconds.
+SECONDS_FROM_MS = 10_000
+
+
+def in_seconds(table):
+    """The table with each ``... ms`` column that runs into ten thousands of ms shown in seconds
+    (``TTFT p99 s``): 19.3 s reads where 19,300 ms does not."""
+    table = table.copy()
+    for c in list(table.columns):
+        if str(c).endswith(" ms") and table[c].dtype.kind in "iuf" and table[c].max() >= SECONDS_FROM_MS:
+            table[c] = table[c] / 1000.0
+            table = table.rename(columns={c: str(c)[:-3] + " s"})
+    return table
+
+
 def render(levels, meta: dict, out: str, charts: bool = True, echo=print,
            note=lambda line: print(line, file=sys.stderr)) -> list[str]:
     """Print the level table and the knee; draw the charts into ``out``; the chart paths."""
@@ -163,7 +161,7 @@ def render(levels, meta: dict, out: str, charts: bool = True, echo=print,
     for c in ("queue_ms_p99",):
         if c in shown.columns:
             shown[c] = [queue_ms_text(r, c) for r in levels.to_dict("records")]
-    frame_table(shown.rename(columns=TABLE_COLUMNS), f"commprof serve ({meta.get('kind', 'measured')}; {out})")
+    frame_table(in_seconds(shown.rename(columns=TABLE_COLUMNS)), f"commprof serve ({meta.get('kind', 'measured')}; {out})")
     stats = bench_rows(levels)
     if not stats.empty:
         frame_table(stats, "latency and throughput per level (mean, median, std, p99 as vllm bench serve prints them)")
@@ -215,31 +213,35 @@ def serve_charts(levels, meta: dict, out: str) -> list[str]:
         ax.set_xticks(list(x))
         ax.set_xticklabels([f"{int(v)}" for v in x])
         ax.set_xlabel("concurrency (requests in flight, closed loop)")
-        ax.set_ylabel("ms")
-        ax.set_ylim(bottom=0)
+        if name == "ttft":
+            # TTFT grows by orders of magnitude with queueing: a log axis keeps concurrency 1 visible
+            ax.set_yscale("log")
+            plain_log_ticks(ax.yaxis)
+            ax.set_ylabel("ms (log)")
+        else:
+            ax.set_ylabel("ms")
+            ax.set_ylim(bottom=0)
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     paths.append(_save(fig, os.path.join(out, "serve_latency.png"), _provenance(meta)))
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(x, df["output_tokens_per_s"], "o-", color="C0", label="output tokens/s")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(x))
-    ax.set_xticklabels([f"{int(v)}" for v in x])
-    ax.set_xlabel("concurrency (requests in flight, closed loop)")
-    ax.set_ylabel("output tokens/s")
-    ax2 = ax.twinx()
-    ax2.plot(x, df["requests_per_s"], "s--", color="C1", label="requests/s")
-    ax2.set_ylabel("requests/s")
-    ax.set_ylim(bottom=0, top=float(df["output_tokens_per_s"].max()) * 1.25)
-    ax2.set_ylim(bottom=0, top=float(df["requests_per_s"].max()) * 1.25)
-    if knee is not None:
-        ax.axvline(knee, color="C2", lw=1.5, label=f"knee: {knee} (highest level meeting the SLOs)")
-    ax.set_title("Sustained output rate vs concurrency")
-    ax.grid(alpha=0.3)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+    # two panels, each on its own scale: on one twin-axis plot the two rates (requests/s times the
+    # tokens per request) drew as one line
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, col, what, style, color in ((axes[0], "output_tokens_per_s", "output tokens/s", "o-", "C0"),
+                                        (axes[1], "requests_per_s", "requests/s", "s--", "C1")):
+        ax.plot(x, df[col], style, color=color, label=what)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([f"{int(v)}" for v in x])
+        ax.set_xlabel("concurrency (requests in flight, closed loop)")
+        ax.set_ylabel(what)
+        ax.set_ylim(bottom=0, top=float(df[col].max()) * 1.15)
+        if knee is not None:
+            ax.axvline(knee, color="C2", lw=1.5, label=f"knee: {knee} (highest level meeting the SLOs)")
+        ax.set_title(f"Sustained {what} vs concurrency", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
     paths.append(_save(fig, os.path.join(out, "serve_throughput.png"), _provenance(meta)))
     return paths

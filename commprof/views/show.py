@@ -71,6 +71,18 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
         if name in t:
             shown = True
             frame_table(t[name], f"{title} ({meta.get('kind', '?')}; {res.path})")
+    if "predict" in t:
+        from .predict import predict_chart, predict_line
+
+        shown = True
+        rows = t["predict"].to_dict("records")
+        for r in rows:
+            r["weights_fit"] = str(r.get("weights_fit")).lower() in ("true", "1", "1.0")
+            if r["weights_fit"]:
+                r["kv_max_sequences"] = int(r["kv_max_sequences"])
+            echo(predict_line(r))
+        if charts and rows:
+            note(f"chart: {predict_chart(rows, os.path.join(res.path, 'predict.png'), meta)}")
     if "serve_levels" in t:
         from .serve import render as serve_render
 

@@ -5,7 +5,7 @@ import os
 
 from ..units import human_bytes
 from ..items import latency_stat
-from .charts import _provenance, _save, size_axes
+from .charts import _provenance, _save, chart_source, size_axes
 from .console import _fmt, stdout_console
 
 
@@ -20,23 +20,54 @@ def stat_of(df) -> str:
     return latency_stat(df)
 
 
+#: Below this many samples a p99 is the largest sample or one step from it: the table says so.
+FEW_SAMPLES = 100
+
+
+def samples_of(df):
+    """Timed samples behind each row's percentiles (``iters``: calls, or loops under back-to-back),
+    None for a table without the column."""
+    return df["iters"] if "iters" in df.columns else None
+
+
+def avg_busbw(df):
+    """nccl-tests' closing ``# Avg bus bandwidth`` line for each run of a sweep: the mean busbw over
+    the sizes of one (op, tp, mode[, impl]) on group 0. A DataFrame: the keys, ``sizes`` and
+    ``avg_busbw_gbps``."""
+    keys = ["op", "tp", "mode"] + (["impl"] if "impl" in df.columns else [])
+    d0 = df[df["group"] == 0] if "group" in df.columns else df
+    out = d0.groupby(keys, sort=True).agg(sizes=("size_bytes", "nunique"), avg_busbw_gbps=("busbw_gbps", "mean"))
+    return out.reset_index()
+
+
 def print_table(df, meta: dict, console=None) -> None:
-    """One line per row: op, tp, group, mode, size, p50/p95/p99 latency, busbw, wrong."""
+    """One line per row: op, tp, group, mode, size, batch, samples, p50/p95/p99 latency, the
+    rank-average mean (nccl-tests' time), algbw and busbw, wrong; then nccl-tests' average-busbw
+    line per run."""
     from rich.table import Table
 
-    console = console or stdout_console(150)
-    title = (f"commprof sweep: {meta.get('kind', 'measured')} on {', '.join(meta.get('hosts', ['?']))} "
-             f"({meta.get('backend', '?')}, {', '.join(meta.get('gpus', []))}) at {meta.get('start_time', '?')}")
+    console = console or stdout_console(170)
+    title = (f"commprof {meta.get('verb') or 'sweep'}: {meta.get('kind', 'measured')} on "
+             f"{', '.join(meta.get('hosts', ['?']))} ({meta.get('backend', '?')}, {', '.join(meta.get('gpus', []))}) "
+             f"at {meta.get('start_time', '?')}")
     t = Table(title=title, title_justify="left")
     impls = "impl" in df.columns and (df["impl"].astype(str) == "custom").any()
     fallback = "fallback" in df.columns and (df["fallback"].astype(str) != "").any()
     stat = stat_of(df)
     # imported nccl-tests rows hold one average per size: no percentile columns unless reported
     tails = [c for c in ("latency_us_p95", "latency_us_p99") if c in df.columns and df[c].notna().any()]
+    rankavg = ("latency_us_rankavg_mean" in df.columns and df["latency_us_rankavg_mean"].notna().any()
+               and stat == "p50")
+    n = samples_of(df)
+    has_n = n is not None and n.notna().any()
+    has_algbw = "algbw_gbps" in df.columns and df["algbw_gbps"].notna().any()
     for col, just in (("op", "left"), ("tp", "right"), ("grp", "right"), ("mode", "left"),
                       *((("impl", "left"),) if impls or fallback else ()),
-                      ("size", "right"), ("batch", "right"), (f"{stat} us", "right"),
-                      *((f"{c[11:]} us", "right") for c in tails), ("busbw GB/s", "right"), ("wrong", "right")):
+                      ("size", "right"), ("batch", "right"), *((("n", "right"),) if has_n else ()),
+                      (f"{stat} us", "right"), *((f"{c[11:]} us", "right") for c in tails),
+                      *((("rank-avg mean us", "right"),) if rankavg else ()),
+                      *((("algbw GB/s", "right"),) if has_algbw else ()),
+                      ("busbw GB/s", "right"), ("wrong", "right")):
         t.add_column(col, justify=just)
     has_enq = "enqueue_us_p50" in df.columns and df["enqueue_us_p50"].notna().any()
     has_host = "host_us_p50" in df.columns and df["host_us_p50"].notna().any()
@@ -51,7 +82,10 @@ def print_table(df, meta: dict, console=None) -> None:
                      if impls or fallback else [])
         unchecked = str(getattr(r, "status", "")) == "unchecked"
         cells = [r.op, str(r.tp), str(r.group), r.mode, *impl_cell, human_bytes(int(r.size_bytes)), str(r.batch or ""),
+                 *([_fmt(r.iters, 0)] if has_n else []),
                  _fmt(r.latency_us_p50), *(_fmt(getattr(r, c)) for c in tails),
+                 *([_fmt(r.latency_us_rankavg_mean)] if rankavg else []),
+                 *([_fmt(r.algbw_gbps, 3)] if has_algbw else []),
                  _fmt(r.busbw_gbps, 3),
                  f"[bold red]{wrong} WRONG[/]" if wrong else ("n/a (not checked)" if unchecked else "0")]
         if has_enq:
@@ -60,28 +94,59 @@ def print_table(df, meta: dict, console=None) -> None:
             cells.append(_fmt(r.host_us_p50))
         t.add_row(*cells)
     console.print(t)
+    for line in notes(df, stat, tails, rankavg, has_n):
+        console.print(line)
+
+
+def notes(df, stat: str, tails: list, rankavg: bool, has_n: bool) -> list[str]:
+    """The lines under the sweep table: nccl-tests' average busbw per run, then what the columns hold."""
+    lines = []
+    for r in avg_busbw(df).itertuples(index=False):
+        impl = f" {r.impl}" if "impl" in r._fields and str(r.impl) == "custom" else ""
+        lines.append(f"# Avg bus bandwidth: {r.avg_busbw_gbps:.3f} GB/s  ({r.op} TP={r.tp} {r.mode}{impl}, "
+                     f"mean busbw over its {r.sizes} sizes; nccl-tests' closing line also averages its in-place "
+                     "runs and 0-byte rows)")
+    if has_n and "nccl-tests" in stat:
+        lines.append("n: the iterations nccl-tests averaged into its one time per size")
+    elif has_n:
+        few = sorted({int(v) for v in df["iters"].dropna() if int(v) < FEW_SAMPLES})
+        what = "loops" if "timing" in df.columns and (df["timing"].astype(str) == "back-to-back").all() else "samples"
+        if few and "latency_us_p99" in tails:
+            lines.append(f"n: timed {what} per row; p99 over {', '.join(map(str, few))} {what} is the largest "
+                         "one or interpolated next to it, not a tail estimate")
+        else:
+            lines.append(f"n: timed {what} per row")
+    if rankavg:
+        lines.append("rank-avg mean: per iteration the average over the group's ranks, then the mean over "
+                     "iterations: the number to compare with nccl-tests' time column (p50/p95/p99 are of "
+                     "the slowest rank)")
     if "comm" in df.columns and (df["comm"].astype(str) == "none (1 rank)").any():
-        console.print("TP=1 rows: one rank, no communication (a self-test of the path, never judged by check)")
+        lines.append("TP=1 rows: one rank, no communication (a self-test of the path, never judged by check)")
     if "nccl-tests" in stat:
-        console.print(f"{stat}: nccl-tests prints one average time per size (over its iterations and ranks), "
-                      "not percentiles")
+        lines.append(f"{stat}: nccl-tests prints one average time per size (over its iterations and ranks), "
+                     "not percentiles")
     if "clock" in df.columns and (df["clock"].astype(str) == "cuda_event_spin").any():
-        console.print("p50/p95/p99: the op's GPU time (CUDA events, op enqueued behind a spin kernel); "
-                      "enqueue: host dispatch; host: one call on an idle GPU, issue to seen complete")
+        lines.append("p50/p95/p99: the op's GPU time (CUDA events, op enqueued behind a spin kernel); "
+                     "enqueue: host dispatch; host: one call on an idle GPU, issue to seen complete")
     if "timing" in df.columns and (df["timing"].astype(str) == "back-to-back").any():
         loops = sorted({int(v) for v in df["loop"].dropna()}) if "loop" in df.columns else []
-        console.print(f"back-to-back: each sample is a loop of {', '.join(map(str, loops)) or 'N'} calls with no "
-                      "barrier between them, timed as one and averaged (nccl-tests' method); p50/p95/p99 are "
-                      "over loops, not calls")
+        lines.append(f"back-to-back: each sample is a loop of {', '.join(map(str, loops)) or 'N'} calls with no "
+                     "barrier between them, timed as one and averaged (nccl-tests' method); p50/p95/p99 are "
+                     "over loops, not calls")
+    return lines
 
 
 def draw_lines(ax, d0, ycol: str, prefix: str = "", band: bool = True):
-    """One line per (tp, mode[, impl]) of ``d0`` on ``ax``: latency with its p50-p95 band where the
-    rows have percentiles (never for an imported average), busbw without zero points (a printed
-    0.00 at tiny sizes is a rounding, not a cliff on a log axis)."""
+    """One line per (tp, mode[, impl]) of ``d0`` on ``ax``: latency with a whisker from p50 up to
+    p95 at each point where the rows have percentiles (never for an imported average; whiskers,
+    not filled bands, which overlap into one wash when the tails are wide), busbw without zero
+    points (a printed 0.00 at tiny sizes is a rounding, not a cliff on a log axis)."""
+    import numpy as np
+
     stat = stat_of(d0)
     keys = ["tp", "mode"] + (["impl"] if "impl" in d0.columns else [])
-    for key, g in d0.groupby(keys):
+    groups = [(k, g) for k, g in d0.groupby(keys)]
+    for i, (key, g) in enumerate(groups):
         tp, mode = key[0], key[1]
         custom = len(key) > 2 and key[2] == "custom"
         g = g.sort_values("size_bytes")
@@ -94,13 +159,40 @@ def draw_lines(ax, d0, ycol: str, prefix: str = "", band: bool = True):
                         label=f"{prefix}TP={tp} {mode}" + (" custom one-shot" if custom else "") + what)
         if band and ycol == "latency_us_p50" and "latency_us_p95" in g.columns and g["latency_us_p95"].notna().any() \
                 and stat == "p50":
-            ax.fill_between(g["size_bytes"], g["latency_us_p50"], g["latency_us_p95"],
-                            color=line.get_color(), alpha=0.2, lw=0)
+            # series side by side at each size (a few percent apart on the log axis) so whiskers never overlap
+            x = g["size_bytes"].to_numpy(float) * 2 ** (0.06 * (i - (len(groups) - 1) / 2))
+            p50, p95 = g["latency_us_p50"].to_numpy(float), g["latency_us_p95"].to_numpy(float)
+            ax.errorbar(x, p50, yerr=[np.zeros_like(p50), np.clip(p95 - p50, 0, None)], fmt="none",
+                        ecolor=line.get_color(), elinewidth=1, capsize=3, alpha=0.7)
+
+
+def label_batches(ax, d) -> list[str]:
+    """Name each size's decode batch along the top of ``ax`` (``b=8``; a prefill chunk's tokens,
+    ``128 tok``): the sizes of a model's sweep are its batches, and a reader looks for the batch,
+    not the byte count. Returns the labels written (none when the rows carry no batch)."""
+    if "batch" not in d.columns:
+        return []
+    cols = ["size_bytes", "batch"] + (["site"] if "site" in d.columns else [])
+    pairs = d[cols].dropna(subset=["batch"]).drop_duplicates("size_bytes")
+    labels = []
+    for row in pairs.itertuples(index=False):
+        size, batch = row[0], row[1]
+        try:
+            b = int(float(batch))
+        except (TypeError, ValueError):
+            continue
+        # a prefill sweep's batch column counts the chunk's tokens, not sequences
+        text = f"{b} tok" if len(row) > 2 and str(row[2]).startswith("prefill") else f"b={b}"
+        ax.annotate(text, xy=(size, 1.0), xycoords=("data", "axes fraction"), xytext=(0, -3),
+                    textcoords="offset points", ha="center", va="top", fontsize=7, color="0.3")
+        labels.append(text)
+    return labels
 
 
 def charts(df, meta: dict, out_dir: str) -> list[str]:
-    """Latency vs size per TP (p50 line and p50-p95 band, or the imported average alone) and busbw
-    vs size; one panel per op; the provenance line under each, wrapped."""
+    """Latency vs size per TP (p50 line with a whisker to p95, or the imported average alone) and
+    busbw vs size; one panel per op; each size's batch along the top; the provenance line under
+    each, wrapped."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,7 +204,7 @@ def charts(df, meta: dict, out_dir: str) -> list[str]:
     ops = list(dict.fromkeys(df["op"]))
     d0 = df[df["group"] == 0]
     stat = stat_of(d0)
-    lat_label = ("latency (us), p50 line, p50-p95 band" if stat == "p50" else f"latency (us), {stat}")
+    lat_label = ("latency (us), p50 line, whisker to p95" if stat == "p50" else f"latency (us), {stat}")
     for fname, ycol, ylabel in ((LATENCY_PNG, "latency_us_p50", lat_label),
                                 (BUSBW_PNG, "busbw_gbps", "busbw (GB/s, nccl-tests definition)")):
         fig, axes = plt.subplots(1, len(ops), figsize=(6 * len(ops), 4.6), squeeze=False)
@@ -121,8 +213,10 @@ def charts(df, meta: dict, out_dir: str) -> list[str]:
             draw_lines(ax, sub, ycol)
             size_axes(ax, f"size per op ({op}: " + ("gathered output" if op == "all_gather" else "per-rank buffer")
                       + ", binary units)", ylabel, op)
+            if label_batches(ax, sub):
+                ax.margins(y=0.12)
             if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=8)
-        fig.suptitle(f"commprof sweep: {ylabel.split(' (')[0]} vs message size", fontsize=11)
-        written.append(_save(fig, os.path.join(out_dir, fname), _provenance(meta), size=7, top=0.95, dpi=110))
+                ax.legend(fontsize=8, loc="best")
+        fig.suptitle(f"{chart_source(meta)}: {ylabel.split(' (')[0]} vs message size", fontsize=11)
+        written.append(_save(fig, os.path.join(out_dir, fname), _provenance(meta), size=7.5, top=0.95, dpi=110))
     return written

@@ -3,13 +3,18 @@ from __future__ import annotations
 
 import os
 
-from .charts import _save
+from .charts import _save, chart_source, where_from
 
 TRACE_TOKENS_PNG = "trace_tokens.png"
 TRACE_LAYERS_PNG = "trace_layers_heatmap.png"
 TRACE_SHARE_PNG = "trace_share_vs_tp.png"
 _PARTS = (("compute_us", "compute", "#4C72B0"), ("transfer_us", "transfer", "#DD8452"),
           ("wait_us", "wait", "#C44E52"), ("gaps_us", "gaps", "#8C8C8C"))
+
+
+def time_unit(largest_ms: float) -> tuple[float, str]:
+    """Milliseconds, or seconds once the largest value runs into thousands of ms: (divisor, unit)."""
+    return (1e3, "s") if largest_ms >= 1e3 else (1.0, "ms")
 
 
 def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
@@ -21,42 +26,59 @@ def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     if tok.empty or summ.empty:
         return []
     os.makedirs(out_dir, exist_ok=True)
     kind = meta.get("kind", "measured")
-    prov = (f"{kind} on {', '.join(meta.get('hosts', ['?']))}, backend {meta.get('backend', '?')}, "
+    prov = (f"{where_from(meta)}, backend {meta.get('backend') or '?'}, "
             f"model {meta.get('model', {}).get('name', '?')}, {meta.get('scaling', '')}; {meta.get('start_time', '')}")
     written = []
 
     runs = list(tok.groupby(["tp", "batch", "mode"]))
     cols = min(3, len(runs))
     rows_n = math.ceil(len(runs) / cols)
-    fig, axes = plt.subplots(rows_n, cols, figsize=(5.5 * cols, 3.8 * rows_n), squeeze=False)
+    totals = tok.groupby(["tp", "batch", "mode", "token"])[[p[0] for p in _PARTS]].mean().sum(axis=1)
+    scale, unit = time_unit(float(totals.max()) / 1e3 if len(totals) else 0.0)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(max(7.0, 5.5 * cols), 3.8 * rows_n + 0.6), squeeze=False)
     for ax, ((tp, b, mode), g) in zip(axes.flat, runs):
-        m = g.groupby("token")[[p[0] for p in _PARTS]].mean() / 1e3
+        m = g.groupby("token")[[p[0] for p in _PARTS]].mean() / 1e3 / scale
         bottom = None
         for col, label, color in _PARTS:
             ax.bar(m.index, m[col], bottom=bottom, label=label, color=color, width=0.85)
             bottom = m[col] if bottom is None else bottom + m[col]
         ax.set_title(f"TP={tp} batch={b} {mode}")
-        ax.set_xlabel("token")
-        ax.set_ylabel("ms per token (mean over ranks)")
+        ax.set_xlabel("token (timed step)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(f"{unit} per token (mean over ranks)")
     for ax in list(axes.flat)[len(runs):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=8)
-    fig.suptitle(f"commprof trace: per-token time split ({kind})", fontsize=11)
-    written.append(_save(fig, os.path.join(out_dir, TRACE_TOKENS_PNG), prov, size=7, top=0.95))
+    # the title, then one legend under it, above the panels: never over a bar
+    top = 1 - 0.75 / fig.get_size_inches()[1]
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, top + 0.35 / fig.get_size_inches()[1]))
+    fig.suptitle(f"{chart_source(meta)}: per-token time split"
+                 + (f" ({kind})" if kind not in ("measured", "imported") else ""), fontsize=11)
+    written.append(_save(fig, os.path.join(out_dir, TRACE_TOKENS_PNG), prov, size=7.5, top=top))
 
-    piv = lay.groupby(["layer", "tp", "batch", "mode"])["comm_share_pct"].mean().unstack(["tp", "batch", "mode"])
-    fig, ax = plt.subplots(figsize=(2 + 1.2 * piv.shape[1], 2 + 0.12 * piv.shape[0]))
-    im = ax.imshow(piv.to_numpy(), aspect="auto", cmap="magma_r", vmin=0, vmax=100, interpolation="nearest")
-    ax.set_xticks(range(piv.shape[1]), [f"TP={t}\nb={b}\n{m}" for t, b, m in piv.columns], fontsize=8)
-    ax.set_ylabel("layer")
-    fig.colorbar(im, ax=ax, label="comm share (%)")
-    ax.set_title("communication share per layer", fontsize=10)
-    written.append(_save(fig, os.path.join(out_dir, TRACE_LAYERS_PNG), prov))
+    piv = lay.groupby(["layer", "tp", "batch", "mode"])["comm_share_pct"].mean().unstack(["tp", "batch", "mode"]) \
+        if not lay.empty else None
+    if piv is not None and piv.size:
+        fig, ax = plt.subplots(figsize=(max(5.5, 2.5 + 1.2 * piv.shape[1]), max(3.2, 2 + 0.12 * piv.shape[0])))
+        im = ax.imshow(piv.to_numpy(), aspect="auto", cmap="magma_r", vmin=0, vmax=100, interpolation="nearest")
+        ax.set_xticks(range(piv.shape[1]), [f"TP={t}\nb={b}\n{m}" for t, b, m in piv.columns], fontsize=8)
+        step = max(1, math.ceil(piv.shape[0] / 16))          # at most ~16 labelled rows, each a whole layer
+        ax.set_yticks(range(0, piv.shape[0], step), [str(int(v)) for v in piv.index[::step]])
+        run = int(summ["layers_run"].max()) if "layers_run" in summ.columns and summ["layers_run"].notna().any() else None
+        total = (int(summ["layers_model"].max()) if "layers_model" in summ.columns
+                 and summ["layers_model"].notna().any() else None)
+        ax.set_ylabel("layer")
+        fig.colorbar(im, ax=ax, label="comm share (%)")
+        ax.set_title("communication share per layer" + (f" ({run} of {total} layers run)" if run and total
+                                                        and run != total else ""), fontsize=10)
+        written.append(_save(fig, os.path.join(out_dir, TRACE_LAYERS_PNG), prov))
 
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for (b, mode), g in summ.groupby(["batch", "mode"]):
@@ -74,6 +96,15 @@ def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
     return written
 
 
+def _comm_ms(r: dict) -> str:
+    """The communication of one token in ms (ms_per_token x comm_share_pct), as text."""
+    try:
+        v = float(r["ms_per_token"]) * float(r["comm_share_pct"]) / 100.0
+    except (KeyError, TypeError, ValueError):
+        return "?"
+    return f"{v:.3f}" if v == v else "?"
+
+
 def summary_lines(summary) -> list[str]:
     """One line per (tp, batch, mode) of ``trace_summary``; columns a table lacks are left out."""
     lines = []
@@ -82,8 +113,11 @@ def summary_lines(summary) -> list[str]:
             v = r.get(k)
             return format(v, fmt) if isinstance(v, (int, float)) and v == v else "?"
         scaled = r.get("scaled") not in (None, 0, "0", "", False) and r.get("scaled") == r.get("scaled")
+        part = (r.get("layers_run") not in (None, "") and r.get("layers_model") not in (None, "")
+                and r.get("layers_run") == r.get("layers_run") and int(r["layers_run"]) < int(r["layers_model"]))
         label = str(r.get("kind", "?")) + (f", scaled from {r.get('layers_run')} of {r.get('layers_model')} layers"
-                                           if scaled else "")
+                                           if scaled else f", {int(r['layers_run'])} of {int(r['layers_model'])} "
+                                           "layers run, not scaled" if part else "")
         phase = str(r.get("phase") or "decode")
         if phase in ("prefill", "mixed"):
             decode = f" + {r.get('batch')} decode tokens" if phase == "mixed" else ""
@@ -97,6 +131,6 @@ def summary_lines(summary) -> list[str]:
         lines.append(f"TP={r.get('tp')} batch={r.get('batch')} {r.get('mode', '?')}: {num('ms_per_token', '.3f')} "
                      f"ms/token, {num('tokens_per_s', '.1f')} tokens/s, {r.get('collectives_per_step', '?')} "
                      f"collectives/step ({num('collectives_per_token', 'g')}/token), communication "
-                     f"{num('comm_share_pct', '.1f')}% (transfer {num('transfer_share_pct', '.1f')}%, "
+                     f"{num('comm_share_pct', '.1f')}% = {_comm_ms(r)} ms (transfer {num('transfer_share_pct', '.1f')}%, "
                      f"wait {num('wait_share_pct', '.1f')}%) [{label}]")
     return lines

@@ -1,0 +1,77 @@
+"""What ``commprof predict`` shows: one line per box and TP, a table, and the stacked ms/token chart."""
+from __future__ import annotations
+
+from .console import _fmt, stdout_console
+
+
+def predict_line(r: dict) -> str:
+    """One row as the sentence a buyer reads: ms/token, its communication in ms and in share."""
+    has_ttft = _fmt(r.get("ttft_ms")) != "-"        # no --prompt: empty in the row, NaN read back
+    ttft = f"; TTFT {_fmt(r['ttft_ms'])} ms (collectives {_fmt(r['ttft_comm_ms'])} ms)" if has_ttft else ""
+    kv = (f"; KV fits {r['kv_max_sequences']:,} sequences of {r['context']:,} tokens" if r["weights_fit"]
+          else "; weights do not fit")
+    return (f"{r['gpu']} TP={r['tp']} batch {r['batch']}: {_fmt(r['ms_per_token'], 2)} ms/token = compute "
+            f"{_fmt(r['compute_ms'], 2)} ms (modelled) + communication {_fmt(r['comm_ms'], 2)} ms "
+            f"({r['comm_kind']}: {r['comm']}), {_fmt(r['comm_share_pct'])}% communication; "
+            f"{_fmt(r['tokens_s_per_user'])} tok/s per user, {_fmt(r['tokens_s_per_box'], 0)} per {r['tp']} GPUs"
+            f"{ttft}{kv}")
+
+
+def render_predict(rows: list[dict], notes: list[str], model: str, console=None) -> None:
+    from rich.table import Table
+
+    console = console or stdout_console(170)
+    t = Table(title=f"commprof predict: {model} (compute modelled; communication from each --comm input)",
+              title_justify="left")
+    cols = [("box", "box"), ("tp", "TP"), ("batch", "batch"), ("compute_ms", "compute ms"), ("gaps_ms", "gaps ms"),
+            ("comm_ms", "comm ms"), ("ms_per_token", "ms/token"), ("comm_share_pct", "comm %"),
+            ("tokens_s_per_user", "tok/s user"), ("tokens_s_per_box", "tok/s box"), ("ttft_ms", "TTFT ms"),
+            ("kv_max_sequences", "KV seqs")]
+    for _, head in cols:
+        t.add_column(head, justify="left" if head == "box" else "right")
+    for r in rows:
+        t.add_row(*(str(r[k]) if k in ("box", "tp", "batch") else
+                    (f"{r[k]:,}" if k == "kv_max_sequences" and r["weights_fit"] else
+                     "no fit" if k == "kv_max_sequences" else _fmt(r[k], 2)) for k, _ in cols))
+    console.print(t)
+    for r in rows:
+        console.print(predict_line(r), soft_wrap=True)
+    for n in notes:
+        console.print(f"note: {n}", soft_wrap=True)
+
+
+_PARTS = (("kernel_ms", "compute: rooflines"), ("floor_ms", "compute: kernel floors"), ("gaps_ms", "host gaps"),
+          ("comm_ms", "communication"))
+
+
+def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
+    """Stacked ms/token per TP and batch, one panel per box; provenance under it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .charts import _save
+
+    boxes = list(dict.fromkeys(r["box"] for r in rows))
+    fig, axes = plt.subplots(1, len(boxes), figsize=(max(6, 4.5 * len(boxes)), 4.6), squeeze=False, sharey=True)
+    colors = ("#4c72b0", "#8fa8d0", "#c8c8c8", "#dd8452")
+    for ax, box in zip(axes[0], boxes):
+        sub = [r for r in rows if r["box"] == box]
+        labels = [f"TP{r['tp']}\nB{r['batch']}" for r in sub]
+        bottom = [0.0] * len(sub)
+        for (key, name), color in zip(_PARTS, colors):
+            vals = [float(r[key]) for r in sub]
+            ax.bar(range(len(sub)), vals, bottom=bottom, color=color, label=name)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        for i, r in enumerate(sub):
+            ax.text(i, bottom[i], f"{r['comm_share_pct']:.0f}%", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(sub)), labels, fontsize=7)
+        ax.set_title(f"{box}\n(comm: {sub[0]['comm_kind']})", fontsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("ms per token (one decode step)")
+    axes[0][-1].legend(fontsize=7, loc="upper right")
+    prov = (f"predicted: compute modelled from published GPU specs (calibration: {meta.get('calibration_source', '?')}); "
+            f"communication per panel as labelled; {meta.get('start_time', '?')}; command: "
+            f"{' '.join(meta.get('command', []))}. % above a bar: communication share.")
+    return _save(fig, path, prov, top=1.0)
