@@ -175,7 +175,7 @@ def fit_pieces(key: str, breaks: tuple[tuple[int, str], ...]) -> list[dict]:
                                f"GB/s (beta {piece['beta_gbps']:g} GB/s = busbw / {factor:.4g}), least squares in "
                                f"relative error over its "
                                f"{len(pts)} sizes from {lo} B{'' if hi == float('inf') else f' below {int(hi)} B'}; "
-                               f"{proto} is the NCCL protocol taken to run there (the log shows a step or a "
+                               f"{proto} is what NCCL is taken to run there (the log shows a step or a "
                                "change of slope at the piece's start)")})
     return out
 
@@ -303,7 +303,7 @@ PIECES_5090X8 = fit_pieces("aikitoria-5090x8", ((0, "LL"), (4096, "LL128"), (524
 PIECES_A100X8 = fit_pieces("superbench-a100", ((0, "LL"), (131072, "LL128"), (1 << 20, "Simple")))
 PIECES_4090X8 = fit_pieces("chlc-4090x8", ((0, "LL"), (131072, "LL128"), (1 << 20, "Simple")))
 PIECES_5090X4_NOP2P = fit_pieces("nccl-tests#287", ((0, "LL"), (2048, "LL128"), (524288, "Simple")))
-NVLS_H100X8_GBPS = REAL_LOGS["nccl-tests#290"]["busbw_gbps"]
+PIECES_H100X8_NVLS = fit_pieces("nccl-tests#290", ((64 << 20, "NVLS"),))
 
 
 # --- the profiles ----------------------------------------------------------------------------------
@@ -478,17 +478,23 @@ def _nvl_busbw(op, n, value, key, text):
     return _flat_busbw(op, n, {8: value}, key, text)
 
 
+def _nvls(q: dict) -> dict:
+    """8-GPU all-reduce on NVLink 4: the Ring line, then from 64 MiB the NVLS piece fitted to the real
+    8x H100 log (NCCL's default for large all-reduce on 8 GPUs behind NVSwitch; nccl-tests#212: about
+    480 GB/s with NVLS, 370 with Ring). Other entries are returned as they are."""
+    if (q["op"], q["tp"]) != ("all_reduce", 8):
+        return q
+    ring = {"from_bytes": 0, "protocol": "Ring", "alpha_us": q["alpha_us"], "beta_gbps": q["beta_gbps"],
+            "busbw_gbps": q["busbw_gbps"], "source": q["alpha_source"]}
+    return _with_pieces(q, [ring, *PIECES_H100X8_NVLS])
+
+
 def _nvlink4() -> dict:
     params = []
     for op in PROFILE_OPS:
         for n in PROFILE_TPS:
             bb, bsrc = _nvl_busbw(op, n, 370.0, "nccl-tests#212", "8x H100 SXM ring all-reduce busbw about "
                                   "370 GB/s")
-            if (op, n) == ("all_reduce", 8):
-                bb, bsrc = NVLS_H100X8_GBPS, (f"calibrated: nccl-tests#290: 8x H100 SXM all-reduce busbw "
-                                              f"{NVLS_H100X8_GBPS} GB/s at 4 GiB with NVLS, NCCL's default for "
-                                              "large all-reduce on 8 GPUs behind NVSwitch (nccl-tests#212: about "
-                                              "480 GB/s with NVLS, 370 with Ring)")
             g = NVL4_D0_US + NVL_STEP_US * ring_steps(op, n)
             if (op, n) == ("all_reduce", 2):
                 g, gsrc = NVL4_GRAPH_TP2_US, (f"published: nccl#1259: 2x H100, CUDA graph, 5.5-6 us "
@@ -500,14 +506,14 @@ def _nvlink4() -> dict:
             else:
                 gsrc = (f"derived: {NVL_LINE_RULE}; at {op}'s {ring_steps(op, n)} ring steps for n={n} "
                         f"= {_fmt(g)} us")
-            params.append(_param(op, n, "graph", g, gsrc, bb, bsrc))
+            params.append(_nvls(_param(op, n, "graph", g, gsrc, bb, bsrc)))
             if (op, n) == ("all_reduce", 8):
                 e, esrc = NVL4_EAGER_TP8_US, ("published: Triton-distributed#57: 8x H100 SXM, torch eager "
                                               "NCCL all-reduce, 19.2 us at 128 B")
             else:
                 e = g + EAGER_OVERHEAD_US
                 esrc = f"derived: {EAGER_RULE} = {_fmt(g)} + {EAGER_OVERHEAD_US:.2f} = {_fmt(e)} us"
-            params.append(_param(op, n, "eager", e, esrc, bb, bsrc))
+            params.append(_nvls(_param(op, n, "eager", e, esrc, bb, bsrc)))
     return {
         "name": "nvlink4",
         "title": "8x H100/H200 SXM (HGX): NVLink 4 + NVSwitch",
@@ -517,8 +523,8 @@ def _nvlink4() -> dict:
         "sources": ["Triton-distributed#57", "nccl#1259", "DeepEP#303", "nccl-tests#212", "nccl-tests#290",
                     "nccl#1455", "link-ceilings"],
         "calibrated_on": ["nccl-tests#290"],
-        "notes": ["8-GPU all-reduce large-message busbw is NVLS (in-switch reduction, a real 8x H100 log); "
-                  "all-gather and 2/4 GPUs keep the Ring figure."],
+        "notes": ["8-GPU all-reduce runs the Ring line up to 64 MiB, then an NVLS piece (in-switch reduction) "
+                  "fitted to a real 8x H100 log; all-gather and 2/4 GPUs keep the Ring figure."],
         "checks": [  # published points not used to set parameters: the model's error shows against them
             {"op": "all_reduce", "tp": 8, "mode": "eager", "size_bytes": s, "latency_us": v,
              "source": "Triton-distributed#57"}
@@ -552,10 +558,13 @@ def _nvlink5() -> dict:
         "link": "NVLink 5, 18 links, 900 GB/s per direction per GPU",
         "link_ceiling_gbps": 900.0,
         "params": params,
-        "sources": ["nccl-tests#333", "ml-engineering", "nccl#1259", "DeepEP#303", "Triton-distributed#57",
-                    "link-ceilings"],
+        "sources": ["nccl-tests#333", "ml-engineering", "nccl#1455", "nccl#1259", "DeepEP#303",
+                    "Triton-distributed#57", "link-ceilings"],
         "notes": ["The one published small-message point is GB200 with NCCL's symmetric-memory kernels "
-                  "(NCCL 2.27+, registered buffers); stock torch.distributed calls may be slower."],
+                  "(NCCL 2.27+, registered buffers); stock torch.distributed calls may be slower.",
+                  "No real B200 log is in the corpus and no public 2- or 4-GPU B200 busbw was found: the 8-GPU "
+                  "Ring figure is carried to 2 and 4 GPUs because Ring busbw is flat in GPU count on H100 "
+                  "(365-370 GB/s for 2-8 GPUs, nccl#1455); its error is unknown."],
     }
 
 

@@ -135,14 +135,15 @@ def test_anchor_values_match_facts():
     assert alpha("pcie4-nop2p", "all_reduce", 8) == pytest.approx(42.495, rel=0.02)
     # the Simple piece of the real 8x RTX 4090 log: its busbw peak is 15.04 GB/s
     assert costmodel.profile_param("pcie4-nop2p", "all_reduce", 8)["busbw_gbps"] == pytest.approx(15.04, rel=0.03)
-    assert costmodel.profile_param("nvlink4", "all_reduce", 8)["busbw_gbps"] == 473.6   # NVLS, nccl-tests#290
+    # NVLS from 64 MiB: the piece fitted to nccl-tests#290 (busbw 473.6 GB/s at 4 GiB)
+    assert costmodel.profile_param("nvlink4", "all_reduce", 8)["busbw_gbps"] == pytest.approx(473.6, rel=0.01)
     assert costmodel.profile_param("nvlink4", "all_reduce", 4)["busbw_gbps"] == 370.0   # Ring
     assert costmodel.profile_param("nvlink5", "all_reduce", 8)["busbw_gbps"] == 682.0
     assert costmodel.profile_param("pcie5-nop2p", "all_reduce", 8)["busbw_gbps"] == 28.0
     # calibrated: the Simple piece of the real 4x RTX 5090 P2P-off log (busbw peak 27.26 GB/s)
     assert costmodel.profile_param("pcie5-nop2p", "all_reduce", 4)["busbw_gbps"] == pytest.approx(27.26, rel=0.03)
     # beta is the algorithm bandwidth: busbw / 2(n-1)/n for all-reduce at 8 GPUs
-    assert costmodel.profile_param("nvlink4", "all_reduce", 8)["beta_gbps"] == pytest.approx(473.6 / 1.75, rel=1e-3)
+    assert costmodel.profile_param("nvlink4", "all_reduce", 8)["beta_gbps"] == pytest.approx(473.6 / 1.75, rel=0.01)
 
 
 def test_profiles_are_physically_ordered():
@@ -212,9 +213,11 @@ def test_write_profile_sweep_is_a_comm_from_source(tmp_path):
                                ("all_reduce", 4, "eager", 1 << 20)):
         want = costmodel.profile_latency_us("nvlink4", op, tp, size, mode)
         assert table.latency_us(op, tp, mode, size) == pytest.approx(want, rel=0.03)
-    # a fit of the written sweep gives the profile back
+    # a fit of the written sweep gives the profile back where it is one alpha-beta line
     for f in costmodel.fit_sweep(df):
         q = costmodel.profile_param("nvlink4", f.op, f.tp, f.mode)
+        if q.get("pieces"):
+            continue
         assert f.alpha_us == pytest.approx(q["alpha_us"], rel=0.01)
         assert f.beta_gbps == pytest.approx(q["beta_gbps"], rel=0.01)
 
@@ -259,7 +262,7 @@ CALIBRATION_ERROR = {
                                         ">= 64 MiB": (0.07, 0.1)},
     ("nvlink3", "superbench-a100"): {"<= 64 KiB": (0.03, 0.05), "128 KiB - 2 MiB": (0.03, 0.15),
                                      ">= 64 MiB": (0.05, 0.05)},
-    ("nvlink4", "nccl-tests#290"): {">= 64 MiB": (0.06, 0.17)},
+    ("nvlink4", "nccl-tests#290"): {">= 64 MiB": (0.03, 0.05)},
 }
 
 
