@@ -4,7 +4,8 @@ write a reference profile as a sweep results dir so that anything reading sweeps
 
 Model: ``latency_us(size_bytes) = alpha_us + size_bytes / (beta_gbps * 1e3)`` per (op, tp, mode),
 with ``beta_gbps`` the op's algorithm bandwidth (GB = 1e9 bytes; ``size_bytes`` in the nccl-tests
-meaning of :mod:`commprof.collectives`).
+meaning of :mod:`commprof.collectives`). A reference profile's entry may be piecewise (one such line
+per NCCL protocol range, :func:`commprof.profiles.param_latency_us`); fits of sweeps stay one line.
 
 numpy and pandas are imported inside the functions that need them (``import commprof.costmodel``
 must work without them).

@@ -8,6 +8,11 @@ per op, TP degree and mode, where
   nccl-tests definition) divided by the op's nccl-tests bus factor
   (:meth:`commprof.collectives.Collective.busbw_factor`), i.e. ``algbw = busbw / factor(n)``.
 
+Where a real log of the class shows NCCL's protocol steps (LL for small messages, LL128 in the
+middle, Simple for large ones; NVLS on NVSwitch for large all-reduce), that (op, TP, mode) entry also
+has ``pieces``: one such line per size range, fitted to the log (:func:`fit_pieces`, evaluated by
+:func:`param_latency_us`); its ``alpha_us`` is the first piece's and its ``busbw_gbps`` the last's.
+
 Every number carries its source. A value is ``published`` only when a public measurement states it
 for that op, TP degree and mode (the source is named in ``sources``); anything else is
 ``derived`` with the rule and inputs spelled out, or ``proposed``. Modes: ``eager`` is NCCL called
