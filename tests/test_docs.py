@@ -91,3 +91,35 @@ def test_every_verb_and_topic_has_its_page_linked_from_the_readme():
         assert (ROOT / "docs" / f"{name}.md").exists(), name
         assert f"docs/{name}.md" in readme_links, f"README does not link docs/{name}.md"
     assert "results/bench/README.md" in readme_links
+
+
+# Paths of the project's private notes: a user of commprof has none of them, so nothing a user reads
+# (code, output, results, docs) may cite them as a source.
+PRIVATE_SOURCE = re.compile(r"(?<![\w/.-])(?:\.\./)?(?:shared/(?:FACTS|STYLE|ARCHITECTURE|DEVELOPERS)\.md|shared/research/|shared/data/"
+                            r"|research/[\w.-]+\.md)")
+TEXT_SUFFIXES = {".py", ".md", ".json", ".csv", ".toml", ".html", ".txt", ".j2", ".sh"}
+
+
+def test_no_user_facing_file_cites_the_projects_private_notes():
+    """Sources name the original public document (datasheet, GitHub file, issue), never shared/... or
+    research/... paths; tests and their fixtures' SOURCE notes may name where a file was copied from."""
+    found = []
+    for top in ("commprof", "microbench", "cuda_ext", "scripts", "results", "docs"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.suffix not in TEXT_SUFFIXES or not path.is_file():
+                continue
+            for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                if PRIVATE_SOURCE.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:120]}")
+    for n, line in enumerate((ROOT / "README.md").read_text(encoding="utf-8").splitlines(), 1):
+        if PRIVATE_SOURCE.search(line):
+            found.append(f"README.md:{n}: {line.strip()[:120]}")
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("text, cited", [("shared/FACTS.md model table", True), ("../shared/data/nccl-tests/x.txt", True),
+                                         ("research/validation-anchors.md C1", True), ("shared/research/tracer-anchors.md", True),
+                                         ("facebookresearch/param", False), ("facebookresearch/HolisticTraceAnalysis", False),
+                                         ("tests/data/nccl-tests/SOURCE.md", False)])
+def test_private_source_pattern(text, cited):
+    assert bool(PRIVATE_SOURCE.search(text)) is cited
