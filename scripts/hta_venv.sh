@@ -11,4 +11,4 @@ if ! "$VENV/bin/python" -c "import hta.trace_analysis" >/dev/null 2>&1; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q "HolisticTraceAnalysis==$VER" >&2
 fi
-echo "$(pwd)/$VENV/bin/python"
+case "$VENV" in /*) echo "$VENV/bin/python" ;; *) echo "$(pwd)/$VENV/bin/python" ;; esac

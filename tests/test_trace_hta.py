@@ -97,3 +97,26 @@ def test_hta_breakdown_agrees_with_commprof(run, tmp_path):
             assert h[kind] == pytest.approx(whole_us, abs=1e-6), (r, kind, h, whole_us)
             # commprof's CSV keeps 6 significant digits: 1e-5 relative on top of the rounding
             assert -1e-5 * mine <= mine - h[kind] < 2 * len(ev) + 1e-5 * mine, (r, kind, mine, h, len(ev))
+
+
+_HTA_RANKS = r"""
+import json, sys, warnings
+warnings.simplefilter("ignore")
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
+kinds, _ = a.get_gpu_kernel_breakdown(visualize=False)
+print(json.dumps({"ranks": sorted(int(r) for r in a.t.traces), "kernel_types": list(kinds["kernel_type"])}))
+"""
+
+
+def test_hta_reads_cpu_traces_ranks_but_counts_no_kernels(run):
+    """On CPU (gloo) the per-rank files carry CPU ops: HTA finds both ranks, and its kernel breakdown
+    is empty, because HTA counts only events on a GPU stream (it has no notion of a CPU collective)."""
+    import subprocess
+
+    if not os.path.exists(HTA_PYTHON):
+        pytest.skip(f"no HTA venv at {HTA_PYTHON} (make it: bash scripts/hta_venv.sh)")
+    res = subprocess.run([HTA_PYTHON, "-c", _HTA_RANKS, os.path.join(run, "kineto")], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-1500:]
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == {"ranks": [0, 1], "kernel_types": []}
