@@ -1,7 +1,8 @@
 """A trace results dir: ``trace_tokens.csv`` (per tp, batch, mode, token, rank), ``trace_layers.csv``
 (per layer and rank, with straggler counts), ``trace_summary.csv`` (one row per run),
 ``meta.json`` and ``trace.json`` (every rank's raw segment stamps in the Trace Event format, for
-Perfetto or chrome://tracing; ``commprof import kineto`` reads it back). Rank 0 (or
+Perfetto or chrome://tracing; ``commprof import kineto`` reads it back), and the same events one
+file per rank, ``kineto/rank<r>.trace.json``, with ``distributedInfo`` (HTA reads that folder). Rank 0 (or
 ``trace --predict``) appends one attributed run at a time."""
 from __future__ import annotations
 
