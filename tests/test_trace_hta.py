@@ -7,16 +7,14 @@ without it the HTA test skips with the reason."""
 import json
 import os
 import re
-import sys
 
 import pandas as pd
 import pytest
 
-from helpers import REPO, TOY_MODEL, run_inproc
+from helpers import HTA_PYTHON, TOY_MODEL, hta_figures, run_inproc
 
 from commprof.results.trace import as_nccl, rank_trace_path, write_rank_traces
 
-HTA_PYTHON = os.environ.get("COMMPROF_HTA_PYTHON", os.path.join(REPO, ".venv-hta", "bin", "python"))
 RANK_RE = re.compile(r'"rank":\s+(\d+)')      # how HTA 0.5.0 finds a file's rank (hta/common/trace_file.py)
 
 
@@ -64,12 +62,7 @@ def test_nccl_form_names_collectives_as_nccl_kernels(run):
 
 
 def _hta(folder):
-    if not os.path.exists(HTA_PYTHON):
-        pytest.skip(f"no HTA venv at {HTA_PYTHON} (make it: bash scripts/hta_venv.sh)")
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
-    from bench_hta_agreement import hta_figures
-
-    return hta_figures(HTA_PYTHON, [os.path.join(folder, f) for f in sorted(os.listdir(folder))])
+    return hta_figures([os.path.join(folder, f) for f in sorted(os.listdir(folder))])
 
 
 def test_hta_breakdown_agrees_with_commprof(run, tmp_path):
