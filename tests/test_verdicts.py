@@ -291,7 +291,7 @@ def test_report_of_two_real_boxes(cli_inproc, tmp_path):
     for png in ("boxes_latency_vs_size.png", "boxes_busbw_vs_size.png", "gap.png", "gap_box1.png", "gap_box2.png"):
         assert (out / png).stat().st_size > 10000, png
     assert html.count("data:image/png;base64,") == 9      # 2 side by side + gap, and per box 2 sweep + gap
-    assert "<h3>a100: Checklist" in html
+    assert '<h3 id="a100-checklist">a100: Checklist' in html         # each heading has its contents anchor
 
 
 @pytest.mark.parametrize("verb", ["gap", "report"])
