@@ -113,3 +113,18 @@ def test_hta_reads_cpu_traces_ranks_but_counts_no_kernels(run):
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-1500:]
     assert json.loads(res.stdout.strip().splitlines()[-1]) == {"ranks": [0, 1], "kernel_types": []}
+
+
+def test_import_reads_the_nccl_form_back(run, cli_inproc, tmp_path):
+    """What an NCCL run writes (the same stamps through ``as_nccl``), one file per rank, imports with
+    the same per-token split and collectives per step as the run's own tables."""
+    doc = json.load(open(os.path.join(run, "trace.json")))
+    doc["traceEvents"] = as_nccl(doc["traceEvents"], doc["commprof"]["dtype"])
+    files = write_rank_traces(str(tmp_path / "gpu"), doc)
+    res = cli_inproc("import", "kineto", *files, "--model", TOY_MODEL, "--out", str(tmp_path / "imp"))
+    assert res.returncode == 0, res.stderr
+    assert "18 collectives/step (plan: 18, matches)" in res.stdout
+    a = pd.read_csv(os.path.join(run, "trace_tokens.csv")).sort_values(["token", "rank"]).reset_index(drop=True)
+    b = pd.read_csv(os.path.join(tmp_path, "imp", "trace_tokens.csv")).sort_values(["token", "rank"])
+    for k in ("latency_us", "compute_us", "transfer_us", "wait_us"):
+        assert (abs(a[k] - b[k].reset_index(drop=True)) <= 0.05 + 2e-5 * a[k]).all(), k
