@@ -4,7 +4,8 @@ write a reference profile as a sweep results dir so that anything reading sweeps
 
 Model: ``latency_us(size_bytes) = alpha_us + size_bytes / (beta_gbps * 1e3)`` per (op, tp, mode),
 with ``beta_gbps`` the op's algorithm bandwidth (GB = 1e9 bytes; ``size_bytes`` in the nccl-tests
-meaning of :mod:`commprof.collectives`).
+meaning of :mod:`commprof.collectives`). A reference profile's entry may be piecewise (one such line
+per NCCL protocol range, :func:`commprof.profiles.param_latency_us`); fits of sweeps stay one line.
 
 numpy and pandas are imported inside the functions that need them (``import commprof.costmodel``
 must work without them).
@@ -25,7 +26,7 @@ from . import results
 from .collectives import COLLECTIVES, DTYPE_BYTES
 from .errors import UsageError
 from .fileio import remove_quietly, write_atomic
-from .profiles import PROFILES, get_profile, list_profiles
+from .profiles import PROFILES, get_profile, list_profiles, param_latency_us
 
 __all__ = ["Fit", "fit_sweep", "fit_results_dir", "profile_latency_us", "profile_param", "profile_checks",
            "profile_calibration",
@@ -168,8 +169,7 @@ def profile_latency_us(profile, op: str, tp: int, size_bytes: float, mode: str =
 
     ``profile`` is a profile name (``nvlink4``, ``reference:nvlink4``) or a profile dict.
     """
-    q = profile_param(profile, op, tp, mode)
-    return model_latency_us(q["alpha_us"], q["beta_gbps"], size_bytes)
+    return param_latency_us(profile_param(profile, op, tp, mode), size_bytes)
 
 
 def profile_checks(profile) -> list[dict]:

@@ -124,7 +124,7 @@ def decode_expectation(cls: str, link: str, tp: int, method: str, max_bytes: int
     mode = "graph" if method.endswith("graph") else "eager"
     vals = []
     for m in (mode, "eager"):
-        vals = vals or _profile_values(cls, link, tp, m, lambda q: q["alpha_us"] + max_bytes / (q["beta_gbps"] * 1e3))
+        vals = vals or _profile_values(cls, link, tp, m, lambda q: _profile_latency(q, max_bytes))
         if vals:
             mode = m
             break
@@ -170,6 +170,12 @@ def busbw_expectation(cls: str, link: str, tp: int, method: str, largest_bytes: 
                        [f"commprof reference profile '{n}' (modelled)" for n in names], 0,
                        f"reference profile {'/'.join(names)} at TP={tp} (modelled: no healthy {title} box at "
                        f"TP={tp} with sizes up to the box's largest)")
+
+
+def _profile_latency(q: dict, size_bytes: int) -> float:
+    from .profiles import param_latency_us
+
+    return param_latency_us(q, size_bytes)
 
 
 def _profile_values(cls, link, tp, mode, fn) -> list[tuple[str, float]]:

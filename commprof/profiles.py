@@ -8,6 +8,11 @@ per op, TP degree and mode, where
   nccl-tests definition) divided by the op's nccl-tests bus factor
   (:meth:`commprof.collectives.Collective.busbw_factor`), i.e. ``algbw = busbw / factor(n)``.
 
+Where a real log of the class shows NCCL's protocol steps (LL for small messages, LL128 in the
+middle, Simple for large ones; NVLS on NVSwitch for large all-reduce), that (op, TP, mode) entry also
+has ``pieces``: one such line per size range, fitted to the log (:func:`fit_pieces`, evaluated by
+:func:`param_latency_us`); its ``alpha_us`` is the first piece's and its ``busbw_gbps`` the last's.
+
 Every number carries its source. A value is ``published`` only when a public measurement states it
 for that op, TP degree and mode (the source is named in ``sources``); anything else is
 ``derived`` with the rule and inputs spelled out, or ``proposed``. Modes: ``eager`` is NCCL called
@@ -72,6 +77,19 @@ SOURCES = {
                       "tests/data/nccl-tests/rtx4090x2_pcie_allreduce_kalavai.txt: 2x RTX 4090 on PCIe, "
                       "nccl-tests all_reduce_perf, no CUDA graph: average 8.97-12.01 us from 8 B to 4 KiB "
                       "(median 10.065), busbw 2.24 GB/s from 256 MiB to 2 GiB",
+    "aikitoria-5090x8": "aikitoria/open-gpu-kernel-modules README.md ('Sample nccl-tests all_reduce_perf output', "
+                        "https://github.com/aikitoria/open-gpu-kernel-modules), copied as "
+                        "tests/data/nccl-tests/rtx5090x8_pcie5_p2p_allreduce_aikitoria.txt: 8x RTX 5090, PCIe 5.0, P2P "
+                        "on through that repo's driver, nccl-tests 2.18.2 all_reduce_perf, no CUDA graph: 24.5-25.5 us "
+                        "from 8 B to 2 KiB, a step to 36.29 us at 4 KiB, busbw 45.7 GB/s peak at 32 MiB",
+    "nccl-tests#290": "https://github.com/NVIDIA/nccl-tests/issues/290, copied as "
+                      "tests/data/nccl-tests/h100x8_sxm_nvls_allreduce_nccltests290.txt: 8x H100 80GB HBM3 SXM, "
+                      "NVLS (in-switch reduction), nccl-tests all_reduce_perf, no CUDA graph: busbw 473.6 GB/s at "
+                      "4 GiB (128 MiB to 4 GiB)",
+    "nccl-tests#287": "https://github.com/NVIDIA/nccl-tests/issues/287 (comment of 2025-03-14, NCCL 2.26.2), copied "
+                      "as tests/data/nccl-tests/rtx5090x4_pcie5_nop2p_allreduce_nccltests287.txt: 4x RTX 5090, PCIe "
+                      "5.0, stock driver (P2P off), nccl-tests all_reduce_perf, no CUDA graph: 15.3-15.9 us from 8 B "
+                      "to 1 KiB, a step to 26.16 us at 2 KiB, busbw 27.26 GB/s peak",
     "link-ceilings": "link ceilings per direction, as tabulated in stas00/ml-engineering "
                    "network/README.md: PCIe 4.0 x16 31.5 GB/s, PCIe 5.0 x16 63 GB/s, NVLink 3 (A100) "
                    "300 GB/s, NVLink 4 (H100/H200) 450 GB/s, NVLink 5 (B200) 900 GB/s",
@@ -100,6 +118,19 @@ REAL_LOGS = {
         (4194304, 2022.1), (8388608, 4077.0), (16777216, 8137.9), (33554432, 15190.0), (67108864, 30690.0),
         (134217728, 60326.0), (268435456, 120583.0), (536870912, 241172.0), (1073741824, 478533.0),
         (2147483648, 957746.0))},
+    "aikitoria-5090x8": {"op": "all_reduce", "tp": 8, "mode": "eager", "busbw_gbps": 45.7, "points": (
+        (8, 25.47), (16, 24.52), (32, 24.65), (64, 24.72), (128, 24.67), (256, 24.77), (512, 24.62), (1024, 24.66),
+        (2048, 24.54), (4096, 36.29), (8192, 37.0), (16384, 38.06), (32768, 39.33), (65536, 40.96),
+        (131072, 42.19), (262144, 45.87), (524288, 56.96), (1048576, 74.74), (2097152, 104.5), (4194304, 176.93),
+        (8388608, 326.13), (16777216, 646.48), (33554432, 1284.81), (67108864, 2585.56), (134217728, 5355.16))},
+    "nccl-tests#287": {"op": "all_reduce", "tp": 4, "mode": "eager", "busbw_gbps": 27.26, "points": (
+        (8, 15.6), (16, 15.32), (32, 15.52), (64, 15.44), (128, 15.46), (256, 15.82), (512, 15.81), (1024, 15.88),
+        (2048, 26.16), (4096, 27.21), (8192, 27.45), (16384, 31.06), (32768, 31.64), (65536, 32.58),
+        (131072, 35.19), (262144, 45.84), (524288, 70.24), (1048576, 93.45), (2097152, 152.9), (4194304, 261.4),
+        (8388608, 490.3), (16777216, 935.7), (33554432, 1860.0), (67108864, 3708.9), (134217728, 7384.4))},
+    "nccl-tests#290": {"op": "all_reduce", "tp": 8, "mode": "eager", "busbw_gbps": 473.6, "points": (
+        (134217728, 613.3), (268435456, 1139.2), (536870912, 2175.8), (1073741824, 4038.8),
+        (2147483648, 8020.3), (4294967296, 15870.0))},
 }
 
 
@@ -108,6 +139,78 @@ def log_small_us(key: str, max_bytes: int = 4096) -> float:
     vals = sorted(t for s, t in REAL_LOGS[key]["points"] if s <= max_bytes)
     m = len(vals) // 2
     return vals[m] if len(vals) % 2 else (vals[m - 1] + vals[m]) / 2
+
+
+# --- protocol pieces -------------------------------------------------------------------------------
+# NCCL picks a protocol per size: LL (8-byte stores with inline flags: lowest latency, a fraction of
+# the bandwidth) for small messages, LL128 in the middle, Simple for large ones. A real log shows the
+# switch as a step or a change of slope. Where a calibrated log shows them, the (op, TP) entry gets
+# ``pieces``: one alpha-beta line per size range, each fitted to that log's points in its range.
+
+def _fit_rel(points) -> tuple[float, float]:
+    """(alpha_us, us_per_byte) minimising sum(((alpha + c s) / t - 1)^2), both kept >= 0 (pure Python)."""
+    suu = suv = svv = su = sv = 0.0
+    for s, t in points:
+        u, v = 1.0 / t, s / t
+        suu, suv, svv, su, sv = suu + u * u, suv + u * v, svv + v * v, su + u, sv + v
+    det = suu * svv - suv * suv
+    a, c = ((su * svv - suv * sv) / det, (suu * sv - suv * su) / det) if len(points) > 1 and det > 0 else (su / suu, 0.0)
+    if c <= 0:
+        a, c = su / suu, 0.0
+    if a < 0:
+        a, c = 0.0, sv / svv
+    return a, c
+
+
+def fit_pieces(key: str, breaks: tuple[tuple[int, str], ...]) -> list[dict]:
+    """Pieces fitted to real log ``key``: ``breaks`` is ((from_bytes, protocol), ...), ascending from 0."""
+    log = REAL_LOGS[key]
+    factor = COLLECTIVES[log["op"]].busbw_factor(log["tp"])
+    out = []
+    for i, (lo, proto) in enumerate(breaks):
+        hi = breaks[i + 1][0] if i + 1 < len(breaks) else float("inf")
+        pts = [(s, t) for s, t in log["points"] if lo <= s < hi]
+        a, c = _fit_rel(pts)
+        beta = 1.0 / (c * 1e3) if c > 0 else float("inf")
+        piece = {"from_bytes": int(lo), "protocol": proto, "alpha_us": round(a, 3),
+                 "beta_gbps": round(beta, 3) if c > 0 else beta,
+                 "busbw_gbps": round(beta * factor, 3) if c > 0 else beta}
+        out.append({**piece,
+                    "source": (f"calibrated: {key}: alpha {piece['alpha_us']:g} us, busbw {piece['busbw_gbps']:g} "
+                               f"GB/s (beta {piece['beta_gbps']:g} GB/s = busbw / {factor:.4g}), least squares in "
+                               f"relative error over its "
+                               f"{len(pts)} sizes from {lo} B{'' if hi == float('inf') else f' below {int(hi)} B'}; "
+                               f"{proto} is what NCCL is taken to run there (the log shows a step or a "
+                               "change of slope at the piece's start)")})
+    return out
+
+
+def param_latency_us(q: dict, size_bytes: float) -> float:
+    """Modelled latency of one parameter entry: ``alpha_us + size_bytes / (beta_gbps * 1e3)``, or, where
+    it has pieces, the line of the piece covering ``size_bytes`` capped at the curve's value where the
+    next piece starts (a line fitted below a break may overshoot before it; the cap keeps the curve
+    monotone, as NCCL would switch protocol rather than run slower on a larger message)."""
+    def line(e: dict, s: float) -> float:
+        b = e["beta_gbps"]
+        return float(e["alpha_us"]) + (0.0 if b == float("inf") else float(s) / (float(b) * 1e3))
+
+    pieces = q.get("pieces") or ()
+    if not pieces:
+        return line(q, size_bytes)
+    i = max(k for k, e in enumerate(pieces) if size_bytes >= e["from_bytes"] or k == 0)
+    cap = float("inf")
+    for e in reversed(pieces[i + 1:]):
+        cap = min(line(e, e["from_bytes"]), cap)
+    return min(line(pieces[i], size_bytes), cap)
+
+
+def _with_pieces(q: dict, pieces: list[dict]) -> dict:
+    """``q`` whose curve follows ``pieces``: its alpha is the first piece's, its busbw the last's."""
+    first, last = pieces[0], pieces[-1]
+    out = _param(q["op"], q["tp"], q["mode"], first["alpha_us"], f"{first['source']} ({first['protocol']} piece)",
+                 last["busbw_gbps"], f"{last['source']} ({last['protocol']} piece)")
+    out["pieces"] = pieces
+    return out
 
 
 # --- derivation rules ------------------------------------------------------------------------------
@@ -200,6 +303,14 @@ def _flat_busbw(op, n, pub: dict, pub_key, pub_text, how="") -> tuple[float, str
     return pub[near], f"derived: all_reduce {near} GPUs {_fmt(pub[near])} GB/s ({pub_key}); {why}"
 
 
+# Pieces of the calibrated 8-GPU all-reduce entries, at the sizes where each log steps.
+PIECES_5090X8 = fit_pieces("aikitoria-5090x8", ((0, "LL"), (4096, "LL128"), (524288, "Simple")))
+PIECES_A100X8 = fit_pieces("superbench-a100", ((0, "LL"), (131072, "LL128"), (1 << 20, "Simple")))
+PIECES_4090X8 = fit_pieces("chlc-4090x8", ((0, "LL"), (131072, "LL128"), (1 << 20, "Simple")))
+PIECES_5090X4_NOP2P = fit_pieces("nccl-tests#287", ((0, "LL"), (2048, "LL128"), (524288, "Simple")))
+PIECES_H100X8_NVLS = fit_pieces("nccl-tests#290", ((64 << 20, "NVLS"),))
+
+
 # --- the profiles ----------------------------------------------------------------------------------
 
 def _pcie4_nop2p() -> dict:
@@ -229,7 +340,8 @@ def _pcie4_nop2p() -> dict:
                         f"(nccl#1639) x link-ceiling ratio 31.5/63 (link-ceilings) = {_fmt(bb)} GB/s; no public "
                         "large-message busbw for a P2P-off PCIe 4.0 box of 2 or 4 GPUs on x16 links (the "
                         "2x RTX 4090 log reaches 2.24 GB/s: 7% of x16, not taken)")
-            params.append(_param(op, n, "eager", a, asrc, bb, bsrc))
+            q = _param(op, n, "eager", a, asrc, bb, bsrc)
+            params.append(_with_pieces(q, PIECES_4090X8) if (op, n) == ("all_reduce", 8) else q)
     return {
         "name": "pcie4-nop2p",
         "title": "8x RTX 4090 class: PCIe 4.0 x16, P2P off (stock GeForce driver), NCCL via host memory",
@@ -238,6 +350,8 @@ def _pcie4_nop2p() -> dict:
         "params": params,
         "sources": ["chlc-4090x8", "kalavai-4090x2", "nccl#1530", "nccl#1639", "nccl-tests#123", "link-ceilings"],
         "calibrated_on": ["chlc-4090x8", "kalavai-4090x2"],
+        "notes": ["8-GPU all-reduce follows LL / LL128 / Simple pieces fitted to the real 8x RTX 4090 log; the "
+                  "others stay one alpha-beta line."],
     }
 
 
@@ -279,14 +393,18 @@ def _pcie5_nop2p() -> dict:
                                    how="busbw of the nearest published GPU count (fewer GPUs share the "
                                        "host memory path less: 35 GB/s at 4 vs 28 at 8); all-gather taken "
                                        "equal to all-reduce at the same count")
-            params.append(_param(op, n, "eager", a, asrc, bb, bsrc))
+            q = _param(op, n, "eager", a, asrc, bb, bsrc)
+            params.append(_with_pieces(q, PIECES_5090X4_NOP2P) if (op, n) == ("all_reduce", 4) else q)
     return {
         "name": "pcie5-nop2p",
         "title": "8x RTX 5090 class: PCIe 5.0 x16, P2P off (stock GeForce driver), NCCL via host memory",
         "link": "PCIe 5.0 x16, 63 GB/s per direction; without P2P NCCL copies through host shared memory",
         "link_ceiling_gbps": 63.0,
         "params": params,
-        "sources": ["nccl#1639", "nccl#1530", "nccl-tests#123", "link-ceilings"],
+        "sources": ["nccl-tests#287", "nccl#1639", "nccl#1530", "nccl-tests#123", "link-ceilings"],
+        "calibrated_on": ["nccl-tests#287"],
+        "notes": ["4-GPU all-reduce follows LL / LL128 / Simple pieces fitted to a real 4x RTX 5090 P2P-off log "
+                  "(the 2 KiB step); the others stay one alpha-beta line."],
     }
 
 
@@ -300,14 +418,18 @@ def _pcie5_p2p() -> dict:
             bb, bsrc = _flat_busbw(op, n, {8: 37.6}, "rtx6kpro",
                                    "8x RTX PRO 6000 all-reduce busbw 37.6-41.1 GB/s, lower end used "
                                    "(reached with NCCL_MIN_NCHANNELS=8)")
-            params.append(_param(op, n, "eager", a, asrc, bb, bsrc))
+            q = _param(op, n, "eager", a, asrc, bb, bsrc)
+            params.append(_with_pieces(q, PIECES_5090X8) if (op, n) == ("all_reduce", 8) else q)
     return {
         "name": "pcie5-p2p",
         "title": "8x RTX PRO 6000 class: PCIe 5.0 x16 behind PCIe switches, P2P on",
         "link": "PCIe 5.0 x16, 63 GB/s per direction (P2P measured 53-56 GB/s), GPU-to-GPU P2P",
         "link_ceiling_gbps": 63.0,
         "params": params,
-        "sources": ["rtx6kpro", "nccl-tests#123", "link-ceilings"],
+        "sources": ["aikitoria-5090x8", "rtx6kpro", "nccl-tests#123", "link-ceilings"],
+        "calibrated_on": ["aikitoria-5090x8"],
+        "notes": ["8-GPU all-reduce follows the LL / LL128 / Simple pieces of a real 8x RTX 5090 P2P log (the "
+                  "4 KiB step); other (op, TP) entries stay one alpha-beta line carried from 8x RTX PRO 6000."],
     }
 
 
@@ -332,7 +454,8 @@ def _nvlink3() -> dict:
                                    "8x A100-SXM4 all-reduce busbw 235.26 GB/s at 8 GiB (calibrated; nccl-tests#149 "
                                    "says about 230 GB/s)")
             bsrc = bsrc.replace("published:", "calibrated:", 1)
-            params.append(_param(op, n, "eager", a, asrc, bb, bsrc))
+            q = _param(op, n, "eager", a, asrc, bb, bsrc)
+            params.append(_with_pieces(q, PIECES_A100X8) if (op, n) == ("all_reduce", 8) else q)
     return {
         "name": "nvlink3",
         "title": "8x A100 SXM (DGX/HGX A100): NVLink 3 + NVSwitch",
@@ -342,7 +465,8 @@ def _nvlink3() -> dict:
         "sources": ["superbench-a100", "nccl-tests#123", "nccl-tests#149", "nccl#1455", "link-ceilings"],
         "calibrated_on": ["superbench-a100"],
         "notes": ["The 2- and 4-GPU all-reduce latencies were measured with NCCL forced to one ring channel; "
-                  "the 8-GPU one is calibrated on a real 8x A100 log with NCCL's own choice."],
+                  "the 8-GPU one is calibrated on a real 8x A100 log with NCCL's own choice, as LL / LL128 / "
+                  "Simple pieces fitted to that log."],
     }
 
 
@@ -359,12 +483,23 @@ def _nvl_busbw(op, n, value, key, text):
     return _flat_busbw(op, n, {8: value}, key, text)
 
 
+def _nvls(q: dict) -> dict:
+    """8-GPU all-reduce on NVLink 4: the Ring line, then from 64 MiB the NVLS piece fitted to the real
+    8x H100 log (NCCL's default for large all-reduce on 8 GPUs behind NVSwitch; nccl-tests#212: about
+    480 GB/s with NVLS, 370 with Ring). Other entries are returned as they are."""
+    if (q["op"], q["tp"]) != ("all_reduce", 8):
+        return q
+    ring = {"from_bytes": 0, "protocol": "Ring", "alpha_us": q["alpha_us"], "beta_gbps": q["beta_gbps"],
+            "busbw_gbps": q["busbw_gbps"], "source": q["alpha_source"]}
+    return _with_pieces(q, [ring, *PIECES_H100X8_NVLS])
+
+
 def _nvlink4() -> dict:
     params = []
     for op in PROFILE_OPS:
         for n in PROFILE_TPS:
             bb, bsrc = _nvl_busbw(op, n, 370.0, "nccl-tests#212", "8x H100 SXM ring all-reduce busbw about "
-                                  "370 GB/s (NVLS about 480 GB/s is not used: decode sizes run Ring/Tree)")
+                                  "370 GB/s")
             g = NVL4_D0_US + NVL_STEP_US * ring_steps(op, n)
             if (op, n) == ("all_reduce", 2):
                 g, gsrc = NVL4_GRAPH_TP2_US, (f"published: nccl#1259: 2x H100, CUDA graph, 5.5-6 us "
@@ -376,22 +511,25 @@ def _nvlink4() -> dict:
             else:
                 gsrc = (f"derived: {NVL_LINE_RULE}; at {op}'s {ring_steps(op, n)} ring steps for n={n} "
                         f"= {_fmt(g)} us")
-            params.append(_param(op, n, "graph", g, gsrc, bb, bsrc))
+            params.append(_nvls(_param(op, n, "graph", g, gsrc, bb, bsrc)))
             if (op, n) == ("all_reduce", 8):
                 e, esrc = NVL4_EAGER_TP8_US, ("published: Triton-distributed#57: 8x H100 SXM, torch eager "
                                               "NCCL all-reduce, 19.2 us at 128 B")
             else:
                 e = g + EAGER_OVERHEAD_US
                 esrc = f"derived: {EAGER_RULE} = {_fmt(g)} + {EAGER_OVERHEAD_US:.2f} = {_fmt(e)} us"
-            params.append(_param(op, n, "eager", e, esrc, bb, bsrc))
+            params.append(_nvls(_param(op, n, "eager", e, esrc, bb, bsrc)))
     return {
         "name": "nvlink4",
         "title": "8x H100/H200 SXM (HGX): NVLink 4 + NVSwitch",
         "link": "NVLink 4, 18 links, 450 GB/s per direction per GPU (900 bidirectional)",
         "link_ceiling_gbps": 450.0,
         "params": params,
-        "sources": ["Triton-distributed#57", "nccl#1259", "DeepEP#303", "nccl-tests#212", "nccl#1455",
-                    "link-ceilings"],
+        "sources": ["Triton-distributed#57", "nccl#1259", "DeepEP#303", "nccl-tests#212", "nccl-tests#290",
+                    "nccl#1455", "link-ceilings"],
+        "calibrated_on": ["nccl-tests#290"],
+        "notes": ["8-GPU all-reduce runs the Ring line up to 64 MiB, then an NVLS piece (in-switch reduction) "
+                  "fitted to a real 8x H100 log; all-gather and 2/4 GPUs keep the Ring figure."],
         "checks": [  # published points not used to set parameters: the model's error shows against them
             {"op": "all_reduce", "tp": 8, "mode": "eager", "size_bytes": s, "latency_us": v,
              "source": "Triton-distributed#57"}
@@ -425,10 +563,13 @@ def _nvlink5() -> dict:
         "link": "NVLink 5, 18 links, 900 GB/s per direction per GPU",
         "link_ceiling_gbps": 900.0,
         "params": params,
-        "sources": ["nccl-tests#333", "ml-engineering", "nccl#1259", "DeepEP#303", "Triton-distributed#57",
-                    "link-ceilings"],
+        "sources": ["nccl-tests#333", "ml-engineering", "nccl#1455", "nccl#1259", "DeepEP#303",
+                    "Triton-distributed#57", "link-ceilings"],
         "notes": ["The one published small-message point is GB200 with NCCL's symmetric-memory kernels "
-                  "(NCCL 2.27+, registered buffers); stock torch.distributed calls may be slower."],
+                  "(NCCL 2.27+, registered buffers); stock torch.distributed calls may be slower.",
+                  "No real B200 log is in the corpus and no public 2- or 4-GPU B200 busbw was found: the 8-GPU "
+                  "Ring figure is carried to 2 and 4 GPUs because Ring busbw is flat in GPU count on H100 "
+                  "(365-370 GB/s for 2-8 GPUs, nccl#1455); its error is unknown."],
     }
 
 
@@ -437,7 +578,8 @@ def _build() -> dict:
     for make in (_pcie4_nop2p, _pcie4_p2p, _pcie5_nop2p, _pcie5_p2p, _nvlink3, _nvlink4, _nvlink5):
         p = make()
         p["kind"] = "modelled"
-        p["model"] = "latency_us = alpha_us + size_bytes / (beta_gbps * 1e3); beta = busbw / nccl-tests factor"
+        p["model"] = ("latency_us = alpha_us + size_bytes / (beta_gbps * 1e3); beta = busbw / nccl-tests factor; "
+                      "an entry with pieces uses the piece whose from_bytes is the largest <= size_bytes")
         p["sources"] = {k: SOURCES[k] for k in p["sources"]}
         p.setdefault("notes", [])
         p.setdefault("checks", [])

@@ -96,7 +96,8 @@ def driver_version() -> str:
 
 def commprof_commit() -> str:
     """The git commit commprof runs from when it is a checkout (``abc123...``, ``+ local changes``
-    when tracked files differ from it), else ``n/a (not a git checkout)``: two runs of the same
+    when commprof's own code (commprof/, microbench/, cuda_ext/) differs from it; results and docs
+    do not count), else ``n/a (not a git checkout)``: two runs of the same
     version number from different commits are told apart."""
     return _commit(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -113,7 +114,8 @@ def _commit(root: str, _cache: dict = {}) -> str:  # noqa: B006 - one answer per
                                   timeout=5)
             if head.returncode == 0 and head.stdout.strip():
                 answer = head.stdout.strip()
-                dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no",
+                                        "--", "commprof", "microbench", "cuda_ext"],
                                        capture_output=True, text=True, timeout=5)
                 if dirty.returncode == 0 and dirty.stdout.strip():
                     answer += " + local changes"

@@ -64,12 +64,29 @@ def main():
     ap.add_argument("--inputs", type=int, default=10000, help="inputs per parser")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
+    ap.add_argument("--targets", default="", help="comma list of parser names: run only these (a part)")
+    ap.add_argument("--part", default="", help="write the part's runs to OUT/fuzz-part-<PART>.json only")
+    ap.add_argument("--merge", nargs="*", default=None, help="part files to merge into fuzz.md/fuzz.json")
     args = ap.parse_args()
     start = now_iso()
+    if args.merge is not None:          # parts run side by side (one process each), then merged here
+        import json
+
+        parts = [json.load(open(p, encoding="utf-8")) for p in args.merge]
+        by = {r["parser"]: r for part in parts for r in part["parsers"]}
+        runs = [by[n] for n in F.TARGETS if n in by]
+        missing = [n for n in F.TARGETS if n not in by]
+        if missing:
+            sys.exit(f"fuzz.py --merge: no part holds {', '.join(missing)}")
+        start = min(part["start"] for part in parts)
+        return _write(args, F, start, runs, REPO, parts=len(parts))
+    wanted = [t.strip() for t in args.targets.split(",") if t.strip()]
     tmp = tempfile.mkdtemp(prefix="commprof-fuzz-")
     try:
         runs = []
         for name, (what, gen, check) in F.TARGETS.items():
+            if wanted and name not in wanted:
+                continue
             r = fuzz_one(name, gen, check, args.inputs, args.seed, tmp)
             r["what"] = what
             runs.append(r)
@@ -77,6 +94,17 @@ def main():
                   f"{r['crashes']} crashes ({r['seconds']} s)", file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if args.part:
+        import json
+
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, f"fuzz-part-{args.part}.json"), "w", encoding="utf-8") as f:
+            json.dump({"start": start, "seed": args.seed, "inputs_per_parser": args.inputs, "parsers": runs}, f)
+        return None
+    return _write(args, F, start, runs, REPO)
+
+
+def _write(args, F, start, runs, REPO, parts: int = 1):
     seeds = ([os.path.relpath(p, REPO) for p in F.real_log_paths()]
              + ["tests/data/nccl-tests/all_reduce_perf_8xA100_v3.json", "tests/data/toy-dense-config.json",
                 *[os.path.relpath(p, REPO) for p in F.KINETO_REAL],
@@ -97,6 +125,9 @@ def main():
     table += ["", "Real inputs mutated: " + ", ".join(f"`{s}`" for s in seeds) + ".",
               "", "`servermetrics (serve)`: a server's `/metrics` text is never an error; \"rejected\" there "
               "counts the inputs from which a level's queue columns came back empty (not reported)."]
+    if parts > 1:
+        table += ["", f"Run as {parts} processes side by side (`--targets`/`--part`, then `--merge`): the times "
+                      "of one part include the others' load."]
     write_result(args.out, "fuzz", "Parser fuzzing", result, table)
     if not result["met"]:
         sys.exit(1)

@@ -3,12 +3,13 @@
 For a model at TP=N, the prefill of a P-token prompt in chunks of K tokens runs ceil(P / K) steps,
 each with the decode step's 2L+2 collectives (2L+1 all-reduces of K x hidden, one logits
 all-gather of the chunk's last token; ``commprof plan --phase prefill``). Each collective is priced
-by a reference profile (``commprof/profiles.py``, alpha-beta, every parameter with its source), in
+by a reference profile (``commprof/profiles.py``: alpha-beta, piecewise by NCCL protocol where a real log
+shows the steps; every parameter with its source), in
 eager mode (serving engines run prefill outside CUDA graphs), and nothing overlaps compute. Per
 profile: the communication of the whole prompt in one step, at chunks of 512 and 2048 (common
 ``max_num_batched_tokens`` budgets), and the chunk size the box favours: the smallest power of two
-within 5% of the least communication (with alpha-beta prices the least is always the whole prompt:
-each chunk pays every collective's fixed cost again).
+within 5% of the least communication (with alpha-beta prices the least is the whole prompt: each
+chunk pays every collective's fixed cost again).
 
     python scripts/ttft_comm_modelled.py [--model Gemma-3-27B] [--tp 8] [--prompt 4096]
         [--profiles pcie4-nop2p,pcie5-nop2p,pcie5-p2p,nvlink4] [--out results/bench]
@@ -119,8 +120,9 @@ def main(argv=None) -> int:
                       for n, c in cal.items())
     lines = ["# TTFT communication, modelled (reference profiles, nothing measured)", "",
              *markdown(res), "",
-             f"Profiles: {calib}. Alpha-beta misses NCCL's mid-size ramp, and a 40 MiB all-reduce sits "
-             "between the calibrated bands; see the README's calibration table.", "",
+             f"Profiles: {calib}. A 42 MiB all-reduce sits between the calibrated bands (<= 2 MiB, >= 64 MiB); "
+             "where a profile follows LL / LL128 / Simple pieces fitted to a real log it is priced on the Simple "
+             "piece. The error per band and profile is in docs/gap.md (results/bench/profile_calibration.md).", "",
              f"Command: `{res['command']}`; commprof {res['versions'].get('commprof', '?')}; {res['start_time']}. "
              f"Full figures (every chunk size, every profile parameter and its source): `{NAME}.json`."]
     with open(os.path.join(a.out, f"{NAME}.md"), "w") as f:

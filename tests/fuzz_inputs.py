@@ -900,12 +900,18 @@ def gen_results_dir(rnd: random.Random) -> tuple[bytes, bytes]:
             lines = lines[:i]
     meta = json.loads(meta_text)
     if rnd.random() < 0.5:
-        meta = mutate_json(rnd, meta)
+        try:
+            meta = mutate_json(rnd, json.loads(meta_text))
+        except (RecursionError, ValueError):    # a mutation made a value contain itself
+            meta = json.loads(meta_text)
     if rnd.random() < 0.3:
         meta[_choice(rnd, ["status", "writer", "cells_planned", "verb", "kind", "hosts", "gpus"])] = copy.deepcopy(
             _choice(rnd, JSON_VALUES + ["running", "failed", {"host": "x", "pid": -1}, {"pid": 2 ** 70}]))
     csv_data = ("\n".join(lines) + ("\n" if rnd.random() < 0.9 else "")).encode("utf-8", "surrogatepass")
-    meta_data = _dumps(meta).encode("utf-8", "surrogatepass")
+    try:
+        meta_data = _dumps(meta).encode("utf-8", "surrogatepass")
+    except ValueError:              # a mutation made a value contain itself: not writable JSON
+        meta_data = meta_text.encode("utf-8")
     if rnd.random() < 0.1:
         csv_data = _mutate_bytes(rnd, csv_data)
     if rnd.random() < 0.05:

@@ -199,7 +199,7 @@ def test_multinode_latency_beyond_the_anchor_is_not_judged_by_it(tmp_path):
 def test_multinode_group_is_judged_against_healthy_multinode_boxes(tmp_path):
     """Two hosts with one GPU each at the DGX Spark pair's figures (NVIDIA/dgx-spark-playbooks#103):
     C10n PASSes against that healthy pair and says so; twice as slow WARNs."""
-    from test_verdicts import nccl_log
+    from helpers import nccl_log
 
     for alpha, want in ((60.0, "PASS"), (130.0, "WARN")):
         d = str(tmp_path / f"pair{int(alpha)}")
@@ -215,7 +215,7 @@ def test_graph_log_is_judged_against_graph_figures(tmp_path):
     """nccl-tests -G (CUDA graphs) on 2x H100: judged against nccl#1259's 2x H100 -G figure, the
     method named; the same box measured eager at 4 GPUs has no eager figure at TP=4 and is judged
     against the nvlink4 profile (modelled), said so."""
-    from test_verdicts import nccl_log
+    from helpers import nccl_log
 
     d = str(tmp_path / "g")
     import_nccl_tests([nccl_log(str(tmp_path), "NVIDIA H100 80GB HBM3", ranks=2, alpha_us=5.8, busbw_gbps=360.0,

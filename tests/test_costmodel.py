@@ -130,21 +130,28 @@ def test_anchor_values_match_facts():
     assert alpha("nvlink4", "all_reduce", 8) == 19.2
     assert alpha("nvlink4", "all_reduce", 2, "graph") == pytest.approx(5.75)
     assert [alpha("nvlink3", "all_reduce", n) for n in (2, 4)] == [10.0, 16.9]
-    assert alpha("nvlink3", "all_reduce", 8) == 34.94           # calibrated: the real 8x A100 log's median
-    assert alpha("pcie4-nop2p", "all_reduce", 8) == 42.495      # calibrated: the real 8x RTX 4090 log's median
-    assert costmodel.profile_param("pcie4-nop2p", "all_reduce", 8)["busbw_gbps"] == 15.04
-    assert costmodel.profile_param("nvlink4", "all_reduce", 8)["busbw_gbps"] == 370.0
+    # calibrated: the LL piece fitted to the real 8x A100 / 8x RTX 4090 log (medians 34.94 / 42.495 us)
+    assert alpha("nvlink3", "all_reduce", 8) == pytest.approx(34.94, rel=0.02)
+    assert alpha("pcie4-nop2p", "all_reduce", 8) == pytest.approx(42.495, rel=0.02)
+    # the Simple piece of the real 8x RTX 4090 log: its busbw peak is 15.04 GB/s
+    assert costmodel.profile_param("pcie4-nop2p", "all_reduce", 8)["busbw_gbps"] == pytest.approx(15.04, rel=0.03)
+    # NVLS from 64 MiB: the piece fitted to nccl-tests#290 (busbw 473.6 GB/s at 4 GiB)
+    assert costmodel.profile_param("nvlink4", "all_reduce", 8)["busbw_gbps"] == pytest.approx(473.6, rel=0.01)
+    assert costmodel.profile_param("nvlink4", "all_reduce", 4)["busbw_gbps"] == 370.0   # Ring
     assert costmodel.profile_param("nvlink5", "all_reduce", 8)["busbw_gbps"] == 682.0
     assert costmodel.profile_param("pcie5-nop2p", "all_reduce", 8)["busbw_gbps"] == 28.0
-    assert costmodel.profile_param("pcie5-nop2p", "all_reduce", 4)["busbw_gbps"] == 35.0
+    # calibrated: the Simple piece of the real 4x RTX 5090 P2P-off log (busbw peak 27.26 GB/s)
+    assert costmodel.profile_param("pcie5-nop2p", "all_reduce", 4)["busbw_gbps"] == pytest.approx(27.26, rel=0.03)
     # beta is the algorithm bandwidth: busbw / 2(n-1)/n for all-reduce at 8 GPUs
-    assert costmodel.profile_param("nvlink4", "all_reduce", 8)["beta_gbps"] == pytest.approx(370 / 1.75, rel=1e-3)
+    assert costmodel.profile_param("nvlink4", "all_reduce", 8)["beta_gbps"] == pytest.approx(473.6 / 1.75, rel=0.01)
 
 
 def test_profiles_are_physically_ordered():
     for name, p in profiles.PROFILES.items():
         for q in p["params"]:
-            assert 0 < q["busbw_gbps"] <= p["link_ceiling_gbps"], (name, q)
+            # above the per-direction link ceiling only with NVLS (the switch reduces in-network)
+            ceiling = p["link_ceiling_gbps"] * (1.25 if "NVLS" in q["busbw_source"] else 1.0)
+            assert 0 < q["busbw_gbps"] <= ceiling, (name, q)
             assert q["alpha_us"] > 0
             if q["mode"] == "graph":
                 assert q["alpha_us"] < costmodel.profile_param(p, q["op"], q["tp"], "eager")["alpha_us"]
@@ -159,7 +166,11 @@ def test_profile_latency_is_monotone_in_size():
         for q in p["params"]:
             lat = [costmodel.profile_latency_us(name, q["op"], q["tp"], s, q["mode"]) for s in [0] + SIZES]
             assert lat[0] == pytest.approx(q["alpha_us"])
-            assert all(b > a for a, b in zip(lat, lat[1:])), (name, q["op"], q["tp"], q["mode"])
+            # non-decreasing (an LL piece may be flat), and rising over the range
+            assert all(b >= a for a, b in zip(lat, lat[1:])) and lat[-1] > lat[0], (name, q["op"], q["tp"], q["mode"])
+            for piece in q.get("pieces", ()):     # a piece's line is its curve from its first size on
+                assert costmodel.profile_latency_us(name, q["op"], q["tp"], piece["from_bytes"], q["mode"]) <= \
+                    profiles.param_latency_us({**piece}, piece["from_bytes"]) + 1e-9
 
 
 def test_profile_lookup_errors_name_what_exists():
@@ -202,9 +213,11 @@ def test_write_profile_sweep_is_a_comm_from_source(tmp_path):
                                ("all_reduce", 4, "eager", 1 << 20)):
         want = costmodel.profile_latency_us("nvlink4", op, tp, size, mode)
         assert table.latency_us(op, tp, mode, size) == pytest.approx(want, rel=0.03)
-    # a fit of the written sweep gives the profile back
+    # a fit of the written sweep gives the profile back where it is one alpha-beta line
     for f in costmodel.fit_sweep(df):
         q = costmodel.profile_param("nvlink4", f.op, f.tp, f.mode)
+        if q.get("pieces"):
+            continue
         assert f.alpha_us == pytest.approx(q["alpha_us"], rel=0.01)
         assert f.beta_gbps == pytest.approx(q["beta_gbps"], rel=0.01)
 
@@ -237,18 +250,47 @@ def test_resolve_comm_source_writes_the_profile_once(tmp_path, monkeypatch):
         costmodel.resolve_comm_source("reference:nope")
 
 
+# The error each calibrated profile keeps against each real log it is calibrated on, per size band:
+# (median within, every size within), as model / log. docs/gap.md quotes the figures from
+# results/bench/profile_calibration.md.
+CALIBRATION_ERROR = {
+    ("pcie4-nop2p", "chlc-4090x8"): {"<= 64 KiB": (0.03, 0.1), "128 KiB - 2 MiB": (0.05, 0.1),
+                                     ">= 64 MiB": (0.05, 0.05)},
+    ("pcie5-nop2p", "nccl-tests#287"): {"<= 64 KiB": (0.03, 0.1), "128 KiB - 2 MiB": (0.05, 0.1),
+                                        ">= 64 MiB": (0.03, 0.05)},
+    ("pcie5-p2p", "aikitoria-5090x8"): {"<= 64 KiB": (0.03, 0.05), "128 KiB - 2 MiB": (0.03, 0.1),
+                                        ">= 64 MiB": (0.07, 0.1)},
+    ("nvlink3", "superbench-a100"): {"<= 64 KiB": (0.03, 0.05), "128 KiB - 2 MiB": (0.03, 0.15),
+                                     ">= 64 MiB": (0.05, 0.05)},
+    ("nvlink4", "nccl-tests#290"): {">= 64 MiB": (0.03, 0.05)},
+}
+
+
+@pytest.mark.parametrize("profile,log", sorted(CALIBRATION_ERROR))
+def test_profile_within_its_stated_error_of_each_real_log_it_is_calibrated_on(profile, log):
+    rows = {r["log"]: r for r in costmodel.profile_calibration(profile)}
+    bands = {b["band"]: b for b in rows[log]["bands"]}
+    assert sorted(bands) == sorted(CALIBRATION_ERROR[profile, log])
+    for band, (med_err, any_err) in CALIBRATION_ERROR[profile, log].items():
+        b = bands[band]
+        assert abs(b["median_ratio"] - 1) <= med_err, (band, b)
+        assert 1 - any_err <= b["min_ratio"] and b["max_ratio"] <= 1 + any_err, (band, b)
+
+
 def test_profiles_calibrated_on_the_real_logs_and_their_error_stated():
-    """Each profile with a real log of its class is calibrated on it; the error that remains is
-    computed per size band (model / log), as the README states it."""
+    """Each profile with a real log of its class is calibrated on it; the 2x RTX 4090 log is a
+    latency reference only (its 2.24 GB/s is not taken as the class's bandwidth)."""
     cal = {p: {r["log"]: {b["band"]: b for b in r["bands"]} for r in costmodel.profile_calibration(p)}
            for p in profiles.PROFILES}
-    a100 = cal["nvlink3"]["superbench-a100"]
-    assert 0.93 <= a100["<= 64 KiB"]["min_ratio"] and a100["<= 64 KiB"]["max_ratio"] <= 1.02
-    assert a100[">= 64 MiB"]["median_ratio"] == pytest.approx(0.973, abs=0.01)
-    assert 0.6 < a100["128 KiB - 2 MiB"]["median_ratio"] < 0.7      # alpha-beta misses NCCL's mid-size ramp
-    r8 = cal["pcie4-nop2p"]["chlc-4090x8"]
-    assert r8["<= 64 KiB"]["median_ratio"] == pytest.approx(1.0, abs=0.01)
-    assert r8[">= 64 MiB"]["median_ratio"] == pytest.approx(0.978, abs=0.01)
     r2 = cal["pcie4-nop2p"]["kalavai-4090x2"]
-    assert r2[">= 64 MiB"]["median_ratio"] < 0.15               # that box's 2.24 GB/s is not taken as the class's
-    assert [p for p in profiles.PROFILES if cal[p]] == ["pcie4-nop2p", "nvlink3"]
+    assert r2[">= 64 MiB"]["median_ratio"] < 0.15
+    assert {(p, log) for p in cal for log in cal[p]} == set(CALIBRATION_ERROR) | {("pcie4-nop2p", "kalavai-4090x2")}
+    # protocol pieces where the logs step: 8x RTX 5090 P2P at 4 KiB, 4x RTX 5090 P2P-off at 2 KiB
+    step = {q["tp"]: q for q in profiles.PROFILES["pcie5-p2p"]["params"] if q["op"] == "all_reduce"}[8]
+    assert [e["from_bytes"] for e in step["pieces"]][:2] == [0, 4096]
+    assert costmodel.profile_latency_us("pcie5-p2p", "all_reduce", 8, 4096) / \
+        costmodel.profile_latency_us("pcie5-p2p", "all_reduce", 8, 2048) > 1.4       # the log: 36.29 / 24.54
+    assert costmodel.profile_latency_us("pcie5-nop2p", "all_reduce", 4, 2048) / \
+        costmodel.profile_latency_us("pcie5-nop2p", "all_reduce", 4, 1024) > 1.5     # the log: 26.16 / 15.88
+    # one alpha-beta line where no log of that (op, TP) exists
+    assert not any("pieces" in q for q in profiles.PROFILES["nvlink5"]["params"])

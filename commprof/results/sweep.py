@@ -147,8 +147,10 @@ def load_frame(path: str, impl: str = "baseline"):
         elif c == "wrong":              # empty = not checked (imported with validation off): NaN, never 0
             raw = df[c].fillna("").astype(str).str.strip()
             num = pd.to_numeric(raw.where(raw != "", None), errors="coerce")
-            if (num.isna() & (raw != "")).any():
-                raise UsageError(f"'{os.path.join(path, SWEEP_CSV)}': column wrong holds a non-number")
+            bad = (num.isna() & (raw != "")) | ~(num.isna() | ((num >= 0) & (num <= 2 ** 53) & (num % 1 == 0)))
+            if bad.any():               # also inf, a negative or a fraction: no count of wrong elements
+                raise UsageError(f"'{os.path.join(path, SWEEP_CSV)}': column wrong holds a non-number or a value "
+                                 "that is no count (inf, negative, a fraction)")
             df[c] = num.astype("int64") if not num.isna().any() else num
         elif c in ("tp", "group", "size_bytes", "count", "iters", "warmup", "concurrent"):
             try:
