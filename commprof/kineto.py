@@ -420,13 +420,13 @@ def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
         raise UsageError(f"{label}: its events span {(col.span[1] - col.span[0]) / 3.6e9:,.0f} h (ts {col.span[0]:g} to "
                          f"{col.span[1]:g} us); a capture lasts seconds to minutes: an event's ts or dur is corrupt")
     named = {pid: int(m.group(1)) for pid, n in col.pid_names.items() if (m := re.match(r"^rank (\d+)\b", n))}
-    if "rank" in info:
+    if named and header.get("commprof"):     # commprof's timeline, whole or one rank's: a process per rank and run
+        groups = {pid: (r, col.pid_labels.get(pid, "")) for pid, r in named.items()}
+    elif "rank" in info:
         rank = info["rank"]
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 1_000_000:
             raise UsageError(f"{label}: distributedInfo.rank = {str(rank)[:40]!r}: not a rank (a whole number >= 0)")
         groups = {None: (rank, "")}
-    elif named and header.get("commprof"):
-        groups = {pid: (r, col.pid_labels.get(pid, "")) for pid, r in named.items()}
     else:
         m = _RANK_FILE_RE.search(os.path.basename(path))
         if not m and not (col.gpu_events or col.cpu_comm or col.rpc or col.by_pid):

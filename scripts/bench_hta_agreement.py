@@ -6,8 +6,10 @@ asks HTA, in that interpreter, for its GPU kernel breakdown (COMMUNICATION / COM
 rank, ``include_last_profiler_step=True``) and its communication/computation overlap, and puts
 commprof's ``kineto_ranks`` figures for the same files beside them:
 
-    python scripts/bench_hta_agreement.py --hta-python /path/to/hta-venv/bin/python \\
+    python scripts/bench_hta_agreement.py [--hta-python /path/to/hta-venv/bin/python] \\
         [--traces DIR] [--out results/bench]
+
+Without ``--hta-python`` it uses ``.venv-hta`` (made by ``bash scripts/hta_venv.sh`` when missing).
 
 The traces are HTA's own test data (``tests/data`` of the HTA repository: ``trace_filter`` ranks
 0 and 1, ``df_index_resolver``, ``nccl_parser_config/nccl_data``), looked for in ``--traces`` with
@@ -69,15 +71,25 @@ def hta_figures(python: str, files: list[str]) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def hta_venv_python() -> str:
+    """The python of ``.venv-hta`` (``scripts/hta_venv.sh`` makes it when missing; it prints the path)."""
+    res = subprocess.run(["bash", os.path.join(REPO, "scripts", "hta_venv.sh")], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"bench_hta_agreement: scripts/hta_venv.sh failed: {res.stderr.strip()[-300:]}")
+    return res.stdout.strip().splitlines()[-1]
+
+
 def main():
     from commprof.kineto import attribute_run, read_file
     from commprof.runinfo import now_iso
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--hta-python", required=True, help="python of an environment with HolisticTraceAnalysis")
+    ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis "
+                                         "(default: .venv-hta, made by scripts/hta_venv.sh)")
     ap.add_argument("--traces", default=os.path.join(REPO, "tests", "data", "kineto"))
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
+    args.hta_python = args.hta_python or hta_venv_python()
     start = now_iso()
     rows, table, met, version = [], [
         "| traces | rank | communication us: commprof / HTA (diff) | computation us: commprof / HTA (diff) | "

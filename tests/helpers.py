@@ -172,3 +172,20 @@ def dump_dom(path: str, width: int | None = None) -> str:
                          capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
+
+
+#: The python of Holistic Trace Analysis's own venv (``bash scripts/hta_venv.sh`` makes it; ``.ci/run`` does).
+HTA_PYTHON = os.environ.get("COMMPROF_HTA_PYTHON", os.path.join(REPO, ".venv-hta", "bin", "python"))
+
+
+def hta_figures(files):
+    """HTA's per-rank kernel time by kind and overlap for ``files`` (scripts/bench_hta_agreement.py's
+    ``hta_figures``, run in the HTA venv); the test skips with the reason where there is no venv."""
+    import pytest
+
+    if not os.path.exists(HTA_PYTHON):
+        pytest.skip(f"no HTA venv at {HTA_PYTHON} (make it: bash scripts/hta_venv.sh)")
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    from bench_hta_agreement import hta_figures as run
+
+    return run(HTA_PYTHON, list(files))

@@ -1,7 +1,8 @@
 """A trace results dir: ``trace_tokens.csv`` (per tp, batch, mode, token, rank), ``trace_layers.csv``
 (per layer and rank, with straggler counts), ``trace_summary.csv`` (one row per run),
 ``meta.json`` and ``trace.json`` (every rank's raw segment stamps in the Trace Event format, for
-Perfetto or chrome://tracing; ``commprof import kineto`` reads it back). Rank 0 (or
+Perfetto or chrome://tracing; ``commprof import kineto`` reads it back), and the same events one
+file per rank, ``kineto/rank<r>.trace.json``, with ``distributedInfo`` (HTA reads that folder). Rank 0 (or
 ``trace --predict``) appends one attributed run at a time."""
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def timeline_events(runs: list, model: dict, dtype: str, backend: str, chunk: in
     from ..collectives import DTYPE_BYTES
 
     e = DTYPE_BYTES.get(dtype, 2)
-    cat = "kernel" if backend == "nccl" else "cpu_op"
+    cat = "cpu_op"
     out: list[dict] = []
     for run_i, (tp, batch, mode, recs) in enumerate(runs):
         recs = sorted(recs, key=lambda r: r["rank"])
@@ -80,8 +81,6 @@ def timeline_events(runs: list, model: dict, dtype: str, backend: str, chunk: in
                 step = {"ph": "X", "name": f"ProfilerStep#{t}", "pid": pid, "tid": 0, "ts": round(t0, 3),
                         "dur": round(float(r["lat"][t]), 3)}
                 out.append({**step, "cat": "user_annotation"})
-                if cat == "kernel":
-                    out.append({**step, "cat": "gpu_user_annotation"})
                 for j, seg in enumerate(r["segments"]):
                     if seg.is_comm and tp == 1:
                         continue                 # no collective runs at tp=1: its time is a gap, as in trace
@@ -96,6 +95,42 @@ def timeline_events(runs: list, model: dict, dtype: str, backend: str, chunk: in
                                            "Group size": tp, "dtype": _TORCH_DTYPE.get(dtype, dtype),
                                            "size_bytes": n_out * e})
                     out.append(ev)
+    return as_nccl(out, dtype) if backend == "nccl" else out
+
+
+#: NCCL's device kernel names (``ncclDevKernel_<Coll>[_<Op>_<type>]_<ALGO>_<PROTO>``, NCCL 2.19+
+#: src/device/generate.py); commprof times the whole collective, not NCCL's algorithm or protocol,
+#: so those two parts are left off. HTA counts a kernel as communication by its ``nccl`` prefix.
+_NCCL_KERNEL = {"allreduce": "ncclDevKernel_AllReduce_Sum_{t}", "allgather": "ncclDevKernel_AllGather"}
+_NCCL_TYPE = {"bf16": "bf16", "fp16": "f16", "fp32": "f32"}
+#: GPU streams as Kineto numbers them (its ``tid`` of a kernel): compute and communication apart.
+_STREAM = {1: 7, 2: 13}
+
+
+def as_nccl(events: list[dict], dtype: str) -> list[dict]:
+    """The events of :func:`timeline_events` as an NCCL run's Kineto trace shows them: segments as
+    GPU kernels (``cat: kernel``, on a stream of device ``rank``), collectives named as NCCL's
+    kernels (the site kept in ``args.site``/``args.label``), and each ``ProfilerStep#t`` also as a
+    GPU-side annotation. Pure: the same stamps in, the GPU form out."""
+    out = []
+    for ev in events:
+        if ev.get("ph") != "X":
+            out.append(ev)
+            continue
+        if ev.get("cat") == "user_annotation":
+            out += [ev, {**ev, "cat": "gpu_user_annotation"}]
+            continue
+        ev = {**ev, "cat": "kernel", "tid": _STREAM.get(ev["tid"], ev["tid"]),
+              "args": {**ev["args"], "device": ev["pid"] % 1000, "stream": _STREAM.get(ev["tid"], ev["tid"])}}
+        coll = ev["args"].get("Collective name")
+        if coll:
+            ev["args"]["label"] = ev["name"]
+            ev["name"] = _NCCL_KERNEL.get(coll, "ncclDevKernel_AllReduce_Sum_{t}").format(t=_NCCL_TYPE.get(dtype, dtype))
+        out.append(ev)
+    for ev in events:
+        if ev.get("ph") == "M" and ev.get("name") == "thread_name" and ev["tid"] in _STREAM:
+            out.append({**ev, "tid": _STREAM[ev["tid"]], "args": {"name": f"stream {_STREAM[ev['tid']]} "
+                                                                            f"{ev['args']['name']}"}})
     return out
 
 
@@ -107,15 +142,53 @@ def write_timeline(path: str, runs: list, model: dict, dtype: str, backend: str,
     whole model)."""
     import json
 
-
     doc = {"schemaVersion": 1, "displayTimeUnit": "ms",
-           "commprof": {"format": "commprof trace timeline", "version": 1, "backend": backend, "dtype": dtype,
-                        "model": model.get("name"), "world_size": max(len(r[3]) for r in runs),
-                        "model_shape": model, "layers_model": model.get("layers"),
-                        "layers_run": layers_run or model.get("layers"),
-                        "layout": "tokens laid end to end; segment offsets and durations as stamped"},
+           "commprof": timeline_header(runs, model, dtype, backend, layers_run),
            "traceEvents": timeline_events(runs, model, dtype, backend, chunk)}
     write_atomic(path, json.dumps(doc, separators=(",", ":")))
+    write_rank_traces(os.path.join(os.path.dirname(path), RANK_TRACE_DIR), doc)
+
+
+def timeline_header(runs: list, model: dict, dtype: str, backend: str, layers_run: int | None = None) -> dict:
+    """The ``commprof`` header of a timeline: what the file is (``import kineto`` reads it)."""
+    return {"format": "commprof trace timeline", "version": 1, "backend": backend, "dtype": dtype,
+            "model": model.get("name"), "world_size": max(len(r[3]) for r in runs),
+            "model_shape": model, "layers_model": model.get("layers"),
+            "layers_run": layers_run or model.get("layers"),
+            "layout": "tokens laid end to end; segment offsets and durations as stamped"}
+
+
+#: Folder of the per-rank traces (only trace files in it: HTA reads every .json of a folder).
+RANK_TRACE_DIR = "kineto"
+
+
+def rank_trace_docs(doc: dict) -> dict[int, dict]:
+    """One Kineto-style trace per rank from a timeline ``doc``, as PyTorch's profiler writes one
+    per process: ``distributedInfo`` {backend, rank, world_size} first (HTA finds a file's rank by
+    the first ``"rank": N`` in it), then the ``commprof`` header and that rank's events (all runs)."""
+    head = doc["commprof"]
+    by_rank: dict[int, list] = {}
+    for ev in doc["traceEvents"]:
+        by_rank.setdefault(int(ev["pid"]) % 1000, []).append(ev)
+    return {r: {"distributedInfo": {"backend": head["backend"], "rank": r, "world_size": head["world_size"]},
+                "schemaVersion": doc.get("schemaVersion", 1), "displayTimeUnit": "ms", "commprof": head,
+                "traceEvents": evs} for r, evs in sorted(by_rank.items())}
+
+
+def rank_trace_path(folder: str, rank: int) -> str:
+    return os.path.join(folder, f"rank{rank}.trace.json")
+
+
+def write_rank_traces(folder: str, doc: dict) -> list[str]:
+    """``kineto/rank<r>.trace.json`` (one per rank, see :func:`rank_trace_docs`), each atomically."""
+    import json
+
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for r, one in rank_trace_docs(doc).items():
+        paths.append(rank_trace_path(folder, r))
+        write_atomic(paths[-1], json.dumps(one, separators=(",", ": ")))
+    return paths
 
 
 class TraceWriter:
