@@ -855,14 +855,27 @@ def _trace_files(d: str) -> dict:
     return out
 
 
-def _post(url: str, path: str, timeout_s: float) -> str:
-    """POST url+path; '' when the server answered 2xx, else why not."""
+def _post(url: str, path: str, timeout_s: float, max_bytes: int = 1 << 20) -> str:
+    """POST url+path; '' when the server answered 2xx, else why not. The whole answer has a deadline
+    of ``timeout_s`` (httpx bounds each read, not the request: a server dripping a byte a second
+    would pass that) and at most ``max_bytes`` of it are read."""
     httpx = _httpx()
+    deadline = time.monotonic() + timeout_s
+    body = bytearray()
     try:
-        r = httpx.post(url + path, timeout=timeout_s, trust_env=False)
+        with httpx.Client(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
+            with client.stream("POST", url + path) as r:
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        return f"POST {path}: no whole answer within {timeout_s:g}s"
+                    if len(body) > max_bytes:
+                        break
+                status = r.status_code
     except httpx.HTTPError as e:
         return f"POST {path} failed ({type(e).__name__})"
-    return "" if r.status_code < 300 else f"POST {path} answered {r.status_code} ({' '.join(r.text.split())[:80]})"
+    text = body.decode("utf-8", "replace")
+    return "" if status < 300 else f"POST {path} answered {status} ({' '.join(text.split())[:80]})"
 
 
 def profile_round(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, out: str) -> dict:

@@ -344,7 +344,7 @@ def test_two_resumes_of_one_dir_the_second_is_refused(tmp_path):
 
 class _Hostile:
     """A tiny HTTP server: ``mode`` drip-models (GET /v1/models answered one byte a second),
-    drip-metrics (/metrics so), all500 (every path HTTP 500) or negusage (a good stream whose
+    drip-metrics (/metrics so), drip-profile (POST /start_profile so), all500 (every path HTTP 500) or negusage (a good stream whose
     ``usage`` reports -403 tokens)."""
 
     def __init__(self, mode):
@@ -385,6 +385,8 @@ class _Hostile:
 
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path == "/start_profile" and mode == "drip-profile":
+                    return self._drip(b"{}" * 100)
                 if mode == "all500":
                     return self._json(500, {"error": "boom"})
                 self.send_response(200)
@@ -425,6 +427,19 @@ def hostile():
 
 SERVE_SMALL = ["--model", "m", "--concurrency", "1", "--requests", "2", "--prompt-tokens", "4", "--output-tokens", "3",
                "--warmup", "0", "--no-charts"]
+
+
+def test_a_dripping_profiler_endpoint_ends_at_its_deadline(hostile):
+    """serve --profile's POST /start_profile and /stop_profile have a deadline on the whole answer."""
+    from commprof import serve
+
+    srv = hostile("drip-profile")
+    t0 = time.monotonic()
+    err = serve._post(srv.url, "/start_profile", 2.0)
+    took = time.monotonic() - t0
+    assert took < 10, took          # 2 s and a byte, not the 200 s the drip would take
+    assert err.startswith("POST /start_profile: no whole answer within 2s"), err
+    assert serve._post(hostile("ok").url, "/start_profile", 5.0) == ""      # a 2xx answer is no error
 
 
 def test_serve_against_a_dripping_models_endpoint_ends_at_its_timeout(hostile, cli, tmp_path):
