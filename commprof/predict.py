@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from . import results
+from .results.meta import shown_path
 from .computemodel import (CALIBRATION, CALIBRATION_SOURCE, MODES, WEIGHT_DTYPES, prefill_compute, step_compute,
                            weight_bytes_per_elem)
 from .errors import EXIT_OK, UsageError, shown
@@ -126,7 +127,7 @@ class CommPrices:
 
     def describe(self) -> dict:
         m = self.table.meta
-        return {"spec": self.spec, "results_dir": os.path.abspath(self.table.path), "kind": self.kind,
+        return {"spec": self.spec, "results_dir": shown_path(self.table.path), "kind": self.kind,
                 "verb": m.get("verb"), "hosts": m.get("hosts"), "gpus": m.get("gpus"),
                 "profile": m.get("profile"), "title": m.get("title"), "start_time": m.get("start_time"),
                 "statistic": f"{self.table.stat}, log-log interpolation in size",

@@ -14,9 +14,10 @@ from .check import gather, load_thresholds, run_items, unfinished_lines
 from .items import verdict
 from .errors import UsageError
 from .fileio import all_or_none
-from .results.meta import check_writable
+from .results.meta import check_writable, shown_path
 from .gap import compute_gap
 from .views import report as views
+
 
 
 def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: str | None = None,
@@ -66,7 +67,7 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
             meta = b.sweep_meta or b.trace_meta or b.serve_meta
             sections.append(views.Section(f"Box {k}: {b.label}", level=2,
                                           headlines=[(b.label, views.box_headline(b.label, mine, meta, b.interconnect))],
-                                          paragraphs=[f"dirs: {', '.join(os.path.abspath(d) for d in b.dirs)}"]))
+                                          paragraphs=[f"dirs: {', '.join(shown_path(d) for d in b.dirs)}"]))
         sections.append(views.checklist_section(mine, verdict(mine), b.interconnect, level=level, prefix=prefix))
         if b.topo:
             sections.append(views.topology_section(b.topo, level=level, prefix=prefix))
@@ -99,13 +100,13 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
             ([ev.topo.get("host", "?")] if ev.topo else ["?"])
         title = f"commprof report: {', '.join(hosts)}"
     with all_or_none(*(os.path.join(out_dir, n) for n in (views.REPORT_HTML, views.REPORT_MD, results.META_JSON))):
-        paths = views.write_report(out_dir, title, [os.path.abspath(d) for d in dirs], sections)
+        paths = views.write_report(out_dir, title, [shown_path(d) for d in dirs], sections)
         metas = [m for b in boxes for m in b.metas]
         results.stamp(out_dir, results.provenance(
             "report", "checklist", "one-page report over results dirs (commprof report)", status="complete",
             hosts=sorted({h for m in metas for h in m.get("hosts", [])}) or ["?"],
             gpus=sorted({g for m in metas for g in m.get("gpus", [])}) or None,
-            evidence_dirs=[os.path.abspath(d) for d in dirs], verdict=verdict(items),
+            evidence_dirs=[shown_path(d) for d in dirs], verdict=verdict(items),
             boxes=[{"box": b.label, "verdict": verdict([i for i in items if i.box in ("", b.label)]),
                     "interconnect": b.interconnect.to_dict() if b.interconnect else None} for b in boxes]))
     return paths
@@ -146,7 +147,7 @@ def served_comm(box, model: str | None, tp: int | None) -> dict | None:
 def run_report(cfg: ReportConfig) -> int:
     """``commprof report``: the page and its Markdown twin into ``out`` (else the first dir,
     checked writable before anything is read); the exit code."""
-    from .results.meta import check_writable
+    from .results.meta import check_writable, shown_path
 
     dirs, out = list(cfg.dirs), cfg.out
     thresholds, model, reference, interconnect = cfg.thresholds, cfg.model, cfg.reference, cfg.interconnect

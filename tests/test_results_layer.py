@@ -110,3 +110,17 @@ def test_load_refuses_a_dir_without_results(tmp_path):
         results.load(str(tmp_path))
     with pytest.raises(UsageError, match="does not exist"):
         results.load(str(tmp_path / "missing"))
+
+
+def test_meta_names_no_install_path_and_reports_name_dirs_as_given(tmp_path, monkeypatch):
+    """A committed results dir is read on other machines: its command names the program as
+    ``commprof`` (not the venv it ran from) and dirs below the working directory relatively."""
+    from commprof.results.meta import shown_path, user_command
+
+    assert user_command(["/home/u/proj/.venv/bin/commprof", "sweep", "--tp", "2"]) == ["commprof", "sweep", "--tp", "2"]
+    assert user_command(["/site-packages/commprof/__main__.py", "gap", "a"]) == ["commprof", "gap", "a"]
+    assert user_command(["/usr/bin/python3", "script.py"]) == ["/usr/bin/python3", "script.py"]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results" / "box").mkdir(parents=True)
+    assert shown_path(str(tmp_path / "results" / "box")) == os.path.join("results", "box")
+    assert shown_path("/") == "/"

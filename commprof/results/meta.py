@@ -33,6 +33,25 @@ BASE_KEYS = ("schema_version", "verb", "kind", "what", "status", "start_time", "
              "hosts", "gpus", "machine", "versions", "nccl_env", "env")
 
 
+def shown_path(d: str) -> str:
+    """A results dir as a reader of the page can follow it: relative to where commprof ran when it
+    lies below it (a committed report names no machine's absolute paths), else absolute."""
+    full = os.path.abspath(d)
+    rel = os.path.relpath(full)
+    return full if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
+def user_command(argv) -> list[str]:
+    """The command as a user would type it again: the program as ``commprof`` (the console script
+    or ``python -m commprof``, wherever it was installed), the rest as given. A committed results
+    dir then names no machine's install path."""
+    args = [str(a) for a in argv]
+    if args:
+        head = os.path.basename(args[0])
+        if head == "commprof" or (head == "__main__.py" and os.path.basename(os.path.dirname(args[0])) == "commprof"):
+            args[0] = "commprof"
+    return args
+
 def provenance(verb: str, kind: str, what: str, *, command=None, hosts=None, gpus=None,
                status: str = "running", **extra) -> dict:
     """The ``meta.json`` of a new results dir: the base keys, then ``extra`` (the verb's own).
@@ -47,7 +66,7 @@ def provenance(verb: str, kind: str, what: str, *, command=None, hosts=None, gpu
     meta = {
         "schema_version": SCHEMA_VERSION, "verb": verb, "kind": kind, "what": what, "status": status,
         "start_time": start, "end_time": None if status == "running" else start,
-        "command": [str(a) for a in (command if command is not None else sys.argv)],
+        "command": user_command(command if command is not None else sys.argv),
         "hosts": sorted(set(hosts)) if hosts is not None else [socket.gethostname()],
         "gpus": [str(g) for g in gpus] if gpus else [],
         "machine": machine(), "versions": versions(), "nccl_env": nccl_env(), "env": run_env(),
