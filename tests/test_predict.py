@@ -269,3 +269,34 @@ def test_predict_from_a_measured_sweep_dir_sums_its_latencies(cli_inproc, tmp_pa
     row = json.loads(r.stdout)["rows"][0]
     assert row["comm_kind"] == "measured" and row["comm_timing"] == "per-call"
     assert row["comm_ms"] == pytest.approx((129 * 50 + 30) / 1e3)
+
+
+def test_predict_chart_legend_covers_no_bar_and_no_share_label(tmp_path):
+    """The legend sits in the headroom above the bars: its box overlaps no bar and no '%' label."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    from commprof.views import predict as view
+
+    rows = [{"box": "b", "gpu": "rtx5090", "tp": tp, "batch": b, "kernel_ms": 6.0 + b / 8, "floor_ms": 0.8, "gaps_ms": 0.0,
+             "comm_ms": 5.4 + b / 10, "comm_share_pct": 44.0 + b / 8, "comm_kind": "modelled", "ms_per_token": 0.0}
+            for tp in (4, 8) for b in (1, 8)]
+    shown = []
+    real_close = plt.close
+    plt.close = lambda fig=None: shown.append(fig)          # keep the figure to measure it
+    try:
+        view.predict_chart(rows, str(tmp_path / "p.png"), {"command": ["commprof", "predict"]})
+    finally:
+        plt.close = real_close
+    fig = next(f for f in shown if f is not None and hasattr(f, "axes"))
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(r)
+    bars = [p.get_window_extent(r) for p in ax.patches if isinstance(p, Rectangle)]
+    labels = [t.get_window_extent(r) for t in ax.texts if t.get_text().endswith("%")]
+    assert bars and len(labels) == 4
+    assert not any(legend.overlaps(b) for b in bars + labels)
+    real_close(fig)

@@ -70,7 +70,10 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
         ax.set_title(f"{box}\n(comm: {sub[0]['comm_kind']})", fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].set_ylabel("ms per token (one decode step)")
-    axes[0][-1].legend(fontsize=7, loc="upper right")
+    # headroom above the tallest bar for its share label and the legend: the legend never covers a bar
+    tallest = max((sum(float(r[k]) for k, _ in _PARTS) for r in rows), default=1.0) or 1.0
+    axes[0][0].set_ylim(0, tallest * 1.35)
+    axes[0][-1].legend(fontsize=7, loc="upper center", ncol=2, frameon=False)
     prov = (f"predicted: compute modelled from published GPU specs (calibration: {meta.get('calibration_source', '?')}); "
             f"communication per panel as labelled; {meta.get('start_time', '?')}; command: "
             f"{' '.join(meta.get('command', []))}. % above a bar: communication share.")
