@@ -110,8 +110,10 @@ def test_serve_profile_imports_the_servers_traces(vllm, cli_inproc, tmp_path):
     assert run["steps_by_phase"].get("decode", 0) >= 8 and run["steps_by_phase"].get("prefill", 0) >= 1
     steps = pd.read_csv(os.path.join(out, "kineto", "kineto_steps.csv"))
     decode = steps[steps["phase"] == "decode"]
-    # batch from the marks: the median of the decode steps' requests; 4 in flight decode together
-    assert decode["requests"].max() == 4 and run["batch"] == int(sorted(decode["requests"])[len(decode) // 2])
+    # batch from the marks: the median of the decode steps' requests. How many of the 4 in flight the
+    # server decodes together depends on when each arrives (a loaded client staggers them: 2 were seen
+    # in CI), so the marks must show batching (> 1) and never more than were sent.
+    assert 2 <= decode["requests"].max() <= 4 and run["batch"] == int(sorted(decode["requests"])[len(decode) // 2])
     levels = pd.read_csv(os.path.join(out, "serve_levels.csv"))
     assert list(levels["mode"]) == ["closed", "profiled"] and (levels["ok"] == 4).all()
     km = results_meta(os.path.join(out, "kineto"))
