@@ -124,3 +124,16 @@ def test_meta_names_no_install_path_and_reports_name_dirs_as_given(tmp_path, mon
     (tmp_path / "results" / "box").mkdir(parents=True)
     assert shown_path(str(tmp_path / "results" / "box")) == os.path.join("results", "box")
     assert shown_path("/") == "/"
+
+
+def test_load_names_a_path_that_is_not_a_directory_as_such(tmp_path):
+    """A file (or a link to a device) given where a results dir goes: 'not a directory', not 'does not exist'."""
+    from commprof.errors import UsageError
+    from commprof.results import load
+
+    f = tmp_path / "meta.json"
+    f.write_text("{}")
+    with pytest.raises(UsageError, match="is not a directory"):
+        load(str(f))
+    with pytest.raises(UsageError, match="does not exist"):
+        load(str(tmp_path / "absent"))

@@ -101,7 +101,7 @@ def frame(rows: list[dict], header: list[str]):
 def load(path: str) -> Results:
     """Read any verb's results dir (old ones too). A corrupt file is one error naming it."""
     if not os.path.isdir(path):
-        raise UsageError(f"results dir '{path}' does not exist")
+        raise UsageError(f"results dir '{path}' " + ("is not a directory" if os.path.exists(path) else "does not exist"))
     names = set(os.listdir(path))
     raw = read_meta(path) if META_JSON in names else {}
     verb = _verb_of(path, raw, names)

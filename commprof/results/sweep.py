@@ -118,7 +118,7 @@ def load_frame(path: str, impl: str = "baseline"):
     if impl not in FRAME_IMPLS:
         raise ValueError(f"impl {impl!r}: use one of {FRAME_IMPLS}")
     if not os.path.isdir(path):
-        raise UsageError(f"results dir '{path}' does not exist")
+        raise UsageError(f"results dir '{path}' " + ("is not a directory" if os.path.exists(path) else "does not exist"))
     rows = read_rows(path)
     df = pd.DataFrame(rows, columns=rows[0].keys() if rows else COLUMNS)
     for c in ("impl", "fallback", "comm"):
