@@ -579,27 +579,45 @@ class Scrape:
     note: str = ""
 
 
-def scrape(url: str, timeout_s: float = 5.0) -> Scrape:
-    """The server's histograms now, and a note on where the queue time came from or why there is
-    none. Never raises: a server without ``/metrics`` is measured all the same. The whole answer
-    has a deadline of ``timeout_s`` (httpx bounds each read: a server dripping a byte a second
-    would pass that) and at most :data:`MAX_METRICS_BYTES` are read."""
+def bounded_answer(method: str, url: str, timeout_s: float, max_bytes: int,
+                   only_status: int | None = None) -> tuple[int, bytes, str]:
+    """One HTTP request whose whole answer has a deadline of ``timeout_s`` (httpx bounds each read,
+    not the request: a server dripping a byte a second would pass that), of which at most
+    ``max_bytes`` are read. Returns the status, the body and why the body is cut short: ``""`` (it
+    is whole), ``"deadline"`` or ``"size"``. With ``only_status``, a body under another status is
+    not read. Raises ``httpx.HTTPError``."""
     httpx = _httpx()
     deadline = time.monotonic() + timeout_s
     body = bytearray()
+    with httpx.Client(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
+        with client.stream(method, url) as r:
+            if only_status is not None and r.status_code != only_status:
+                return r.status_code, b"", ""
+            for chunk in r.iter_bytes():
+                body += chunk
+                if time.monotonic() > deadline:
+                    return r.status_code, bytes(body), "deadline"
+                if len(body) > max_bytes:
+                    return r.status_code, bytes(body), "size"
+            return r.status_code, bytes(body), ""
+
+
+def scrape(url: str, timeout_s: float = 5.0) -> Scrape:
+    """The server's histograms now, and a note on where the queue time came from or why there is
+    none. Never raises: a server without ``/metrics`` is measured all the same. The whole answer
+    has a deadline of ``timeout_s`` and at most :data:`MAX_METRICS_BYTES` are read
+    (:func:`bounded_answer`)."""
+    httpx = _httpx()
     try:
-        with httpx.Client(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
-            with client.stream("GET", url + "/metrics") as r:
-                if r.status_code != 200:
-                    return Scrape(note=f"GET {url}/metrics answered {r.status_code}")
-                for chunk in r.iter_bytes():
-                    body += chunk
-                    if time.monotonic() > deadline:
-                        return Scrape(note=f"GET {url}/metrics: no whole answer within {timeout_s:g}s")
-                    if len(body) > MAX_METRICS_BYTES:
-                        return Scrape(note=f"GET {url}/metrics: larger than {MAX_METRICS_BYTES >> 20} MiB")
+        status, body, cut = bounded_answer("GET", url + "/metrics", timeout_s, MAX_METRICS_BYTES, only_status=200)
     except httpx.HTTPError as e:
         return Scrape(note=f"GET {url}/metrics failed ({type(e).__name__})")
+    if status != 200:
+        return Scrape(note=f"GET {url}/metrics answered {status}")
+    if cut == "deadline":
+        return Scrape(note=f"GET {url}/metrics: no whole answer within {timeout_s:g}s")
+    if cut == "size":
+        return Scrape(note=f"GET {url}/metrics: larger than {MAX_METRICS_BYTES >> 20} MiB")
     text = body.decode("utf-8", "replace")
     h, note = _queue_of(url, text)
     return Scrape(h, servermetrics.latency_histograms(text), note)
@@ -857,23 +875,14 @@ def _trace_files(d: str) -> dict:
 
 def _post(url: str, path: str, timeout_s: float, max_bytes: int = 1 << 20) -> str:
     """POST url+path; '' when the server answered 2xx, else why not. The whole answer has a deadline
-    of ``timeout_s`` (httpx bounds each read, not the request: a server dripping a byte a second
-    would pass that) and at most ``max_bytes`` of it are read."""
+    of ``timeout_s`` and at most ``max_bytes`` of it are read (:func:`bounded_answer`)."""
     httpx = _httpx()
-    deadline = time.monotonic() + timeout_s
-    body = bytearray()
     try:
-        with httpx.Client(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
-            with client.stream("POST", url + path) as r:
-                for chunk in r.iter_bytes():
-                    body += chunk
-                    if time.monotonic() > deadline:
-                        return f"POST {path}: no whole answer within {timeout_s:g}s"
-                    if len(body) > max_bytes:
-                        break
-                status = r.status_code
+        status, body, cut = bounded_answer("POST", url + path, timeout_s, max_bytes)
     except httpx.HTTPError as e:
         return f"POST {path} failed ({type(e).__name__})"
+    if cut == "deadline":
+        return f"POST {path}: no whole answer within {timeout_s:g}s"
     text = body.decode("utf-8", "replace")
     return "" if status < 300 else f"POST {path} answered {status} ({' '.join(text.split())[:80]})"
 
