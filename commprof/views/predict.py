@@ -54,6 +54,7 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
     from .charts import _save
 
     boxes = list(dict.fromkeys(r["box"] for r in rows))
+    tallest = 0.0
     fig, axes = plt.subplots(1, len(boxes), figsize=(max(6, 4.5 * len(boxes)), 4.6), squeeze=False, sharey=True)
     colors = ("#4c72b0", "#8fa8d0", "#c8c8c8", "#dd8452")
     for ax, box in zip(axes[0], boxes):
@@ -64,6 +65,7 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
             vals = [float(r[key]) for r in sub]
             ax.bar(range(len(sub)), vals, bottom=bottom, color=color, label=name)
             bottom = [b + v for b, v in zip(bottom, vals)]
+        tallest = max(tallest, *bottom)
         for i, r in enumerate(sub):
             ax.text(i, bottom[i], f"{r['comm_share_pct']:.0f}%", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(range(len(sub)), labels, fontsize=7)
@@ -71,8 +73,7 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].set_ylabel("ms per token (one decode step)")
     # headroom above the tallest bar for its share label and the legend: the legend never covers a bar
-    tallest = max((sum(float(r[k]) for k, _ in _PARTS) for r in rows), default=1.0) or 1.0
-    axes[0][0].set_ylim(0, tallest * 1.35)
+    axes[0][0].set_ylim(0, (tallest or 1.0) * 1.35)
     axes[0][-1].legend(fontsize=7, loc="upper center", ncol=2, frameon=False)
     prov = (f"predicted: compute modelled from published GPU specs (calibration: {meta.get('calibration_source', '?')}); "
             f"communication per panel as labelled; {meta.get('start_time', '?')}; command: "
