@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..errors import UsageError
 from ..jsonfile import read_json_object
-from .meta import META_JSON, normalize, read_meta, run_state
+from .meta import META_JSON, normalize, read_meta, require_results_dir, run_state
 from .table import read_table_rows
 
 #: Every table a verb writes: file name -> (key in Results.tables, required columns).
@@ -100,8 +100,7 @@ def frame(rows: list[dict], header: list[str]):
 
 def load(path: str) -> Results:
     """Read any verb's results dir (old ones too). A corrupt file is one error naming it."""
-    if not os.path.isdir(path):
-        raise UsageError(f"results dir '{path}' " + ("is not a directory" if os.path.exists(path) else "does not exist"))
+    require_results_dir(path)
     names = set(os.listdir(path))
     raw = read_meta(path) if META_JSON in names else {}
     verb = _verb_of(path, raw, names)

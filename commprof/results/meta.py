@@ -41,6 +41,12 @@ def shown_path(d: str) -> str:
     return full if rel == ".." or rel.startswith(".." + os.sep) else rel
 
 
+
+def require_results_dir(path: str) -> None:
+    """A results dir a reader was given: one line when it is missing or is not a directory."""
+    if not os.path.isdir(path):
+        raise UsageError(f"results dir '{path}' " + ("is not a directory" if os.path.exists(path) else "does not exist"))
+
 def user_command(argv) -> list[str]:
     """The command as a user would type it again: the program as ``commprof`` (the console script
     or ``python -m commprof``, wherever it was installed), the rest as given. A committed results

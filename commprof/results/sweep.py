@@ -11,7 +11,8 @@ import os
 from ..errors import UsageError
 from ..sweepconfig import CUSTOM, SweepConfig, plan_cells, row_key
 from ..runinfo import machine, nccl_env, now_iso, run_env, versions
-from .meta import META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, run_state, write_meta
+from .meta import (META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, require_results_dir,
+                   run_state, write_meta)
 from .table import TableAppender, read_table_rows
 
 SWEEP_CSV = "sweep.csv"
@@ -117,8 +118,7 @@ def load_frame(path: str, impl: str = "baseline"):
 
     if impl not in FRAME_IMPLS:
         raise ValueError(f"impl {impl!r}: use one of {FRAME_IMPLS}")
-    if not os.path.isdir(path):
-        raise UsageError(f"results dir '{path}' " + ("is not a directory" if os.path.exists(path) else "does not exist"))
+    require_results_dir(path)
     rows = read_rows(path)
     df = pd.DataFrame(rows, columns=rows[0].keys() if rows else COLUMNS)
     for c in ("impl", "fallback", "comm"):
