@@ -653,7 +653,7 @@ def _latency_vs_healthy(ev, t, sub, label, ic) -> Item | None:
     worst = float(judged["latency_us_p50"].max())
     at = judged.loc[judged["latency_us_p50"].idxmax(), "size_bytes"]
     stat = label[:-1] + f", {mode})" if label.endswith(")") else f"{label} ({method})"
-    pr, fr = t["pass_ratio"], t["fail_ratio"]
+    pr, fr = t["pass_ratio"] if len(exp.refs) > 1 else t["pass_ratio_one_box"], t["fail_ratio"]
     ratio = worst / exp.hi
     status = _judge_ratio(ratio, pr, fr)
     value = (f"{worst:.1f} us {stat} at TP={tp}, sizes <= {_size_text(exp.max_bytes)} (worst at {_size_text(at)}): "

@@ -12,6 +12,7 @@ modelled) stands in, said so; where neither exists the caller falls back to its 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import tomllib
@@ -24,11 +25,31 @@ _LINK_TITLE = {"nvlink2": "NVLink 2", "nvlink3": "NVLink 3", "nvlink4": "NVLink 
 
 
 @functools.lru_cache(maxsize=1)
-def healthy_boxes() -> dict:
-    """{'decode': [...], 'busbw': [...]} as committed (read once)."""
+def _committed_healthy_boxes() -> dict:
     with open(HEALTHY_BOXES, "rb") as f:
         data = tomllib.load(f)
     return {"decode": data.get("decode", []), "busbw": data.get("busbw", [])}
+
+
+_TABLES: list = []          # tables in force instead of the committed one (innermost last)
+
+
+def healthy_boxes() -> dict:
+    """{'decode': [...], 'busbw': [...]}: the committed table (read once), or the one a
+    :func:`healthy_table` block put in force."""
+    return _TABLES[-1] if _TABLES else _committed_healthy_boxes()
+
+
+@contextlib.contextmanager
+def healthy_table(table: dict):
+    """Judge with ``table`` (the form :func:`healthy_boxes` returns) in place of the committed
+    healthy boxes inside the block: how scripts/leave_one_out.py judges each corpus box by
+    thresholds built without it."""
+    _TABLES.append({"decode": list(table.get("decode", [])), "busbw": list(table.get("busbw", []))})
+    try:
+        yield
+    finally:
+        _TABLES.pop()
 
 
 def class_title(cls: str, link: str) -> str:
