@@ -234,3 +234,20 @@ def test_graph_log_is_judged_against_graph_figures(tmp_path):
     by, _ = _items(d4)
     assert by["C10"].status == "PASS" and "reference profile nvlink4 at TP=4" in by["C10"].threshold
     assert by["C10"].source.startswith("modelled")
+
+
+def test_derived_profile_figure_fails_only_beyond_its_wider_margin(tmp_path):
+    """4x H200 (NVLink, switch not known): no healthy box at TP=4, and the nvlink4 profile's TP=4
+    latency is derived from other boxes (commprof/profiles.py says so): 2.7x it WARNs, saying why,
+    4.7x FAILs; a calibrated figure (8x A100) keeps the 2.5x FAIL margin."""
+    from helpers import nccl_log
+
+    for alpha, want in ((40.0, "WARN"), (70.0, "FAIL")):
+        d = str(tmp_path / f"h200-{int(alpha)}")
+        import_nccl_tests([nccl_log(str(tmp_path), "NVIDIA H200", ranks=4, alpha_us=alpha, busbw_gbps=370.0)], d)
+        by, _ = _items(d)
+        assert by["C10"].status == want, by["C10"]
+        assert "derived from other boxes" in by["C10"].threshold and "(4.5x)" in by["C10"].threshold
+    d = _import(tmp_path, BOXES[0])
+    by, _ = _items(d)
+    assert "derived" not in by["C10"].threshold and "(2.5x)" in by["C10"].threshold
