@@ -32,7 +32,8 @@ def corpus_boxes() -> list[dict]:
         return tomllib.load(f)["box"]
 
 
-def _slower(d: str, factor: float) -> None:
+def slower(d: str, factor: float) -> None:
+    """The results dir's sweep rows made ``factor`` times slower (times x factor, bandwidths / factor)."""
     import pandas as pd
 
     p = os.path.join(d, "sweep.csv")
@@ -67,7 +68,7 @@ def judge(box: dict, table: dict, factor: float = 1.0) -> dict:
         d = os.path.join(tmp, "box")
         import_nccl_tests([os.path.join(CORPUS, box["file"])], d)
         if factor != 1.0:
-            _slower(d, factor)
+            slower(d, factor)
         with healthy_table(table):
             items = {i.id: i for i in run_items(gather([d]), load_thresholds(), None,
                                                 FLAG[box["class"]].format(link=box["link"]))}

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import tomllib
 
-import pandas as pd
 import pytest
 from helpers import REPO
 
@@ -17,6 +16,9 @@ from commprof.errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE
 from commprof.expect import healthy_boxes
 from commprof.importers import import_nccl_tests
 from commprof.items import INSUFFICIENT, verdict
+
+sys.path.insert(0, REPO)
+from scripts.leave_one_out import slower  # noqa: E402  (the 2x-slower box leave-one-out judges too)
 
 CORPUS = os.path.join(REPO, "tests", "data", "nccl-tests")
 with open(os.path.join(CORPUS, "corpus.toml"), "rb") as _f:
@@ -85,24 +87,13 @@ def test_healthy_box_of_its_class_never_fails(tmp_path, box):
         assert "in-switch reduction (NVLS / SHARP)" in by["C9"].value and "NVLS-capable" in by["C9"].threshold
 
 
-def _slower(d, factor):
-    """The box's sweep rows made ``factor`` times slower (times x factor, bandwidths / factor)."""
-    p = os.path.join(d, "sweep.csv")
-    df = pd.read_csv(p)
-    for c in [c for c in df.columns if c.startswith("latency_us_")]:
-        df[c] = pd.to_numeric(df[c], errors="coerce") * factor
-    for c in ("algbw_gbps", "busbw_gbps"):
-        df[c] = df[c] / factor
-    df.to_csv(p, index=False)
-
-
 JUDGED = [b for b in BOXES if b["decode_ref"] or b["busbw_ref"]]
 
 
 @pytest.mark.parametrize("box", JUDGED, ids=[b["file"].split(".")[0] for b in JUDGED])
 def test_two_times_slower_box_of_each_class_warns(tmp_path, box):
     d = _import(tmp_path, box)
-    _slower(d, 2.0)
+    slower(d, 2.0)
     by, _ = _items(d, FLAG[box["class"]].format(link=box["link"]))
     judged = [by[k].status for k in ("C10", "C9") if by[k].status != "SKIP"]
     assert judged and all(s in ("WARN", "FAIL") for s in judged), (by["C10"], by["C9"])
@@ -110,7 +101,7 @@ def test_two_times_slower_box_of_each_class_warns(tmp_path, box):
 
 def test_far_off_box_fails_and_says_how_far(tmp_path):
     d = _import(tmp_path, BOXES[0])
-    _slower(d, 4.0)
+    slower(d, 4.0)
     by, _ = _items(d)
     assert by["C10"].status == "FAIL" and "2.60x the slowest healthy box" in by["C10"].value      # 151.3 / 58.1
     assert by["C9"].status == "FAIL" and "FAIL below" in by["C9"].threshold
