@@ -242,3 +242,18 @@ def test_derived_profile_figure_fails_only_beyond_its_wider_margin(tmp_path):
     d = _import(tmp_path, BOXES[0])
     by, _ = _items(d)
     assert "derived" not in by["C10"].threshold and "(2.5x)" in by["C10"].threshold
+
+
+def test_pcie5_p2p_box_to_2_gib_is_judged_by_every_healthy_box_of_its_class(tmp_path):
+    """An 8x RTX 5090 P2P box whose sweep reaches 2 GiB meets the aikitoria log and the three 8x RTX
+    PRO 6000 P2P boxes published by voipmonitor/rtx6kpro (37.6-41.1 GB/s at the sweep's end): 40 GB/s
+    PASSes against them (the lowest, 37.6), 12 GB/s FAILs."""
+    from helpers import nccl_log
+
+    for bw, want in ((40.0, "PASS"), (12.0, "FAIL")):
+        d = str(tmp_path / f"p2p{int(bw)}")
+        import_nccl_tests([nccl_log(str(tmp_path), "NVIDIA GeForce RTX 5090", ranks=8, alpha_us=25.0,
+                                    busbw_gbps=bw, sizes=[8 << (2 * k) for k in range(8)] + [256 << 20, 2 << 30])], d)
+        by, _ = _items(d, "pcie5-p2p")
+        assert by["C9"].status == want, by["C9"]
+        assert "(1 log, 3 published figures)" in by["C9"].threshold and "rtx6kpro" in by["C9"].source
