@@ -12,6 +12,7 @@ modelled) stands in, said so; where neither exists the caller falls back to its 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import tomllib
@@ -24,11 +25,31 @@ _LINK_TITLE = {"nvlink2": "NVLink 2", "nvlink3": "NVLink 3", "nvlink4": "NVLink 
 
 
 @functools.lru_cache(maxsize=1)
-def healthy_boxes() -> dict:
-    """{'decode': [...], 'busbw': [...]} as committed (read once)."""
+def _committed_healthy_boxes() -> dict:
     with open(HEALTHY_BOXES, "rb") as f:
         data = tomllib.load(f)
     return {"decode": data.get("decode", []), "busbw": data.get("busbw", [])}
+
+
+_TABLES: list = []          # tables in force instead of the committed one (innermost last)
+
+
+def healthy_boxes() -> dict:
+    """{'decode': [...], 'busbw': [...]}: the committed table (read once), or the one a
+    :func:`healthy_table` block put in force."""
+    return _TABLES[-1] if _TABLES else _committed_healthy_boxes()
+
+
+@contextlib.contextmanager
+def healthy_table(table: dict):
+    """Judge with ``table`` (the form :func:`healthy_boxes` returns) in place of the committed
+    healthy boxes inside the block: how scripts/leave_one_out.py judges each corpus box by
+    thresholds built without it."""
+    _TABLES.append({"decode": list(table.get("decode", [])), "busbw": list(table.get("busbw", []))})
+    try:
+        yield
+    finally:
+        _TABLES.pop()
 
 
 def class_title(cls: str, link: str) -> str:
@@ -94,6 +115,8 @@ class Expectation:
     sources: list = field(default_factory=list)
     max_bytes: int = 0          # decode: the largest size the references cover (<= 64 KiB)
     what: str = ""              # 'healthy NVLink 3 NVSwitch boxes at TP=8, back-to-back avg, eager'
+    derived: bool = False       # a reference profile's figure derived from other boxes (no real box of
+                                # this class and TP behind it, commprof/profiles.py says how): a guess
 
     def logs(self) -> str:
         n_log = sum(1 for r in self.refs if r.get("kind") == "log")
@@ -124,18 +147,18 @@ def decode_expectation(cls: str, link: str, tp: int, method: str, max_bytes: int
     mode = "graph" if method.endswith("graph") else "eager"
     vals = []
     for m in (mode, "eager"):
-        vals = vals or _profile_values(cls, link, tp, m, lambda q: _profile_latency(q, max_bytes))
+        vals = vals or _profile_values(cls, link, tp, m, lambda q: _profile_latency(q, max_bytes), "alpha_source")
         if vals:
             mode = m
             break
     if not vals:
         return None
-    names = [n for n, _ in vals]
-    return Expectation("reference profile", min(v for _, v in vals), max(v for _, v in vals),
+    names = [n for n, _, _ in vals]
+    return Expectation("reference profile", min(v for _, v, _ in vals), max(v for _, v, _ in vals),
                        [{"name": f"reference profile {n}", "kind": "modelled"} for n in names],
                        [f"commprof reference profile '{n}' (modelled; commprof/profiles.py)" for n in names],
                        max_bytes, f"reference profile {'/'.join(names)} at TP={tp} ({mode}, modelled: no healthy "
-                       f"{title} box at TP={tp} measured {method})")
+                       f"{title} box at TP={tp} measured {method})", all(d for _, _, d in vals))
 
 
 def busbw_expectation(cls: str, link: str, tp: int, method: str, largest_bytes: int, nvls: bool) -> Expectation | None:
@@ -161,15 +184,15 @@ def busbw_expectation(cls: str, link: str, tp: int, method: str, largest_bytes: 
                            f"healthy {kind}{title} boxes at TP={tp} (sizes up to the box's largest)")
     if nvls:
         return None
-    vals = _profile_values(cls, link, tp, "eager", lambda q: q["busbw_gbps"])
+    vals = _profile_values(cls, link, tp, "eager", lambda q: q["busbw_gbps"], "busbw_source")
     if not vals:
         return None
-    names = [n for n, _ in vals]
-    return Expectation("reference profile", min(v for _, v in vals), max(v for _, v in vals),
+    names = [n for n, _, _ in vals]
+    return Expectation("reference profile", min(v for _, v, _ in vals), max(v for _, v, _ in vals),
                        [{"name": f"reference profile {n}", "kind": "modelled"} for n in names],
                        [f"commprof reference profile '{n}' (modelled)" for n in names], 0,
                        f"reference profile {'/'.join(names)} at TP={tp} (modelled: no healthy {title} box at "
-                       f"TP={tp} with sizes up to the box's largest)")
+                       f"TP={tp} with sizes up to the box's largest)", all(d for _, _, d in vals))
 
 
 def _profile_latency(q: dict, size_bytes: int) -> float:
@@ -178,12 +201,15 @@ def _profile_latency(q: dict, size_bytes: int) -> float:
     return param_latency_us(q, size_bytes)
 
 
-def _profile_values(cls, link, tp, mode, fn) -> list[tuple[str, float]]:
+def _profile_values(cls, link, tp, mode, fn, source_key) -> list[tuple[str, float, bool]]:
+    """(profile, value, derived) per profile of the class with an all_reduce entry at ``tp`` and
+    ``mode``; derived: the entry's ``source_key`` figure is not calibrated on, nor published for, a
+    real box of that class and TP degree."""
     from .profiles import PROFILES
 
     out = []
     for name in _profiles(cls, link):
         for q in PROFILES.get(name, {}).get("params", []):
             if q["op"] == "all_reduce" and int(q["tp"]) == int(tp) and q["mode"] == mode:
-                out.append((name, float(fn(q))))
+                out.append((name, float(fn(q)), str(q.get(source_key, "")).startswith("derived")))
     return out

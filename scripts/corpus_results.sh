@@ -14,9 +14,10 @@ declare -A LOGS=(
   [import-rtx4090x2-pcie]=$D/rtx4090x2_pcie_allreduce_kalavai.txt
   [import-rtx5090x8-pcie5-p2p]=$D/rtx5090x8_pcie5_p2p_allreduce_aikitoria.txt
   [import-rtx5090x4-pcie5-nop2p]=$D/rtx5090x4_pcie5_nop2p_allreduce_nccltests287.txt
+  [import-rtx4090x6-pcie4-p2p]=$D/rtx4090x6_pcie4_p2p_allreduce_tinygrad.txt
 )
 ORDER=(import-a100x8-nvswitch import-a100x8-nvswitch-cs244c import-h100x8-nvls import-rtx4090x8-pcie
-       import-rtx4090x2-pcie import-rtx5090x8-pcie5-p2p import-rtx5090x4-pcie5-nop2p)
+       import-rtx4090x2-pcie import-rtx5090x8-pcie5-p2p import-rtx5090x4-pcie5-nop2p import-rtx4090x6-pcie4-p2p)
 for name in "${ORDER[@]}"; do
   rm -rf "results/$name"
   $C import nccl-tests "${LOGS[$name]}" --out "results/$name"

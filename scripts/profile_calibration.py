@@ -45,6 +45,9 @@ def rows() -> list[dict]:
         for name in _profiles("pcie" if b["class"].startswith("pcie") else b["class"], b["link"]):
             prof = PROFILES[name]
             if not any(q["op"] == "all_reduce" and q["tp"] == b["tp"] and q["mode"] == "eager" for q in prof["params"]):
+                out.append({"profile": name, "box": b["name"], "file": b["file"], "source": b["source"], "tp": b["tp"],
+                            "own_class": name in own, "bands": [],
+                            "unmatched": f"no {name} all_reduce entry at TP={b['tp']}"})
                 continue
             row = {"profile": name, "box": b["name"], "file": b["file"], "source": b["source"], "tp": b["tp"],
                    "own_class": name in own, "bands": []}
@@ -73,6 +76,8 @@ def main() -> int:
              data["what"], "", f"Command: `{data['command']}`; {data['created']}.", "",
              "| profile | real log (TP) | class | <= 64 KiB | 128 KiB - 2 MiB | >= 64 MiB |", "|---|---|---|---|---|---|"]
     for r in data["rows"]:
+        if r.get("unmatched"):
+            continue
         cells = []
         for band in ("<= 64 KiB", "128 KiB - 2 MiB", ">= 64 MiB"):
             b = next((x for x in r["bands"] if x["band"] == band), None)
@@ -81,6 +86,10 @@ def main() -> int:
                      + " | ".join(cells) + " |")
     lines += ["", "Median model / real over the band's sizes (smallest-largest in brackets); below 1 the profile "
               "is faster (optimistic) than the real box, above 1 slower."]
+    miss = [r for r in data["rows"] if r.get("unmatched")]
+    if miss:
+        lines += ["", "Not compared (the profile has no entry at the log's TP degree): " + "; ".join(
+            f"{r['box']} (TP={r['tp']}): {r['unmatched']}" for r in miss) + "."]
     with open(os.path.join(args.out, f"{NAME}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
