@@ -238,7 +238,7 @@ def test_the_seed_box_result_reproduces_from_its_inputs():
                       prompt=4096)
     assert float(row["compute_ms"]) == pytest.approx(r["compute_ms"], rel=1e-4)
     assert float(row["comm_ms"]) == pytest.approx(r["comm_ms"], rel=1e-4)
-    assert float(row["comm_share_pct"]) == pytest.approx(43.7, abs=0.05)          # the README's figure
+    assert float(row["comm_share_pct"]) == pytest.approx(43.3, abs=0.05)          # the README's figure
 
 
 def test_show_reads_a_predict_dir_back(cli_inproc, tmp_path):
