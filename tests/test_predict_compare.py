@@ -82,3 +82,13 @@ def test_report_of_a_serve_dir_and_a_predict_dir_has_both_sections(cli_inproc, t
     assert r.returncode == 0, r.stderr
     md = (out / "report.md").read_text()
     assert "## Predicted per token" in md and "erve" in md
+
+
+def test_serve_profile_line_prints_the_exposed_communication_in_ms_beside_its_share():
+    from commprof.views.serve import profile_lines
+
+    got = []
+    profile_lines({"concurrency": 4, "kineto_out": "kineto", "runs": [
+        {"tp": 2, "batch": 4, "steps": 10, "steps_by_phase": {"decode": 10}, "collectives_per_step": 66,
+         "backend": "nccl", "ms_per_step": 20.0, "comm_share_pct": 25.0}]}, "/out", echo=got.append)
+    assert "communication 25.0% exposed (5.000 ms/step)" in got[0]
