@@ -83,25 +83,25 @@ _VLLM_DASH = {"engine": "vLLM (nightly performance dashboard)", "batch": 8, "isl
               "weights": "bf16", "metric": "e2e / osl",
               "note": "latency test of benchmarks/benchmark_latency.py; llama-3 70B has Llama-3.1-70B's shapes; "
                       "the dashboard's 8xH100 taken as H100 SXM (its A100 is named SXM4)"}
+
+
+def _dash(build: int, gpu_name: str, gpu: str, comm: str, test: str, latency_ms: float) -> dict:
+    """One latency test of the dashboard: per token = the batch's mean latency / 128."""
+    small = test == "latency_llama8B_tp1"
+    return {**_VLLM_DASH, "id": f"vllm-dash-{'llama31-8b' if small else 'llama3-70b'}-{gpu.split('-')[0]}"
+                                f"{'' if small else 'x4'}-b8",
+            "model": "Llama-3.1-8B" if small else "Llama-3.1-70B", **({"shape": LLAMA31_8B} if small else {}),
+            "gpu": gpu, "comm": comm, "tp": 1 if small else 4, "measured_ms": round(latency_ms / 128, 3),
+            "source": f"{VLLM_BK}{build} (Latency tests: {test}, {gpu_name}, mean latency {latency_ms} ms)"}
+
+
 VLLM_DASHBOARD = [
-    {**_VLLM_DASH, "id": "vllm-dash-llama31-8b-h200-b8", "model": "Llama-3.1-8B", "shape": LLAMA31_8B,
-     "gpu": "h200", "comm": "reference:nvlink4", "tp": 1, "measured_ms": round(834.059 / 128, 3),
-     "source": VLLM_BK + "9513 (Latency tests: latency_llama8B_tp1, H200, mean latency 834.059 ms)"},
-    {**_VLLM_DASH, "id": "vllm-dash-llama3-70b-h200x4-b8", "model": "Llama-3.1-70B",
-     "gpu": "h200", "comm": "reference:nvlink4", "tp": 4, "measured_ms": round(2075.08 / 128, 3),
-     "source": VLLM_BK + "9513 (Latency tests: latency_llama70B_tp4, H200, mean latency 2075.08 ms)"},
-    {**_VLLM_DASH, "id": "vllm-dash-llama31-8b-h100-b8", "model": "Llama-3.1-8B", "shape": LLAMA31_8B,
-     "gpu": "h100-sxm", "comm": "reference:nvlink4", "tp": 1, "measured_ms": round(997.542 / 128, 3),
-     "source": VLLM_BK + "9555 (Latency tests: latency_llama8B_tp1, 8xH100, mean latency 997.542 ms)"},
-    {**_VLLM_DASH, "id": "vllm-dash-llama3-70b-h100x4-b8", "model": "Llama-3.1-70B",
-     "gpu": "h100-sxm", "comm": "reference:nvlink4", "tp": 4, "measured_ms": round(2444.47 / 128, 3),
-     "source": VLLM_BK + "9555 (Latency tests: latency_llama70B_tp4, 8xH100, mean latency 2444.47 ms)"},
-    {**_VLLM_DASH, "id": "vllm-dash-llama31-8b-a100-b8", "model": "Llama-3.1-8B", "shape": LLAMA31_8B,
-     "gpu": "a100-sxm", "comm": "reference:nvlink3", "tp": 1, "measured_ms": round(1579.27 / 128, 3),
-     "source": VLLM_BK + "9523 (Latency tests: latency_llama8B_tp1, A100-SXM4-80GB, mean latency 1579.27 ms)"},
-    {**_VLLM_DASH, "id": "vllm-dash-llama3-70b-a100x4-b8", "model": "Llama-3.1-70B",
-     "gpu": "a100-sxm", "comm": "reference:nvlink3", "tp": 4, "measured_ms": round(3990.59 / 128, 3),
-     "source": VLLM_BK + "9523 (Latency tests: latency_llama70B_tp4, A100-SXM4-80GB, mean latency 3990.59 ms)"},
+    _dash(9513, "H200", "h200", "reference:nvlink4", "latency_llama8B_tp1", 834.059),
+    _dash(9513, "H200", "h200", "reference:nvlink4", "latency_llama70B_tp4", 2075.08),
+    _dash(9555, "8xH100", "h100-sxm", "reference:nvlink4", "latency_llama8B_tp1", 997.542),
+    _dash(9555, "8xH100", "h100-sxm", "reference:nvlink4", "latency_llama70B_tp4", 2444.47),
+    _dash(9523, "A100-SXM4-80GB", "a100-sxm", "reference:nvlink3", "latency_llama8B_tp1", 1579.27),
+    _dash(9523, "A100-SXM4-80GB", "a100-sxm", "reference:nvlink3", "latency_llama70B_tp4", 3990.59),
 ]
 
 #: A PCIe box at TP=8: 8x L20 (GDDR6, PCIe 4.0, no NVLink), Qwen1.5-72B, one request at a time,
@@ -113,6 +113,22 @@ L20_4852 = {"id": "vllm4852-qwen15-72b-l20x8-c1-eager", "engine": "vLLM 0.5 (eag
                       "prompt 1024, output 50, other(ms) 39.3, 'TPOT 45ms v0.4.2 -> 39ms v0.5, eager mode')",
             "note": "TP=8 from the title's L20x8; precision not stated: the checkpoint's bf16 taken; P2P taken as on "
                     "(a datacenter card): reference:pcie4-p2p"}
+
+#: Qwen3-4B's shapes, from its published config.json
+#: (https://huggingface.co/Qwen/Qwen3-4B/blob/main/config.json: 36 layers, hidden 2560, 32 query / 8 KV
+#: heads of 128, intermediate 9728, vocab 151936, tie_word_embeddings true).
+QWEN3_4B = {"name": "Qwen3-4B", "layers": 36, "hidden": 2560, "q_heads": 32, "kv_heads": 8, "head_dim": 128,
+            "ffn": 9728, "vocab": 151936, "tie_word_embeddings": True,
+            "source": "https://huggingface.co/Qwen/Qwen3-4B/blob/main/config.json"}
+TT394 = "https://github.com/tenstorrent/tt-inference-server/issues/394"
+#: A GDDR6X card: one RTX 4090, Qwen3-4B, one request at a time (tt-inference-server's GPU reference run).
+RTX4090_TT394 = [
+    {"id": f"tt394-qwen3-4b-rtx4090-c1-{isl}", "engine": "vLLM (tt-inference-server's GPU reference)",
+     "model": "Qwen3-4B", "shape": QWEN3_4B, "gpu": "rtx4090", "comm": "reference:pcie4-nop2p", "tp": 1, "batch": 1,
+     "isl": isl, "osl": 128, "weights": "bf16", "measured_ms": ms, "metric": "TPOT",
+     "source": TT394 + f" (Performance Benchmark Sweeps for Qwen_Qwen3-4B on 4090, ISL {isl} / OSL 128, concurrency 1)",
+     "note": "precision not stated: the checkpoint's bf16 taken; TP=1, so no communication"}
+    for isl, ms in ((128, 10.5), (4096, 10.9))]
 
 #: Held out: not used by --fit; they check the fit on another model and another source.
 HELD_OUT = [
@@ -137,7 +153,7 @@ HELD_OUT = [
 # The dashboard's H100 and A100 figures join the fit; its H200 figures (a GPU the fit never saw) and
 # the PCIe box are held out with the figures above.
 FIGURES = FIGURES + [f for f in VLLM_DASHBOARD if f["gpu"] in ("h100-sxm", "a100-sxm")]
-HELD_OUT = HELD_OUT[:2] + [f for f in VLLM_DASHBOARD if f["gpu"] == "h200"] + [L20_4852] + HELD_OUT[2:]
+HELD_OUT = HELD_OUT[:2] + [f for f in VLLM_DASHBOARD if f["gpu"] == "h200"] + [L20_4852] + RTX4090_TT394 + HELD_OUT[2:]
 
 #: AIConfigurator's system name for a GPU of commprof's table (only those it has data for).
 AIC_SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-sxm": "a100_sxm", "a100-pcie": "a100_pcie",
