@@ -46,6 +46,12 @@ def test_gap_sets_two_predict_dirs_side_by_side_per_token(cli_inproc, tmp_path, 
     assert f"communication {float(b[8]['comm_ms']):.2f} ms/token ({float(b[8]['comm_share_pct']):.1f}%)" in line
     meta = json.loads((out / "meta.json").read_text())
     assert meta["verb"] == "gap" and meta["kind"] == "predicted" and len(meta["boxes"]) == 2
+    import commprof
+
+    back = commprof.load(str(out))["gap_predict"]                 # read back as a table, and shown
+    assert len(back) == 4 and set(back["tp"]) == {4, 8}
+    shown = cli_inproc("show", str(out))
+    assert shown.returncode == 0 and "predicted per token" in shown.stdout
 
 
 def test_gap_compares_the_boxes_inside_one_predict_dir(cli_inproc, tmp_path):

@@ -67,7 +67,8 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
         frame_table(t["plan"], title)
         for k, v in (doc.get("counts") or {}).items():
             echo(f"{k}: {v}")
-    for name, title in (("gap", "commprof gap: this box / the reference"), ("gap_boxes", "commprof gap: box / box")):
+    for name, title in (("gap", "commprof gap: this box / the reference"), ("gap_boxes", "commprof gap: box / box"),
+                        ("gap_predict", "commprof gap: predicted per token, box / the first box")):
         if name in t:
             shown = True
             frame_table(t[name], f"{title} ({meta.get('kind', '?')}; {res.path})")
