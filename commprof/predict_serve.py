@@ -102,14 +102,18 @@ def add_serve_account(rows: list[dict], account: ServeAccount, prompt: int | Non
 
 
 def serve_line(r: dict) -> str:
-    """The scheduling account of one row, in words (measured beside modelled)."""
-    def f(v, nd=2):
-        return "-" if v in ("", None) else f"{v:.{nd}f}"
+    """The scheduling account of one row, in words (measured beside modelled); a row read back
+    from predict.csv has NaN where the row was empty."""
+    def has(k) -> bool:
+        return _num(r.get(k)) is not None
 
-    queue = f"queue {f(r['served_queue_ms_mean'])} ms, " if r.get("served_queue_ms_mean") not in ("", None) else ""
-    ttft = (f", TTFT {f(r['served_ttft_ms_p50'], 1)} ms served vs {f(r.get('ttft_ms'), 1)} ms modelled"
-            if r.get("ttft_modelled_vs_served") not in ("", None) else
-            f", TTFT {f(r['served_ttft_ms_p50'], 1)} ms served" if r.get("served_ttft_ms_p50") not in ("", None) else "")
-    return (f"{r['gpu']} TP={r['tp']} batch {r['batch']}: served (measured, level {r['serve_level']}, concurrency "
-            f"{r['serve_concurrency']}, {r['serve_match']}): {queue}TPOT {f(r['served_tpot_ms_p50'])} ms vs "
-            f"{f(r['ms_per_token'])} ms/token modelled (x{f(r['tpot_modelled_vs_served'])}){ttft}")
+    def f(k, nd=2):
+        return f"{_num(r.get(k)):.{nd}f}" if has(k) else "-"
+
+    queue = f"queue {f('served_queue_ms_mean')} ms, " if has("served_queue_ms_mean") else ""
+    ttft = (f", TTFT {f('served_ttft_ms_p50', 1)} ms served vs {f('ttft_ms', 1)} ms modelled"
+            if has("ttft_modelled_vs_served") else
+            f", TTFT {f('served_ttft_ms_p50', 1)} ms served" if has("served_ttft_ms_p50") else "")
+    return (f"{r['gpu']} TP={r['tp']} batch {r['batch']}: served (measured, level {int(r['serve_level'])}, concurrency "
+            f"{int(r['serve_concurrency'])}, {r['serve_match']}): {queue}TPOT {f('served_tpot_ms_p50')} ms vs "
+            f"{f('ms_per_token')} ms/token modelled (x{f('tpot_modelled_vs_served')}){ttft}")

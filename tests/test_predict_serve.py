@@ -44,6 +44,8 @@ def test_each_row_gets_the_closed_level_of_its_batch_measured_beside_the_modelle
     assert meta["serve"]["levels"] == [0, 1, 2, 3]              # the open-loop level 4 is not a batch
     line = next(x for x in r.stdout.splitlines() if "served (measured, level 1" in x)
     assert f"TPOT {float(lv[1]['tpot_ms_p50']):.2f} ms vs" in line and "ms/token modelled" in line
+    shown = cli_inproc("show", str(out))                          # read back: the same line
+    assert shown.returncode == 0 and line in shown.stdout
 
 
 @pytest.mark.parametrize("make, expected", [
