@@ -67,3 +67,22 @@ def test_a_bad_serve_dir_is_one_line_and_exit_2(cli_inproc, tmp_path, make, expe
     assert r.returncode == 2
     assert expected in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not out.exists()                  # nothing half-written
+
+
+def test_the_engine_queue_time_comes_through_where_the_serve_dir_has_it(cli_inproc, tmp_path):
+    """A serve dir whose server exposed its queue metric (queue_ms_mean per level, as commprof serve
+    writes from vLLM's /metrics): the row carries it and its line says it."""
+    d = tmp_path / "served"
+    d.mkdir()
+    (d / "meta.json").write_text(json.dumps({"verb": "serve", "kind": "measured", "model": "m", "prompt_tokens": 512}))
+    (d / "serve_levels.csv").write_text("level,mode,concurrency,status,ttft_ms_p50,tpot_ms_p50,queue_ms_mean\n"
+                                        "0,closed,4,complete,120.5,21.5,7.25\n")
+    out = tmp_path / "p"
+    r = cli_inproc("predict", "--gpu", "h100-sxm", "--comm", "reference:nvlink4", "--tp", "2", "--batch", "4",
+                   "--prompt", "128", "--serve", str(d), "--no-charts", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    row = csv_rows(str(out), "predict.csv")[0]
+    assert float(row["served_queue_ms_mean"]) == 7.25 and row["serve_match"] == "batch"
+    assert "queue 7.25 ms, TPOT 21.50 ms vs" in r.stdout
+    # its requests had 512 prompt tokens, --prompt is 128: said, not hidden
+    assert "512 prompt tokens, --prompt is 128" in r.stdout
