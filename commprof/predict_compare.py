@@ -143,11 +143,16 @@ def predict_section(path: str, out_dir: str, level: int = 2, tag: str = ""):
     trows = [(r["box"], r["tp"], r["batch"], f"{r['compute_ms']:.2f}", f"{r['comm_ms']:.2f}",
               f"{r['ms_per_token']:.2f}", f"{r['comm_share_pct']:.1f}", f"{r['tokens_s_per_user']:.1f}") for r in rows]
     chart = predict_chart(rows, os.path.join(out_dir, f"predict{('_' + tag) if tag else ''}.png"), meta)
+    lines = [predict_line(r) for r in rows]
+    if rows and "served_tpot_ms_p50" in rows[0]:        # predicted with --serve: the measured account too
+        from .predict_serve import serve_line
+
+        lines += [serve_line(r) for r in rows]
     return Section(f"Predicted per token: {model} ({shown_path(path)})", level=level,
                    prov=("predicted: GPU compute modelled from published specs (calibration in meta.json), "
                          "communication from each box's comm input: "
                          + "; ".join(f"{b['box']} ({b['comm'].get('kind')})" for b in meta.get("boxes", []))),
-                   paragraphs=[predict_line(r) for r in rows], tables=[Table(headers, trows)], images=[chart])
+                   paragraphs=lines, tables=[Table(headers, trows)], images=[chart])
 
 
 def predicted_report(dirs: list[str], out_dir: str) -> list[str]:

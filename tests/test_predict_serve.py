@@ -46,6 +46,9 @@ def test_each_row_gets_the_closed_level_of_its_batch_measured_beside_the_modelle
     assert f"TPOT {float(lv[1]['tpot_ms_p50']):.2f} ms vs" in line and "ms/token modelled" in line
     shown = cli_inproc("show", str(out))                          # read back: the same line
     assert shown.returncode == 0 and line in shown.stdout
+    rep = cli_inproc("report", str(out), "--out", str(tmp_path / "r"))   # and in the report's predict section
+    assert rep.returncode == 0, rep.stderr
+    assert "served (measured, level 1" in (tmp_path / "r" / "report.md").read_text()
 
 
 @pytest.mark.parametrize("make, expected", [
