@@ -138,6 +138,7 @@ def predict(
     out: Optional[str] = typer.Option(None, "--out", help="Write predict.csv, meta.json and predict.png into this new dir."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip the chart."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+    serve: Optional[str] = typer.Option(None, "--serve", help="A commprof serve dir: adds the measured queue, TTFT and served TPOT beside the modelled ones."),
 ):
     """Each token's time on a box you don't own: modelled GPU compute + the box's own communication."""
     from .predict import PredictConfig, run_predict
@@ -149,7 +150,7 @@ def predict(
     _exit_with(lambda: run_predict(PredictConfig(
         model=model, gpus=parts(gpu), comms=parts(comm), tps=parse_int_list(tp, "--tp"),
         batches=parse_int_list(batch, "--batch"), context=context, prompt=prompt, dtype=dtype, weights=weights, mode=mode,
-        mem_util=mem_util, out=out, charts=not no_charts, as_json=as_json)))
+        mem_util=mem_util, out=out, charts=not no_charts, as_json=as_json, serve=serve)))
 
 
 @app.command()

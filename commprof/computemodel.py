@@ -30,21 +30,26 @@ from .models import ModelShape, is_moe_layer, is_sliding
 from .planner import check_tp, dtype_bytes, kv_bytes_per_sequence_per_rank, kv_heads_per_rank
 
 #: The modelled GPU's achievable fractions and floors. ``bw_frac`` and ``step_overhead_us`` are what
-#: ``scripts/bench_predict.py --fit`` printed on the published figures of its ``FIGURES`` (NVIDIA
-#: NIM, 2x H100, Llama-3.3-70B fp8; median and worst error in ``results/bench/predict_calibration.md``);
+#: ``scripts/bench_predict.py --fit`` printed on the eight published figures of its ``FIGURES`` (NVIDIA
+#: NIM, 2x H100, Llama-3.3-70B fp8 at concurrency 1/5/25; vLLM's performance dashboard, H100 and
+#: A100 SXM, Llama-3.1-8B TP=1 and Llama-3-70B TP=4 at batch 8, bf16); held-out and in-sample errors
+#: in ``results/bench/predict_calibration.md``. One ``bw_frac`` serves HBM and GDDR parts alike: the
+#: only GDDR figure with a stated setup (8x L20, TP=8) is held out, too few to fit a second one.
 #: ``flop_frac``, ``prefill_flop_frac``, ``floor_us`` and ``eager_gap_us`` are set, not fitted.
 CALIBRATION = {
-    "bw_frac": 0.62,            # achieved / datasheet memory bandwidth of a decode GEMM or attention kernel
+    "bw_frac": 0.64,            # achieved / datasheet memory bandwidth of a decode GEMM or attention kernel
     "flop_frac": 0.60,          # achieved / datasheet dense tensor FLOP/s (decode GEMMs at large batch)
     "prefill_flop_frac": 0.60,  # the same for prefill GEMMs
     "floor_us": 2.5,            # a kernel's shortest run on the GPU (graph replay)
     "eager_gap_us": 4.0,        # host launch gap per kernel without CUDA graphs
     "small_kernels_per_layer": 5,   # norms, rotary, activation, residual adds: floor-bound
-    "step_overhead_us": 0.0,    # host work per step: scheduler, sampling, input preparation
+    "step_overhead_us": 300.0,  # host work per step: scheduler, sampling, input preparation
 }
 CALIBRATION_SOURCE = ("bw_frac and step_overhead_us fitted by scripts/bench_predict.py --fit on NVIDIA NIM's "
                       "published ITL (https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance: Llama-3.3-70B "
-                      "fp8 TP2 on 2x H100 80G); the other constants set; see results/bench/predict_calibration.md")
+                      "fp8 TP2 on 2x H100 80G) and vLLM's performance dashboard (https://buildkite.com/vllm/"
+                      "performance-benchmark/builds/9555 and /9523: Llama-3.1-8B TP1 and Llama-3-70B TP4, batch 8, "
+                      "on H100 and A100 SXM); the other constants set; see results/bench/predict_calibration.md")
 MODES = ("graph", "eager")
 
 

@@ -747,6 +747,10 @@ def gap_command(dirs: list[str], reference: str | None = None, interconnect: str
             raise UsageError(f"gap: '{d}' and '{seen[real]}' are the same dir: a box compared with itself "
                              "says nothing; pass each box's dir once")
         seen[real] = d
+    from .predict_compare import gap_predict_command, is_predict_dir
+
+    if any(is_predict_dir(d) for d in dirs):        # predictions compare per token, box against box
+        return gap_predict_command(dirs, out)
     g = compute_gap(dirs, reference, interconnect=interconnect, labels=labels)
     render_gap(g)
     for b in gather_boxes(dirs, labels):

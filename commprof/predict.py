@@ -72,6 +72,7 @@ class PredictConfig:
     charts: bool = True
     as_json: bool = False
     calibration: dict = field(default_factory=dict)
+    serve: str | None = None        # a commprof serve dir: the measured scheduling account
 
 
 # --- communication --------------------------------------------------------------------------------
@@ -220,13 +221,13 @@ def _boxes(gpus: list, comms: list) -> list[tuple[GpuSpec, CommPrices]]:
     return list(zip(gs, cs))
 
 
-def write_predict(out_dir: str, rows: list[dict], meta_extra: dict) -> list[str]:
+def write_predict(out_dir: str, rows: list[dict], meta_extra: dict, columns: list[str] = CSV_COLUMNS) -> list[str]:
     """``predict.csv`` and ``meta.json`` (kind predicted, a label per column) into a new dir."""
     results.check_out_dir(out_dir, resume=False)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, PREDICT_CSV)
     fmt = [{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
-    results.write_table(path, CSV_COLUMNS, fmt)
+    results.write_table(path, columns, fmt)
     results.write_meta(out_dir, results.provenance(
         "predict", "predicted", "per-token decode time on boxes not run here: GPU compute modelled from published "
         "specs, communication from each box's own numbers (commprof predict)", status="complete",
@@ -266,11 +267,29 @@ def run_predict(cfg: PredictConfig, console=None) -> int:
         "calibration": {**CALIBRATION, **cfg.calibration}, "calibration_source": CALIBRATION_SOURCE,
         "column_kinds": COLUMN_KINDS, "columns": COLUMN_DOCS, "notes": notes,
     }
+    columns, extra_lines = CSV_COLUMNS, None
+    if cfg.serve:       # the fourth account: scheduling, measured by commprof serve
+        from .predict_serve import (SERVE_COLUMN_DOCS, SERVE_COLUMN_KINDS, SERVE_COLUMNS, ServeAccount,
+                                    add_serve_account, serve_line)
+
+        account = ServeAccount(cfg.serve)
+        notes += add_serve_account(rows, account, cfg.prompt)
+        columns = CSV_COLUMNS + SERVE_COLUMNS
+        meta_extra.update(serve=account.describe, column_kinds={**COLUMN_KINDS, **SERVE_COLUMN_KINDS},
+                          columns={**COLUMN_DOCS, **SERVE_COLUMN_DOCS})
+        extra_lines = [serve_line(r) for r in rows]
     paths = []
     if cfg.out:
-        paths = write_predict(cfg.out, rows, meta_extra)
+        paths = write_predict(cfg.out, rows, meta_extra, columns)
         if cfg.charts:
             paths.append(predict_chart(rows, os.path.join(cfg.out, PREDICT_CHART), results.read_meta(cfg.out)))
-    emit({"rows": rows, **meta_extra}, cfg.as_json, lambda c: render_predict(rows, notes, model.name, c), paths,
-         console, 170)
+    def render(c):
+        from .views.console import stdout_console
+
+        c = c or stdout_console(170)
+        render_predict(rows, notes, model.name, c)
+        for line in extra_lines or []:
+            c.print(line, soft_wrap=True)
+
+    emit({"rows": rows, **meta_extra}, cfg.as_json, render, paths, console, 170)
     return EXIT_OK

@@ -39,6 +39,12 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
             raise UsageError(f"--reference '{reference}': unknown; use one of "
                              f"{', '.join(p['name'] for p in list_profiles())}") from None
     flags = parse_interconnect(interconnect)
+    from .predict_compare import is_predict_dir, predict_section, predicted_report
+
+    predicted = [d for d in dirs if is_predict_dir(d)]     # per-token predictions: their own sections
+    if predicted and len(predicted) == len(dirs):
+        return predicted_report(predicted, out_dir)
+    dirs = [d for d in dirs if d not in predicted]
     for d in dirs:                  # every dir readable before anything is written
         results.load(d)
     check_writable(out_dir)         # a file in the way or a read-only dir: one line, not an OSError
@@ -93,6 +99,8 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
             comm = served_comm(b, model, tp) if trace_res is None else None
             sections.append(views.serve_section(serve_res, out_dir, trace_res=trace_res, level=level, prefix=prefix,
                                                 tp=tp, sweep_comm=comm))
+    sections += [predict_section(d, out_dir, tag=str(k) if len(predicted) > 1 else "")
+                 for k, d in enumerate(predicted, 1)]
     if multi:
         title = f"commprof report: {' vs '.join(b.label for b in boxes)}"
     else:
@@ -164,7 +172,9 @@ def run_report(cfg: ReportConfig) -> int:
     paths = build(dirs, out or dirs[0], thresholds, model, reference, interconnect, cfg.tp, labels=cfg.labels)
     for p in paths:
         print(f"wrote {p}")
-    if any(results.load(d).unfinished for d in dirs):
+    from .predict_compare import is_predict_dir
+
+    if any(results.load(d).unfinished for d in dirs if not is_predict_dir(d)):
         from .check import EXIT_CHECK_FAILED
 
         print("commprof: error: the report holds an unfinished run's partial figures (see its first section)",

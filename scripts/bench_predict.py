@@ -68,6 +68,68 @@ QWEN25_72B = {"name": "Qwen2.5-72B", "layers": 80, "hidden": 8192, "q_heads": 64
 LLAMA31_8B = {"name": "Llama-3.1-8B", "layers": 32, "hidden": 4096, "q_heads": 32, "kv_heads": 8, "head_dim": 128,
               "ffn": 14336, "vocab": 128256,
               "source": "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/blob/main/config.json"}
+#: Qwen1.5-72B-Chat's shapes, from its published config.json
+#: (https://huggingface.co/Qwen/Qwen1.5-72B-Chat/blob/main/config.json: 80 layers, hidden 8192,
+#: 64 query heads and 64 KV heads (no grouped-query attention), intermediate 24576, vocab 152064, untied).
+QWEN15_72B = {"name": "Qwen1.5-72B", "layers": 80, "hidden": 8192, "q_heads": 64, "kv_heads": 64, "head_dim": 128,
+              "ffn": 24576, "vocab": 152064,
+              "source": "https://huggingface.co/Qwen/Qwen1.5-72B-Chat/blob/main/config.json"}
+
+#: vLLM's nightly performance dashboard (benchmarks/benchmark_latency.py: batch 8, 32 prompt tokens,
+#: 128 output tokens, end-to-end latency of the batch; the default bf16 checkpoints, CUDA graphs).
+#: ``metric`` "e2e / osl" compares mean latency / 128 with the modelled (prefill + 127 steps) / 128.
+VLLM_BK = "https://buildkite.com/vllm/performance-benchmark/builds/"
+_VLLM_DASH = {"engine": "vLLM (nightly performance dashboard)", "batch": 8, "isl": 32, "osl": 128,
+              "weights": "bf16", "metric": "e2e / osl",
+              "note": "latency test of benchmarks/benchmark_latency.py; llama-3 70B has Llama-3.1-70B's shapes; "
+                      "the dashboard's 8xH100 taken as H100 SXM (its A100 is named SXM4)"}
+
+
+def _dash(build: int, gpu_name: str, gpu: str, comm: str, test: str, latency_ms: float) -> dict:
+    """One latency test of the dashboard: per token = the batch's mean latency / 128."""
+    small = test == "latency_llama8B_tp1"
+    return {**_VLLM_DASH, "id": f"vllm-dash-{'llama31-8b' if small else 'llama3-70b'}-{gpu.split('-')[0]}"
+                                f"{'' if small else 'x4'}-b8",
+            "model": "Llama-3.1-8B" if small else "Llama-3.1-70B", **({"shape": LLAMA31_8B} if small else {}),
+            "gpu": gpu, "comm": comm, "tp": 1 if small else 4, "measured_ms": round(latency_ms / 128, 3),
+            "source": f"{VLLM_BK}{build} (Latency tests: {test}, {gpu_name}, mean latency {latency_ms} ms)"}
+
+
+VLLM_DASHBOARD = [
+    _dash(9513, "H200", "h200", "reference:nvlink4", "latency_llama8B_tp1", 834.059),
+    _dash(9513, "H200", "h200", "reference:nvlink4", "latency_llama70B_tp4", 2075.08),
+    _dash(9555, "8xH100", "h100-sxm", "reference:nvlink4", "latency_llama8B_tp1", 997.542),
+    _dash(9555, "8xH100", "h100-sxm", "reference:nvlink4", "latency_llama70B_tp4", 2444.47),
+    _dash(9523, "A100-SXM4-80GB", "a100-sxm", "reference:nvlink3", "latency_llama8B_tp1", 1579.27),
+    _dash(9523, "A100-SXM4-80GB", "a100-sxm", "reference:nvlink3", "latency_llama70B_tp4", 3990.59),
+]
+
+#: A PCIe box at TP=8: 8x L20 (GDDR6, PCIe 4.0, no NVLink), Qwen1.5-72B, one request at a time,
+#: 1024-token prompts, 50 output tokens, eager mode, per-token latency after the first ("other(ms)").
+L20_4852 = {"id": "vllm4852-qwen15-72b-l20x8-c1-eager", "engine": "vLLM 0.5 (eager mode)", "model": "Qwen1.5-72B",
+            "shape": QWEN15_72B, "gpu": "l20", "comm": "reference:pcie4-p2p", "tp": 8, "batch": 1, "isl": 1024,
+            "osl": 50, "weights": "bf16", "mode": "eager", "measured_ms": 39.3, "metric": "TPOT",
+            "source": "https://github.com/vllm-project/vllm/issues/4852 (Qwen1.5-72B on L20x8, comment of 2024-06-11: "
+                      "prompt 1024, output 50, other(ms) 39.3, 'TPOT 45ms v0.4.2 -> 39ms v0.5, eager mode')",
+            "note": "TP=8 from the title's L20x8; precision not stated: the checkpoint's bf16 taken; P2P taken as on "
+                    "(a datacenter card): reference:pcie4-p2p"}
+
+#: Qwen3-4B's shapes, from its published config.json
+#: (https://huggingface.co/Qwen/Qwen3-4B/blob/main/config.json: 36 layers, hidden 2560, 32 query / 8 KV
+#: heads of 128, intermediate 9728, vocab 151936, tie_word_embeddings true).
+QWEN3_4B = {"name": "Qwen3-4B", "layers": 36, "hidden": 2560, "q_heads": 32, "kv_heads": 8, "head_dim": 128,
+            "ffn": 9728, "vocab": 151936, "tie_word_embeddings": True,
+            "source": "https://huggingface.co/Qwen/Qwen3-4B/blob/main/config.json"}
+TT394 = "https://github.com/tenstorrent/tt-inference-server/issues/394"
+#: A GDDR6X card: one RTX 4090, Qwen3-4B, one request at a time (tt-inference-server's GPU reference run).
+RTX4090_TT394 = [
+    {"id": f"tt394-qwen3-4b-rtx4090-c1-{isl}", "engine": "vLLM (tt-inference-server's GPU reference)",
+     "model": "Qwen3-4B", "shape": QWEN3_4B, "gpu": "rtx4090", "comm": "reference:pcie4-nop2p", "tp": 1, "batch": 1,
+     "isl": isl, "osl": 128, "weights": "bf16", "measured_ms": ms, "metric": "TPOT",
+     "source": TT394 + f" (Performance Benchmark Sweeps for Qwen_Qwen3-4B on 4090, ISL {isl} / OSL 128, concurrency 1)",
+     "note": "precision not stated: the checkpoint's bf16 taken; TP=1, so no communication"}
+    for isl, ms in ((128, 10.5), (4096, 10.9))]
+
 #: Held out: not used by --fit; they check the fit on another model and another source.
 HELD_OUT = [
     {"id": "tt143-qwen25-72b-h100x2-c1-128", "engine": "vLLM (tt-inference-server's GPU comparison)",
@@ -88,6 +150,11 @@ HELD_OUT = [
              "no communication"},
 ]
 
+# The dashboard's H100 and A100 figures join the fit; its H200 figures (a GPU the fit never saw) and
+# the PCIe box are held out with the figures above.
+FIGURES = FIGURES + [f for f in VLLM_DASHBOARD if f["gpu"] in ("h100-sxm", "a100-sxm")]
+HELD_OUT = HELD_OUT[:2] + [f for f in VLLM_DASHBOARD if f["gpu"] == "h200"] + [L20_4852] + RTX4090_TT394 + HELD_OUT[2:]
+
 #: AIConfigurator's system name for a GPU of commprof's table (only those it has data for).
 AIC_SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-sxm": "a100_sxm", "a100-pcie": "a100_pcie",
                "b200": "b200_sxm", "l40s": "l40s", "h100-pcie": "h100_pcie", "rtx-pro-6000": "rtx_pro_6000_server"}
@@ -101,15 +168,33 @@ def _shape(f: dict):
 
 def commprof_ms(f: dict, cal: dict | None = None) -> dict:
     from commprof.gpus import get_gpu
-    from commprof.predict import CommPrices, predict_point
+    from commprof.predict import predict_point
 
     ctx = f["isl"] + f["osl"] // 2
+    e2e = f["metric"] == "e2e / osl"
     # Under continuous batching at concurrency c > 1, the other requests' prompts are prefilled in
-    # the same steps: c x isl / osl prompt tokens per step on average (none at c = 1).
-    mixed = f["batch"] * f["isl"] // f["osl"] if f["batch"] > 1 else 0
-    r = predict_point(_shape(f), get_gpu(f["gpu"]), CommPrices(f["comm"]), f["tp"], f["batch"], ctx,
+    # the same steps: c x isl / osl prompt tokens per step on average (none at c = 1, nor in an
+    # offline batch whose prompts are prefilled together before it decodes).
+    mixed = f["batch"] * f["isl"] // f["osl"] if f["batch"] > 1 and not e2e else 0
+    r = predict_point(_shape(f), get_gpu(f["gpu"]), _comm(f["comm"]), f["tp"], f["batch"], ctx,
+                      prompt=f["batch"] * f["isl"] if e2e else None, mode=f.get("mode", "graph"),
                       weights=f["weights"], cal=cal, mixed_tokens=mixed)
-    return {"ms": r["ms_per_token"], "compute_ms": r["compute_ms"], "comm_ms": r["comm_ms"], "mixed_tokens": mixed}
+    ms = r["ms_per_token"]
+    if e2e:     # the batch's prompts in one prefill step (its first token), then osl - 1 decode steps
+        prefill_ms = r["ttft_ms"] - r["ms_per_token"]
+        ms = (prefill_ms + (f["osl"] - 1) * r["ms_per_token"]) / f["osl"]
+    return {"ms": ms, "compute_ms": r["compute_ms"], "comm_ms": r["comm_ms"], "mixed_tokens": mixed}
+
+
+_COMMS: dict = {}
+
+
+def _comm(spec: str):
+    from commprof.predict import CommPrices
+
+    if spec not in _COMMS:          # a reference profile is written once; the fit prices it thousands of times
+        _COMMS[spec] = CommPrices(spec)
+    return _COMMS[spec]
 
 
 def fit(figures: list[dict]) -> dict:
@@ -161,7 +246,13 @@ def aic_ms(f: dict, exe: str) -> dict | None:
     m = re.search(r"TPOT:\s+([0-9.]+)\s*ms", res.stdout)
     if not m:
         return {"error": (res.stderr.strip().splitlines() or ["no TPOT in output"])[-1][:200]}
-    return {"ms": float(m.group(1)), "command": " ".join(cmd[1:]).replace(d, "<config dir>")}
+    ms = float(m.group(1))
+    if f["metric"] == "e2e / osl":       # the same end-to-end formula as commprof's: TTFT + (osl - 1) TPOT
+        t = re.search(r"TTFT:\s+([0-9.]+)\s*ms", res.stdout)
+        if not t:
+            return {"error": "no TTFT in output for an end-to-end figure"}
+        ms = (float(t.group(1)) + (f["osl"] - 1) * ms) / f["osl"]
+    return {"ms": ms, "command": " ".join(cmd[1:]).replace(d, "<config dir>")}
 
 
 def aic_version(exe: str) -> str | None:
@@ -215,37 +306,64 @@ def main() -> int:
                      ("" if aic else "AIConfigurator not installed or no such system")})
     ok = [r for r in rows if r["possible"]]
     ours_s = _summary([r["commprof_ratio"] for r in ok])
-    aic_s = _summary([r["aic_ratio"] for r in ok if r["aic_ratio"] is not None])
+    in_s = _summary([r["commprof_ratio"] for r in ok if not r["held_out"]])
     held_s = _summary([r["commprof_ratio"] for r in ok if r["held_out"]])
+    both = [r for r in ok if r["aic_ratio"] is not None]
+    both_held = [r for r in both if r["held_out"]]
+    aic_s = _summary([r["aic_ratio"] for r in both])
+    vs_aic = {"all": {"n": len(both), "commprof": _summary([r["commprof_ratio"] for r in both]), "aiconfigurator": aic_s},
+              "held_out": {"n": len(both_held), "commprof": _summary([r["commprof_ratio"] for r in both_held]),
+                           "aiconfigurator": _summary([r["aic_ratio"] for r in both_held])}}
     from commprof.gpus import get_gpu
 
     pcie = [r for r in ok if get_gpu(r["gpu"]).nvlink_gen == 0 and r["tp"] > 1]
     met = (bool(ours_s) and ours_s["median_abs_err_pct"] <= 15 and ours_s["worst_abs_err_pct"] <= 35
            and ours_s["n"] >= 8 and bool(pcie))
+
+    def closer(part: dict) -> bool | None:
+        c, a = part["commprof"], part["aiconfigurator"]
+        return c["median_abs_err_pct"] < a["median_abs_err_pct"] if c and a else None
+
     result = {**measured(__file__, start, "commprof predict (modelled compute + reference-profile communication) "
                                           "against published measured decode TPOT/ITL, AIConfigurator beside it"),
               "kind": "modelled-vs-published", "calibration": CALIBRATION, "figures": rows,
-              "commprof": ours_s, "commprof_held_out": held_s, "aiconfigurator": aic_s,
+              "commprof": ours_s, "commprof_in_sample": in_s, "commprof_held_out": held_s, "aiconfigurator": aic_s,
+              "vs_aiconfigurator": vs_aic,
               "aiconfigurator_version": aic_version(args.aic) if args.aic else None,
               "fitted_on": [f["id"] for f in FIGURES],
               "target": "at least 8 figures, PCIe boxes among them: median |error| <= 15% and every figure within 35%",
-              "met": met, "pcie_tp_figures": len(pcie)}
-    table = ["| figure | GPU x TP | batch | measured ms | commprof ms (ratio) | AIConfigurator ms (ratio) | source |",
-             "|---|---|---|---|---|---|---|"]
-    table[0] = table[0].replace("| figure |", "| figure (* held out of the fit) |")
+              "met": met, "pcie_tp_figures": len(pcie),
+              "closer_than_aiconfigurator": {"all": closer(vs_aic["all"]), "held_out": closer(vs_aic["held_out"])}}
+    table = ["| figure (* held out of the fit) | GPU x TP | batch | measured ms | commprof ms (ratio) | "
+             "AIConfigurator ms (ratio) | source |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         aic = f"{r['aic_ms']:.2f} ({r['aic_ratio']:.2f})" if r["aic_ratio"] is not None else f"- ({r['aic_note']})"
         table.append(f"| {r['id']}{' *' if r['held_out'] else ''}"
                      f"{'' if r['possible'] else ' (impossible: below the datasheet bound ' + str(r['datasheet_bound_ms']) + ' ms; not counted)'}"
                      f" | {r['gpu']} x{r['tp']} | {r['batch']} | {r['measured_ms']} | "
                      f"{r['commprof_ms']:.2f} ({r['commprof_ratio']:.2f}) | {aic} | {r['source']} |")
-    table += ["", f"commprof: median ratio {ours_s.get('median_ratio')}, median |error| "
-                  f"{ours_s.get('median_abs_err_pct')}%, worst {ours_s.get('worst_abs_err_pct')}% over {ours_s.get('n')} figures.",
-              f"commprof on the held-out figures only: {held_s}.",
-              f"AIConfigurator{' ' + str(result['aiconfigurator_version']) if result.get('aiconfigurator_version') else ''}: "
-              f"{aic_s or 'not run'}.",
-              "The fit (bw_frac, step_overhead_us) used only the figures without *; so every figure without * is "
-              "in-sample."]
+
+    def line(name: str, st: dict) -> str:
+        return (f"{name}: median ratio {st.get('median_ratio')}, median |error| {st.get('median_abs_err_pct')}%, "
+                f"worst {st.get('worst_abs_err_pct')}% over {st.get('n')} figures" if st else f"{name}: none")
+
+    def yes(v) -> str:
+        return {True: "met", False: "NOT met", None: "not run"}[v]
+
+    aic_name = "AIConfigurator" + (f" {result['aiconfigurator_version']}" if result.get("aiconfigurator_version") else "")
+    table += ["", line("commprof, every counted figure", ours_s) + ".",
+              line("commprof in-sample (the figures without *, which the fit saw)", in_s) + ".",
+              line("commprof held out (the figures with *)", held_s) + ".",
+              "", f"Where {aic_name} has the system ({len(both)} figures): " +
+              line("commprof", vs_aic["all"]["commprof"]) + "; " + line(aic_name, aic_s) +
+              f". Closer than {aic_name} on the median: {yes(result['closer_than_aiconfigurator']['all'])}.",
+              f"On the held-out ones among them ({len(both_held)} figures): " +
+              line("commprof", vs_aic["held_out"]["commprof"]) + "; " +
+              line(aic_name, vs_aic["held_out"]["aiconfigurator"]) +
+              f". Closer on the median: {yes(result['closer_than_aiconfigurator']['held_out'])} "
+              f"(commprof's in-sample figures were fitted; {aic_name} fitted none of these).",
+              "", f"PCIe figures at TP > 1: {len(pcie)} ({', '.join(r['id'] for r in pcie) or 'none'}).",
+              "The fit (bw_frac, step_overhead_us) used only the figures without *."]
     write_result(args.out, "predict_calibration", "commprof predict vs published decode figures", result, table)
     return 0
 

@@ -25,6 +25,7 @@ TABLES = {
     "gap.csv": ("gap", ()),
     "predict.csv": ("predict", ("box", "tp", "batch", "ms_per_token", "comm_ms")),
     "gap_boxes.csv": ("gap_boxes", ()),
+    "gap_predict.csv": ("gap_predict", ("tp", "batch", "box", "ms_per_token", "comm_ms")),
     "serve_levels.csv": ("serve_levels", ("level", "mode", "concurrency", "ttft_ms_p99", "tpot_ms_p99")),
     "serve_requests.csv": ("serve_requests", ("level", "status", "ttft_ms", "tpot_ms")),
 }

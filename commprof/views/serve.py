@@ -107,7 +107,7 @@ def profile_lines(profile: dict, out: str, echo=print) -> None:
         echo(f"profile: concurrency {profile['concurrency']} under the server's profiler: TP={r['tp']}, batch {r['batch']}, "
              f"{r['steps']} steps ({phases}), {r['collectives_per_step']} collectives/step "
              f"({r['backend'] or 'backend unknown'}), {r['ms_per_step']:.3f} ms/decode step, communication "
-             f"{r['comm_share_pct']:.1f}% exposed; imported into {os.path.join(out, profile['kineto_out'])}")
+             f"{r['comm_share_pct']:.1f}% exposed ({r['ms_per_step'] * r['comm_share_pct'] / 100:.3f} ms/step); imported into {os.path.join(out, profile['kineto_out'])}")
 
 
 def summary_lines(levels, meta: dict) -> list[str]:

@@ -67,7 +67,8 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
         frame_table(t["plan"], title)
         for k, v in (doc.get("counts") or {}).items():
             echo(f"{k}: {v}")
-    for name, title in (("gap", "commprof gap: this box / the reference"), ("gap_boxes", "commprof gap: box / box")):
+    for name, title in (("gap", "commprof gap: this box / the reference"), ("gap_boxes", "commprof gap: box / box"),
+                        ("gap_predict", "commprof gap: predicted per token, box / the first box")):
         if name in t:
             shown = True
             frame_table(t[name], f"{title} ({meta.get('kind', '?')}; {res.path})")
@@ -81,6 +82,11 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
             if r["weights_fit"]:
                 r["kv_max_sequences"] = int(r["kv_max_sequences"])
             echo(predict_line(r))
+        if rows and "served_tpot_ms_p50" in rows[0]:          # predicted with --serve: the measured account
+            from ..predict_serve import serve_line
+
+            for r in rows:
+                echo(serve_line(r))
         if charts and rows:
             note(f"chart: {predict_chart(rows, os.path.join(res.path, 'predict.png'), meta)}")
     if "serve_levels" in t:
