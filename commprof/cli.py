@@ -294,7 +294,7 @@ def serve(
     out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-serve/)."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
     profile: Optional[str] = typer.Option(None, "--profile", help="The server's profiler dir on this machine (vLLM --profiler-config torch_profiler_dir): after the levels, one more round at the highest concurrency between POST /start_profile and /stop_profile, its traces imported (import kineto) into OUT/kineto."),
-    client_cpus: str = typer.Option("auto", "--client-cpus", help="CPUs the client runs on: auto (off those a server on this machine pins threads to: a client sharing its core with a busy-polling thread waits for the CPU and reads tokens late), any, or a list (1,3 or 2-3)."),
+    client_cpus: str = typer.Option("any", "--client-cpus", help="CPUs the client may run on: any (where the kernel puts it), or a list (1,3 or 2-3). meta.json says which CPUs a server on this machine pins its threads to."),
 ):
     """TTFT, time per output token, tokens/s and jitter of an OpenAI-compatible server under load; the knee;
     the server's queue time where it publishes it on GET /metrics (vLLM, SGLang, TGI)."""

@@ -113,7 +113,7 @@ class ServeConfig:
     argv: list[str] = field(default_factory=list)
     charts: bool = True
     profile_dir: str = ""                 # the server's profiler dir (same machine): profile one more round
-    client_cpus: str = "auto"             # auto (off the local server's pinned CPUs), any, or a CPU list
+    client_cpus: str = "any"              # any (where the kernel puts it) or a CPU list the client is held to
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ def build_config(*, url: str, model: str, concurrency: str = "1,4,16", rate: str
                  requests: int | None = None, duration: float = 60.0, timeout: float = 60.0,
                  api: str = "completions", slo: str = "ttft_p99=2s,tpot_p99=100ms", seed: int = 0,
                  warmup: int = 2, label: str = "", out: str | None = None, argv=None, charts: bool = True,
-                 profile: str | None = None, client_cpus: str = "auto") -> ServeConfig:
+                 profile: str | None = None, client_cpus: str = "any") -> ServeConfig:
     """A checked :class:`ServeConfig` from the CLI's flag values; a bad value is one UsageError."""
     if not (model or "").strip():
         raise UsageError("--model: empty; give the model name the server serves (GET /v1/models lists them)")
@@ -235,15 +235,15 @@ def build_config(*, url: str, model: str, concurrency: str = "1,4,16", rate: str
         raise UsageError(f"--profile {shown(profile)}: not a directory; give the dir the server writes its traces to "
                          "(vLLM: --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": DIR}'), on this "
                          "machine")
-    client_cpus = (client_cpus or "auto").strip()
-    if client_cpus not in ("auto", "any"):
+    client_cpus = (client_cpus or "any").strip()
+    if client_cpus != "any":
         from .cpuwait import parse_cpu_list
 
         try:
             if not parse_cpu_list(client_cpus):
                 raise ValueError("empty")
         except ValueError:
-            raise UsageError(f"--client-cpus {shown(client_cpus)}: use auto, any or a CPU list such as 1,3 or 2-3") \
+            raise UsageError(f"--client-cpus {shown(client_cpus)}: use any or a CPU list such as 1,3 or 2-3") \
                 from None
     return ServeConfig(url=base_url(url), model=model.strip(), concurrency=levels, profile_dir=profile or "",
                        client_cpus=client_cpus,

@@ -1,5 +1,5 @@
-"""The client's run-queue wait and its placement off a local server's pinned CPUs
-(commprof.cpuwait), with real processes: a listening child pinned to one CPU, a busy competitor."""
+"""The client's run-queue wait and the local server's pinned CPUs (commprof.cpuwait), with real
+processes: a listening child with a thread pinned to one CPU, a busy competitor."""
 from __future__ import annotations
 
 import os
@@ -71,10 +71,11 @@ def test_wait_meter_sees_a_competitor_on_the_same_cpu():
 
 @linux
 @pytest.mark.skipif(len(_cpus()) < 2, reason="needs 2 CPUs to move off one")
-def test_place_client_moves_off_the_cpu_a_local_server_pins(tmp_path):
+def test_place_client_finds_the_cpu_a_local_server_pins_and_holds_the_client_where_told(tmp_path):
     """A 'server' that listens on a port and binds a thread to one CPU (as vLLM binds its model
-    threads); a client placed with auto runs on the other CPUs, with what it did in its answer."""
-    pinned = _cpus()[0]
+    threads): found by its port, the pinned CPU named; the client stays where it was with any,
+    and is held to the other CPU when told."""
+    pinned, other = _cpus()[0], _cpus()[1]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -94,7 +95,9 @@ def test_place_client_moves_off_the_cpu_a_local_server_pins(tmp_path):
             import json, os
             from commprof.cpuwait import place_client, server_pids
             print(json.dumps({{"pids": sorted(server_pids({port})),
-                               "auto": place_client("http://127.0.0.1:{port}", "auto"),
+                               "any": place_client("http://127.0.0.1:{port}", "any"),
+                               "any_now": sorted(os.sched_getaffinity(0)),
+                               "held": place_client("http://127.0.0.1:{port}", "{other}"),
                                "now": sorted(os.sched_getaffinity(0))}}))
         """)
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
@@ -104,22 +107,23 @@ def test_place_client_moves_off_the_cpu_a_local_server_pins(tmp_path):
 
         got = json.loads(r.stdout)
         assert got["pids"] == [server.pid]
-        assert got["auto"]["server_pinned_cpus"] == [pinned]
-        assert pinned not in got["now"] and got["now"] == got["auto"]["client_cpus"]
-        assert f"moved off CPU {pinned}" in got["auto"]["note"]
+        assert got["any"]["server_pinned_cpus"] == [pinned] and got["any_now"] == _cpus()
+        assert f"pins threads to CPU {pinned}" in got["any"]["note"] and f"{pinned} shared" in got["any"]["note"]
+        assert got["now"] == got["held"]["client_cpus"] == [other]
+        assert "restricted as given" in got["held"]["note"] and "shared" not in got["held"]["note"]
     finally:
         server.kill()
         server.wait()
 
 
 @linux
-def test_place_client_leaves_it_where_it_cannot_help():
+def test_place_client_remote_absent_and_a_bad_list():
     code = textwrap.dedent("""
         import json, os
         from commprof.cpuwait import place_client
         before = sorted(os.sched_getaffinity(0))
-        out = [place_client("http://10.1.2.3:8000", "auto")["note"], place_client("http://127.0.0.1:9", "auto")["note"],
-               place_client("http://127.0.0.1:9", "any")["note"]]
+        out = [place_client("http://10.1.2.3:8000", "any")["note"], place_client("http://127.0.0.1:9", "any")["note"],
+               sorted(os.sched_getaffinity(0)) == before]
         try:
             place_client("http://127.0.0.1:9", "4095")
         except ValueError as e:
@@ -135,5 +139,5 @@ def test_place_client_leaves_it_where_it_cannot_help():
     import json
 
     remote, nobody, left, bad, given, now = json.loads(r.stdout)
-    assert "not on this machine" in remote and "no process" in nobody and "left as it was" in left
+    assert "not on this machine" in remote and "no process" in nobody and left
     assert "names no CPU" in bad and given and now
