@@ -109,9 +109,10 @@ def listener_inodes(port: int, proc: str = PROC) -> set[str]:
     return out
 
 
-def _pids(proc: str) -> list[int]:
+def _listdir(path: str) -> list[str]:
+    """A /proc directory's entries; none where it is gone or not ours to read."""
     try:
-        return [int(d) for d in os.listdir(proc) if d.isdigit()]
+        return os.listdir(path)
     except OSError:
         return []
 
@@ -124,18 +125,14 @@ def server_pids(port: int, proc: str = PROC) -> set[int]:
         return set()
     want = {f"socket:[{i}]" for i in inodes}
     roots, parent = set(), {}
-    for pid in _pids(proc):
+    for pid in (int(d) for d in _listdir(proc) if d.isdigit()):
         try:
             with open(os.path.join(proc, str(pid), "stat")) as f:
                 parent[pid] = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
         fd_dir = os.path.join(proc, str(pid), "fd")
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
+        for fd in _listdir(fd_dir):
             try:
                 if os.readlink(os.path.join(fd_dir, fd)) in want:
                     roots.add(pid)
@@ -155,11 +152,7 @@ def pinned_cpus(pids, proc: str = PROC) -> set[int]:
     out: set[int] = set()
     for pid in pids:
         task_dir = os.path.join(proc, str(pid), "task")
-        try:
-            tids = os.listdir(task_dir)
-        except OSError:
-            continue
-        for tid in tids:
+        for tid in _listdir(task_dir):
             try:
                 with open(os.path.join(task_dir, tid, "status")) as f:
                     for line in f:
