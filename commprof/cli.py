@@ -295,6 +295,7 @@ def serve(
     out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-serve/)."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
     profile: Optional[str] = typer.Option(None, "--profile", help="The server's profiler dir on this machine (vLLM --profiler-config torch_profiler_dir): after the levels, one more round at the highest concurrency between POST /start_profile and /stop_profile, its traces imported (import kineto) into OUT/kineto."),
+    client_cpus: str = typer.Option("any", "--client-cpus", help="CPUs the client may run on: any (where the kernel puts it), or a list (1,3 or 2-3). meta.json says which CPUs a server on this machine pins its threads to."),
 ):
     """TTFT, time per output token, tokens/s and jitter of an OpenAI-compatible server under load; the knee;
     the server's queue time where it publishes it on GET /metrics (vLLM, SGLang, TGI)."""
@@ -304,7 +305,7 @@ def serve(
         url=url, model=model, concurrency=concurrency, rate=rate, workload=workload, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, requests=requests, duration=duration, timeout=timeout, api=api, slo=slo,
         seed=seed, warmup=warmup, label=label, out=out, argv=["commprof"] + sys.argv[1:], charts=not no_charts,
-        profile=profile)))
+        profile=profile, client_cpus=client_cpus)))
 
 
 def _is(exc: BaseException, name: str) -> bool:

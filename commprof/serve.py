@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from . import results, servermetrics
+from . import cpuwait, results, servermetrics
 from .errors import EXIT_DEVICE, CommprofError, UsageError, shown
 from .units import parse_int_list
 
@@ -42,7 +42,7 @@ LEVEL_COLUMNS = (["level", "mode", "concurrency", "rate_rps", "status", "request
                  + ["queue_requests", "queue_ms_mean"] + [f"queue_ms_{p}" for p, _ in _PCTS]
                  + ["queue_first_bucket_ms", "input_tokens_per_s", "goodput_rps", "goodput_pct"]
                  + [f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "std")]
-                 + ["burst_requests", "burst_note", "client_cpu_ms_per_request"]
+                 + ["burst_requests", "burst_note", "client_cpu_ms_per_request", "client_cpu_wait_ms_per_request"]
                  + [f"server_{m}_ms_mean" for m in ("ttft", "tpot", "itl", "e2e")]
                  + [f"{m}_vs_server_pct" for m in ("ttft", "tpot", "itl", "e2e")])
 
@@ -113,6 +113,7 @@ class ServeConfig:
     argv: list[str] = field(default_factory=list)
     charts: bool = True
     profile_dir: str = ""                 # the server's profiler dir (same machine): profile one more round
+    client_cpus: str = "any"              # any (where the kernel puts it) or a CPU list the client is held to
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,7 +208,7 @@ def build_config(*, url: str, model: str, concurrency: str = "1,4,16", rate: str
                  requests: int | None = None, duration: float = 60.0, timeout: float = 60.0,
                  api: str = "completions", slo: str = "ttft_p99=2s,tpot_p99=100ms", seed: int = 0,
                  warmup: int = 2, label: str = "", out: str | None = None, argv=None, charts: bool = True,
-                 profile: str | None = None) -> ServeConfig:
+                 profile: str | None = None, client_cpus: str = "any") -> ServeConfig:
     """A checked :class:`ServeConfig` from the CLI's flag values; a bad value is one UsageError."""
     if not (model or "").strip():
         raise UsageError("--model: empty; give the model name the server serves (GET /v1/models lists them)")
@@ -234,7 +235,18 @@ def build_config(*, url: str, model: str, concurrency: str = "1,4,16", rate: str
         raise UsageError(f"--profile {shown(profile)}: not a directory; give the dir the server writes its traces to "
                          "(vLLM: --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": DIR}'), on this "
                          "machine")
+    client_cpus = (client_cpus or "any").strip()
+    if client_cpus != "any":
+        from .cpuwait import parse_cpu_list
+
+        try:
+            if not parse_cpu_list(client_cpus):
+                raise ValueError("empty")
+        except ValueError:
+            raise UsageError(f"--client-cpus {shown(client_cpus)}: use any or a CPU list such as 1,3 or 2-3") \
+                from None
     return ServeConfig(url=base_url(url), model=model.strip(), concurrency=levels, profile_dir=profile or "",
+                       client_cpus=client_cpus,
                        rates_rps=parse_rates(rate) if rate else [], workload=workload,
                        prompt_tokens=prompt_tokens, output_tokens=output_tokens, requests=requests,
                        duration_s=float(duration), timeout_s=float(timeout), api=api, slo=parse_slo(slo),
@@ -953,6 +965,14 @@ def _load_avg() -> list | None:
         return None
 
 
+def _place_client(cfg: ServeConfig) -> dict:
+    """Where the client runs (:func:`commprof.cpuwait.place_client`), for meta.json."""
+    try:
+        return cpuwait.place_client(cfg.url, cfg.client_cpus)
+    except ValueError as e:
+        raise UsageError(f"--client-cpus {shown(cfg.client_cpus)}: {e}") from None
+
+
 def _csv_row(row: dict) -> dict:
     """A row for the CSV: not-available (NaN) is an empty cell."""
     return {k: ("" if isinstance(v, float) and v != v else v) for k, v in row.items()}
@@ -971,6 +991,7 @@ def run_serve(cfg: ServeConfig) -> int:
 
     out = cfg.out_dir or results.default_out_dir().rstrip("/") + "-serve"
     results.check_out_dir(out, resume=False)
+    placement = _place_client(cfg)
     info = asyncio.run(_preflight(cfg))
     warm = asyncio.run(_warmup(cfg, info["ignore_eos"])) if cfg.warmup else {"requests": 0, "ok": 0}
     first = scrape(cfg.url, min(5.0, cfg.timeout_s))
@@ -986,7 +1007,7 @@ def run_serve(cfg: ServeConfig) -> int:
         levels=[{k: (None if isinstance(v, float) and v != v else v) for k, v in lv.items()} for lv in plan],
         duration_s=cfg.duration_s, timeout_s=cfg.timeout_s, slo=cfg.slo, slo_text=_slo_text(cfg.slo),
         ignore_eos=info["ignore_eos"], served_models=info["served_models"], server_header=info["server_header"],
-        label=cfg.label, warmup=warm, knee_concurrency=None, load_avg_start=_load_avg(),
+        label=cfg.label, warmup=warm, knee_concurrency=None, load_avg_start=_load_avg(), client_placement=placement,
         queue_time={"source": queue_source if queue_hist is not None else None, "note": queue_source,
                     "method": "per level, the change of the server's queue-time histogram between a scrape of "
                               "GET /metrics before the level and one after it: server-wide (another client's "
@@ -1015,7 +1036,10 @@ def run_serve(cfg: ServeConfig) -> int:
                           f"{BURST_TPOT_MS:g} ms (delivery, not decode time)",
                  "server_<metric>_ms_mean": "the server's own mean over the level (server_latency)",
                  "client_cpu_ms_per_request": "commprof's own CPU time (user + system, all its threads) over the "
-                                              "level / requests: what the client costs the machine it shares"})
+                                              "level / requests: what the client costs the machine it shares",
+                 "client_cpu_wait_ms_per_request": "time commprof's event loop was runnable but waiting for a CPU "
+                                                   "(the kernel's run-queue wait, /proc/self/schedstat) over the "
+                                                   "level / requests: how late the client could read its tokens"})
     results.start(out, meta)
     req_table = results.TableAppender(os.path.join(out, SERVE_REQUESTS_CSV), REQUEST_COLUMNS)
     lvl_table = results.TableAppender(os.path.join(out, SERVE_LEVELS_CSV), LEVEL_COLUMNS)
@@ -1030,6 +1054,8 @@ def run_serve(cfg: ServeConfig) -> int:
             before = metrics_now if metrics_now is not None or not has_metrics else scrape(cfg.url, min(5.0, cfg.timeout_s))
             bar = view.level_progress(level["requests"], level)
             t_start, cpu_start = time.perf_counter(), time.process_time()
+            waits = cpuwait.WaitMeter()
+            waits.start()
             state = "complete"
             try:
                 asyncio.run(_run_level(cfg, level, info["ignore_eos"], rows, bar.advance))
@@ -1048,6 +1074,10 @@ def run_serve(cfg: ServeConfig) -> int:
                 if rows:
                     summary = level_summary(level, rows, wall, state)
                     summary["client_cpu_ms_per_request"] = (time.process_time() - cpu_start) * 1e3 / len(rows)
+                    waited_ms = waits.stop()["wait_ms"]
+                    summary["client_cpu_wait_ms_per_request"] = waited_ms / len(rows)
+                    if summary["burst_requests"] and cpuwait.wait_note(waited_ms, wall):
+                        summary["burst_note"] += "; " + cpuwait.wait_note(waited_ms, wall)
                     goodput(summary, rows, cfg.slo)
                     metrics_now = scrape(cfg.url, min(5.0, cfg.timeout_s)) if has_metrics and state == "complete" else None
                     summary.update(queue_figures(before.queue if before else None,

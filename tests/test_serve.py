@@ -410,6 +410,8 @@ def test_bad_input_is_one_line(fake_server, cli_inproc, tmp_path):
         (["--url", srv.url, "--model", "ok", "--workload", "chatty"], 2, "--workload"),
         (["--url", srv.url, "--model", "ok", "--timeout", "0"], 2, "--timeout"),
         (["--url", srv.url, "--model", "ok", "--warmup", "-1"], 2, "--warmup"),
+        (["--url", srv.url, "--model", "ok", "--client-cpus", "fast"], 2, "--client-cpus"),
+        (["--url", srv.url, "--model", "ok", "--client-cpus", "4095"], 2, "names no CPU"),
     ]
     for args, code, text in cases:
         res = cli_inproc("serve", *args, "--out", "out")
@@ -509,7 +511,11 @@ def test_burst_first_bucket_goodput_and_the_servers_own_histograms(fake_server, 
         for m in ("ttft", "tpot", "itl", "e2e"):
             assert float(lv[f"{m}_ms_std"]) >= 0 and float(lv[f"{m}_ms_mean"]) > 0
         assert float(lv["input_tokens_per_s"]) > 0
+        if sys.platform == "linux":          # the client's run-queue wait, from the kernel's counters
+            assert float(lv["client_cpu_wait_ms_per_request"]) >= 0
     assert sum(r["burst"] == "1" for r in _requests(tmp_path / "out")) == 8
+    placed = json.loads((tmp_path / "out" / "meta.json").read_text())["client_placement"]
+    assert placed["how"] == "any" and placed["note"]
     assert "BURST DELIVERY at concurrency 1: 4 of 4 requests" in res.stdout
     assert "p99 <= 300 ms: in the first histogram bucket" in res.stdout
     assert "vs the server's own histograms at concurrency 2 (means, client vs server): TTFT" in res.stdout
