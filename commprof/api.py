@@ -37,7 +37,7 @@ def plan(model: str, tp: int, batch: int = 1, context: int = 4096, gpu_mem_bytes
     import pandas as pd
 
     from .models import get_model
-    from .planner import build_plan
+    from .stepmodel import build_plan
 
     p = build_plan(get_model(model), tp, batch, context, gpu_mem_bytes=gpu_mem_bytes, dtype=dtype, sp=sp, moe=moe,
                    phase=phase, prompt=prompt, chunk=chunk)

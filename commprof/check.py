@@ -1039,7 +1039,7 @@ def item_kv(ev, th, model: str | None) -> Item:
         return Item("KV", name, "SKIP", "GPU memory or model unknown", f">= {t['min_sequences']} sequences",
                     t["source"], "give --model and a topo.json from the box")
     from .models import get_model
-    from .planner import build_plan
+    from .stepmodel import build_plan
 
     try:
         plan = build_plan(get_model(model), t["tp"], 1, t["context"], gpu_mem_bytes=mem, mem_util=t["mem_util"])

@@ -4,9 +4,9 @@ Per layer and rank at TP=N, every kernel of the step is priced as a roofline wit
 
     kernel_us = max(bytes / (bandwidth x bw_frac), flops / (peak x flop_frac), floor_us)
 
-* bytes are the weights the kernel reads (one rank's shard, :func:`commprof.planner.weights_per_rank`
+* bytes are the weights the kernel reads (one rank's shard, :func:`commprof.stepmodel.weights_per_rank`
   shapes) and, for attention, the KV cache of every sequence (``batch x context``, GQA heads per
-  rank, sliding-window layers capped at their window: :func:`commprof.planner.kv_bytes_per_sequence_per_rank`);
+  rank, sliding-window layers capped at their window: :func:`commprof.stepmodel.kv_bytes_per_sequence_per_rank`);
 * flops are ``2 x tokens x weights`` for a GEMM and ``4 x batch x context x heads x head_dim`` for
   attention (QK^T and PV);
 * ``floor_us`` is the shortest a kernel runs on a GPU (launch, ramp and tail of a tiny kernel); in
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from .gpus import GpuSpec
 from .models import ModelShape, is_moe_layer, is_sliding
-from .planner import check_tp, dtype_bytes, kv_bytes_per_sequence_per_rank, kv_heads_per_rank
+from .stepmodel import check_tp, dtype_bytes, kv_bytes_per_sequence_per_rank, kv_heads_per_rank
 
 #: The modelled GPU's achievable fractions and floors. ``bw_frac`` and ``step_overhead_us`` are what
 #: ``scripts/bench_predict.py --fit`` printed on the published figures of its ``FIGURES`` (NVIDIA

@@ -270,7 +270,7 @@ def per_token_boxes(gaps: list, batches=TOKEN_BATCHES):
     import pandas as pd
 
     from .models import DEFAULT_MODEL, get_model
-    from .planner import decode_collectives
+    from .stepmodel import decode_collectives
 
     cols = ["box", "kind", "model", "tp", "batch", "mode", "collectives", "comm_ms_per_token", "note"]
     out = []
@@ -415,7 +415,7 @@ def _per_token(ev, ref: str):
     if ev.trace is None:
         return pd.DataFrame(columns=cols)
     from .models import ModelShape, get_model
-    from .planner import decode_collectives
+    from .stepmodel import decode_collectives
 
     model = (ev.trace_meta or {}).get("model") or {}
     try:
@@ -509,8 +509,8 @@ def _priced(fn):
 
 
 def _favoured(shape, tp, prompt, price, dtype):
-    """:func:`planner.favoured_chunk` over the chunk sizes ``price`` covers; None if none."""
-    from .planner import chunk_candidates, favoured_chunk, prefill_comm_us
+    """:func:`stepmodel.favoured_chunk` over the chunk sizes ``price`` covers; None if none."""
+    from .stepmodel import chunk_candidates, favoured_chunk, prefill_comm_us
 
     ok = []
     for c in chunk_candidates(prompt):
@@ -533,7 +533,7 @@ def _ttft(ev, ref: str) -> dict | None:
     the trace's, else ``[ttft_comm] prompt`` of the thresholds file; the model the trace's or the
     sweep's. None when neither names a model."""
     from .check import load_thresholds
-    from .planner import prefill_comm_us
+    from .stepmodel import prefill_comm_us
 
     th = load_thresholds()["ttft_comm"]
     rows = [] if ev.trace is None else [r for r in ev.trace.to_dict("records") if is_prefill_row(r)
@@ -563,7 +563,7 @@ def _ttft(ev, ref: str) -> dict | None:
         out.update(tp=tp, prompt=prompt, chunk=chunk, decode_tokens=0, phase="prefill", this_source=None,
                    this_comm_ms=None, this_ttft_ms=None)
     try:
-        from .planner import check_tp
+        from .stepmodel import check_tp
         check_tp(shape, tp)
     except UsageError:
         return None

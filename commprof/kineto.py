@@ -871,7 +871,7 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     account (runs, steps, collectives per step against the plan, notes)."""
     from .attribution import summarize
     from .models import get_model
-    from .planner import decode_collectives
+    from .stepmodel import decode_collectives
     from .results.trace import LAYER_COLUMNS, SUMMARY_COLUMNS, TOKEN_COLUMNS
 
     if not paths:

@@ -2,7 +2,7 @@
 
 Compute is modelled from the model's shapes and the GPU's published figures
 (:mod:`commprof.computemodel`, :mod:`commprof.gpus`); communication is the 2L+2 collectives of a
-step (:func:`commprof.planner.decode_collectives`) priced by that box's own numbers: a reference
+step (:func:`commprof.stepmodel.decode_collectives`) priced by that box's own numbers: a reference
 profile (modelled), an imported nccl-tests log (imported) or a sweep of the real box (measured),
 looked up as ``trace --predict`` does (:class:`commprof.trace.CommTable`). Nothing is overlapped:
 a step is compute + gaps + communication, and every user of the batch gets one token per step.
@@ -19,7 +19,7 @@ from .computemodel import (CALIBRATION, CALIBRATION_SOURCE, MODES, WEIGHT_DTYPES
 from .errors import EXIT_OK, UsageError, shown
 from .gpus import GpuSpec, get_gpu
 from .models import DEFAULT_MODEL, ModelShape, get_model
-from .planner import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_tp, dtype_bytes, kv_budget, kv_bytes_per_sequence_per_rank,
+from .stepmodel import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_tp, dtype_bytes, kv_budget, kv_bytes_per_sequence_per_rank,
                       prefill_comm_us, step_collectives, weights_per_rank)
 
 PREDICT_CSV = "predict.csv"

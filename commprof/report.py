@@ -132,7 +132,7 @@ def served_comm(box, model: str | None, tp: int | None) -> dict | None:
     if box.sweep_dir is None or not model or not tp or tp < 2:
         return None
     from .models import get_model
-    from .planner import decode_collectives
+    from .stepmodel import decode_collectives
     from .trace import CommTable
 
     table = CommTable(box.sweep_dir)

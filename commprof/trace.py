@@ -24,9 +24,9 @@ from .runinfo import machine
 # --- shapes, memory -------------------------------------------------------------------------------
 
 def check_shapes(model: dict, tps) -> None:
-    """TP must split the heads as the plan does (``commprof.planner.check_tp``): one rule, one place."""
+    """TP must split the heads as the plan does (``commprof.stepmodel.check_tp``): one rule, one place."""
     from .models import ModelShape
-    from .planner import check_tp
+    from .stepmodel import check_tp
 
     shape = ModelShape(**{k: v for k, v in model.items() if k in ModelShape.__dataclass_fields__})
     for tp in tps:
@@ -193,7 +193,7 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
     source = comm_source(comm_from) if comm_from else None
     from .launch import check_counts, choose_world, parse_modes, resolve_backend, torchrun_env
     from .models import get_model
-    from .planner import check_phase
+    from .stepmodel import check_phase
     from .units import parse_int_list
 
     phase, prompt, chunk = check_phase(phase, prompt, chunk)

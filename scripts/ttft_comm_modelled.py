@@ -34,7 +34,7 @@ CHUNKS_SHOWN = (512, 2048)
 def model_rows(model_name: str, tp: int, prompt: int, profiles: list[str], dtype: str = "bf16") -> dict:
     from commprof.costmodel import profile_latency_us, profile_param
     from commprof.models import get_model
-    from commprof.planner import FAVOURED_WITHIN_PCT, favoured_chunk, prefill_comm_us, prefill_totals, step_collectives
+    from commprof.stepmodel import FAVOURED_WITHIN_PCT, favoured_chunk, prefill_comm_us, prefill_totals, step_collectives
     from commprof.profiles import get_profile
 
     model = get_model(model_name)

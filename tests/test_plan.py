@@ -13,9 +13,9 @@ from rich.console import Console
 from commprof.errors import UsageError
 from commprof.models import ModelShape, get_model, is_moe_layer, is_sliding
 from commprof.views.plan import render_plan
-from commprof.planner import (build_plan, decode_collectives, kv_bytes_per_sequence_per_rank,
-                           kv_bytes_per_token_per_rank, PlanConfig, run_plan, step_counts,
-                           weights_per_rank, write_plan)
+from commprof.planner import PlanConfig, run_plan, write_plan
+from commprof.stepmodel import (build_plan, decode_collectives, kv_bytes_per_sequence_per_rank,
+                                kv_bytes_per_token_per_rank, step_counts, weights_per_rank)
 from commprof.sizes import parse_sizes
 
 GiB = 1 << 30

@@ -117,7 +117,7 @@ def test_predict_every_gpu_on_every_reference_profile():
 
 def test_comm_ms_is_the_plans_collectives_priced_by_the_profile():
     from commprof.costmodel import profile_latency_us
-    from commprof.planner import decode_collectives
+    from commprof.stepmodel import decode_collectives
     from commprof.predict import CommPrices, predict_point
 
     m, g = get_model("Gemma-3-27B"), get_gpu("rtx5090")
@@ -195,7 +195,7 @@ def test_benchmark_figures_reproduce_from_their_inputs():
 def test_gap_prices_one_token_box_by_box_from_each_boxs_own_log(cli_inproc, tmp_path):
     from commprof.gap import compute_gap
     from commprof.models import get_model
-    from commprof.planner import decode_collectives
+    from commprof.stepmodel import decode_collectives
     from commprof.predict import CommPrices
     from commprof.views.gap import token_box_lines
 

@@ -9,7 +9,7 @@ from helpers import one_line_error
 import commprof
 from commprof.errors import UsageError
 from commprof.models import get_model
-from commprof.planner import (build_plan, favoured_chunk, prefill_chunks, prefill_comm_us, step_collectives)
+from commprof.stepmodel import (build_plan, favoured_chunk, prefill_chunks, prefill_comm_us, step_collectives)
 
 BF16 = 2
 

@@ -583,7 +583,7 @@ def test_report_ties_served_tpot_to_a_sweep_priced_token(tmp_path, monkeypatch):
     import pandas as pd
 
     from commprof.costmodel import resolve_comm_source
-    from commprof.planner import decode_collectives
+    from commprof.stepmodel import decode_collectives
     from commprof.models import get_model
     from commprof.report import served_comm
     from commprof.views.report import sweep_tie_lines

@@ -39,7 +39,7 @@ def test_trace_end_to_end_attribution(cli_inproc, tmp_path):
     assert (per["s"] == per["c"]).all()
     # counts: 2L + 2 per step, as the plan says
     from commprof.models import get_model
-    from commprof.planner import decode_collectives
+    from commprof.stepmodel import decode_collectives
     n = len(decode_collectives(get_model(TOY), 2, 1))
     assert n == 18 and set(summ["collectives_per_step"]) == {18}
     assert set(summ["collectives_per_token"]) == {18.0, 9.0}

@@ -208,7 +208,7 @@ def test_check_serve_titles_name_the_concurrency_actually_judged():
 
 def test_plan_says_input_buffers_and_bytes_on_the_wire_apart():
     from commprof.models import get_model
-    from commprof.planner import build_plan
+    from commprof.stepmodel import build_plan
     from commprof.views.plan import wire_bytes_per_rank
 
     plan = build_plan(get_model("Qwen2.5-32B"), tp=4, batch=1, context=4096)
