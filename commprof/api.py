@@ -69,7 +69,7 @@ def compare(dirs, reference: str | None = None):
     ``.attrs``: the reference, the box's kind and, with a trace among the dirs, the per-token
     impact as records; ``ttft``: the time to first token's communication here and on the
     reference, and the chunk size each favours (see ``commprof gap``)."""
-    from .gap import compute_gap
+    from .boxgap import compute_gap
 
     g = compute_gap([dirs] if isinstance(dirs, str) else list(dirs), reference)
     df = g.table.copy()
@@ -84,7 +84,9 @@ def checklist(dirs, thresholds: str | None = None, model: str | None = None):
     its status, value, threshold, source and hint; ``.attrs["verdict"]``."""
     import pandas as pd
 
-    from .check import gather, load_thresholds, run_items
+    from .checkitems import run_items
+    from .evidence import gather
+    from .thresholds import load_thresholds
     from .items import verdict
 
     items = run_items(gather([dirs] if isinstance(dirs, str) else list(dirs)), load_thresholds(thresholds), model)

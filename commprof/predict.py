@@ -4,7 +4,7 @@ Compute is modelled from the model's shapes and the GPU's published figures
 (:mod:`commprof.computemodel`, :mod:`commprof.gpus`); communication is the 2L+2 collectives of a
 step (:func:`commprof.stepmodel.decode_collectives`) priced by that box's own numbers: a reference
 profile (modelled), an imported nccl-tests log (imported) or a sweep of the real box (measured),
-looked up as ``trace --predict`` does (:class:`commprof.trace.CommTable`). Nothing is overlapped:
+looked up as ``trace --predict`` does (:class:`commprof.latency.CommTable`). Nothing is overlapped:
 a step is compute + gaps + communication, and every user of the batch gets one token per step.
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ class CommPrices:
 
     def __init__(self, spec: str):
         from .costmodel import resolve_comm_source
-        from .trace import CommTable
+        from .latency import CommTable
 
         self.spec = spec
         path = resolve_comm_source(spec)

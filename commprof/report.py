@@ -10,12 +10,14 @@ import os
 import sys
 
 from . import results
-from .check import gather, load_thresholds, run_items, unfinished_lines
+from .checkitems import run_items
+from .evidence import gather, unfinished_lines
+from .thresholds import load_thresholds
 from .items import verdict
 from .errors import UsageError
 from .fileio import all_or_none
 from .results.meta import check_writable, shown_path
-from .gap import compute_gap
+from .boxgap import compute_gap
 from .views import report as views
 
 
@@ -29,7 +31,7 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
     MoE sections. Several boxes (every dir with a sweep is one): the boxes side by side first
     (verdicts, interconnects, box-against-box ratios, charts with one line per box), then one
     section per box."""
-    from .check import parse_interconnect
+    from .interconnect import parse_interconnect
     from .costmodel import get_profile, list_profiles
 
     if reference is not None:
@@ -133,7 +135,7 @@ def served_comm(box, model: str | None, tp: int | None) -> dict | None:
         return None
     from .models import get_model
     from .stepmodel import decode_collectives
-    from .trace import CommTable
+    from .latency import CommTable
 
     table = CommTable(box.sweep_dir)
     try:
@@ -165,7 +167,7 @@ def run_report(cfg: ReportConfig) -> int:
     for p in paths:
         print(f"wrote {p}")
     if any(results.load(d).unfinished for d in dirs):
-        from .check import EXIT_CHECK_FAILED
+        from .errors import EXIT_CHECK_FAILED
 
         print("commprof: error: the report holds an unfinished run's partial figures (see its first section)",
               file=sys.stderr)

@@ -23,7 +23,8 @@ from .errors import UsageError, shown
 from .fileio import all_or_none
 from .jsonfile import read_user_bytes
 from .runinfo import now_iso
-from .topo import NA, TOPO_JSON, _GPU_KEYS, classify_pairs, write_topology
+from .interconnect import classify_pairs
+from .results.topo import NA, TOPO_JSON, GPU_KEYS, write_topology
 
 # NV# counts bonded NVLinks: 1 up to the 18 a GPU has (NV0 or NV99 is no link count)
 LINK_CELL = re.compile(r"^(X|NV(?:[1-9]|1[0-8])|PIX|PXB|PHB|NODE|SYS|SOC|PSB)$", re.ASCII)
@@ -141,7 +142,7 @@ def _blocks(path: str, text: str) -> list[dict]:
 
 
 def parse_smi_topo(paths: list[str]) -> dict:
-    """``topo.json`` (the dict :func:`commprof.topo.collect_topology` returns) from the text of
+    """``topo.json`` (the dict :func:`commprof.nvmltopo.collect_topology` returns) from the text of
     ``nvidia-smi topo -m`` and optionally ``nvidia-smi topo -p2p r|w|n|a``, in one or more files.
 
     Raises:
@@ -189,7 +190,7 @@ def parse_smi_topo(paths: list[str]) -> dict:
     switched = all_nv and len(set(nv)) == 1 and nv[0] * (n - 1) > MAX_LINKS_PER_GPU
     gpus = []
     for i in range(n):
-        g = {"index": i, **{k: NA for k in _GPU_KEYS}}
+        g = {"index": i, **{k: NA for k in GPU_KEYS}}
         links = [int(matrix[i][j][2:]) for j in range(n) if j != i and matrix[i][j].startswith("NV")]
         g["nvlink_active_links"] = (links[0] if switched else sum(links)) if links else 0
         g["cpu_affinity"] = t["cpu"][i] if t["cpu"][i] not in ("N/A", "") else NA

@@ -131,7 +131,7 @@ def oneshot_test_hook() -> bool:
 
 def run(cfg: SweepConfig) -> SweepOutcome | None:
     """Run the sweep; returns what was written on the process that holds the results."""
-    from .topo import save_topology
+    from .nvmltopo import save_topology
 
     try:
         if not launch.run_ranks(cfg, "microbench.collective_bench:run_rank"):

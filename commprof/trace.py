@@ -8,17 +8,16 @@ This module validates the flags, guards memory, starts the ranks, and predicts a
 """
 from __future__ import annotations
 
-import math
 import os
 
 from . import results
 from .attribution import attribute_run
+from .latency import CommTable
 from .results.trace import open_trace
 from .traceconfig import TraceConfig, plan_runs
 from .collectives import DTYPE_BYTES
 from .errors import UsageError
 from .runinfo import machine
-
 
 
 # --- shapes, memory -------------------------------------------------------------------------------
@@ -237,7 +236,7 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
 def run(cfg: TraceConfig) -> bool:
     """Run the live trace; True on the process that holds the results."""
     from . import launch
-    from .topo import save_topology
+    from .nvmltopo import save_topology
 
     try:
         return launch.run_ranks(cfg, "microbench.trace_rank:run_trace_rank")
@@ -248,60 +247,6 @@ def run(cfg: TraceConfig) -> bool:
 # --- prediction ------------------------------------------------------------------------------------
 
 COMM_OP = {"embedding": "all_reduce", "attn_out": "all_reduce", "mlp_out": "all_reduce", "logits": "all_gather"}
-
-
-PREDICT_STATS = ("latency_us_rankavg_mean", "latency_us_mean")   # first present wins
-
-
-class CommTable:
-    """Collective latency of another box, from a sweep results dir, interpolated log-log.
-
-    The statistic is the *mean*: a token sums 2L+2 collectives, so its expected time is the sum of
-    their expected latencies, and small-message latency is skewed (p50 below the mean). It is the
-    average rank's time in the op (``latency_us_rankavg_mean``), as a rank of a decode step
-    spends it; sweeps older than that column give the slowest rank's (``latency_us_mean``)."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.meta = results.read_meta(path)
-        df = results.load(path)["sweep"] if os.path.exists(os.path.join(path, results.SWEEP_CSV)) else None
-        if df is None or df.empty:
-            raise UsageError(f"--comm-from '{path}': holds no sweep rows")
-        # One timing method: per-call rows are what a decode step pays (one collective at a time);
-        # a dir with only back-to-back averages (nccl-tests' method, e.g. imported logs) is used as
-        # it is, and every lookup says so.
-        self.timing, self.df, _ = results.one_timing(df[df["impl"] != "custom"])
-        self.stat = next(c for c in PREDICT_STATS if c in self.df.columns and self.df[c].notna().all())
-        self.lookups: list[dict] = []
-
-    def latency_us(self, op: str, tp: int, mode: str, size_bytes: int) -> float:
-        import numpy as np
-
-        df = self.df
-        sub = df[(df["op"] == op) & (df["tp"] == tp) & (df["group"] == 0)]
-        if sub.empty:
-            have = sorted({(o, int(t)) for o, t in zip(df["op"], df["tp"])})
-            raise UsageError(f"--comm-from '{self.path}': no {op} rows at tp={tp} "
-                             f"(it has {', '.join(f'{o} tp={t}' for o, t in have)})")
-        if mode in set(sub["mode"]):
-            sub = sub[sub["mode"] == mode]
-        else:
-            mode = sub["mode"].iloc[0]
-        sub = sub.groupby("size_bytes", as_index=False)[self.stat].median().sort_values("size_bytes")
-        x = np.log(sub["size_bytes"].to_numpy(dtype=float))
-        y = np.log(sub[self.stat].to_numpy(dtype=float))
-        lx = math.log(size_bytes)
-        if len(x) == 1:
-            val, how = float(np.exp(y[0])), "single point"
-        elif x[0] <= lx <= x[-1]:
-            val, how = float(np.exp(np.interp(lx, x, y))), "interpolated"
-        else:
-            i = (0, 1) if lx < x[0] else (-2, -1)
-            slope = (y[i[1]] - y[i[0]]) / (x[i[1]] - x[i[0]])
-            val, how = float(np.exp(y[i[0]] + slope * (lx - x[i[0]]))), "extrapolated"
-        self.lookups.append({"op": op, "tp": tp, "mode": mode, "size_bytes": size_bytes,
-                             self.stat: val, "how": how, "timing": self.timing})
-        return val
 
 
 def predicted_record(rec: dict, comm_us: dict) -> dict:

@@ -493,7 +493,7 @@ def gen_thresholds(rnd: random.Random) -> bytes:
 
 
 def check_thresholds(data: bytes, tmp: str) -> str:
-    from commprof.check import load_thresholds
+    from commprof.thresholds import load_thresholds
 
     path = os.path.join(tmp, "thresholds.toml")
     with open(path, "wb") as f:

@@ -12,7 +12,9 @@ import pandas as pd
 import pytest
 from helpers import REPO
 
-from commprof.check import gather, load_thresholds, run_items
+from commprof.checkitems import run_items
+from commprof.evidence import gather
+from commprof.thresholds import load_thresholds
 from commprof.errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE
 from commprof.expect import healthy_boxes
 from commprof.importers import import_nccl_tests

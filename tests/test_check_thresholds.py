@@ -1,7 +1,7 @@
 """Check thresholds: the versioned defaults, overrides, and one-line errors for bad files."""
 import pytest
 
-from commprof.check import load_thresholds
+from commprof.thresholds import load_thresholds
 from commprof.items import Item, verdict
 from commprof.views.check import counts
 from commprof.errors import UsageError

@@ -9,7 +9,7 @@ import pytest
 from commprof import costmodel, profiles, results
 from commprof.collectives import COLLECTIVES
 from commprof.errors import UsageError
-from commprof.trace import CommTable
+from commprof.latency import CommTable
 
 SIZES = [1 << k for k in range(10, 27)]          # 1 KiB .. 64 MiB
 

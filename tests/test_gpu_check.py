@@ -129,7 +129,7 @@ def test_every_planned_commprof_command_passes_the_cli_validation(tmp_path, no_d
 
     from commprof.cli import app
     from commprof.sweepconfig import CUSTOM, plan_cells
-    from commprof.trace import CommTable
+    from commprof.latency import CommTable
 
     rc, steps, _, text = plan(tmp_path / "gc")
     assert rc == 0, text

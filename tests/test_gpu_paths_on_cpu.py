@@ -9,7 +9,9 @@ from helpers import write_sweep_dir
 from fake_nvml import FakeNVML
 
 from commprof import trace as T
-from commprof.check import gather, load_thresholds, run_items
+from commprof.checkitems import run_items
+from commprof.evidence import gather
+from commprof.thresholds import load_thresholds
 from microbench import decode_engine
 
 GIB = 1 << 30

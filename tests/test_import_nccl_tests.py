@@ -15,7 +15,7 @@ from helpers import one_line_error
 
 from commprof import importers, results
 from commprof.errors import EXIT_USAGE, UsageError
-from commprof.trace import CommTable
+from commprof.latency import CommTable
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nccl-tests")
 AR8 = os.path.join(DATA, "all_reduce_perf_8xA100.log")

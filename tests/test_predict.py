@@ -193,7 +193,7 @@ def test_benchmark_figures_reproduce_from_their_inputs():
 
 
 def test_gap_prices_one_token_box_by_box_from_each_boxs_own_log(cli_inproc, tmp_path):
-    from commprof.gap import compute_gap
+    from commprof.boxgap import compute_gap
     from commprof.models import get_model
     from commprof.stepmodel import decode_collectives
     from commprof.predict import CommPrices

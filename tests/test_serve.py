@@ -434,7 +434,9 @@ def test_open_loop_and_replay_file(fake_server, cli_inproc, tmp_path):
 
 
 def test_check_items_and_report_section(fake_server, cli_inproc, tmp_path):
-    from commprof.check import gather, load_thresholds, run_items
+    from commprof.checkitems import run_items
+    from commprof.evidence import gather
+    from commprof.thresholds import load_thresholds
     from commprof.results import load
     from commprof.views.report import serve_section
 

@@ -159,7 +159,7 @@ def test_predict_from_a_gloo_sweep_is_labelled_and_names_both_inputs(cli_inproc,
     assert comm["backend"] == "gloo" and comm["kind"] == "measured"
     # embedding, attention-out and MLP-out all-reduces, the logits all-gather: all at TP=2
     assert {(l["op"], l["tp"]) for l in pred["comm_lookups"]} == {("all_reduce", 2), ("all_gather", 2)}
-    assert all(l["how"] in ("interpolated", "single point") for l in pred["comm_lookups"])
+    assert all(l["how"] in ("exact", "interpolated", "single point") for l in pred["comm_lookups"])
 
 
 def test_plan_cli(cli_inproc, tmp_path):

@@ -193,7 +193,8 @@ def test_check_serve_titles_name_the_concurrency_actually_judged():
 
     import pandas as pd
 
-    from commprof.check import load_thresholds, serve_items
+    from commprof.checkitems import serve_items
+    from commprof.thresholds import load_thresholds
 
     levels = pd.DataFrame([{"mode": "closed", "concurrency": c, "ok": 8, "errors": 0, "requests": 8,
                             "ttft_ms_p50": 50.0, "ttft_ms_p99": 90.0, "tpot_ms_p50": 8.0, "tpot_ms_p99": 12.0,
@@ -347,7 +348,7 @@ def test_gap_chart_draws_references_in_greys_apart_from_the_boxes_with_short_leg
     import matplotlib.colors as mc
 
     import commprof.views.gap as view
-    from commprof.gap import compute_gap
+    from commprof.boxgap import compute_gap
     from helpers import run_inproc
 
     dirs = []
@@ -411,7 +412,7 @@ def test_box_labels_come_from_label_then_import_label_then_the_dir_name(tmp_path
 
     import pytest
 
-    from commprof.check import gather_boxes
+    from commprof.evidence import gather_boxes
     from commprof.errors import UsageError
     from helpers import run_inproc
 
