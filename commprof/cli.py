@@ -222,7 +222,7 @@ def import_(
     label: Optional[str] = typer.Option(None, "--label", help="nccl-tests, kineto: the box's short name in gap, check and report (default: the dir's name)."),
 ):
     """Import another tool's output into the results format (e.g. a vendor's nccl-tests logs)."""
-    from .importers import ImportConfig, run_import
+    from .nccltests import ImportConfig, run_import
 
     _exit_with(run_import, ImportConfig(kind=kind, paths=list(paths), out=out, step_marker=step_marker, model=model,
                                         tp=tp, label=label))

@@ -22,7 +22,7 @@ import os
 import random
 
 from commprof.errors import CommprofError
-from commprof.importers import MAX_BW_GBPS, MAX_TIME_US, _section_rows, read_nccl_tests
+from commprof.nccltests import MAX_BW_GBPS, MAX_TIME_US, _section_rows, read_nccl_tests
 from commprof.models import BUILTIN, ModelShape, get_model
 from commprof.sizes import MAX_MESSAGE_BYTES, decode_sizes, parse_sizes
 from commprof.units import MAX_BYTES, MAX_LIST_INT, parse_bytes, parse_int_list
@@ -870,7 +870,7 @@ def _real_sweep() -> tuple[str, str]:
     """A real sweep dir's files: the A100 nccl-tests log imported (sweep.csv and meta.json text)."""
     import tempfile
 
-    from commprof.importers import import_nccl_tests
+    from commprof.nccltests import import_nccl_tests
 
     d = tempfile.mkdtemp(prefix="commprof-fuzz-sweep-")
     out = os.path.join(d, "imp")

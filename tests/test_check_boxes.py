@@ -19,7 +19,7 @@ from commprof.evidence import gather
 from commprof.interconnect import parse_interconnect, resolve_interconnect
 from commprof.thresholds import load_thresholds
 from commprof.errors import UsageError
-from commprof.importers import import_nccl_tests
+from commprof.nccltests import import_nccl_tests
 
 LOGS = os.path.join(REPO, "tests", "data", "nccl-tests")
 A100 = os.path.join(LOGS, "a100x8_dgx_allreduce_superbench_legacy.txt")

@@ -17,7 +17,7 @@ from commprof.evidence import gather
 from commprof.thresholds import load_thresholds
 from commprof.errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE
 from commprof.expect import healthy_boxes
-from commprof.importers import import_nccl_tests
+from commprof.nccltests import import_nccl_tests
 from commprof.items import INSUFFICIENT, verdict
 
 CORPUS = os.path.join(REPO, "tests", "data", "nccl-tests")

@@ -1,6 +1,6 @@
 """Property-based tests (hypothesis) of every parser commprof owns: byte sizes and integer lists
 (``units``), ``sweep --sizes`` (``sizes``), Hugging Face config.json (``models``), nccl-tests text
-and ``-J`` JSON output (``importers``).
+and ``-J`` JSON output (``nccltests``).
 
 The property, for every input: the parser raises commprof's own error (a ``CommprofError`` whose
 message is one line) or returns a result with no NaN, infinite or negative figure. Any other
@@ -23,7 +23,7 @@ import fuzz_inputs as F  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from commprof.importers import read_nccl_tests  # noqa: E402
+from commprof.nccltests import read_nccl_tests  # noqa: E402
 from commprof.sizes import MAX_MESSAGE_BYTES, parse_sizes  # noqa: E402
 from commprof.units import MAX_LIST_INT, parse_int_list  # noqa: E402
 

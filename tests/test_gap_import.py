@@ -106,7 +106,7 @@ def test_wire_line_in_gap_and_report(cli_inproc, tmp_path):
 # --- what gap compares (issue 25) -------------------------------------------------------------------
 
 def _imported(tmp_path, name, log):
-    from commprof.importers import import_nccl_tests
+    from commprof.nccltests import import_nccl_tests
 
     out = str(tmp_path / name)
     import_nccl_tests([log], out)

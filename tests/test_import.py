@@ -10,7 +10,7 @@ for name in ("torch", "cupy", "pynvml", "numpy", "pandas", "matplotlib"):
     sys.modules[name] = None          # any import of these now raises ImportError
 import commprof, commprof.cli, commprof.sweep, commprof.collectives, commprof.models, commprof.sizes
 import commprof.results, commprof.runinfo, commprof.errors, commprof.planner, commprof.topo, commprof.api
-import commprof.costmodel, commprof.profiles, commprof.importers, commprof.check, commprof.gap, commprof.report
+import commprof.costmodel, commprof.profiles, commprof.nccltests, commprof.check, commprof.gap, commprof.report
 import commprof.views.show, commprof.views.report, commprof.trace, commprof.predict, commprof.views.predict
 import microbench, cuda_ext
 from commprof.models import get_model
