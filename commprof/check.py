@@ -29,6 +29,7 @@ from .evidence import Evidence, gather, unfinished_lines
 from .fileio import all_or_none, write_atomic, write_json
 from .interconnect import parse_interconnect, resolve_interconnect
 from .items import INSUFFICIENT, Item, verdict
+from .results.meta import check_writable
 from .thresholds import load_thresholds
 from .views.check import markdown, render
 
@@ -143,26 +144,19 @@ class CheckConfig:
     interconnect: str | None = None
 
 
-def run_check(cfg: CheckConfig, console=None) -> int:
+def run(cfg: CheckConfig, console=None) -> int:
     """``commprof check``: the exit code (EXIT_CHECK_FAILED on any FAIL, of any box). Where
-    check.json goes (``out``, else the first dir) is checked writable before anything is read."""
-    from .results.meta import check_writable
-
+    check.json goes (``out``, else the first dir) is checked writable before anything is read;
+    with no dir, what the checklist needs is measured on this machine first (:func:`measure`)."""
     target = cfg.out or (cfg.dirs[0] if cfg.dirs and os.path.isdir(cfg.dirs[0]) else None)
     if target is not None:
         try:
             check_writable(target)
         except UsageError as e:
             raise UsageError(f"{'--out' if cfg.out else 'the first results dir (pass --out DIR)'}: {e}") from None
-    return check_command(list(cfg.dirs), thresholds=cfg.thresholds, model=cfg.model, out=cfg.out, console=console,
-                         interconnect=cfg.interconnect)
-
-
-def check_command(dirs: list[str], thresholds: str | None = None, model: str | None = None,
-                  out: str | None = None, console=None, interconnect: str | None = None) -> int:
-    """The whole command: returns the exit code (EXIT_CHECK_FAILED on any FAIL, of any box)."""
-    th = load_thresholds(thresholds)
-    flags = parse_interconnect(interconnect)
+    dirs, out, model = list(cfg.dirs), cfg.out, cfg.model
+    th = load_thresholds(cfg.thresholds)
+    flags = parse_interconnect(cfg.interconnect)
     if not dirs:
         root = out or results.default_out_dir().rstrip("/") + "-check"
         dirs = measure(root, model or "Qwen2.5-32B")

@@ -4,20 +4,21 @@ other (the comparison is :mod:`commprof.boxgap`), printed and (``--out``) writte
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 
+from . import results
 from .boxgap import Gap, compute_gap
 from .errors import UsageError
+from .evidence import gather_boxes
 from .fileio import all_or_none, atomic_path, write_atomic
+from .results import meta as results_meta
+from .views.gap import gap_chart, markdown, provenance_line, render_gap
 
 def write_gap(g: Gap, out_dir: str, dirs: list[str]) -> list[str]:
     """gap.md, gap.csv (each box against its reference), gap_boxes.csv (box against box), gap.png
     and meta.json into a new ``out_dir``; returns the paths."""
     import pandas as pd
-
-    from . import results
-    from .results import meta as results_meta
-    from .views.gap import gap_chart, markdown, provenance_line
 
     results.check_out_dir(out_dir, resume=False)
     os.makedirs(out_dir, exist_ok=True)
@@ -68,19 +69,9 @@ class GapConfig:
     labels: str | None = None      # --label: one name per box, comma-separated
 
 
-def run_gap(cfg: GapConfig) -> int:
-    """``commprof gap``: print the comparison (and write it into ``out``); the exit code."""
-    return gap_command(list(cfg.dirs), cfg.reference, interconnect=cfg.interconnect, out=cfg.out, labels=cfg.labels)
-
-
-def gap_command(dirs: list[str], reference: str | None = None, interconnect: str | None = None,
-                out: str | None = None, labels: str | None = None) -> int:
-    from .views.gap import render_gap
-
-    import sys
-
-    from .evidence import gather_boxes
-
+def run(cfg: GapConfig) -> int:
+    """``commprof gap``: print the comparison (and write it into ``cfg.out``); the exit code."""
+    dirs, labels = list(cfg.dirs), cfg.labels
     seen = {}
     for d in dirs:
         real = os.path.realpath(d)
@@ -88,14 +79,14 @@ def gap_command(dirs: list[str], reference: str | None = None, interconnect: str
             raise UsageError(f"gap: '{d}' and '{seen[real]}' are the same dir: a box compared with itself "
                              "says nothing; pass each box's dir once")
         seen[real] = d
-    g = compute_gap(dirs, reference, interconnect=interconnect, labels=labels)
+    g = compute_gap(dirs, cfg.reference, interconnect=cfg.interconnect, labels=labels)
     render_gap(g)
     for b in gather_boxes(dirs, labels):
         for note in b.notes:
             print(f"commprof: note: {note}", file=sys.stderr)
         for line in b.unfinished:
             print(f"commprof: warning: {line}", file=sys.stderr)
-    if out:
-        for p in write_gap(g, out, dirs):
+    if cfg.out:
+        for p in write_gap(g, cfg.out, dirs):
             print(f"wrote {p}")
     return 0

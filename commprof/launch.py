@@ -341,7 +341,7 @@ def _watch(cfg, procs, slots, errq):
 
 def verb_of(cfg) -> str:
     """The verb a rank config belongs to, for failure lines ("the trace stopped")."""
-    return {"SweepConfig": "sweep", "TraceConfig": "trace", "MoeConfig": "moe"}.get(type(cfg).__name__, "run")
+    return {"SweepRunConfig": "sweep", "TraceRunConfig": "trace", "MoeRunConfig": "moe"}.get(type(cfg).__name__, "run")
 
 
 def _failure(host, procs, codes, errors, slots, verb: str = "run"):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from . import launch, results
 from .errors import UsageError
 from .launch import torchrun_env
-from .routing import STEPS_CSV, MoeConfig, parse_skew
+from .routing import STEPS_CSV, MoeRunConfig, parse_skew
 from .units import parse_int_list
 from .views import moe as views
 
@@ -28,7 +28,7 @@ DEFAULT_MODEL = "Qwen3-30B-A3B"
 
 def build_config(*, model: str | None, ep: str, tokens: str, skew: str, iters: int | None, warmup: int | None,
                  rebalance: int | None, seed: int, backend: str, timeout_s: float, out: str | None,
-                 argv: list, progress: bool = True) -> MoeConfig:
+                 argv: list, progress: bool = True) -> MoeRunConfig:
     """Validate every flag (nothing is started)."""
     from .models import get_model
 
@@ -60,7 +60,7 @@ def build_config(*, model: str | None, ep: str, tokens: str, skew: str, iters: i
     out_dir = out or results.default_out_dir() + "-moe"
     if not trun or trun["rank"] == 0:
         results.check_out_dir(out_dir, False)
-    return MoeConfig(model=shape.to_dict(), eps=eps, tokens=token_list, skews=skews,
+    return MoeRunConfig(model=shape.to_dict(), eps=eps, tokens=token_list, skews=skews,
                      iters=iters if iters is not None else (100 if name == "nccl" else 20),
                      warmup=warmup if warmup is not None else (10 if name == "nccl" else 2),
                      rebalance=rebalance, seed=seed, backend=name, backend_reason=reason,
@@ -68,19 +68,17 @@ def build_config(*, model: str | None, ep: str, tokens: str, skew: str, iters: i
                      launch="torchrun" if trun else "local", progress=progress)
 
 
-# ---------------------------------------------------------------- writing (rank 0)
-
-
 # ---------------------------------------------------------------- entry
 
-def run(cfg: MoeConfig) -> bool:
+def run_ranks(cfg: MoeRunConfig) -> bool:
     """Measure every cell; True on the process that holds the results."""
     return launch.run_ranks(cfg, "microbench.moe_rank:run_rank")
 
 
 @dataclass
-class MoeFlags:
-    """``commprof moe``'s flags, before validation turns them into a :class:`MoeConfig`."""
+class MoeConfig:
+    """``commprof moe``'s flags, before validation (:func:`build_config`) turns them into the
+    :class:`~commprof.routing.MoeRunConfig` every rank receives."""
     model: str | None = None
     ep: str = "2,4,8"
     tokens: str = "1,64,512"
@@ -96,35 +94,28 @@ class MoeFlags:
     charts: bool = True
 
 
-def run_moe(flags: MoeFlags, echo=print) -> int:
+def run(flags: MoeConfig, echo=print) -> int:
     """``commprof moe``: validate, measure, print one line per (ep, tokens, skew), draw charts.
     Returns the exit code (1 when a received-bytes check failed)."""
-    return moe_command(model=flags.model, ep=flags.ep, tokens=flags.tokens, skew=flags.skew, iters=flags.iters,
-                       warmup=flags.warmup, rebalance=flags.rebalance, seed=flags.seed, backend=flags.backend,
-                       timeout_s=flags.timeout_s, out=flags.out, argv=flags.argv, charts_on=flags.charts, echo=echo)
-
-
-def moe_command(*, model, ep, tokens, skew, iters, warmup, rebalance, seed, backend, timeout_s, out, argv,
-                charts_on: bool = True, echo=print) -> int:
-    """The whole command (see :func:`run_moe`)."""
     import sys
 
     from .errors import EXIT_WRONG
 
-    cfg = build_config(model=model, ep=ep, tokens=tokens, skew=skew, iters=iters, warmup=warmup,
-                       rebalance=rebalance, seed=seed, backend=backend, timeout_s=timeout_s, out=out, argv=argv)
+    cfg = build_config(model=flags.model, ep=flags.ep, tokens=flags.tokens, skew=flags.skew, iters=flags.iters,
+                       warmup=flags.warmup, rebalance=flags.rebalance, seed=flags.seed, backend=flags.backend,
+                       timeout_s=flags.timeout_s, out=flags.out, argv=flags.argv)
     trun = torchrun_env()
     if trun is None or trun["rank"] == 0:
         print(f"commprof: moe {cfg.model['name']} ({cfg.model['experts']} experts, top-{cfg.model['top_k']}, "
               f"hidden {cfg.model['hidden']}): backend {cfg.backend} ({cfg.backend_reason}); {cfg.world_size} ranks; "
               f"{len(cfg.cells())} cells; results -> {cfg.out_dir}", file=sys.stderr)
-    if not run(cfg):
+    if not run_ranks(cfg):
         return 0
     r = results.load(cfg.out_dir)
     steps, ranks = r["moe_steps"], r["moe_ranks"]
     for line in views.summary_lines(steps):
         echo(line)
-    if charts_on:
+    if flags.charts:
         with results.failing(cfg.out_dir):
             for p in views.charts(steps, ranks, r.meta, cfg.out_dir):
                 print(f"chart: {p}", file=sys.stderr)

@@ -21,7 +21,6 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from . import results
 from .collectives import COLLECTIVES
@@ -882,82 +881,3 @@ def wrong_summary(out_dir: str) -> str:
         return ""
     return (f"wrong results: {len(wrong)} measurement(s) with #wrong > 0 ({wrong[0]}"
             f"{'; ...' if len(wrong) > 1 else ''}); rows kept in {out_dir} with status WRONG")
-
-
-def default_import_dir(kind: str, root: str = "results") -> str:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return os.path.join(root, f"{stamp}-import-{kind}")
-
-
-@dataclass
-class ImportConfig:
-    """``commprof import``'s arguments and flags (``step_marker``, ``model``, ``tp``: kineto only)."""
-    kind: str = "nccl-tests"
-    paths: list = field(default_factory=list)
-    out: str | None = None
-    in_place: bool = False
-    step_marker: str | None = None
-    model: str | None = None
-    tp: int | None = None
-    label: str | None = None        # --label: the box's short name in gap, check and report
-
-
-def run_import(cfg: ImportConfig) -> int:
-    """``commprof import KIND FILE...``: the exit code; ``out`` is checked writable first."""
-    if cfg.out is not None:
-        from .results.meta import check_writable
-
-        try:
-            check_writable(cfg.out)
-        except UsageError as e:
-            raise UsageError(f"--out: {e}") from None
-    if cfg.label is not None and not cfg.label.strip():
-        raise UsageError("--label '': give the box a name (e.g. --label 'A100 DGX')")
-    if cfg.label is not None and cfg.kind not in ("nccl-tests", "kineto"):
-        raise UsageError(f"import {cfg.kind}: --label is for 'import nccl-tests' and 'import kineto'")
-    out = cfg.out or default_import_dir(cfg.kind)
-    rc = import_command(cfg.kind, list(cfg.paths), out, in_place=cfg.in_place, step_marker=cfg.step_marker,
-                        model=cfg.model, tp=cfg.tp)
-    if cfg.label and rc == 0:
-        meta = results.read_meta(out)
-        meta["label"] = cfg.label.strip()
-        results.write_meta(out, meta)
-    return rc
-
-
-def import_command(kind: str, paths, out: str | None = None, in_place: bool = False, step_marker: str | None = None,
-                   model: str | None = None, tp: int | None = None) -> int:
-    """``commprof import KIND FILE...``: import, print one line, return the exit code (0).
-    ``step_marker``, ``model`` and ``tp`` are for ``kineto`` only."""
-    given = [f for f, v in (("--step-marker", step_marker), ("--model", model), ("--tp", tp)) if v is not None]
-    if given and kind in ("nvidia-smi-topo", "nccl-tests"):
-        raise UsageError(f"import {kind}: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for "
-                         "'import kineto' only; drop it")
-    if kind == "nvidia-smi-topo":
-        from .smitopo import run_import_smi_topo
-
-        return run_import_smi_topo(list(paths), out or default_import_dir(kind))
-    if kind == "kineto":
-        from .kineto import run_import_kineto
-
-        return run_import_kineto(list(paths), out or default_import_dir(kind), step_marker=step_marker,
-                                 model=model, tp=tp)
-    if step_marker is not None or model is not None or tp is not None:
-        raise UsageError(f"import {kind}: --step-marker, --model and --tp are for 'import kineto' only")
-    if kind != "nccl-tests":
-        raise UsageError(f"import: unknown kind '{kind}' (known: nccl-tests, nvidia-smi-topo, kineto)")
-    out_dir = out or default_import_dir(kind)
-    import_nccl_tests(list(paths), out_dir, in_place=in_place)
-    rows = results.read_rows(out_dir)
-    ops = sorted({r["op"] for r in rows})
-    tps = sorted({int(r["tp"]) for r in rows})
-    modes = sorted({r["mode"] for r in rows})
-    unchecked = sum(r.get("status") == "unchecked" for r in rows)
-    print(f"imported {len(rows)} rows ({', '.join(ops)}; tp {', '.join(map(str, tps))}; "
-          f"{', '.join(modes)}) from {len(paths)} file(s) into {out_dir}"
-          + (f"; correctness not checked in {unchecked} rows (#wrong N/A: validation off)" if unchecked else ""))
-    bad = wrong_summary(out_dir)
-    if bad:
-        print(f"commprof: error: {bad}", file=sys.stderr)
-        return EXIT_WRONG_RESULTS
-    return 0

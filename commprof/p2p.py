@@ -66,7 +66,7 @@ class P2pConfig:
     out: str | None = None
 
 
-def run_p2p(cfg: P2pConfig) -> int:
+def run(cfg: P2pConfig) -> int:
     """``commprof p2p``: validate the flags (one line, exit 2), then probe; the exit code."""
     from .errors import UsageError
     from .results.meta import check_writable

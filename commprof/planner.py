@@ -69,35 +69,26 @@ class PlanConfig:
     chunk: int | None = None
 
 
-def run_plan(cfg: PlanConfig, console=None) -> int:
-    """``commprof plan``: the exit code (see :func:`plan_command`)."""
-    return plan_command(cfg.model, cfg.tp, cfg.batch, cfg.context, gpu_mem=cfg.gpu_mem, mem_util=cfg.mem_util,
-                        dtype=cfg.dtype, sp=cfg.sp, moe=cfg.moe, out=cfg.out, as_json=cfg.as_json, console=console,
-                        phase=cfg.phase, prompt=cfg.prompt, chunk=cfg.chunk)
+def run(cfg: PlanConfig, console=None) -> int:
+    """``commprof plan``: model, build, write (``cfg.out``), print; the exit code.
 
-
-def plan_command(model_spec: str, tp: int, batch: int, context: int, gpu_mem: str | None = None,
-                 mem_util: float = 0.9, dtype: str = "bf16", sp: bool = False, moe: str = "tp",
-                 out: str | None = None, as_json: bool = False, console=None, phase: str = "decode",
-                 prompt: int | None = None, chunk: int | None = None) -> int:
-    """The whole ``commprof plan`` command: model, build, write (``out``), print; the exit code.
-
-    ``gpu_mem`` is text with binary suffixes (``80G`` = 80 GiB). ``as_json`` prints the plan's
-    dict to stdout instead of the tables.
+    ``cfg.gpu_mem`` is text with binary suffixes (``80G`` = 80 GiB). ``cfg.as_json`` prints the
+    plan's dict to stdout instead of the tables.
     """
-    if moe not in MOE_MODES:
-        raise UsageError(f"--moe '{moe}': use tp (experts sharded by tensor parallelism) "
+    if cfg.moe not in MOE_MODES:
+        raise UsageError(f"--moe '{cfg.moe}': use tp (experts sharded by tensor parallelism) "
                          "or ep (expert parallelism)")
     gpu_mem_bytes = None
-    if gpu_mem is not None:
+    if cfg.gpu_mem is not None:
         try:
-            gpu_mem_bytes = parse_bytes(str(gpu_mem))
+            gpu_mem_bytes = parse_bytes(str(cfg.gpu_mem))
         except ValueError as e:
             raise UsageError(f"--gpu-mem: {e}") from None
-    model = get_model(model_spec)
-    plan = build_plan(model, tp, batch, context, gpu_mem_bytes, mem_util, dtype, sp, moe, phase, prompt, chunk)
-    paths = write_plan(plan, out) if out else []
-    emit(plan.to_dict(), as_json, lambda c: render_plan(plan, c), paths, console, 150)
+    model = get_model(cfg.model)
+    plan = build_plan(model, cfg.tp, cfg.batch, cfg.context, gpu_mem_bytes, cfg.mem_util, cfg.dtype, cfg.sp, cfg.moe,
+                      cfg.phase, cfg.prompt, cfg.chunk)
+    paths = write_plan(plan, cfg.out) if cfg.out else []
+    emit(plan.to_dict(), cfg.as_json, lambda c: render_plan(plan, c), paths, console, 150)
     return EXIT_OK
 
 

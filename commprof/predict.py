@@ -234,7 +234,7 @@ def write_predict(out_dir: str, rows: list[dict], meta_extra: dict) -> list[str]
     return [os.path.join(out_dir, results.META_JSON), path]
 
 
-def run_predict(cfg: PredictConfig, console=None) -> int:
+def run(cfg: PredictConfig, console=None) -> int:
     """``commprof predict``: rows, files, console table and chart; the exit code."""
     from .views.console import emit
     from .views.predict import predict_chart, render_predict

@@ -146,7 +146,7 @@ def served_comm(box, model: str | None, tp: int | None) -> dict | None:
             "sweep": box.sweep_dir, "timing": table.timing}
 
 
-def run_report(cfg: ReportConfig) -> int:
+def run(cfg: ReportConfig) -> int:
     """``commprof report``: the page and its Markdown twin into ``out`` (else the first dir,
     checked writable before anything is read); the exit code."""
     from .results.meta import check_writable, shown_path

@@ -288,7 +288,7 @@ def hot_list(loads, top: int = 3) -> str:
 
 
 @dataclass
-class MoeConfig(RunConfig):
+class MoeRunConfig(RunConfig):
     VERB = "moe"
     model: dict
     eps: list
@@ -313,7 +313,7 @@ class MoeConfig(RunConfig):
         return d
 
 
-def plan(cfg: MoeConfig, ep: int, tokens: int, skew_index: int, placement: str):
+def plan(cfg: MoeRunConfig, ep: int, tokens: int, skew_index: int, placement: str):
     """(routing, Placement) of one cell; every rank computes the same plan from the seed."""
     m = cfg.model
     routing = route(tokens, m["experts"], m["top_k"], cfg.skews[skew_index], cfg.seed)
@@ -322,7 +322,7 @@ def plan(cfg: MoeConfig, ep: int, tokens: int, skew_index: int, placement: str):
     return routing, rebalance(routing, m["experts"], ep, cfg.redundant(ep))
 
 
-def start_meta(cfg: MoeConfig, infos: list) -> None:
+def start_meta(cfg: MoeRunConfig, infos: list) -> None:
     m = cfg.model
     results.start(cfg.out_dir, results.provenance(
         "moe", "measured", "MoE expert-parallel dispatch/combine all-to-all (commprof moe)", command=cfg.argv,

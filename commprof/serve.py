@@ -963,7 +963,7 @@ def _slo_text(slo: dict) -> str:
                     for k, v in slo.items())
 
 
-def run_serve(cfg: ServeConfig) -> int:
+def run(cfg: ServeConfig) -> int:
     """Measure every level, write ``serve_requests.csv``, ``serve_levels.csv``, ``meta.json`` and
     charts into the results dir, print the level table and the knee; the exit code (0). Known
     failures raise :class:`CommprofError` (one line; exit 2 bad input, 3 endpoint unusable)."""

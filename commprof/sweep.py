@@ -2,17 +2,15 @@
 ``max(tp)`` ranks (see ``commprof.launch``); the per-rank side is ``microbench.collective_bench``."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 from . import launch, results
 from .collectives import COLLECTIVES, DEFAULT_OPS, DTYPE_BYTES
 from .errors import DeviceError, UsageError
 from .models import DEFAULT_MODEL, ModelShape, get_model
 from .sizes import parse_sizes
-from .sweepconfig import BACK_TO_BACK, CUSTOM, CUSTOM_OPS, IMPLS, PER_CALL, TIMINGS, SweepConfig, plan_cells
+from .sweepconfig import BACK_TO_BACK, CUSTOM, CUSTOM_OPS, IMPLS, PER_CALL, TIMINGS, SweepRunConfig, plan_cells
 from .units import parse_int_list
-
-
 
 #: The longest prompt (and chunk) --sizes prefill takes, in tokens: the plan's --context bound.
 MAX_PROMPT_TOKENS = 1 << 24
@@ -31,7 +29,7 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
                  concurrent: bool, timeout_s: float, out: str | None, resume: bool, argv: list[str],
                  progress: bool = True, impl: str | None = None, verify: bool = False,
                  timing: str = PER_CALL, loop: int = 20, prompt: str | None = None,
-                 chunk: str | None = None) -> SweepConfig:
+                 chunk: str | None = None) -> SweepRunConfig:
     """Validate every flag and derive the sweep's configuration (nothing is started). ``prompt``
     and ``chunk`` (comma lists of tokens) go with ``sizes="prefill"`` only."""
     if timing not in TIMINGS:
@@ -79,7 +77,7 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
             except BaseException:
                 results.meta.unlock_dir(out_dir)
                 raise
-    return SweepConfig(
+    return SweepRunConfig(
         ops=op_list, tps=tps, points=points, dtype=dtype, modes=mode_list,
         iters=iters if iters is not None else (200 if name == "nccl" else 40),
         warmup=warmup if warmup is not None else (20 if name == "nccl" else 3),
@@ -129,7 +127,7 @@ def oneshot_test_hook() -> bool:
     return bool(os.environ.get("COMMPROF_TEST_ONESHOT"))
 
 
-def run(cfg: SweepConfig) -> SweepOutcome | None:
+def run_ranks(cfg: SweepRunConfig) -> SweepOutcome | None:
     """Run the sweep; returns what was written on the process that holds the results."""
     from .nvmltopo import save_topology
 
@@ -157,12 +155,47 @@ def refusal_lines(refused: list[dict]) -> list[str]:
     return out
 
 
-def cells_count(cfg: SweepConfig) -> int:
+def cells_count(cfg: SweepRunConfig) -> int:
     return len(plan_cells(cfg))
 
 
-def run_sweep(cfg: SweepConfig, charts: bool = True) -> int:
-    """``commprof sweep``: run the ranks, then on the process that holds the results show the
+@dataclass
+class SweepConfig:
+    """``commprof sweep``'s flags, before validation (:func:`build_config`) turns them into the
+    :class:`~commprof.sweepconfig.SweepRunConfig` every rank receives."""
+    tp: str = "2,4,8"
+    ops: str | None = None
+    sizes: str = "decode"
+    model: str | None = None
+    batch: str = "1,8,32,128"
+    dtype: str = "bf16"
+    backend: str = "auto"
+    modes: str | None = None
+    iters: int | None = None
+    warmup: int | None = None
+    concurrent: bool = False
+    timeout_s: float = 120.0
+    out: str | None = None
+    resume: bool = False
+    argv: list = field(default_factory=list)
+    progress: bool = True
+    impl: str | None = None
+    verify: bool = False
+    timing: str = PER_CALL
+    loop: int = 20
+    prompt: str | None = None
+    chunk: str | None = None
+    charts: bool = True
+
+
+def run(cfg: SweepConfig) -> int:
+    """``commprof sweep``: validate the flags, run the ranks, show the results; the exit code."""
+    flags = {k: v for k, v in asdict(cfg).items() if k != "charts"}
+    return measure(build_config(**flags), charts=cfg.charts)
+
+
+def measure(cfg: SweepRunConfig, charts: bool = True) -> int:
+    """Run the ranks of a validated sweep, then on the process that holds the results show the
     table and charts, say which custom cells were refused, and return the exit code (1 when a
     correctness check found wrong elements)."""
     import sys
@@ -180,7 +213,7 @@ def run_sweep(cfg: SweepConfig, charts: bool = True) -> int:
         if note:
             print(f"commprof: {note}", file=sys.stderr)
     try:
-        outcome = run(cfg)
+        outcome = run_ranks(cfg)
     finally:
         results.meta.unlock_dir(cfg.out_dir)
     if not lead or outcome is None:

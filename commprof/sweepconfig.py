@@ -16,7 +16,7 @@ TIMINGS = (PER_CALL, BACK_TO_BACK)
 
 
 @dataclass
-class SweepConfig(RunConfig):
+class SweepRunConfig(RunConfig):
     VERB = "sweep"
     ops: list[str]
     tps: list[int]
@@ -98,7 +98,7 @@ def row_key(row: dict) -> str:
     return cell_key(row["op"], int(row["tp"]), int(row["size_bytes"]), row["mode"], requested)
 
 
-def plan_cells(cfg: SweepConfig) -> list[Cell]:
+def plan_cells(cfg: SweepRunConfig) -> list[Cell]:
     """Every rank derives the same ordered list from the same config (lock-step without talking)."""
     elem = DTYPE_BYTES[cfg.dtype]
     cells, seen = [], set()

@@ -21,7 +21,7 @@ class TopoConfig:
     out: str | None = None
 
 
-def run_topo(cfg: TopoConfig, *, nvml=None, console=None) -> int:
+def run(cfg: TopoConfig, *, nvml=None, console=None) -> int:
     """The whole ``commprof topo`` command: collect, print (JSON to stdout when ``as_json``),
     write ``topo.json`` into ``out`` (created) when given; the exit code."""
     as_json, out = cfg.as_json, cfg.out

@@ -9,12 +9,13 @@ This module validates the flags, guards memory, starts the ranks, and predicts a
 from __future__ import annotations
 
 import os
+from dataclasses import asdict, dataclass, field
 
 from . import results
 from .attribution import attribute_run
 from .latency import CommTable
 from .results.trace import open_trace
-from .traceconfig import TraceConfig, plan_runs
+from .traceconfig import TraceRunConfig, plan_runs
 from .collectives import DTYPE_BYTES
 from .errors import UsageError
 from .runinfo import machine
@@ -180,7 +181,7 @@ def memory_guard(model: dict, tps, batches, context: int, layers: int | None, dt
 def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, warmup: int,
                  layers: int | None, dtype: str, backend: str, modes: str | None, timeout_s: float,
                  out: str | None, argv: list[str], predict: bool = False, seed: int = 0, phase: str = "decode",
-                 prompt: int | None = None, chunk: int | None = None, comm_from: str | None = None) -> TraceConfig:
+                 prompt: int | None = None, chunk: int | None = None, comm_from: str | None = None) -> TraceRunConfig:
     """Validate the flags, pick the backend, check memory (nothing is started). ``phase``
     prefill runs one ``prompt``-token prompt in chunks of ``chunk`` tokens (default the whole
     prompt); mixed runs those chunk steps with each ``batch``'s decode tokens in them. ``predict``
@@ -226,14 +227,14 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
     out_dir = out or results.default_out_dir()
     if not trun or trun["rank"] == 0:
         results.check_out_dir(out_dir, resume=False)
-    return TraceConfig(model=shape, tps=tps, batches=batches, context=context, tokens=tokens, warmup=warmup,
+    return TraceRunConfig(model=shape, tps=tps, batches=batches, context=context, tokens=tokens, warmup=warmup,
                        layers=n_layers, dtype=dtype, modes=mode_list, backend=name, backend_reason=reason,
                        timeout_s=float(timeout_s), out_dir=out_dir, progress=True, argv=argv, world_size=world,
                        launch="torchrun" if (trun and not predict) else "local", seed=seed, memory=mem,
                        phase=phase, prompt=prompt or 0, chunk=chunk or 0, comm_from=source)
 
 
-def run(cfg: TraceConfig) -> bool:
+def run_ranks(cfg: TraceRunConfig) -> bool:
     """Run the live trace; True on the process that holds the results."""
     from . import launch
     from .nvmltopo import save_topology
@@ -266,7 +267,7 @@ def predicted_record(rec: dict, comm_us: dict) -> dict:
     return {"rank": 0, "lat": lat + shift, "offs": offs, "durs": durs, "segments": segs}
 
 
-def run_predict(cfg: TraceConfig, comm_from: str) -> None:
+def run_prediction(cfg: TraceRunConfig, comm_from: str) -> None:
     """Compute of one rank's shard measured here (collectives skipped) + the collective latency
     table of another box: that box's per-token breakdown, labelled predicted."""
     import torch
@@ -321,11 +322,42 @@ def run_predict(cfg: TraceConfig, comm_from: str) -> None:
     writer.close()
 
 
-# --- views -----------------------------------------------------------------------------------------
+# --- the verb --------------------------------------------------------------------------------------
+
+@dataclass
+class TraceConfig:
+    """``commprof trace``'s flags, before validation (:func:`build_config`) turns them into the
+    :class:`~commprof.traceconfig.TraceRunConfig` every rank receives."""
+    model: str = "Qwen2.5-32B"
+    tp: str = "2,4,8"
+    batch: str = "1,8"
+    context: int = 2048
+    tokens: int = 32
+    warmup: int = 3
+    layers: int | None = None
+    dtype: str = "bf16"
+    backend: str = "auto"
+    modes: str | None = None
+    timeout_s: float = 120.0
+    out: str | None = None
+    argv: list = field(default_factory=list)
+    predict: bool = False
+    seed: int = 0
+    phase: str = "decode"
+    prompt: int | None = None
+    chunk: int | None = None
+    comm_from: str | None = None
+    charts: bool = True
 
 
-def run_trace(cfg: TraceConfig, charts: bool = True) -> int:
-    """``commprof trace``: the live run (or, with ``cfg.comm_from``, the prediction of that box),
+def run(cfg: TraceConfig) -> int:
+    """``commprof trace``: validate the flags, run (or predict), show the results; the exit code."""
+    flags = {k: v for k, v in asdict(cfg).items() if k != "charts"}
+    return measure(build_config(**flags), charts=cfg.charts)
+
+
+def measure(cfg: TraceRunConfig, charts: bool = True) -> int:
+    """A validated trace: the live run (or, with ``cfg.comm_from``, the prediction of that box),
     then the summary lines and charts on the process that holds the results. Exit code."""
     comm_from = cfg.comm_from
     import sys
@@ -347,8 +379,8 @@ def run_trace(cfg: TraceConfig, charts: bool = True) -> int:
         if note:
             print(f"commprof: {note}", file=sys.stderr)
     if comm_from is not None:
-        run_predict(cfg, comm_from)
-    elif not run(cfg):
+        run_prediction(cfg, comm_from)
+    elif not run_ranks(cfg):
         return 0
     with results.failing(cfg.out_dir):
         show(results.load(cfg.out_dir), charts=charts)

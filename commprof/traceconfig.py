@@ -8,7 +8,7 @@ from .runconfig import RunConfig
 
 
 @dataclass
-class TraceConfig(RunConfig):
+class TraceRunConfig(RunConfig):
     VERB = "trace"
     model: dict
     tps: list[int]
@@ -53,7 +53,7 @@ class TraceConfig(RunConfig):
         return asdict(self)
 
 
-def plan_runs(cfg: TraceConfig) -> list[tuple[int, int, str]]:
+def plan_runs(cfg: TraceRunConfig) -> list[tuple[int, int, str]]:
     """(tp, batch, mode) of every run, in order; a prefill runs no decode tokens (batch 0)."""
     batches = [0] if cfg.phase == "prefill" else cfg.batches
     return [(tp, b, m) for tp in cfg.tps for b in batches for m in cfg.modes]

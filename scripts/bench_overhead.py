@@ -34,12 +34,12 @@ def rank_main(rank, world, args, slots):
     import torch.distributed as dist
 
     from commprof.collectives import COLLECTIVES
-    from commprof.sweepconfig import Cell, SweepConfig
+    from commprof.sweepconfig import Cell, SweepRunConfig
     from microbench.collective_bench import CellRunner
     from microbench.heartbeat import Heartbeat
 
     g = dist.group.WORLD
-    cfg = SweepConfig(ops=["all_reduce"], tps=[world], points=[], iters=args.iters, warmup=args.warmup)
+    cfg = SweepRunConfig(ops=["all_reduce"], tps=[world], points=[], iters=args.iters, warmup=args.warmup)
     runner = CellRunner(torch, dist, cfg, rank, torch.device("cpu"), Heartbeat(rank, slots), None)
     ranks = list(range(world))
 

@@ -58,11 +58,12 @@ def test_p2p_host_staged_catches_a_corrupt_copy(sim, monkeypatch):
 def test_p2p_command_on_two_simulated_gpus(sim, tmp_path, capsys):
     import csv
 
-    from commprof.p2p import P2pConfig, run_p2p
+    from commprof import p2p
+    from commprof.p2p import P2pConfig
 
     sim.nulls.update({1: type(sim.nulls[0])(ptr=0, device=1)})
     out = str(tmp_path / "p2p")
-    assert run_p2p(P2pConfig(size="4096", rounds=20, out=out)) == 0
+    assert p2p.run(P2pConfig(size="4096", rounds=20, out=out)) == 0
     rows = list(csv.DictReader(open(os.path.join(out, "p2p.csv"))))
     probes = sorted({r["probe"] for r in rows})
     assert probes == ["copy_engine", "host_staged", "pingpong", "sm_copy"]

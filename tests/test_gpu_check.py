@@ -115,12 +115,12 @@ def no_device(monkeypatch, tmp_path):
     monkeypatch.setattr(commprof.launch, "cuda_device_count", lambda: 1)     # trace --predict checks it
     monkeypatch.setattr(cuda_ext.loader, "require_gpu", lambda *a, **k: None)
     monkeypatch.setattr(commprof.trace, "available_bytes_per_rank", lambda *a: (int(141e9 * 0.9), "test"))
-    monkeypatch.setattr(commprof.sweep, "run_sweep", lambda cfg, charts=True: calls.append(("sweep", cfg)) or 0)
-    monkeypatch.setattr(commprof.trace, "run_trace", lambda cfg, charts=True:
+    monkeypatch.setattr(commprof.sweep, "measure", lambda cfg, charts=True: calls.append(("sweep", cfg)) or 0)
+    monkeypatch.setattr(commprof.trace, "measure", lambda cfg, charts=True:
                         calls.append(("predict", cfg, cfg.comm_from) if cfg.comm_from else ("trace", cfg)) or 0)
-    for mod, name in ((commprof.topo, "run_topo"), (commprof.p2p, "run_p2p"), (commprof.check, "run_check"),
-                      (commprof.report, "run_report")):
-        monkeypatch.setattr(mod, name, lambda *a, _n=name, **k: calls.append((_n, a, k)) or 0)
+    for mod in (commprof.topo, commprof.p2p, commprof.check, commprof.report):
+        verb = mod.__name__.rsplit(".", 1)[1]
+        monkeypatch.setattr(mod, "run", lambda *a, _n=verb, **k: calls.append((_n, a, k)) or 0)
     return calls
 
 

@@ -74,7 +74,7 @@ def test_predict_builds_one_engine_per_tp_and_batch(monkeypatch, tmp_path):
                          backend="gloo", modes="eager", timeout_s=60, out=str(tmp_path / "p"), argv=["t"],
                          predict=True, comm_from="reference:nvlink4")
     cfg.modes = ["eager", "eager"]      # two modes of one (tp, batch): on a GPU, eager and graph
-    T.run_predict(cfg, cfg.comm_from)
+    T.run_prediction(cfg, cfg.comm_from)
     assert built == [(2, 1)]
 
 

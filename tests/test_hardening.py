@@ -138,7 +138,7 @@ def test_an_oserror_without_a_file_name_is_exit_2_not_70(cli_inproc, monkeypatch
     def full(*a, **k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(show_mod, "run_show", full)
+    monkeypatch.setattr(show_mod, "run", full)
     res = cli_inproc("show", str(tmp_path))
     assert res.returncode == 2
     assert "No space left on device" in one_line_error(res) and "unexpected" not in res.stderr
@@ -706,7 +706,7 @@ def test_failure_lines_name_their_verb(cli, tmp_path):
     class Cfg:
         pass
 
-    for name, verb in (("SweepConfig", "sweep"), ("TraceConfig", "trace"), ("MoeConfig", "moe")):
+    for name, verb in (("SweepRunConfig", "sweep"), ("TraceRunConfig", "trace"), ("MoeRunConfig", "moe")):
         assert launch.verb_of(type(name, (), {})()) == verb
     res = cli("moe", "--ep", "2", "--tokens", "8", "--skew", "uniform", "--iters", "2", "--warmup", "0",
               "--out", str(tmp_path / "m"), env={"COMMPROF_TEST_FAULT": "die:rank=1,mode=rebalanced"})

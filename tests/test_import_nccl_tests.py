@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from helpers import one_line_error
 
-from commprof import nccltests, results
+from commprof import import_, nccltests, results
 from commprof.errors import EXIT_USAGE, UsageError
 from commprof.latency import CommTable
 
@@ -134,13 +134,13 @@ def test_refuses_an_output_dir_with_files(tmp_path):
 
 def test_run_import_prints_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert nccltests.run_import(nccltests.ImportConfig("nccl-tests", [AR8, AG2])) == 0
+    assert import_.run(import_.ImportConfig("nccl-tests", [AR8, AG2])) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith("imported 19 rows (all_gather, all_reduce; tp 2, 8; eager) from 2 file(s) into results")
     made, = os.listdir(tmp_path / "results")
     assert made.endswith("-import-nccl-tests")
     with pytest.raises(UsageError, match="unknown kind 'rccl-tests'"):
-        nccltests.run_import(nccltests.ImportConfig("rccl-tests", [AR8], str(tmp_path / "o")))
+        import_.run(import_.ImportConfig("rccl-tests", [AR8], str(tmp_path / "o")))
 
 
 # --- layouts of other nccl-tests versions and launchers (small inline logs) -------------------------

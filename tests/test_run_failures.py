@@ -342,7 +342,7 @@ def test_an_unexpected_os_error_names_its_file(cli_inproc, tmp_path, monkeypatch
     def full(*a, **k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "chart.png"))
 
-    monkeypatch.setattr(show, "run_show", full)
+    monkeypatch.setattr(show, "run", full)
     res = cli_inproc("show", str(tmp_path))
     assert res.returncode == 2
     line = one_line_error(res)

@@ -311,7 +311,7 @@ def test_real_nvml_answers_or_says_what_is_missing():
 
 def test_run_topo_json_to_stdout_and_topo_json(tmp_path, capsys):
     out = tmp_path / "new" / "dir"
-    assert T.run_topo(T.TopoConfig(as_json=True, out=str(out)), nvml=FakeNVML(L40S)) == 0
+    assert T.run(T.TopoConfig(as_json=True, out=str(out)), nvml=FakeNVML(L40S)) == 0
     captured = capsys.readouterr()
     printed = json.loads(captured.out)
     saved = json.loads((out / "topo.json").read_text())
@@ -321,7 +321,7 @@ def test_run_topo_json_to_stdout_and_topo_json(tmp_path, capsys):
 
 def test_run_topo_tables(capsys):
     con, buf = console()
-    assert T.run_topo(T.TopoConfig(), nvml=FakeNVML(H100), console=con) == 0
+    assert T.run(T.TopoConfig(), nvml=FakeNVML(H100), console=con) == 0
     text = buf.getvalue()
     assert "NV18" in text and "interconnect class: nvswitch" in text and "GPU7" in text
     assert "00000000:AB:00.0" in text          # not an emoji

@@ -38,11 +38,11 @@ def test_progress_stays_off_when_stderr_is_not_a_terminal(monkeypatch):
 
 
 def test_each_verb_that_starts_ranks_labels_its_own_progress():
-    from commprof.routing import MoeConfig
-    from commprof.sweepconfig import SweepConfig
-    from commprof.traceconfig import TraceConfig
+    from commprof.routing import MoeRunConfig
+    from commprof.sweepconfig import SweepRunConfig
+    from commprof.traceconfig import TraceRunConfig
 
-    assert (SweepConfig.VERB, TraceConfig.VERB, MoeConfig.VERB) == ("sweep", "trace", "moe")
+    assert (SweepRunConfig.VERB, TraceRunConfig.VERB, MoeRunConfig.VERB) == ("sweep", "trace", "moe")
 
 
 def _fake_repo(tmp_path, pip_rc: int):

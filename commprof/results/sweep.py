@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from ..errors import UsageError
-from ..sweepconfig import CUSTOM, SweepConfig, plan_cells, row_key
+from ..sweepconfig import CUSTOM, SweepRunConfig, plan_cells, row_key
 from ..runinfo import machine, nccl_env, now_iso, run_env, versions
 from .meta import (META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, require_results_dir,
                    run_state, write_meta)
@@ -164,7 +164,7 @@ def load_frame(path: str, impl: str = "baseline"):
 class SweepWriter:
     """Rank 0's handle on the results dir of a running sweep."""
 
-    def __init__(self, path: str, cfg: SweepConfig, meta: dict, done_keys: set):
+    def __init__(self, path: str, cfg: SweepRunConfig, meta: dict, done_keys: set):
         self.path = path
         self.cfg = cfg
         self.meta = meta
@@ -238,7 +238,7 @@ def resume_state(path: str, backend: str, dtype: str, impls=(), timing: str = "p
     return meta, done
 
 
-def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
+def open_sweep(cfg: SweepRunConfig, rank_infos: list[dict]) -> SweepWriter:
     """Create or resume the results dir; write ``meta.json`` with the run's provenance."""
     path = cfg.out_dir
     check_out_dir(path, cfg.resume)

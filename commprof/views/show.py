@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 
 from ..items import Item
 from .console import frame_table, stdout_console
@@ -102,9 +103,16 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
         stdout_console().print(f"{res.path}: a {verb} results dir with nothing to show")
 
 
-def run_show(path: str, charts: bool = True) -> int:
+@dataclass
+class ShowConfig:
+    """``commprof show``'s argument and flag."""
+    results_dir: str = "."
+    charts: bool = True
+
+
+def run(cfg: ShowConfig) -> int:
     """``commprof show DIR``: load any verb's results dir and show it; the exit code."""
     from ..results import load
 
-    show(load(path), charts=charts)
+    show(load(cfg.results_dir), charts=cfg.charts)
     return 0
