@@ -130,7 +130,7 @@ def summarize(tokens: list[dict], batch: int, collectives_per_step: int, chunk: 
     }
 
 
-def attribute_run(recs: list[dict], layers_model: int, tp: int, batch: int, chunk: int = 0, prompt: int = 0) -> dict:
+def attribute_tokens(recs: list[dict], layers_model: int, tp: int, batch: int, chunk: int = 0, prompt: int = 0) -> dict:
     """:func:`attribute` of one run, with its :func:`summarize` line under ``"summary"`` (a
     prefill or mixed run with ``chunk`` and ``prompt``)."""
     att = attribute(recs, layers_model, tp)

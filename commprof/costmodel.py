@@ -12,9 +12,7 @@ must work without them).
 """
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import math
 import os
@@ -25,7 +23,7 @@ from dataclasses import asdict, dataclass
 from . import results
 from .collectives import COLLECTIVES, DTYPE_BYTES
 from .errors import UsageError
-from .fileio import remove_quietly, write_atomic
+from .fileio import remove_quietly
 from .profiles import PROFILES, get_profile, list_profiles, param_latency_us
 
 __all__ = ["Fit", "fit_sweep", "fit_results_dir", "profile_latency_us", "profile_param", "profile_checks",
@@ -214,10 +212,6 @@ def profile_calibration(profile) -> list[dict]:
     return out
 
 
-def _fmt_row(r: dict) -> dict:
-    return {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()}
-
-
 def profile_rows(profile, tps=(2, 4, 8), sizes=DEFAULT_PROFILE_SIZES, ops=None, modes=None) -> list[dict]:
     """Sweep-format rows (``commprof.results.COLUMNS``) of a profile's model; nothing written."""
     p = _profile(profile)
@@ -264,12 +258,7 @@ def write_profile_sweep(profile_name: str, out_dir: str, tps=(2, 4, 8), sizes=DE
     results.check_out_dir(out_dir, resume=False)
     rows = profile_rows(p, tps=tps, sizes=sizes, ops=ops, modes=modes)
     os.makedirs(out_dir, exist_ok=True)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=results.COLUMNS, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow(_fmt_row(r))
-    write_atomic(os.path.join(out_dir, results.SWEEP_CSV), buf.getvalue())
+    results.write_table(os.path.join(out_dir, results.SWEEP_CSV), results.COLUMNS, rows)
     used = sorted({(r["op"], r["tp"], r["mode"]) for r in rows})
     meta = results.provenance(
         "reference", "modelled", f"reference profile '{p['name']}' written as a sweep (alpha-beta model, nothing measured)",

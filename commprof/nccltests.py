@@ -13,8 +13,6 @@ iteration timing (``-I 1``) also give min/max/p99 (text) or p50/p95/p99 (JSON), 
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import os
@@ -25,7 +23,7 @@ from dataclasses import dataclass, field
 from . import results
 from .collectives import COLLECTIVES
 from .errors import UsageError, shown, warn
-from .fileio import read_user_bytes, remove_quietly, write_atomic
+from .fileio import read_user_bytes, remove_quietly
 
 # nccl-tests binary (without _perf / _mpi) -> commprof op
 NCCL_TESTS_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -812,12 +810,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
         rows.extend(r)
         infos.append(info)
     os.makedirs(out_dir, exist_ok=True)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=results.COLUMNS + IMPORT_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    write_atomic(os.path.join(out_dir, results.SWEEP_CSV), buf.getvalue())
+    results.write_table(os.path.join(out_dir, results.SWEEP_CSV), results.COLUMNS + IMPORT_COLUMNS, rows)
     all_ranks = [r for s in sections for r in s.ranks]
     hosts = sorted({r["host"] for r in all_ranks if r.get("host")})
     gpus = sorted({r["gpu"] for r in all_ranks if r.get("gpu")})

@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from . import results
-from .attribution import attribute_run
+from .attribution import attribute_tokens
 from .latency import CommTable
 from .results.trace import open_trace
 from .traceconfig import TraceRunConfig, plan_runs
@@ -313,7 +313,7 @@ def run_prediction(cfg: TraceRunConfig, comm_from: str) -> None:
         comm_us = {k: (table.latency_us(COMM_OP[k], tp, mode, v) if tp > 1 else 0.0) for k, v in sizes.items()}
         rec = predicted_record({"rank": 0, "lat": lat, "offs": offs, "durs": durs, "segments": eng.segments},
                                comm_us)
-        writer.add_attributed(tp, batch, mode, attribute_run([rec], cfg.layers_model, tp, batch, cfg.chunk,
+        writer.add_attributed(tp, batch, mode, attribute_tokens([rec], cfg.layers_model, tp, batch, cfg.chunk,
                                                              cfg.prompt))
     eng = None
     meta = results.read_meta(cfg.out_dir)

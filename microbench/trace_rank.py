@@ -77,7 +77,7 @@ def _release(torch, device):
 
 def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None):
     """Body of one trace rank. Raises on failure (the launcher reports it)."""
-    from commprof.attribution import attribute_run
+    from commprof.attribution import attribute_tokens
     from commprof.results.trace import open_trace
     from commprof.traceconfig import plan_runs
 
@@ -130,7 +130,7 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
                 moved = sorted({r["origin"] for r in recs} - {"token start"})
                 if moved:
                     print(f"commprof trace: {label}: segment offsets count from the {moved[0]}", file=sys.stderr)
-                writer.add_attributed(tp, batch, mode, attribute_run(recs, cfg.layers_model, tp, batch,
+                writer.add_attributed(tp, batch, mode, attribute_tokens(recs, cfg.layers_model, tp, batch,
                                                                      cfg.chunk, cfg.prompt), recs=recs)
                 hb.row_written(1)
         eng = None

@@ -732,8 +732,10 @@ def gen_kineto(rnd: random.Random) -> tuple[bytes, bytes]:
 
 def check_kineto(case, tmp: str) -> str:
     """Read both ranks' traces and attribute them as ``import kineto`` does (commprof.kineto:
-    read_file, check_ranks, attribute_run), in memory: every figure finite and >= 0."""
-    from commprof.kineto import MAX_SPAN_US, MAX_TP, _run_label, attribute_run, check_ranks, read_file
+    read_file, check_ranks, attribute_steps), in memory: every figure finite and >= 0."""
+    from commprof.kineto import run_label
+    from commprof.kinetoread import MAX_SPAN_US, MAX_TP, read_file
+    from commprof.kinetosteps import attribute_steps, check_ranks
 
     ranks = []
     try:
@@ -744,9 +746,9 @@ def check_kineto(case, tmp: str) -> str:
             ranks.extend(read_file(p))
         if not any(r.kernels or r.colls for r in ranks):
             return "rejected"
-        labels = [_run_label(r.run) for r in ranks]
+        labels = [run_label(r.run) for r in ranks]
         check_ranks(ranks, None)
-        att = attribute_run(ranks)
+        att = attribute_steps(ranks)
     except CommprofError as e:
         return _rejected(e)
     for lab in labels:                  # a run label taken is a physical one
@@ -808,7 +810,7 @@ def gen_url(rnd: random.Random) -> str:
 def check_url(text: str, tmp: str | None = None) -> str:
     from urllib.parse import urlsplit
 
-    from commprof.serve import base_url
+    from commprof.serveconfig import base_url
 
     try:
         url = base_url(text)
@@ -850,7 +852,7 @@ def _file(tmp: str, name: str, data: bytes) -> str:
 
 
 def check_workload(data: bytes, tmp: str) -> str:
-    from commprof.serve import load_replay
+    from commprof.serveworkload import load_replay
 
     try:
         rows = load_replay(_file(tmp, "workload.jsonl", data))
@@ -988,7 +990,7 @@ def gen_metrics(rnd: random.Random) -> tuple[str, str]:
 
 def check_metrics(case, tmp: str | None = None) -> str:
     """Parsing never raises; a level's queue figures are each not reported (NaN) or finite >= 0."""
-    from commprof.serve import queue_figures
+    from commprof.servescrape import queue_figures
     from commprof.servermetrics import queue_histogram
 
     before, after = (queue_histogram(t) for t in case)

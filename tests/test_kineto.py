@@ -200,7 +200,7 @@ def test_bad_input_one_line_exit_2(cli_inproc, tmp_path, name):
 
 
 def test_too_large_is_refused_with_its_size(cli_inproc, tmp_path, monkeypatch):
-    import commprof.kineto as kineto
+    import commprof.kinetoread as kineto
 
     monkeypatch.setattr(kineto, "MAX_KEPT_EVENTS", 10)
     p = write(tmp_path / "rank0.json", synthetic(0))
@@ -270,11 +270,12 @@ def test_hta_agrees_on_kernel_time(tmp_path, files):
     sums sit below the exact ones by less than 1 us per kernel; elsewhere they agree within 1%.
     HTA runs in its own venv (scripts/hta_venv.sh); without it the test skips."""
     need(*files)
-    from commprof.kineto import attribute_run, read_file
+    from commprof.kinetoread import read_file
+    from commprof.kinetosteps import attribute_steps
 
     theirs = hta_figures(files)["ranks"]
     ranks = [rt for p in files for rt in read_file(p)]
-    for row in attribute_run(ranks)["ranks"]:
+    for row in attribute_steps(ranks)["ranks"]:
         r = row["rank"]
         for kind, mine, n in (("COMMUNICATION", row["comm_kernel_us"], row["comm_kernels"]),
                               ("COMPUTATION", row["compute_kernel_us"], row["compute_kernels"])):

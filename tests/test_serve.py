@@ -44,7 +44,7 @@ def build_tiny_model(out: str, hidden: int = 64, layers: int = 2) -> str:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from commprof.serve import WORDS
+    from commprof.serveconfig import WORDS
 
     os.makedirs(out, exist_ok=True)
     words = ["<unk>", "<s>", "</s>"] + [f"\u2581{w}" for w in WORDS] + [f"\u2581w{i}" for i in range(64)]
@@ -566,7 +566,7 @@ def test_queue_histogram_parsing_and_quantiles():
 
 
 def test_slo_parsing():
-    from commprof.serve import parse_slo
+    from commprof.serveconfig import parse_slo
 
     assert parse_slo("ttft_p99=2s,tpot_p99=100ms") == {"ttft_ms_p99": 2000.0, "tpot_ms_p99": 100.0}
     assert parse_slo("e2e_p50=1.5,error_pct=1%") == {"e2e_ms_p50": 1500.0, "error_pct": 1.0}

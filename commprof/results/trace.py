@@ -203,7 +203,7 @@ class TraceWriter:
         self.timeline: list = []
 
     def add_attributed(self, tp, batch, mode, att, recs=None):
-        """Append one run (``commprof.attribution.attribute_run``) to the three tables; ``recs``
+        """Append one run (``commprof.attribution.attribute_tokens``) to the three tables; ``recs``
         (the ranks' raw stamps) also go into ``trace.json`` when the writer closes."""
         if recs is not None:
             self.timeline.append((tp, batch, mode, recs))
