@@ -9,7 +9,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from .errors import UsageError, shown, warn
-from .jsonfile import read_json_object
+from .fileio import read_json_object
 
 
 @dataclass(frozen=True)

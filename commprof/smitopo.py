@@ -21,7 +21,7 @@ from . import results
 from ._version import __version__
 from .errors import UsageError, shown
 from .fileio import all_or_none
-from .jsonfile import read_user_bytes
+from .fileio import read_user_bytes
 from .runinfo import now_iso
 from .interconnect import classify_pairs
 from .results.topo import NA, TOPO_JSON, GPU_KEYS, write_topology

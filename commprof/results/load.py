@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
-from ..jsonfile import read_json_object
+from ..fileio import read_json_object
 from .meta import META_JSON, normalize, read_meta, require_results_dir, run_state
 from .table import read_table_rows
 

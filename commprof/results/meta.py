@@ -19,7 +19,7 @@ from datetime import datetime
 
 from ..errors import CommprofError, UsageError, shown
 from ..fileio import TMP_SUFFIX, remove_quietly, write_json
-from ..jsonfile import read_json_object
+from ..fileio import read_json_object
 from ..runinfo import machine, nccl_env, now_iso, run_env, versions
 
 META_JSON = "meta.json"
