@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .errors import CommprofError
+from commprof.model.errors import CommprofError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="commprof: GPU interconnect and collective-communication profiler for LLM inference.")
@@ -57,7 +57,7 @@ def sweep(
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
 ):
     """Collective latency at decode sizes across TP degrees (NCCL on GPUs, gloo on CPU)."""
-    from .sweep import SweepConfig, run
+    from commprof.verbs.sweep import SweepConfig, run
 
     _exit_with(run, SweepConfig(
         tp=tp, ops=ops, sizes=sizes, model=model, batch=batch, dtype=dtype, backend=backend, modes=modes,
@@ -88,7 +88,7 @@ def trace(
     chunk: Optional[int] = typer.Option(None, "--chunk", help="Prefill tokens per step (default the whole prompt; needed for mixed)."),
 ):
     """Per-token, per-layer compute vs communication of a synthetic TP decode engine (or of a prefill's chunk steps)."""
-    from .trace import TraceConfig, run
+    from commprof.verbs.trace import TraceConfig, run
 
     _exit_with(run, TraceConfig(
         model=model, tp=tp, batch=batch, context=context, tokens=tokens, warmup=warmup, layers=layers, dtype=dtype,
@@ -114,7 +114,7 @@ def plan(
     chunk: Optional[int] = typer.Option(None, "--chunk", help="Prefill tokens per step (chunked prefill; default the whole prompt; needed for mixed)."),
 ):
     """Collectives and memory of one decode step (or a prefill, or a mixed step), from the model's shapes alone (nothing runs)."""
-    from .planner import PlanConfig, run
+    from commprof.verbs.plan import PlanConfig, run
 
     _exit_with(run, PlanConfig(model=model, tp=tp, batch=batch, context=context, gpu_mem=gpu_mem,
                                     mem_util=mem_util, dtype=dtype, sp=sp, moe=moe, out=out, as_json=as_json,
@@ -139,8 +139,8 @@ def predict(
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
 ):
     """Each token's time on a box you don't own: modelled GPU compute + the box's own communication."""
-    from .predict import PredictConfig, run
-    from .units import parse_int_list
+    from commprof.verbs.predict import PredictConfig, run
+    from commprof.model.units import parse_int_list
 
     def parts(text):
         return [p.strip() for p in text.split(",") if p.strip()]
@@ -157,7 +157,7 @@ def topo(
     out: Optional[str] = typer.Option(None, "--out", help="Also write topo.json into this dir."),
 ):
     """GPUs, PCIe links, NVLink, P2P status and the nvidia-smi topo -m matrix, from NVML."""
-    from .topo import TopoConfig, run
+    from commprof.verbs.topo import TopoConfig, run
 
     _exit_with(run, TopoConfig(as_json=as_json, out=out))
 
@@ -171,7 +171,7 @@ def check(
     interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Judge the box(es) as this interconnect: nvswitch, nvlink[2-5], pcie[3-6][-p2p|-no-p2p], mixed; a comma list gives one per box. Default: from topo.json, else the GPU names in the logs, else unknown."),
 ):
     """The pre-purchase checklist: PASS/WARN/FAIL/SKIP per item with value, threshold and source."""
-    from .check import CheckConfig, run
+    from commprof.verbs.check import CheckConfig, run
 
     _exit_with(run, CheckConfig(dirs=list(dirs or []), thresholds=thresholds, model=model, out=out,
                                 interconnect=interconnect))
@@ -189,7 +189,7 @@ def report(
     label: Optional[str] = typer.Option(None, "--label", help="Short names of the boxes, comma-separated, in order (default: each sweep's import --label, else its dir's name)."),
 ):
     """One self-contained HTML page and a Markdown twin: topology, sweep, trace, gap, checklist."""
-    from .report import ReportConfig, run
+    from commprof.verbs.report import ReportConfig, run
 
     _exit_with(run, ReportConfig(dirs=list(dirs), out=out, thresholds=thresholds, model=model,
                                  reference=reference, interconnect=interconnect, tp=tp, labels=label))
@@ -204,7 +204,7 @@ def gap(
     label: Optional[str] = typer.Option(None, "--label", help="Short names of the boxes, comma-separated, in order (default: each sweep's import --label, else its dir's name)."),
 ):
     """Each box against a reference (PCIe vs NVLink) and, with several boxes (one per dir with a sweep), the boxes against each other."""
-    from .gap import GapConfig, run
+    from commprof.verbs.gap import GapConfig, run
 
     _exit_with(run, GapConfig(dirs=list(dirs), reference=reference, interconnect=interconnect, out=out,
                               labels=label))
@@ -221,7 +221,7 @@ def import_(
     label: Optional[str] = typer.Option(None, "--label", help="nccl-tests, kineto: the box's short name in gap, check and report (default: the dir's name)."),
 ):
     """Import another tool's output into the results format (e.g. a vendor's nccl-tests logs)."""
-    from .import_ import ImportConfig, run
+    from commprof.verbs.import_ import ImportConfig, run
 
     _exit_with(run, ImportConfig(kind=kind, paths=list(paths), out=out, step_marker=step_marker, model=model,
                                  tp=tp, label=label))
@@ -234,7 +234,7 @@ def p2p(
     out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-p2p/)."),
 ):
     """Raw link probes (CUDA): per-pair latency and bandwidth matrix, P2P on and off."""
-    from .p2p import P2pConfig, run
+    from commprof.verbs.p2p import P2pConfig, run
 
     _exit_with(run, P2pConfig(size=size, rounds=rounds, out=out))
 
@@ -255,7 +255,7 @@ def moe(
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
 ):
     """MoE expert-parallel dispatch/combine all-to-all under skewed routing, before/after rebalancing."""
-    from .moe import MoeConfig, run
+    from commprof.verbs.moe import MoeConfig, run
 
     _exit_with(run, MoeConfig(model=model, ep=ep, tokens=tokens, skew=skew, iters=iters, warmup=warmup,
                               rebalance=rebalance, seed=seed, backend=backend, timeout_s=timeout, out=out,
@@ -268,7 +268,7 @@ def show(
     no_charts: bool = typer.Option(False, "--no-charts", help="Only print the table."),
 ):
     """Show any verb's results dir again (tables, summary lines) and redraw its charts, measuring nothing."""
-    from .views.show import ShowConfig, run
+    from commprof.views.show import ShowConfig, run
 
     _exit_with(run, ShowConfig(results_dir=results_dir, charts=not no_charts))
 
@@ -296,7 +296,7 @@ def serve(
 ):
     """TTFT, time per output token, tokens/s and jitter of an OpenAI-compatible server under load; the knee;
     the server's queue time where it publishes it on GET /metrics (vLLM, SGLang, TGI)."""
-    from .serve import build_config, run
+    from commprof.verbs.serve import build_config, run
 
     _exit_with(lambda: run(build_config(
         url=url, model=model, concurrency=concurrency, rate=rate, workload=workload, prompt_tokens=prompt_tokens,

@@ -1,6 +1,6 @@
 """The per-rank side of ``commprof sweep``: process groups, timing loops, correctness checks.
 
-Every rank walks the same ordered list of cells (``commprof.sweepconfig.plan_cells``). For each
+Every rank walks the same ordered list of cells (``commprof.model.sweepconfig.plan_cells``). For each
 cell the ranks of the measured TP group(s) time one collective per iteration:
 
 * every iteration starts barrier-aligned (a gloo barrier on the group, or on the world when groups
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commprof.collectives import COLLECTIVES, check_input
-from commprof.stats import summarize_us
-from commprof.sweepconfig import BACK_TO_BACK, CUSTOM, Cell, SweepRunConfig, plan_cells
+from commprof.model.collectives import COLLECTIVES, check_input
+from commprof.analysis.stats import summarize_us
+from commprof.model.sweepconfig import BACK_TO_BACK, CUSTOM, Cell, SweepRunConfig, plan_cells
 from microbench.heartbeat import Heartbeat, TextProgress
 from microbench.rank import rank_session
 from microbench.timing import CLOCK, CLOCK_OUTER, DeviceTimer

@@ -80,9 +80,9 @@ def hta_venv_python() -> str:
 
 
 def main():
-    from commprof.kinetoread import read_file
-    from commprof.kinetosteps import attribute_steps
-    from commprof.runinfo import now_iso
+    from commprof.ingest.kinetoread import read_file
+    from commprof.ingest.kinetosteps import attribute_steps
+    from commprof.model.machine import now_iso
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis "

@@ -33,8 +33,8 @@ def rank_main(rank, world, args, slots):
     import torch
     import torch.distributed as dist
 
-    from commprof.collectives import COLLECTIVES
-    from commprof.sweepconfig import Cell, SweepRunConfig
+    from commprof.model.collectives import COLLECTIVES
+    from commprof.model.sweepconfig import Cell, SweepRunConfig
     from microbench.collective_bench import CellRunner
     from microbench.heartbeat import Heartbeat
 
@@ -85,7 +85,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
 
-    from commprof.runinfo import now_iso
+    from commprof.model.machine import now_iso
     from microbench.heartbeat import SharedSlots
 
     start = now_iso()

@@ -29,7 +29,7 @@ def _q(s: str) -> str:
 def _log_rows(path: str) -> list[tuple[int, float, float]]:
     """(size, average us, busbw GB/s) of the log's out-of-place rows with a size and a time."""
     sys.path.insert(0, REPO)
-    from commprof.nccltests import read_nccl_tests
+    from commprof.ingest.nccltests import read_nccl_tests
 
     out = []
     for sec in read_nccl_tests(path):

@@ -457,8 +457,8 @@ def sim_custom_setup(world, tp, cells_sizes=(4096,)):
     import threading
     import types
 
-    from commprof.sizes import SizePoint
-    from commprof.sweepconfig import SweepRunConfig, plan_cells
+    from commprof.model.sizes import SizePoint
+    from commprof.model.sweepconfig import SweepRunConfig, plan_cells
     from microbench.collective_bench import GroupSet
     from microbench.oneshot_rank import CustomAllReduce
 

@@ -11,11 +11,11 @@ import os
 
 import pytest
 
-from commprof import nccltests
-from commprof.errors import EXIT_USAGE, CommprofError
-from commprof.models import get_model
-from commprof.sizes import parse_sizes
-from commprof.units import parse_bytes, parse_int_list
+from commprof.ingest import nccltests
+from commprof.model.errors import EXIT_USAGE, CommprofError
+from commprof.model.models import get_model
+from commprof.model.sizes import parse_sizes
+from commprof.model.units import parse_bytes, parse_int_list
 from helpers import sweep_rows
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")

@@ -7,12 +7,12 @@ import pytest
 from helpers import TOY_MODEL, write_sweep_dir
 from fake_nvml import FakeNVML
 
-from commprof.nvmltopo import collect_topology
+from commprof.capture.nvmltopo import collect_topology
 from commprof.results.topo import write_topology
-from commprof.checkitems import run_items
-from commprof.errors import EXIT_CHECK_FAILED
-from commprof.evidence import gather
-from commprof.thresholds import load_thresholds
+from commprof.analysis.checkitems import run_items
+from commprof.model.errors import EXIT_CHECK_FAILED
+from commprof.analysis.evidence import gather
+from commprof.analysis.thresholds import load_thresholds
 
 H100 = "h100-sxm-8x-nvswitch.json"
 RTX5090 = "rtx5090-8x-pcie-2socket.json"

@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 from helpers import REPO
 
-from commprof.checkitems import run_items
-from commprof.evidence import gather
-from commprof.thresholds import load_thresholds
-from commprof.errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE
-from commprof.expect import healthy_boxes
-from commprof.nccltests import import_nccl_tests
-from commprof.items import INSUFFICIENT, verdict
+from commprof.analysis.checkitems import run_items
+from commprof.analysis.evidence import gather
+from commprof.analysis.thresholds import load_thresholds
+from commprof.model.errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE
+from commprof.analysis.expect import healthy_boxes
+from commprof.ingest.nccltests import import_nccl_tests
+from commprof.analysis.verdict import INSUFFICIENT, verdict
 
 CORPUS = os.path.join(REPO, "tests", "data", "nccl-tests")
 with open(os.path.join(CORPUS, "corpus.toml"), "rb") as _f:

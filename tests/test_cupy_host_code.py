@@ -32,7 +32,7 @@ def test_sim_cupy_is_as_strict_as_cupy_about_numpy_and_devices(sim):
 
 @pytest.mark.parametrize("p2p", ["on", "off"])
 def test_p2p_host_staged_two_gpus_compares_cupy_with_numpy(sim, p2p):
-    from commprof.p2p import host_staged_bandwidth
+    from commprof.verbs.p2p import host_staged_bandwidth
 
     if p2p == "off":          # the box this probe is for: no peer access either way
         sim.no_p2p.update({(0, 1), (1, 0)})
@@ -43,7 +43,7 @@ def test_p2p_host_staged_two_gpus_compares_cupy_with_numpy(sim, p2p):
 
 
 def test_p2p_host_staged_catches_a_corrupt_copy(sim, monkeypatch):
-    from commprof.p2p import host_staged_bandwidth
+    from commprof.verbs.p2p import host_staged_bandwidth
 
     rt, real = sim.cuda.runtime, sim.cuda.runtime.memcpy
 
@@ -58,8 +58,8 @@ def test_p2p_host_staged_catches_a_corrupt_copy(sim, monkeypatch):
 def test_p2p_command_on_two_simulated_gpus(sim, tmp_path, capsys):
     import csv
 
-    from commprof import p2p
-    from commprof.p2p import P2pConfig
+    from commprof.verbs import p2p
+    from commprof.verbs.p2p import P2pConfig
 
     sim.nulls.update({1: type(sim.nulls[0])(ptr=0, device=1)})
     out = str(tmp_path / "p2p")
@@ -155,7 +155,7 @@ NO_NATIVE = """
 import sys
 for name in ("torch", "cupy", "numpy"):
     sys.modules[name] = None
-import commprof, cuda_ext, cuda_ext.loader, commprof.p2p, microbench.oneshot_rank
+import commprof, cuda_ext, cuda_ext.loader, commprof.verbs.p2p, microbench.oneshot_rank
 try:
     cuda_ext.loader.require_gpu()
 except cuda_ext.loader.CudaUnavailable as e:

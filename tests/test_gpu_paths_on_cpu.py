@@ -8,10 +8,10 @@ from helpers import TOY_MODEL as TOY
 from helpers import write_sweep_dir
 from fake_nvml import FakeNVML
 
-from commprof import trace as T
-from commprof.checkitems import run_items
-from commprof.evidence import gather
-from commprof.thresholds import load_thresholds
+from commprof.verbs import trace as T
+from commprof.analysis.checkitems import run_items
+from commprof.analysis.evidence import gather
+from commprof.analysis.thresholds import load_thresholds
 from microbench import decode_engine
 
 GIB = 1 << 30
@@ -41,7 +41,7 @@ class SpyTorch:
 
 
 def _toy_shape():
-    from commprof.models import get_model
+    from commprof.model.models import get_model
 
     return get_model(TOY).to_dict()
 

@@ -13,9 +13,11 @@ import pandas as pd
 import pytest
 from helpers import one_line_error
 
-from commprof import import_, nccltests, results
-from commprof.errors import EXIT_USAGE, UsageError
-from commprof.latency import CommTable
+from commprof.verbs import import_
+from commprof.ingest import nccltests
+from commprof import results
+from commprof.model.errors import EXIT_USAGE, UsageError
+from commprof.analysis.latency import CommTable
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nccl-tests")
 AR8 = os.path.join(DATA, "all_reduce_perf_8xA100.log")

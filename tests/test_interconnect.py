@@ -5,9 +5,9 @@ import os
 
 from fake_nvml import FakeNVML
 
-from commprof.interconnect import classify_pairs
-from commprof.nvmltopo import collect_topology
-from commprof.smitopo import parse_smi_topo
+from commprof.analysis.interconnect import classify_pairs
+from commprof.capture.nvmltopo import collect_topology
+from commprof.ingest.smitopo import parse_smi_topo
 
 SMI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nvidia-smi")
 

@@ -6,8 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from commprof.boxgap import sweep_price
-from commprof.latency import loglog_lookup
+from commprof.analysis.boxgap import sweep_price
+from commprof.analysis.latency import loglog_lookup
 
 XS = [1024.0, 4096.0, 16384.0]
 YS = [10.0, 20.0, 80.0]

@@ -10,14 +10,14 @@ import json
 import pytest
 from rich.console import Console
 
-from commprof.errors import UsageError
-from commprof.models import ModelShape, get_model, is_moe_layer, is_sliding
+from commprof.model.errors import UsageError
+from commprof.model.models import ModelShape, get_model, is_moe_layer, is_sliding
 from commprof.views.plan import render_plan
-from commprof import planner
-from commprof.planner import PlanConfig, write_plan
-from commprof.stepmodel import (build_plan, decode_collectives, kv_bytes_per_sequence_per_rank,
+from commprof.verbs import plan as planner
+from commprof.verbs.plan import PlanConfig, write_plan
+from commprof.analysis.stepmodel import (build_plan, decode_collectives, kv_bytes_per_sequence_per_rank,
                                 kv_bytes_per_token_per_rank, step_counts, weights_per_rank)
-from commprof.sizes import parse_sizes
+from commprof.model.sizes import parse_sizes
 
 GiB = 1 << 30
 

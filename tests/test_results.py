@@ -4,8 +4,8 @@ import os
 import pytest
 
 from commprof import results
-from commprof.errors import UsageError
-from commprof.sweepconfig import SweepRunConfig
+from commprof.model.errors import UsageError
+from commprof.model.sweepconfig import SweepRunConfig
 
 
 def test_truncated_last_line_is_dropped(tmp_path):

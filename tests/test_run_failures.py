@@ -22,9 +22,10 @@ import time
 
 import pytest
 
-from commprof import launch, results
-from commprof.errors import UsageError
-from commprof import fileio
+from commprof.capture import launch
+from commprof import results
+from commprof.model.errors import UsageError
+from commprof.model import fileio
 from commprof.results import meta as meta_mod
 from commprof.results import table as table_mod
 from helpers import REPO, TOY_MODEL, cli_env, one_line_error, results_meta, sweep_rows

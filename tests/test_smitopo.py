@@ -10,11 +10,11 @@ import os
 import pytest
 
 from commprof.results.topo import GPU_KEYS
-from commprof.checkitems import run_items
-from commprof.evidence import gather
-from commprof.thresholds import load_thresholds
-from commprof.errors import UsageError
-from commprof.smitopo import parse_smi_topo
+from commprof.analysis.checkitems import run_items
+from commprof.analysis.evidence import gather
+from commprof.analysis.thresholds import load_thresholds
+from commprof.model.errors import UsageError
+from commprof.ingest.smitopo import parse_smi_topo
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nvidia-smi")
 RTX_M = os.path.join(DATA, "rtx4090x8-sys-topo-m.txt")

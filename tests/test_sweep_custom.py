@@ -12,10 +12,10 @@ import os
 import pytest
 
 from commprof import results
-from commprof.errors import DeviceError, UsageError
-from commprof.sizes import SizePoint
-from commprof.sweep import parse_impls, refusal_lines
-from commprof.sweepconfig import SweepRunConfig, plan_cells, row_key
+from commprof.model.errors import DeviceError, UsageError
+from commprof.model.sizes import SizePoint
+from commprof.verbs.sweep import parse_impls, refusal_lines
+from commprof.model.sweepconfig import SweepRunConfig, plan_cells, row_key
 from helpers import one_line_error
 from helpers import results_meta as meta
 from helpers import sweep_rows as rows

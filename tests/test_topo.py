@@ -10,10 +10,11 @@ import sys
 import pytest
 from fake_nvml import FakeNVML
 
-from commprof import nvmltopo as N, topo as T
+from commprof.capture import nvmltopo as N
+from commprof.verbs import topo as T
 from commprof.results.topo import write_topology
 from commprof.views.topo import render_topology
-from commprof.errors import EXIT_NO_GPU, NoGpuError
+from commprof.model.errors import EXIT_NO_GPU, NoGpuError
 
 H100 = "h100-sxm-8x-nvswitch.json"
 RTX5090 = "rtx5090-8x-pcie-2socket.json"

@@ -38,8 +38,8 @@ def test_trace_end_to_end_attribution(cli_inproc, tmp_path):
     per = lay.groupby(["tp", "batch", "layer"]).agg(s=("straggler_count", "sum"), c=("collectives", "first"))
     assert (per["s"] == per["c"]).all()
     # counts: 2L + 2 per step, as the plan says
-    from commprof.models import get_model
-    from commprof.stepmodel import decode_collectives
+    from commprof.model.models import get_model
+    from commprof.analysis.stepmodel import decode_collectives
     n = len(decode_collectives(get_model(TOY), 2, 1))
     assert n == 18 and set(summ["collectives_per_step"]) == {18}
     assert set(summ["collectives_per_token"]) == {18.0, 9.0}

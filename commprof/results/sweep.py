@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 
-from ..errors import UsageError
-from ..sweepconfig import CUSTOM, SweepRunConfig, plan_cells, row_key
-from ..runinfo import machine, nccl_env, now_iso, run_env, versions
-from .meta import (META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, require_results_dir,
+from commprof.model.errors import UsageError
+from commprof.model.sweepconfig import CUSTOM, SweepRunConfig, plan_cells, row_key
+from commprof.model.machine import machine, nccl_env, now_iso, run_env, versions
+from commprof.results.meta import (META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, require_results_dir,
                    run_state, write_meta)
-from .table import TableAppender, read_table_rows
+from commprof.results.table import TableAppender, read_table_rows
 
 SWEEP_CSV = "sweep.csv"
 

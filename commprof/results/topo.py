@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ..fileio import write_json
+from commprof.model.fileio import write_json
 
 TOPO_JSON = "topo.json"
 NA = "n/a"

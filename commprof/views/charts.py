@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ..fileio import atomic_path
-from ..units import human_bytes
+from commprof.model.fileio import atomic_path
+from commprof.model.units import human_bytes
 
 
 def where_from(meta: dict) -> str:

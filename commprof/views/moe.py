@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from ..routing import PLACEMENTS
-from .charts import _provenance, _save, plain_log_ticks
+from commprof.analysis.moeroute import PLACEMENTS
+from commprof.views.charts import _provenance, _save, plain_log_ticks
 
 LOAD_PNG = "moe_rank_load.png"
 LATENCY_PNG = "moe_latency_vs_skew.png"

@@ -1,7 +1,7 @@
 """What ``commprof predict`` shows: one line per box and TP, a table, and the stacked ms/token chart."""
 from __future__ import annotations
 
-from .console import _fmt, stdout_console
+from commprof.views.console import _fmt, stdout_console
 
 
 def predict_line(r: dict) -> str:
@@ -51,7 +51,7 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .charts import _save
+    from commprof.views.charts import _save
 
     boxes = list(dict.fromkeys(r["box"] for r in rows))
     tallest = 0.0

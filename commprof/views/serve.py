@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .charts import _save, plain_log_ticks
-from .console import frame_table, progress_bar
+from commprof.views.charts import _save, plain_log_ticks
+from commprof.views.console import frame_table, progress_bar
 
 #: The console table: column in serve_levels.csv -> header (the CSV holds every column).
 TABLE_COLUMNS = {"mode": "mode", "concurrency": "conc", "rate_rps": "req/s in", "ok": "ok", "errors": "err",

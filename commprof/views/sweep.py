@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import os
 
-from ..units import human_bytes
-from ..items import latency_stat
-from .charts import _provenance, _save, chart_source, size_axes
-from .console import _fmt, stdout_console
+from commprof.model.units import human_bytes
+from commprof.analysis.verdict import latency_stat
+from commprof.views.charts import _provenance, _save, chart_source, size_axes
+from commprof.views.console import _fmt, stdout_console
 
 
 LATENCY_PNG = "latency_vs_size.png"
@@ -16,7 +16,7 @@ BUSBW_PNG = "busbw_vs_size.png"
 
 
 def stat_of(df) -> str:
-    """What the latency_us_p50 column holds (:func:`commprof.items.latency_stat`)."""
+    """What the latency_us_p50 column holds (:func:`commprof.analysis.verdict.latency_stat`)."""
     return latency_stat(df)
 
 

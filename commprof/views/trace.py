@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from .charts import _save, chart_source, where_from
+from commprof.views.charts import _save, chart_source, where_from
 
 TRACE_TOKENS_PNG = "trace_tokens.png"
 TRACE_LAYERS_PNG = "trace_layers_heatmap.png"
