@@ -229,11 +229,9 @@ def _box_gap(ev, reference: str | None):
                   notes=notes, meta=ev.sweep_meta or {}, curves=pd.DataFrame(curves), ttft=_ttft(ev, ref))
 
 
-def compute_gap(dirs: list[str], reference: str | None = None, ev=None, interconnect=None, labels=None) -> Gap:
-    """The gap of every box the dirs describe against ``reference`` (default: the other kind of
-    each box), and of the boxes against each other."""
-    from commprof.analysis.evidence import gather
-    from commprof.analysis.interconnect import resolve_all
+def check_reference(reference: str | None) -> None:
+    """``--reference NAME`` (or ``reference:NAME``) must name a reference profile: one line listing
+    them otherwise."""
     from commprof.analysis.costmodel import get_profile, list_profiles
 
     if reference is not None:
@@ -242,6 +240,15 @@ def compute_gap(dirs: list[str], reference: str | None = None, ev=None, intercon
         except (KeyError, UsageError):
             raise UsageError(f"--reference '{reference.removeprefix('reference:')}': unknown; use one of "
                              f"{', '.join(p['name'] for p in list_profiles())}") from None
+
+
+def compute_gap(dirs: list[str], reference: str | None = None, ev=None, interconnect=None, labels=None) -> Gap:
+    """The gap of every box the dirs describe against ``reference`` (default: the other kind of
+    each box), and of the boxes against each other."""
+    from commprof.analysis.evidence import gather
+    from commprof.analysis.interconnect import resolve_all
+
+    check_reference(reference)
     ev = ev if ev is not None else gather(dirs, labels)
     boxes = [b for b in resolve_all(ev, interconnect) if b.sweep is not None]
     if not boxes:

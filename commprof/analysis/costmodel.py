@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass
 from commprof import results
 from commprof.model.collectives import COLLECTIVES, DTYPE_BYTES
 from commprof.model.errors import UsageError
-from commprof.model.fileio import remove_quietly
 from commprof.analysis.profiles import PROFILES, get_profile, list_profiles, param_latency_us
 
 __all__ = ["Fit", "fit_sweep", "fit_results_dir", "profile_latency_us", "profile_param", "profile_checks",
@@ -258,7 +257,6 @@ def write_profile_sweep(profile_name: str, out_dir: str, tps=(2, 4, 8), sizes=DE
     results.check_out_dir(out_dir, resume=False)
     rows = profile_rows(p, tps=tps, sizes=sizes, ops=ops, modes=modes)
     os.makedirs(out_dir, exist_ok=True)
-    results.write_table(os.path.join(out_dir, results.SWEEP_CSV), results.COLUMNS, rows)
     used = sorted({(r["op"], r["tp"], r["mode"]) for r in rows})
     meta = results.provenance(
         "reference", "modelled", f"reference profile '{p['name']}' written as a sweep (alpha-beta model, nothing measured)",
@@ -288,12 +286,7 @@ def write_profile_sweep(profile_name: str, out_dir: str, tps=(2, 4, 8), sizes=DE
                     "busbw_gbps": "algbw x nccl-tests bus factor (commprof.model.collectives)",
                     "clock": "model: no clock was read"},
     })
-    try:
-        results.write_meta(out_dir, meta)
-    except UsageError:      # a full disk: no table left without the meta.json that says what it holds
-        remove_quietly(os.path.join(out_dir, results.SWEEP_CSV))
-        raise
-    return out_dir
+    return results.write_sweep_table(out_dir, results.COLUMNS, rows, meta)
 
 
 def _profile_digest(p: dict, tps, sizes, ops, modes) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from commprof import results
 from commprof.model.collectives import COLLECTIVES
 from commprof.model.errors import UsageError, shown, warn
-from commprof.model.fileio import read_user_bytes, remove_quietly
+from commprof.model.fileio import read_user_bytes
 
 # nccl-tests binary (without _perf / _mpi) -> commprof op
 NCCL_TESTS_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -810,7 +810,6 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
         rows.extend(r)
         infos.append(info)
     os.makedirs(out_dir, exist_ok=True)
-    results.write_table(os.path.join(out_dir, results.SWEEP_CSV), results.COLUMNS + IMPORT_COLUMNS, rows)
     all_ranks = [r for s in sections for r in s.ranks]
     hosts = sorted({r["host"] for r in all_ranks if r.get("host")})
     gpus = sorted({r["gpu"] for r in all_ranks if r.get("gpu")})
@@ -859,12 +858,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
                      "with -I)",
         },
     })
-    try:
-        results.write_meta(out_dir, meta)
-    except UsageError:      # a full disk: no table left without the meta.json that says what it holds
-        remove_quietly(os.path.join(out_dir, results.SWEEP_CSV))
-        raise
-    return out_dir
+    return results.write_sweep_table(out_dir, results.COLUMNS + IMPORT_COLUMNS, rows, meta)
 
 
 def wrong_summary(out_dir: str) -> str:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 
 from commprof.model.errors import UsageError
+from commprof.model.fileio import remove_quietly
 from commprof.model.sweepconfig import CUSTOM, SweepRunConfig, plan_cells, row_key
 from commprof.model.machine import machine, nccl_env, now_iso, run_env, versions
 from commprof.results.meta import (META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, require_results_dir,
                    run_state, write_meta)
-from commprof.results.table import TableAppender, read_table_rows
+from commprof.results.table import TableAppender, read_table_rows, write_table
 
 SWEEP_CSV = "sweep.csv"
 
@@ -261,3 +262,18 @@ def open_sweep(cfg: SweepRunConfig, rank_infos: list[dict]) -> SweepWriter:
                 columns=COLUMN_DOCS, cells_planned=len(plan_cells(cfg)))
     write_meta(path, meta)
     return SweepWriter(path, cfg, meta, done)
+
+
+def write_sweep_table(out_dir: str, columns: list[str], rows: list[dict], meta: dict) -> str:
+    """A sweep dir written whole (an import, a reference profile): ``sweep.csv`` through
+    :func:`~commprof.results.table.write_table`, then its ``meta.json``. A ``meta.json`` that cannot
+    be written (a full disk) takes the table with it: no table is left without the file that says
+    what it holds. Returns ``out_dir``."""
+    path = os.path.join(out_dir, SWEEP_CSV)
+    write_table(path, columns, rows)
+    try:
+        write_meta(out_dir, meta)
+    except UsageError:
+        remove_quietly(path)
+        raise
+    return out_dir

@@ -17,7 +17,7 @@ from commprof.analysis.verdict import verdict
 from commprof.model.errors import UsageError
 from commprof.model.fileio import all_or_none
 from commprof.results.meta import check_writable, shown_path
-from commprof.analysis.boxgap import compute_gap
+from commprof.analysis.boxgap import check_reference, compute_gap
 from commprof.views import report as views
 
 
@@ -32,14 +32,8 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
     (verdicts, interconnects, box-against-box ratios, charts with one line per box), then one
     section per box."""
     from commprof.analysis.interconnect import parse_interconnect
-    from commprof.analysis.costmodel import get_profile, list_profiles
 
-    if reference is not None:
-        try:
-            get_profile(reference.removeprefix("reference:"))
-        except (KeyError, UsageError):
-            raise UsageError(f"--reference '{reference}': unknown; use one of "
-                             f"{', '.join(p['name'] for p in list_profiles())}") from None
+    check_reference(reference)
     flags = parse_interconnect(interconnect)
     for d in dirs:                  # every dir readable before anything is written
         results.load(d)
