@@ -115,14 +115,14 @@ def test_sweep_table_shows_samples_the_rank_average_mean_algbw_and_nccl_tests_av
 
 
 def _captured_figures(monkeypatch, module):
-    """Run a view's chart function with its ``_save`` swapped for one that keeps the figure."""
+    """Run a view's chart function with its ``save_chart`` swapped for one that keeps the figure."""
     figs = []
 
     def keep(fig, path, *a, **k):
         figs.append(fig)
         return path
 
-    monkeypatch.setattr(module, "_save", keep)
+    monkeypatch.setattr(module, "save_chart", keep)
     return figs
 
 
@@ -153,17 +153,17 @@ def test_sweep_charts_label_batches_draw_p95_whiskers_and_plain_log_ticks(gloo_s
 
 
 def test_imported_charts_are_titled_by_the_tool_and_file_they_came_from(tmp_path):
-    from commprof.views.charts import _provenance, chart_source
+    from commprof.views.charts import chart_provenance, chart_source
 
     meta = {"kind": "imported", "verb": "import", "what": "nccl-tests output imported as a sweep",
             "hosts": ["localhost"], "gpus": ["A100-SXM4-40GB"], "backend": "nccl", "start_time": "t",
             "source_files": [{"path": "/x/a100.txt"}], "command": ["commprof", "import"], "label": "A100 box"}
     assert chart_source(meta) == "nccl-tests on A100-SXM4-40GB (imported) [A100 box]"
-    assert _provenance(meta).startswith("imported from a100.txt, backend nccl")
+    assert chart_provenance(meta).startswith("imported from a100.txt, backend nccl")
     kineto = {"kind": "imported", "verb": "import", "source": "kineto", "hosts": [], "gpus": ["H100"],
               "backend": "nccl", "source_files": [{"path": "/t/trace.json"}]}
     assert chart_source(kineto) == "Kineto trace on H100 (imported)"
-    assert "imported on ," not in _provenance(kineto) and "trace.json" in _provenance(kineto)
+    assert "imported on ," not in chart_provenance(kineto) and "trace.json" in chart_provenance(kineto)
 
 
 def test_frame_table_prints_fixed_decimals_per_column_with_thousands_separators():

@@ -3,7 +3,7 @@ knee (the highest concurrency that meets them)."""
 from __future__ import annotations
 
 import math
-from commprof.model.serveconfig import BURST_TPOT_MS, _PCTS
+from commprof.model.serveconfig import BURST_TPOT_MS, PCTS
 
 
 
@@ -33,7 +33,7 @@ def level_summary(level: dict, rows: list[dict], wall_s: float, status: str) -> 
     gaps = [g for r in ok for g in r.get("gaps_ms", [])]
     for name, values in (("ttft", [r["ttft_ms"] for r in ok]), ("tpot", [r["tpot_ms"] for r in ok]),
                          ("itl", gaps), ("e2e", [r["e2e_ms"] for r in ok])):
-        for p, q in _PCTS:
+        for p, q in PCTS:
             out[f"{name}_ms_{p}"] = _pct(values, q)
         v = [x for x in values if x == x]
         out[f"{name}_ms_mean"] = sum(v) / len(v) if v else math.nan

@@ -18,7 +18,7 @@ from commprof.capture.serveworkload import make_prompt
 # One streamed request
 
 
-def _httpx():
+def httpx_module():
     try:
         import httpx
     except ImportError:
@@ -181,8 +181,8 @@ async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool,
 # Pre-flight: is this an OpenAI-compatible server serving that model?
 
 
-async def _preflight(cfg: ServeConfig) -> dict:
-    httpx = _httpx()
+async def preflight(cfg: ServeConfig) -> dict:
+    httpx = httpx_module()
     info: dict = {"served_models": None, "ignore_eos": False, "server_header": ""}
     timeout = httpx.Timeout(min(10.0, cfg.timeout_s))
     async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 
 from commprof.ingest import servermetrics
-from commprof.capture.serveclient import _httpx
-from commprof.model.serveconfig import _PCTS
+from commprof.capture.serveclient import httpx_module
+from commprof.model.serveconfig import PCTS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -34,7 +34,7 @@ def bounded_answer(method: str, url: str, timeout_s: float, max_bytes: int,
     ``max_bytes`` are read. Returns the status, the body and why the body is cut short: ``""`` (it
     is whole), ``"deadline"`` or ``"size"``. With ``only_status``, a body under another status is
     not read. Raises ``httpx.HTTPError``."""
-    httpx = _httpx()
+    httpx = httpx_module()
     deadline = time.monotonic() + timeout_s
     body = bytearray()
     with httpx.Client(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
@@ -55,7 +55,7 @@ def scrape(url: str, timeout_s: float = 5.0) -> Scrape:
     none. Never raises: a server without ``/metrics`` is measured all the same. The whole answer
     has a deadline of ``timeout_s`` and at most :data:`MAX_METRICS_BYTES` are read
     (:func:`bounded_answer`)."""
-    httpx = _httpx()
+    httpx = httpx_module()
     try:
         status, body, cut = bounded_answer("GET", url + "/metrics", timeout_s, MAX_METRICS_BYTES, only_status=200)
     except httpx.HTTPError as e:
@@ -88,14 +88,14 @@ def _queue_of(url: str, text: str) -> tuple[servermetrics.Histogram | None, str]
 
 def queue_figures(before, after) -> dict:
     """A level's queue columns from the scrapes around it (NaN where the server reports none)."""
-    out = {"queue_requests": math.nan, "queue_ms_mean": math.nan, **{f"queue_ms_{p}": math.nan for p, _ in _PCTS}}
+    out = {"queue_requests": math.nan, "queue_ms_mean": math.nan, **{f"queue_ms_{p}": math.nan for p, _ in PCTS}}
     if after is None or before is None or after.name != before.name:
         return out
     d = after.minus(before)
     if d.count <= 0:
         return out
     got = {"queue_requests": d.count, "queue_ms_mean": d.mean() * 1e3,
-           **{f"queue_ms_{p}": d.quantile(q / 100) * 1e3 for p, q in _PCTS},
+           **{f"queue_ms_{p}": d.quantile(q / 100) * 1e3 for p, q in PCTS},
            "queue_first_bucket_ms": d.first_bound() * 1e3}
     # a histogram that contradicts itself (a sum that fell while the count rose) reports nothing
     return got if all(math.isfinite(v) and v >= 0 for k, v in got.items() if k != "queue_first_bucket_ms") \

@@ -16,12 +16,12 @@ SERVE_LEVELS_CSV = "serve_levels.csv"
 REQUEST_COLUMNS = ["level", "mode", "concurrency", "rate_rps", "request", "session", "turn", "start_s", "status",
                    "error", "http_status", "tokens_in", "tokens_in_source", "tokens_out", "tokens_out_source",
                    "max_tokens", "chunks", "ttft_ms", "tpot_ms", "e2e_ms", "itl_ms_p50", "itl_ms_p99", "itl_ms_max", "burst"]
-_PCTS = (("p50", 50), ("p90", 90), ("p99", 99))
+PCTS = (("p50", 50), ("p90", 90), ("p99", 99))
 LEVEL_COLUMNS = (["level", "mode", "concurrency", "rate_rps", "status", "requests", "ok", "errors", "error_kinds",
                   "duration_s", "output_tokens_per_s", "requests_per_s", "tokens_in_mean", "tokens_out_mean"]
-                 + [f"{m}_ms_{p}" for m in ("ttft", "tpot", "itl", "e2e") for p, _ in _PCTS]
+                 + [f"{m}_ms_{p}" for m in ("ttft", "tpot", "itl", "e2e") for p, _ in PCTS]
                  + ["jitter_tpot_p99_p50", "jitter_growth", "meets_slo", "slo_missed"]
-                 + ["queue_requests", "queue_ms_mean"] + [f"queue_ms_{p}" for p, _ in _PCTS]
+                 + ["queue_requests", "queue_ms_mean"] + [f"queue_ms_{p}" for p, _ in PCTS]
                  + ["queue_first_bucket_ms", "input_tokens_per_s", "goodput_rps", "goodput_pct"]
                  + [f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "std")]
                  + ["burst_requests", "burst_note", "client_cpu_ms_per_request"]

@@ -25,7 +25,7 @@ from commprof import results
 from commprof.ingest import servermetrics
 from commprof.model.errors import CommprofError, UsageError, shown
 from commprof.model.units import parse_int_list
-from commprof.capture.serveclient import _httpx, _preflight, stream_request
+from commprof.capture.serveclient import httpx_module, preflight, stream_request
 from commprof.model.serveconfig import (BURST_MIN_TOKENS, BURST_TPOT_MS, EndpointError, LEVEL_COLUMNS, MAX_CONCURRENCY,
                           MAX_REQUESTS, MIN_REQUESTS_FOR_P99, REQUEST_COLUMNS, SERVE_LEVELS_CSV, SERVE_REQUESTS_CSV,
                           ServeConfig, WORKLOADS, base_url, parse_rates, parse_slo)
@@ -189,7 +189,7 @@ def _trace_files(d: str) -> dict:
 def _post(url: str, path: str, timeout_s: float, max_bytes: int = 1 << 20) -> str:
     """POST url+path; '' when the server answered 2xx, else why not. The whole answer has a deadline
     of ``timeout_s`` and at most ``max_bytes`` of it are read (:func:`bounded_answer`)."""
-    httpx = _httpx()
+    httpx = httpx_module()
     try:
         status, body, cut = bounded_answer("POST", url + path, timeout_s, max_bytes)
     except httpx.HTTPError as e:
@@ -284,7 +284,7 @@ def run(cfg: ServeConfig) -> int:
 
     out = cfg.out_dir or results.default_out_dir().rstrip("/") + "-serve"
     results.check_out_dir(out, resume=False)
-    info = asyncio.run(_preflight(cfg))
+    info = asyncio.run(preflight(cfg))
     warm = asyncio.run(_warmup(cfg, info["ignore_eos"])) if cfg.warmup else {"requests": 0, "ok": 0}
     first = scrape(cfg.url, min(5.0, cfg.timeout_s))
     queue_hist, queue_source = first.queue, first.note

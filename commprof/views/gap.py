@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from commprof.model.units import human_bytes
 from commprof.views.console import stdout_console
-from commprof.views.charts import _save, size_axes
+from commprof.views.charts import save_chart, size_axes
 from commprof.views.sweep import stat_of
 
 WIRE_PNG = "wire_vs_nccl.png"
@@ -47,7 +47,7 @@ def wire_chart(sweep_df, w: dict | None, out_path: str, provenance: str, custom=
                      f"{w['read_gbps']:.0f} GB/s)", fontsize=9)
     else:
         ax.set_title("all-reduce: the backend's collective vs commprof's one-shot kernel", fontsize=9)
-    return _save(fig, out_path, provenance)
+    return save_chart(fig, out_path, provenance)
 
 
 def gap_chart(g, out_path: str, provenance: str) -> str:
@@ -109,7 +109,7 @@ def gap_chart(g, out_path: str, provenance: str) -> str:
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7.5)
-    return _save(fig, out_path, provenance)
+    return save_chart(fig, out_path, provenance)
 
 
 HEADERS = ("op", "tp", "mode", "size", "metric", "this box", "reference (modelled)", "ratio")

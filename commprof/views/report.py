@@ -12,7 +12,7 @@ from commprof.analysis.verdict import verdict as _verdict
 from commprof.model.units import human_bytes
 from commprof.views import gap as gapviews
 from commprof.views.check import counts, interconnect_line
-from commprof.views.charts import _save, size_axes
+from commprof.views.charts import save_chart, size_axes
 from commprof.views.sweep import BUSBW_PNG, LATENCY_PNG, draw_lines, stat_of
 
 REPORT_HTML = "report.html"
@@ -333,7 +333,7 @@ def boxes_charts(boxes, out_dir: str) -> list[str]:
                 ax.legend(fontsize=7)
         fig.suptitle(f"boxes side by side: {ylabel.split(' (')[0]} vs message size", fontsize=11)
         prov = "; ".join(f"{b.label}: {prov_line(b.sweep_meta, 'sweep')}" for b in with_sweep)
-        written.append(_save(fig, os.path.join(out_dir, fname), prov, top=0.95))
+        written.append(save_chart(fig, os.path.join(out_dir, fname), prov, top=0.95))
     return written
 
 
