@@ -11,10 +11,8 @@ from datetime import datetime
 
 from commprof import results
 from commprof.model.errors import UsageError
-from commprof.ingest.kineto import run_import_kineto
 from commprof.ingest.nccltests import EXIT_WRONG_RESULTS, import_nccl_tests, wrong_summary
 from commprof.results.meta import check_writable
-from commprof.ingest.smitopo import run_import_smi_topo
 
 
 def default_import_dir(kind: str, root: str = "results") -> str:
@@ -65,8 +63,12 @@ def _dispatch(kind: str, paths, out: str, in_place: bool = False, step_marker: s
         raise UsageError(f"import {kind}: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for "
                          "'import kineto' only; drop it")
     if kind == "nvidia-smi-topo":
+        from commprof.ingest.smitopo import run_import_smi_topo     # each importer loads only when asked for
+
         return run_import_smi_topo(list(paths), out or default_import_dir(kind))
     if kind == "kineto":
+        from commprof.ingest.kineto import run_import_kineto
+
         return run_import_kineto(list(paths), out or default_import_dir(kind), step_marker=step_marker,
                                  model=model, tp=tp)
     if step_marker is not None or model is not None or tp is not None:
