@@ -25,6 +25,19 @@ from dataclasses import dataclass, field
 
 from commprof.model.errors import UsageError
 from commprof.analysis.latency import PREDICT_STATS, loglog_lookup
+from commprof.analysis.interconnect import resolve_interconnect
+from commprof.analysis.costmodel import get_profile, profile_latency_us
+from commprof.analysis.checkitems import stat_label
+from commprof.model.collectives import COLLECTIVES
+from commprof.analysis.evidence import gather
+from commprof.analysis.interconnect import resolve_all
+from commprof.model.models import DEFAULT_MODEL, get_model
+from commprof.analysis.stepmodel import decode_collectives
+from commprof.model.models import ModelShape
+from commprof.analysis.stepmodel import chunk_candidates, favoured_chunk, prefill_comm_us
+from commprof.analysis.thresholds import load_thresholds
+from commprof.analysis.stepmodel import check_tp
+from commprof.analysis.costmodel import wire_latency_us
 
 DECODE_MAX_BYTES = 2 << 20
 LARGE_MIN_BYTES = 64 << 20
@@ -34,8 +47,6 @@ def box_kind(ev) -> str:
     """nvlink / pcie / cpu / unknown, from the interconnect the box is judged by; ``network`` when
     its largest TP group has one GPU per host (every collective crosses the network, whatever links
     the GPUs have inside their hosts)."""
-    from commprof.analysis.interconnect import resolve_interconnect
-
     ic = ev.interconnect or resolve_interconnect(ev)
     if ic.nodes > 1 and ev.sweep is not None and len(ev.sweep) and int(ev.sweep["tp"].max()) <= ic.nodes:
         return "network"
@@ -89,8 +100,6 @@ def _profile_tp(prof: dict, op: str, tp: int, mode: str) -> int | None:
 
 def _ref_latency(prof_name, op, tp, size, mode):
     """(modelled us, mode used, TP used) on the reference; (None, ...) when it has no such op."""
-    from commprof.analysis.costmodel import get_profile, profile_latency_us
-
     p = get_profile(prof_name)
     m = mode if mode in {q["mode"] for q in p["params"]} else "eager"
     rtp = _profile_tp(p, op, int(tp), m)
@@ -176,8 +185,6 @@ def _this_box(ev) -> str:
 def _box_gap(ev, reference: str | None):
     import pandas as pd
 
-    from commprof.analysis.checkitems import stat_label
-    from commprof.model.collectives import COLLECTIVES
     from commprof.analysis.costmodel import fit_sweep, get_profile
 
     ic = ev.interconnect
@@ -245,9 +252,6 @@ def check_reference(reference: str | None) -> None:
 def compute_gap(dirs: list[str], reference: str | None = None, ev=None, interconnect=None, labels=None) -> Gap:
     """The gap of every box the dirs describe against ``reference`` (default: the other kind of
     each box), and of the boxes against each other."""
-    from commprof.analysis.evidence import gather
-    from commprof.analysis.interconnect import resolve_all
-
     check_reference(reference)
     ev = ev if ev is not None else gather(dirs, labels)
     boxes = [b for b in resolve_all(ev, interconnect) if b.sweep is not None]
@@ -274,9 +278,6 @@ def per_token_boxes(gaps: list, batches=TOKEN_BATCHES):
     comm_ms_per_token. The model is the sweep's (``sweep --model``), else the default; a (TP, batch)
     whose sizes a box's sweep does not reach is left out for that box."""
     import pandas as pd
-
-    from commprof.model.models import DEFAULT_MODEL, get_model
-    from commprof.analysis.stepmodel import decode_collectives
 
     cols = ["box", "kind", "model", "tp", "batch", "mode", "collectives", "comm_ms_per_token", "note"]
     out = []
@@ -341,7 +342,6 @@ def box_pairs(boxes) -> "object":
     out = []
     if len(boxes) < 2:
         return pd.DataFrame(columns=cols)
-    from commprof.analysis.checkitems import stat_label
 
     a = boxes[0]
     da, _ = _usable(a.sweep[a.sweep["group"] == 0])
@@ -412,8 +412,6 @@ def _per_token(ev, ref: str):
     if ev.trace is None:
         return pd.DataFrame(columns=cols)
     from commprof.model.models import ModelShape, get_model
-    from commprof.analysis.stepmodel import decode_collectives
-
     model = (ev.trace_meta or {}).get("model") or {}
     try:
         shape = ModelShape(**{k: v for k, v in model.items() if k in ModelShape.__dataclass_fields__}) \
@@ -455,8 +453,6 @@ def is_prefill_row(r) -> bool:
 
 
 def _shape_of(meta: dict | None):
-    from commprof.model.models import ModelShape
-
     model = (meta or {}).get("model") or ((meta or {}).get("config") or {}).get("model") or {}
     if not isinstance(model, dict) or not model:
         return None
@@ -506,8 +502,6 @@ def _priced(fn):
 
 def _favoured(shape, tp, prompt, price, dtype):
     """:func:`stepmodel.favoured_chunk` over the chunk sizes ``price`` covers; None if none."""
-    from commprof.analysis.stepmodel import chunk_candidates, favoured_chunk, prefill_comm_us
-
     ok = []
     for c in chunk_candidates(prompt):
         try:
@@ -528,7 +522,6 @@ def _ttft(ev, ref: str) -> dict | None:
     (the same collectives priced by the profile), and the chunk size each favours. The prompt is
     the trace's, else ``[ttft_comm] prompt`` of the thresholds file; the model the trace's or the
     sweep's. None when neither names a model."""
-    from commprof.analysis.thresholds import load_thresholds
     from commprof.analysis.stepmodel import prefill_comm_us
 
     th = load_thresholds()["ttft_comm"]
@@ -559,7 +552,6 @@ def _ttft(ev, ref: str) -> dict | None:
         out.update(tp=tp, prompt=prompt, chunk=chunk, decode_tokens=0, phase="prefill", this_source=None,
                    this_comm_ms=None, this_ttft_ms=None)
     try:
-        from commprof.analysis.stepmodel import check_tp
         check_tp(shape, tp)
     except UsageError:
         return None
@@ -613,8 +605,6 @@ def wire(ev) -> dict | None:
 def _wire_rows(ev, w):
     """The smallest all-reduce per (impl, tp, mode) against the wire bound."""
     import pandas as pd
-
-    from commprof.analysis.costmodel import wire_latency_us
 
     cols = ["impl", "tp", "mode", "size_bytes", "latency_us_p50", "bound_us"]
     if w is None or ev.sweep is None:

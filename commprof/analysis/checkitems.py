@@ -10,6 +10,9 @@ from commprof.analysis.evidence import Evidence
 from commprof.analysis.expect import busbw_expectation, decode_expectation, method_of
 from commprof.analysis.interconnect import gpu_names, resolve_all, resolve_interconnect, row_nodes
 from commprof.analysis.verdict import DECIDING_ITEMS, Interconnect, Item, latency_stat
+from commprof.model.units import human_bytes
+from commprof.model.models import get_model
+from commprof.analysis.stepmodel import build_plan
 
 # Per-direction link ceilings in GB/s: PCIe x16 per direction (PCI-SIG: 8/16/32/64 GT/s per lane,
 # 128b/130b; Gen6 PAM4 with FLIT), NVLink per GPU per direction (NVIDIA A100/H100/B200 datasheets:
@@ -247,8 +250,6 @@ def _user_fixed(th, table: str, keys) -> bool:
 
 
 def _size_text(n: int) -> str:
-    from commprof.model.units import human_bytes
-
     return human_bytes(int(n))
 
 
@@ -495,7 +496,6 @@ def item_correctness(ev, th) -> Item:
     cpu = " on CPU ranks (gloo)" if _cpu_backend(ev.sweep_meta) else ""
     if not wrong.empty:
         r = wrong.iloc[0]
-        from commprof.model.units import human_bytes
 
         return Item("C16", name, "FAIL", f"{len(wrong)} of {len(df)} rows WRONG{cpu} (e.g. {r['op']} TP={int(r['tp'])} "
                     f"{human_bytes(int(r['size_bytes']))} {r['mode']}: {int(r['wrong'])} wrong elements)",
@@ -661,8 +661,6 @@ def item_kv(ev, th, model: str | None) -> Item:
     if not mem or not model:
         return Item("KV", name, "SKIP", "GPU memory or model unknown", f">= {t['min_sequences']} sequences",
                     t["source"], "give --model and a topo.json from the box")
-    from commprof.model.models import get_model
-    from commprof.analysis.stepmodel import build_plan
 
     try:
         plan = build_plan(get_model(model), t["tp"], 1, t["context"], gpu_mem_bytes=mem, mem_util=t["mem_util"])

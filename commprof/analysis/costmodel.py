@@ -24,6 +24,7 @@ from commprof import results
 from commprof.model.collectives import COLLECTIVES, DTYPE_BYTES
 from commprof.model.errors import UsageError
 from commprof.analysis.profiles import PROFILES, get_profile, list_profiles, param_latency_us
+from commprof.analysis.profiles import REAL_LOGS
 
 __all__ = ["Fit", "fit_sweep", "fit_results_dir", "profile_latency_us", "profile_param", "profile_checks",
            "profile_calibration",
@@ -191,8 +192,6 @@ def profile_calibration(profile) -> list[dict]:
     :data:`commprof.analysis.profiles.REAL_LOGS`): per size band, model / log as a ratio (median, and the
     smallest and largest over the band's sizes). > 1 means the profile is slower (pessimistic),
     < 1 faster (optimistic) than the real box."""
-    from commprof.analysis.profiles import REAL_LOGS
-
     p = _profile(profile)
     out = []
     for key in p.get("calibrated_on", []):

@@ -16,6 +16,8 @@ import functools
 import os
 import tomllib
 from dataclasses import dataclass, field
+from commprof.analysis.profiles import param_latency_us
+from commprof.analysis.profiles import PROFILES
 
 HEALTHY_BOXES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "healthy_boxes.toml")
 
@@ -173,14 +175,10 @@ def busbw_expectation(cls: str, link: str, tp: int, method: str, largest_bytes: 
 
 
 def _profile_latency(q: dict, size_bytes: int) -> float:
-    from commprof.analysis.profiles import param_latency_us
-
     return param_latency_us(q, size_bytes)
 
 
 def _profile_values(cls, link, tp, mode, fn) -> list[tuple[str, float]]:
-    from commprof.analysis.profiles import PROFILES
-
     out = []
     for name in _profiles(cls, link):
         for q in PROFILES.get(name, {}).get("params", []):

@@ -22,6 +22,7 @@ from commprof.results.meta import remove_temp_files
 from commprof.model.errors import CommprofError, DeviceError, RankDied, RankFailed, RankHung, UsageError, where
 from commprof.model.machine import supports_graph_events
 from commprof.model.targets import resolve_target
+from commprof.views.console import progress_bar
 
 STARTUP_GRACE_S = 60.0
 GLOO_MAX_LOCAL_RANKS = 64
@@ -290,8 +291,6 @@ def _on_sigterm():
 
 def _watch(cfg, procs, slots, errq):
     """Poll the ranks until all exit. Returns None on success or the error to raise."""
-    from commprof.views.console import progress_bar
-
     host = socket.gethostname()
     bar = None
     last_sum, last_t = -1, time.monotonic()

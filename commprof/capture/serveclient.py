@@ -12,6 +12,8 @@ import time
 from commprof.model.errors import UsageError, shown
 from commprof.model.serveconfig import BURST_MIN_TOKENS, BURST_TPOT_MS, EndpointError, ServeConfig
 from commprof.capture.serveworkload import make_prompt
+from commprof.capture import httpstream as hs
+from commprof.capture.httpstream import Pool
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,8 +76,6 @@ async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool,
     """Send one streaming request on ``client`` (a :class:`commprof.capture.httpstream.Pool`) and time it.
     Never raises for a server's failure: the row's ``status`` is ``ok`` or one of
     :data:`ERROR_KINDS`, ``error`` a short reason."""
-    from commprof.capture import httpstream as hs
-
     path, body = request_body(cfg, spec["prompt"], spec["max_tokens"], ignore_eos)
     row = {"session": spec["session"], "turn": spec["turn"], "max_tokens": spec["max_tokens"],
            "status": "ok", "error": "", "http_status": "", "tokens_in": spec["prompt_words"],
@@ -216,7 +216,6 @@ async def preflight(cfg: ServeConfig) -> dict:
         probe = dict(cfg.__dict__)
         probe["timeout_s"] = min(cfg.timeout_s, 60.0)
         probe_cfg = ServeConfig(**probe)
-        from commprof.capture.httpstream import Pool
 
         pool = Pool(cfg.url, min(10.0, cfg.timeout_s))
         try:

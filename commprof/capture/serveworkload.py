@@ -7,6 +7,7 @@ import random
 
 from commprof.model.errors import UsageError
 from commprof.model.serveconfig import ServeConfig, WORDS, WORKLOADS
+from commprof.model.fileio import read_user_bytes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -17,7 +18,6 @@ def load_replay(path: str) -> list[dict]:
     """A replay file: one JSON object per line with prompt_tokens (or input_tokens) and
     output_tokens (or max_tokens); blank lines and lines starting with # are skipped."""
     rows = []
-    from commprof.model.fileio import read_user_bytes
 
     raw = read_user_bytes(path, f"--workload '{path}'", limit=256 << 20)
     try:

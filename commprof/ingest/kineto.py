@@ -15,6 +15,9 @@ from commprof.model.errors import UsageError, shown
 from commprof.results.table import write_table
 from commprof.ingest.kinetoread import MAX_TP, read_file
 from commprof.ingest.kinetosteps import attribute_steps, check_ranks
+from commprof.analysis.attribution import summarize
+from commprof.model.models import get_model
+from commprof.analysis.stepmodel import decode_collectives
 
 
 # --- the import ----------------------------------------------------------------------------------------------
@@ -49,11 +52,6 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
                   tp: int | None = None, command=None) -> dict:
     """Read the traces, attribute every run in them, write a trace results dir; returns a short
     account (runs, steps, collectives per step against the plan, notes)."""
-    from commprof.analysis.attribution import summarize
-    from commprof.model.models import get_model
-    from commprof.analysis.stepmodel import decode_collectives
-    from commprof.results.trace import LAYER_COLUMNS, SUMMARY_COLUMNS, TOKEN_COLUMNS
-
     if not paths:
         raise UsageError("import kineto: no trace files given")
     if tp is not None and not 1 <= tp <= MAX_TP:

@@ -19,6 +19,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from commprof.model.errors import UsageError, shown
+from commprof.model.fileio import check_regular
 
 #: Events a file may keep (kernels, collectives, steps, CPU ops) before it is refused: about 0.2 KB
 #: each in memory. A monkeypatchable module value: tests lower it.
@@ -147,8 +148,6 @@ class _Reader:
 
 
 def _open_text(path: str, label: str):
-    from commprof.model.fileio import check_regular
-
     check_regular(path, label, ": is a directory; pass the trace files (e.g. DIR/*.json.gz)")   # a FIFO would block
     try:
         with open(path, "rb") as f:

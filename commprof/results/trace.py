@@ -12,6 +12,7 @@ from commprof.model.fileio import write_atomic
 from commprof.model.machine import now_iso
 from commprof.results.meta import check_out_dir, finish_meta, provenance, rank_fields, write_meta
 from commprof.results.table import TableAppender
+from commprof.model.collectives import DTYPE_BYTES
 
 
 TOKENS_CSV = "trace_tokens.csv"
@@ -52,8 +53,6 @@ def timeline_events(runs: list, model: dict, dtype: str, backend: str, chunk: in
     per token; tokens laid end to end (token t of every rank starts when the slowest rank's token
     t-1 ended: the time between tokens is not stamped). Times in us."""
     import math
-
-    from commprof.model.collectives import DTYPE_BYTES
 
     e = DTYPE_BYTES.get(dtype, 2)
     cat = "cpu_op"

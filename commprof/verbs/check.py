@@ -32,11 +32,12 @@ from commprof.analysis.verdict import INSUFFICIENT, Item, verdict
 from commprof.results.meta import check_writable
 from commprof.analysis.thresholds import load_thresholds
 from commprof.views.check import markdown, render
+from commprof.model.machine import now_iso
+from commprof.capture.nvmltopo import try_collect_topology
+from commprof.results.topo import write_topology
 
 
 def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list[str]:
-    from commprof.model.machine import now_iso
-
     os.makedirs(out_dir, exist_ok=True)
     boxes = ev.all_boxes()
     per_box = []
@@ -109,9 +110,6 @@ def measure(root: str, model: str) -> list[str]:
     import subprocess
     import sys
     from commprof.capture.launch import cuda_device_count
-    from commprof.capture.nvmltopo import try_collect_topology
-    from commprof.results.topo import write_topology
-
     results.check_out_dir(root, resume=False)
     os.makedirs(root, exist_ok=True)
     gpus = cuda_device_count()

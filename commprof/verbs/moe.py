@@ -18,6 +18,8 @@ from commprof.capture.launch import torchrun_env
 from commprof.analysis.moeroute import STEPS_CSV, MoeRunConfig, parse_skew
 from commprof.model.units import parse_int_list
 from commprof.views import moe as views
+from commprof.model.models import get_model
+from commprof.model.errors import EXIT_WRONG
 
 DEFAULT_MODEL = "Qwen3-30B-A3B"
 
@@ -31,8 +33,6 @@ def build_config(*, model: str | None, ep: str, tokens: str, skew: str, iters: i
                  rebalance: int | None, seed: int, backend: str, timeout_s: float, out: str | None,
                  argv: list, progress: bool = True) -> MoeRunConfig:
     """Validate every flag (nothing is started)."""
-    from commprof.model.models import get_model
-
     shape = get_model(model or DEFAULT_MODEL)
     if shape.experts <= 0:
         raise UsageError(f"--model {model or shape.name}: a dense model (no routed experts); use an MoE model such as "
@@ -99,8 +99,6 @@ def run(flags: MoeConfig, echo=print) -> int:
     """``commprof moe``: validate, measure, print one line per (ep, tokens, skew), draw charts.
     Returns the exit code (1 when a received-bytes check failed)."""
     import sys
-
-    from commprof.model.errors import EXIT_WRONG
 
     cfg = build_config(model=flags.model, ep=flags.ep, tokens=flags.tokens, skew=flags.skew, iters=flags.iters,
                        warmup=flags.warmup, rebalance=flags.rebalance, seed=flags.seed, backend=flags.backend,

@@ -13,6 +13,10 @@ import os
 
 from commprof import results
 from commprof.views.p2p import render_p2p
+from commprof.model.errors import UsageError
+from commprof.results.meta import check_writable
+from commprof.model.sizes import MAX_MESSAGE_BYTES
+from commprof.model.units import parse_bytes
 
 P2P_CSV = "p2p.csv"
 COLUMNS = ["src_device", "dst_device", "probe", "kind", "p2p", "size_bytes", "gbps", "gbps_best",
@@ -68,11 +72,6 @@ class P2pConfig:
 
 def run(cfg: P2pConfig) -> int:
     """``commprof p2p``: validate the flags (one line, exit 2), then probe; the exit code."""
-    from commprof.model.errors import UsageError
-    from commprof.results.meta import check_writable
-    from commprof.model.sizes import MAX_MESSAGE_BYTES
-    from commprof.model.units import parse_bytes
-
     try:
         # src and dst buffers on each GPU, like a sweep message: the same 64 GiB bound
         nbytes = parse_bytes(cfg.size, MAX_MESSAGE_BYTES)

@@ -12,6 +12,8 @@ from commprof.analysis.stepmodel import MOE_MODES, Plan, build_plan
 from commprof.model.units import parse_bytes
 from commprof.views.console import emit
 from commprof.views.plan import render_plan
+from commprof import results
+from commprof.results import check_out_dir
 
 PLAN_JSON = "plan.json"
 PLAN_CSV = "plan.csv"
@@ -21,9 +23,6 @@ CSV_COLUMNS = ["site", "kind", "layer", "op", "size_bytes", "send_bytes_per_rank
 def write_plan(plan: Plan, out_dir: str) -> list[str]:
     """Write ``plan.json`` and ``plan.csv`` (one row per collective) into ``out_dir``; refuses a
     directory that already holds files. Returns the two paths."""
-    from commprof import results
-    from commprof.results import check_out_dir
-
     # check_out_dir's own message offers --resume, which a plan has no use for: say it here first.
     entries = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
     if entries:

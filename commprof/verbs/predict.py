@@ -21,6 +21,10 @@ from commprof.model.gpus import GpuSpec, get_gpu
 from commprof.model.models import DEFAULT_MODEL, ModelShape, get_model
 from commprof.analysis.stepmodel import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_tp, dtype_bytes, kv_budget, kv_bytes_per_sequence_per_rank,
                       prefill_comm_us, step_collectives, weights_per_rank)
+from commprof.views.console import emit
+from commprof.views.predict import predict_chart, render_predict
+from commprof.analysis.costmodel import resolve_comm_source
+from commprof.analysis.latency import CommTable
 
 PREDICT_CSV = "predict.csv"
 PREDICT_CHART = "predict.png"
@@ -86,9 +90,6 @@ class CommPrices:
     all-reduce moves twice an all-gather's bytes), and says so."""
 
     def __init__(self, spec: str):
-        from commprof.analysis.costmodel import resolve_comm_source
-        from commprof.analysis.latency import CommTable
-
         self.spec = spec
         path = resolve_comm_source(spec)
         if not os.path.isdir(path):
@@ -236,9 +237,6 @@ def write_predict(out_dir: str, rows: list[dict], meta_extra: dict) -> list[str]
 
 def run(cfg: PredictConfig, console=None) -> int:
     """``commprof predict``: rows, files, console table and chart; the exit code."""
-    from commprof.views.console import emit
-    from commprof.views.predict import predict_chart, render_predict
-
     if cfg.mode not in MODES:
         raise UsageError(f"--mode {shown(cfg.mode)}: use graph (CUDA graphs, as engines decode) or eager")
     if not (0.0 < float(cfg.mem_util) <= 1.0):

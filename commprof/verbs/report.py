@@ -19,6 +19,11 @@ from commprof.model.fileio import all_or_none
 from commprof.results.meta import check_writable, shown_path
 from commprof.analysis.boxgap import check_reference, compute_gap
 from commprof.views import report as views
+from commprof.analysis.interconnect import parse_interconnect
+from commprof.model.models import get_model
+from commprof.analysis.stepmodel import decode_collectives
+from commprof.analysis.latency import CommTable
+from commprof.model.errors import EXIT_CHECK_FAILED
 
 
 
@@ -31,8 +36,6 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
     MoE sections. Several boxes (every dir with a sweep is one): the boxes side by side first
     (verdicts, interconnects, box-against-box ratios, charts with one line per box), then one
     section per box."""
-    from commprof.analysis.interconnect import parse_interconnect
-
     check_reference(reference)
     flags = parse_interconnect(interconnect)
     for d in dirs:                  # every dir readable before anything is written
@@ -127,9 +130,6 @@ def served_comm(box, model: str | None, tp: int | None) -> dict | None:
     as ``trace --predict`` prices them. None without a sweep, a model or a TP degree."""
     if box.sweep_dir is None or not model or not tp or tp < 2:
         return None
-    from commprof.model.models import get_model
-    from commprof.analysis.stepmodel import decode_collectives
-    from commprof.analysis.latency import CommTable
 
     table = CommTable(box.sweep_dir)
     try:
@@ -161,8 +161,6 @@ def run(cfg: ReportConfig) -> int:
     for p in paths:
         print(f"wrote {p}")
     if any(results.load(d).unfinished for d in dirs):
-        from commprof.model.errors import EXIT_CHECK_FAILED
-
         print("commprof: error: the report holds an unfinished run's partial figures (see its first section)",
               file=sys.stderr)
         return EXIT_CHECK_FAILED

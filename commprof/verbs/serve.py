@@ -32,6 +32,8 @@ from commprof.model.serveconfig import (BURST_MIN_TOKENS, BURST_TPOT_MS, Endpoin
 from commprof.capture.servescrape import bounded_answer, queue_figures, scrape, server_latency_figures
 from commprof.analysis.servestats import goodput, judge, level_summary
 from commprof.capture.serveworkload import Workload, load_replay
+from commprof.capture.httpstream import Pool
+from commprof.views import serve as view
 
 
 def build_config(*, url: str, model: str, concurrency: str = "1,4,16", rate: str | None = None,
@@ -97,8 +99,6 @@ class LevelTimeout(Exception):
 
 
 async def _level_body(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, on_done) -> None:
-    from commprof.capture.httpstream import Pool
-
     conc, rate = level["concurrency"], level["rate_rps"]
     n_requests = level["requests"]
     workload = Workload(cfg, cfg.seed * 1000 + level["level"])
@@ -153,8 +153,6 @@ async def _level_body(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: lis
 async def _warmup(cfg: ServeConfig, ignore_eos: bool) -> dict:
     """``cfg.warmup`` requests one after another at the workload's lengths, not recorded: a server's
     first requests pay one-off costs (allocations, compilation) that are no level's figures."""
-    from commprof.capture.httpstream import Pool
-
     workload = Workload(cfg, cfg.seed * 1000 - 1)
     ok = 0
     client = Pool(cfg.url, min(10.0, cfg.timeout_s))
@@ -280,8 +278,6 @@ def run(cfg: ServeConfig) -> int:
     """Measure every level, write ``serve_requests.csv``, ``serve_levels.csv``, ``meta.json`` and
     charts into the results dir, print the level table and the knee; the exit code (0). Known
     failures raise :class:`CommprofError` (one line; exit 2 bad input, 3 endpoint unusable)."""
-    from commprof.views import serve as view
-
     out = cfg.out_dir or results.default_out_dir().rstrip("/") + "-serve"
     results.check_out_dir(out, resume=False)
     info = asyncio.run(preflight(cfg))

@@ -12,6 +12,12 @@ from commprof.model.models import DEFAULT_MODEL, ModelShape, get_model
 from commprof.model.sizes import parse_sizes
 from commprof.model.sweepconfig import BACK_TO_BACK, CUSTOM, CUSTOM_OPS, IMPLS, PER_CALL, TIMINGS, SweepRunConfig, plan_cells
 from commprof.model.units import parse_int_list
+from commprof.results.sweep import resume_state
+from commprof.capture.nvmltopo import save_topology
+from commprof.model.units import human_bytes
+from commprof.model.errors import EXIT_WRONG
+from commprof.capture.launch import shared_core_note, torchrun_env
+from commprof.views.show import show
 
 #: The longest prompt (and chunk) --sizes prefill takes, in tokens: the plan's --context bound.
 MAX_PROMPT_TOKENS = 1 << 24
@@ -70,8 +76,6 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
     if not trun or trun["rank"] == 0:
         results.check_out_dir(out_dir, resume)
         if resume:      # every reason to refuse the dir: one line, exit 2, before any rank starts
-            from commprof.results.sweep import resume_state
-
             results.meta.lock_dir(out_dir)      # two resumes of one dir at once: the second is refused
             try:
                 resume_state(out_dir, name, dtype, impls, timing)
@@ -130,8 +134,6 @@ def oneshot_test_hook() -> bool:
 
 def run_ranks(cfg: SweepRunConfig) -> SweepOutcome | None:
     """Run the sweep; returns what was written on the process that holds the results."""
-    from commprof.capture.nvmltopo import save_topology
-
     try:
         if not launch.run_ranks(cfg, "microbench.collective_bench:run_rank"):
             return None
@@ -144,8 +146,6 @@ def run_ranks(cfg: SweepRunConfig) -> SweepOutcome | None:
 
 def refusal_lines(refused: list[dict]) -> list[str]:
     """meta.json ``custom_refused`` as a few lines: one per (TP degree, reason), sizes listed."""
-    from commprof.model.units import human_bytes
-
     by: dict = {}
     for r in refused:
         by.setdefault((int(r.get("tp", 0)), r.get("reason", "?"), r.get("then", "")), []).append(int(r.get("size_bytes", 0)))
@@ -200,10 +200,6 @@ def measure(cfg: SweepRunConfig, charts: bool = True) -> int:
     table and charts, say which custom cells were refused, and return the exit code (1 when a
     correctness check found wrong elements)."""
     import sys
-
-    from commprof.model.errors import EXIT_WRONG
-    from commprof.capture.launch import shared_core_note, torchrun_env
-    from commprof.views.show import show
 
     trun = torchrun_env()
     lead = trun is None or trun["rank"] == 0

@@ -19,15 +19,23 @@ from commprof.model.traceconfig import TraceRunConfig, plan_runs
 from commprof.model.collectives import DTYPE_BYTES
 from commprof.model.errors import UsageError
 from commprof.model.machine import machine
+from commprof.model.models import ModelShape
+from commprof.analysis.stepmodel import check_tp
+from commprof.model.models import get_model
+from commprof.analysis.stepmodel import check_phase
+from commprof.model.units import parse_int_list
+from commprof.capture import launch
+from commprof.capture.nvmltopo import save_topology
+from commprof.model.machine import rank_info
+from commprof.capture.launch import shared_core_note, torchrun_env
+from commprof.views.show import show
+from commprof.model.models import BUILTIN
 
 
 # --- shapes, memory -------------------------------------------------------------------------------
 
 def check_shapes(model: dict, tps) -> None:
     """TP must split the heads as the plan does (``commprof.analysis.stepmodel.check_tp``): one rule, one place."""
-    from commprof.model.models import ModelShape
-    from commprof.analysis.stepmodel import check_tp
-
     shape = ModelShape(**{k: v for k, v in model.items() if k in ModelShape.__dataclass_fields__})
     for tp in tps:
         check_tp(shape, tp)
@@ -192,10 +200,6 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
         raise UsageError("--comm-from is only used with --predict")
     source = comm_source(comm_from) if comm_from else None
     from commprof.capture.launch import check_counts, choose_world, parse_modes, resolve_backend, torchrun_env
-    from commprof.model.models import get_model
-    from commprof.analysis.stepmodel import check_phase
-    from commprof.model.units import parse_int_list
-
     phase, prompt, chunk = check_phase(phase, prompt, chunk)
     shape = get_model(model).to_dict()
     tps = parse_int_list(tp, "--tp")
@@ -236,9 +240,6 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
 
 def run_ranks(cfg: TraceRunConfig) -> bool:
     """Run the live trace; True on the process that holds the results."""
-    from commprof.capture import launch
-    from commprof.capture.nvmltopo import save_topology
-
     try:
         return launch.run_ranks(cfg, "microbench.trace_rank:run_trace_rank")
     finally:
@@ -274,8 +275,6 @@ def run_prediction(cfg: TraceRunConfig, comm_from: str) -> None:
 
     from microbench.decode_engine import DecodeEngine, engine_dims
     from microbench.trace_rank import TORCH_DTYPES, run_tokens
-
-    from commprof.model.machine import rank_info
 
     table = CommTable(comm_from)
     if cfg.backend == "gloo":
@@ -362,9 +361,6 @@ def measure(cfg: TraceRunConfig, charts: bool = True) -> int:
     comm_from = cfg.comm_from
     import sys
 
-    from commprof.capture.launch import shared_core_note, torchrun_env
-    from commprof.views.show import show
-
     trun = torchrun_env()
     lead = comm_from is not None or trun is None or trun["rank"] == 0
     if lead:
@@ -386,7 +382,6 @@ def measure(cfg: TraceRunConfig, charts: bool = True) -> int:
         show(results.load(cfg.out_dir), charts=charts)
     if comm_from is not None and cfg.backend == "gloo":
         # CPU compute says nothing about a GPU box: point at the verb that models it
-        from commprof.model.models import BUILTIN
 
         tps = ",".join(str(t) for t in sorted({t for t, _, _ in plan_runs(cfg)}))
         name = str(cfg.model["name"])

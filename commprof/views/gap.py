@@ -7,6 +7,8 @@ from commprof.model.units import human_bytes
 from commprof.views.console import stdout_console
 from commprof.views.charts import save_chart, size_axes
 from commprof.views.sweep import stat_of
+from commprof.analysis.costmodel import wire_latency_us
+from commprof.analysis.costmodel import model_latency_us
 
 WIRE_PNG = "wire_vs_nccl.png"
 GAP_PNG = "gap.png"
@@ -21,8 +23,6 @@ def wire_chart(sweep_df, w: dict | None, out_path: str, provenance: str, custom=
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from commprof.analysis.costmodel import wire_latency_us
 
     df = sweep_df[(sweep_df["op"] == "all_reduce") & (sweep_df["group"] == 0)]
     stat = stat_of(df)
@@ -57,8 +57,6 @@ def gap_chart(g, out_path: str, provenance: str) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from commprof.analysis.costmodel import model_latency_us
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
