@@ -22,22 +22,13 @@ from commprof import results
 from commprof.model.errors import UsageError
 from commprof.model.fileio import read_user_bytes
 from commprof.model.runconfig import RunConfig
+from commprof.results.moe import write_moe_tables
 
-STEPS_CSV = "moe_steps.csv"
-RANKS_CSV = "moe_ranks.csv"
 PLACEMENTS = ("contiguous", "rebalanced")
 HOT_SHARE_DEFAULT = 0.5
 DTYPE = "bf16"
 DTYPE_BYTES = 2
-STEP_COLUMNS = [
-    "ep", "tokens", "skew", "placement", "top_k", "experts", "hidden", "redundant_experts",
-    "iters", "warmup", "backend", "clock",
-    "latency_us_p50", "latency_us_p95", "latency_us_p99", "latency_us_min", "latency_us_max", "latency_us_mean",
-    "imbalance", "max_rank_tokens", "mean_rank_tokens", "bytes_sent_max", "bytes_recv_max",
-    "slowdown", "hot_ranks", "hot_experts", "wrong", "status",
-]
-RANK_COLUMNS = ["ep", "tokens", "skew", "placement", "rank", "experts_held", "load_tokens",
-                "tokens_recv", "bytes_sent", "bytes_recv", "bytes_recv_expected"]
+
 
 
 @dataclass(frozen=True)
@@ -350,5 +341,4 @@ def write_tables(out_dir: str, steps: list[dict], ranks: list[dict]) -> None:
     for r in steps:
         b = base.get((r["ep"], r["tokens"], r["placement"]))
         r["slowdown"] = r["latency_us_p50"] / b if b else ""
-    for name, cols, rows in ((STEPS_CSV, STEP_COLUMNS, steps), (RANKS_CSV, RANK_COLUMNS, ranks)):
-        results.write_table(os.path.join(out_dir, name), cols, rows)
+    write_moe_tables(out_dir, steps, ranks)

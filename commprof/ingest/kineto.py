@@ -12,7 +12,7 @@ import sys
 
 from commprof import results
 from commprof.model.errors import UsageError, shown
-from commprof.results.table import write_table
+from commprof.results.kineto import write_kineto_tables
 from commprof.ingest.kinetoread import MAX_TP, read_file
 from commprof.ingest.kinetosteps import attribute_steps, check_ranks
 from commprof.analysis.attribution import summarize
@@ -23,16 +23,7 @@ from commprof.analysis.stepmodel import decode_collectives
 # --- the import ----------------------------------------------------------------------------------------------
 
 _DTYPE_NAMES = {"bfloat16": "bf16", "half": "fp16", "float16": "fp16", "float": "fp32", "float32": "fp32"}
-KINETO_STEPS_CSV = "kineto_steps.csv"
-KINETO_COLLECTIVES_CSV = "kineto_collectives.csv"
-KINETO_RANKS_CSV = "kineto_ranks.csv"
-STEP_COLUMNS = ["tp", "batch", "mode", "phase", "step", "token", "rank", "step_tokens", "requests", "window_us", "compute_us", "comm_us", "comm_exposed_us",
-                "comm_overlapped_us", "memory_us", "idle_us", "collectives", "transfer_us", "wait_us",
-                "straggler_count"]
-COLL_COLUMNS = ["tp", "batch", "mode", "step", "token", "index", "rank", "site", "op", "kernel", "size_bytes",
-                "start_us", "duration_us", "transfer_us", "wait_us", "straggler"]
-RANK_COLUMNS = ["tp", "batch", "mode", "rank", "file", "backend", "comm_kernels", "comm_kernel_us", "compute_kernels",
-                "compute_kernel_us", "memory_events", "memory_us", "hta_overlap_pct"]
+
 
 
 def run_label(label: str) -> dict:
@@ -175,22 +166,9 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     os.makedirs(out_dir, exist_ok=True)
     results.write_meta(out_dir, meta)
     with results.failing(out_dir, "import kineto"):     # a full disk: meta.json says failed, not running
-        _write_tables(out_dir, tok_rows, lay_rows, sum_rows, step_rows, coll_rows, rank_rows)
+        write_kineto_tables(out_dir, tok_rows, lay_rows, sum_rows, step_rows, coll_rows, rank_rows)
     results.finish_meta(out_dir, "complete")
     return {"out_dir": out_dir, "runs": accounts, "files": files, "skipped": skipped}
-
-
-def _write_tables(out_dir, tok_rows, lay_rows, sum_rows, step_rows, coll_rows, rank_rows) -> None:
-    from commprof.results.trace import LAYER_COLUMNS, LAYERS_CSV, SUMMARY_COLUMNS, SUMMARY_CSV, TOKEN_COLUMNS, TOKENS_CSV
-
-    write_table(os.path.join(out_dir, TOKENS_CSV), TOKEN_COLUMNS, tok_rows)
-    write_table(os.path.join(out_dir, LAYERS_CSV), LAYER_COLUMNS,
-                [{k: r.get(k, "") for k in LAYER_COLUMNS} for r in lay_rows])
-    write_table(os.path.join(out_dir, SUMMARY_CSV), SUMMARY_COLUMNS,
-                [{k: r.get(k, "") for k in SUMMARY_COLUMNS} for r in sum_rows])
-    write_table(os.path.join(out_dir, KINETO_STEPS_CSV), STEP_COLUMNS, step_rows)
-    write_table(os.path.join(out_dir, KINETO_COLLECTIVES_CSV), COLL_COLUMNS, coll_rows)
-    write_table(os.path.join(out_dir, KINETO_RANKS_CSV), RANK_COLUMNS, rank_rows)
 
 
 def _median(values) -> int | None:

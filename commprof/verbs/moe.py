@@ -15,7 +15,8 @@ from commprof.capture import launch
 from commprof import results
 from commprof.model.errors import UsageError
 from commprof.capture.launch import torchrun_env
-from commprof.analysis.moeroute import STEPS_CSV, MoeRunConfig, parse_skew
+from commprof.analysis.moeroute import MoeRunConfig, parse_skew
+from commprof.results.moe import STEPS_CSV
 from commprof.model.units import parse_int_list
 from commprof.views import moe as views
 from commprof.model.models import get_model
