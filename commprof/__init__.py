@@ -6,7 +6,7 @@ functions that need them. The library (:mod:`commprof.api`) is reachable from th
 ``commprof.checklist``, ``commprof.reference``, ``commprof.import_kineto``; each returns pandas
 DataFrames (``load`` and ``import_kineto``: a results dir's tables).
 """
-from ._version import __version__
+from commprof._version import __version__
 
 _API = ("Results", "load", "plan", "fit", "compare", "checklist", "reference", "import_kineto")
 __all__ = ["__version__", *_API]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from .results import Results, load
+from commprof.results import Results, load
 
 __all__ = ["Results", "load", "plan", "fit", "compare", "checklist", "reference", "import_kineto"]
 
@@ -36,8 +36,8 @@ def plan(model: str, tp: int, batch: int = 1, context: int = 4096, gpu_mem_bytes
     ``batch`` decode tokens."""
     import pandas as pd
 
-    from .models import get_model
-    from .planner import build_plan
+    from commprof.model.models import get_model
+    from commprof.analysis.stepmodel import build_plan
 
     p = build_plan(get_model(model), tp, batch, context, gpu_mem_bytes=gpu_mem_bytes, dtype=dtype, sp=sp, moe=moe,
                    phase=phase, prompt=prompt, chunk=chunk)
@@ -53,7 +53,7 @@ def fit(sweep):
     dir, a :class:`Results` or its ``sweep`` DataFrame. Columns as :class:`costmodel.Fit`."""
     import pandas as pd
 
-    from .costmodel import fit_sweep
+    from commprof.analysis.costmodel import fit_sweep
 
     if isinstance(sweep, str):
         sweep = load(sweep)
@@ -69,7 +69,7 @@ def compare(dirs, reference: str | None = None):
     ``.attrs``: the reference, the box's kind and, with a trace among the dirs, the per-token
     impact as records; ``ttft``: the time to first token's communication here and on the
     reference, and the chunk size each favours (see ``commprof gap``)."""
-    from .gap import compute_gap
+    from commprof.analysis.boxgap import compute_gap
 
     g = compute_gap([dirs] if isinstance(dirs, str) else list(dirs), reference)
     df = g.table.copy()
@@ -84,8 +84,10 @@ def checklist(dirs, thresholds: str | None = None, model: str | None = None):
     its status, value, threshold, source and hint; ``.attrs["verdict"]``."""
     import pandas as pd
 
-    from .check import gather, load_thresholds, run_items
-    from .items import verdict
+    from commprof.analysis.checkitems import run_items
+    from commprof.analysis.evidence import gather
+    from commprof.analysis.thresholds import load_thresholds
+    from commprof.analysis.verdict import verdict
 
     items = run_items(gather([dirs] if isinstance(dirs, str) else list(dirs)), load_thresholds(thresholds), model)
     df = pd.DataFrame([i.to_dict() for i in items])
@@ -95,10 +97,10 @@ def checklist(dirs, thresholds: str | None = None, model: str | None = None):
 
 def reference(name: str, op: str, tp: int, sizes, mode: str = "eager"):
     """A reference profile's modelled latency (us) for ``sizes`` (bytes), with its sources in
-    ``.attrs`` (``commprof/profiles.py``: every parameter published or derived)."""
+    ``.attrs`` (``commprof/analysis/profiles.py``: every parameter published or derived)."""
     import pandas as pd
 
-    from .costmodel import get_profile, profile_latency_us
+    from commprof.analysis.costmodel import get_profile, profile_latency_us
 
     p = get_profile(name.removeprefix("reference:"))
     df = pd.DataFrame({"size_bytes": [int(s) for s in sizes]})
@@ -113,9 +115,9 @@ def import_kineto(paths, out: str, step_marker: str | None = None, model: str | 
     kineto`` does: writes the results dir ``out`` (imported, with the files' sha256) and returns it
     loaded: ``trace_summary`` and ``trace_tokens`` (per step and rank: compute, transfer, wait,
     gaps), ``kineto_steps``, ``kineto_collectives``, ``kineto_ranks``. ``model`` compares the
-    collectives per step with that model's plan; a bad file raises ``commprof.errors.UsageError``
+    collectives per step with that model's plan; a bad file raises ``commprof.model.errors.UsageError``
     (one line, naming the file)."""
-    from .kineto import import_kineto as _import
+    from commprof.ingest.kineto import import_kineto as _import
 
     _import([paths] if isinstance(paths, str) else list(paths), out, step_marker=step_marker, model=model, tp=tp)
     return load(out)

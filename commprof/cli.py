@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .errors import CommprofError
+from commprof.model.errors import CommprofError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="commprof: GPU interconnect and collective-communication profiler for LLM inference.")
@@ -20,7 +20,7 @@ def _fail(e: CommprofError):
 
 
 def _exit_with(fn, *args, **kwargs):
-    """Run a core ``run_*`` function that returns an exit code; known errors become one line."""
+    """Run a verb's ``run(config)``, which returns the exit code; known errors become one line."""
     try:
         code = fn(*args, **kwargs)
     except CommprofError as e:
@@ -57,14 +57,13 @@ def sweep(
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
 ):
     """Collective latency at decode sizes across TP degrees (NCCL on GPUs, gloo on CPU)."""
-    from . import sweep as core
+    from commprof.verbs.sweep import SweepConfig, run
 
-    _exit_with(lambda: core.run_sweep(core.build_config(
+    _exit_with(run, SweepConfig(
         tp=tp, ops=ops, sizes=sizes, model=model, batch=batch, dtype=dtype, backend=backend, modes=modes,
         iters=iters, warmup=warmup, concurrent=concurrent, timeout_s=timeout, out=out, resume=resume,
         argv=["commprof"] + sys.argv[1:], impl=impl, verify=verify, timing=timing, loop=loop, prompt=prompt,
-        chunk=chunk),
-        charts=not no_charts))
+        chunk=chunk, charts=not no_charts))
 
 
 @app.command()
@@ -89,12 +88,12 @@ def trace(
     chunk: Optional[int] = typer.Option(None, "--chunk", help="Prefill tokens per step (default the whole prompt; needed for mixed)."),
 ):
     """Per-token, per-layer compute vs communication of a synthetic TP decode engine (or of a prefill's chunk steps)."""
-    from . import trace as core
+    from commprof.verbs.trace import TraceConfig, run
 
-    _exit_with(lambda: core.run_trace(core.build_config(
+    _exit_with(run, TraceConfig(
         model=model, tp=tp, batch=batch, context=context, tokens=tokens, warmup=warmup, layers=layers, dtype=dtype,
         backend=backend, modes=modes, timeout_s=timeout, out=out, argv=["commprof"] + sys.argv[1:], predict=predict,
-        phase=phase, prompt=prompt, chunk=chunk, comm_from=comm_from), charts=not no_charts))
+        phase=phase, prompt=prompt, chunk=chunk, comm_from=comm_from, charts=not no_charts))
 
 
 @app.command()
@@ -115,9 +114,9 @@ def plan(
     chunk: Optional[int] = typer.Option(None, "--chunk", help="Prefill tokens per step (chunked prefill; default the whole prompt; needed for mixed)."),
 ):
     """Collectives and memory of one decode step (or a prefill, or a mixed step), from the model's shapes alone (nothing runs)."""
-    from .planner import PlanConfig, run_plan
+    from commprof.verbs.plan import PlanConfig, run
 
-    _exit_with(run_plan, PlanConfig(model=model, tp=tp, batch=batch, context=context, gpu_mem=gpu_mem,
+    _exit_with(run, PlanConfig(model=model, tp=tp, batch=batch, context=context, gpu_mem=gpu_mem,
                                     mem_util=mem_util, dtype=dtype, sp=sp, moe=moe, out=out, as_json=as_json,
                                     phase=phase, prompt=prompt, chunk=chunk))
 
@@ -141,13 +140,13 @@ def predict(
     serve: Optional[str] = typer.Option(None, "--serve", help="A commprof serve dir: adds the measured queue, TTFT and served TPOT beside the modelled ones."),
 ):
     """Each token's time on a box you don't own: modelled GPU compute + the box's own communication."""
-    from .predict import PredictConfig, run_predict
-    from .units import parse_int_list
+    from commprof.verbs.predict import PredictConfig, run
+    from commprof.model.units import parse_int_list
 
     def parts(text):
         return [p.strip() for p in text.split(",") if p.strip()]
 
-    _exit_with(lambda: run_predict(PredictConfig(
+    _exit_with(lambda: run(PredictConfig(
         model=model, gpus=parts(gpu), comms=parts(comm), tps=parse_int_list(tp, "--tp"),
         batches=parse_int_list(batch, "--batch"), context=context, prompt=prompt, dtype=dtype, weights=weights, mode=mode,
         mem_util=mem_util, out=out, charts=not no_charts, as_json=as_json, serve=serve)))
@@ -159,9 +158,9 @@ def topo(
     out: Optional[str] = typer.Option(None, "--out", help="Also write topo.json into this dir."),
 ):
     """GPUs, PCIe links, NVLink, P2P status and the nvidia-smi topo -m matrix, from NVML."""
-    from .topo import TopoConfig, run_topo
+    from commprof.verbs.topo import TopoConfig, run
 
-    _exit_with(run_topo, TopoConfig(as_json=as_json, out=out))
+    _exit_with(run, TopoConfig(as_json=as_json, out=out))
 
 
 @app.command()
@@ -173,10 +172,10 @@ def check(
     interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Judge the box(es) as this interconnect: nvswitch, nvlink[2-5], pcie[3-6][-p2p|-no-p2p], mixed; a comma list gives one per box. Default: from topo.json, else the GPU names in the logs, else unknown."),
 ):
     """The pre-purchase checklist: PASS/WARN/FAIL/SKIP per item with value, threshold and source."""
-    from .check import CheckConfig, run_check
+    from commprof.verbs.check import CheckConfig, run
 
-    _exit_with(run_check, CheckConfig(dirs=list(dirs or []), thresholds=thresholds, model=model, out=out,
-                                      interconnect=interconnect))
+    _exit_with(run, CheckConfig(dirs=list(dirs or []), thresholds=thresholds, model=model, out=out,
+                                interconnect=interconnect))
 
 
 @app.command()
@@ -191,10 +190,10 @@ def report(
     label: Optional[str] = typer.Option(None, "--label", help="Short names of the boxes, comma-separated, in order (default: each sweep's import --label, else its dir's name)."),
 ):
     """One self-contained HTML page and a Markdown twin: topology, sweep, trace, gap, checklist."""
-    from .report import ReportConfig, run_report
+    from commprof.verbs.report import ReportConfig, run
 
-    _exit_with(run_report, ReportConfig(dirs=list(dirs), out=out, thresholds=thresholds, model=model,
-                                        reference=reference, interconnect=interconnect, tp=tp, labels=label))
+    _exit_with(run, ReportConfig(dirs=list(dirs), out=out, thresholds=thresholds, model=model,
+                                 reference=reference, interconnect=interconnect, tp=tp, labels=label))
 
 
 @app.command()
@@ -206,10 +205,10 @@ def gap(
     label: Optional[str] = typer.Option(None, "--label", help="Short names of the boxes, comma-separated, in order (default: each sweep's import --label, else its dir's name)."),
 ):
     """Each box against a reference (PCIe vs NVLink) and, with several boxes (one per dir with a sweep), the boxes against each other."""
-    from .gap import GapConfig, run_gap
+    from commprof.verbs.gap import GapConfig, run
 
-    _exit_with(run_gap, GapConfig(dirs=list(dirs), reference=reference, interconnect=interconnect, out=out,
-                                  labels=label))
+    _exit_with(run, GapConfig(dirs=list(dirs), reference=reference, interconnect=interconnect, out=out,
+                              labels=label))
 
 
 @app.command(name="import")
@@ -223,10 +222,10 @@ def import_(
     label: Optional[str] = typer.Option(None, "--label", help="nccl-tests, kineto: the box's short name in gap, check and report (default: the dir's name)."),
 ):
     """Import another tool's output into the results format (e.g. a vendor's nccl-tests logs)."""
-    from .importers import ImportConfig, run_import
+    from commprof.verbs.import_ import ImportConfig, run
 
-    _exit_with(run_import, ImportConfig(kind=kind, paths=list(paths), out=out, step_marker=step_marker, model=model,
-                                        tp=tp, label=label))
+    _exit_with(run, ImportConfig(kind=kind, paths=list(paths), out=out, step_marker=step_marker, model=model,
+                                 tp=tp, label=label))
 
 
 @app.command()
@@ -236,9 +235,9 @@ def p2p(
     out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-p2p/)."),
 ):
     """Raw link probes (CUDA): per-pair latency and bandwidth matrix, P2P on and off."""
-    from .p2p import P2pConfig, run_p2p
+    from commprof.verbs.p2p import P2pConfig, run
 
-    _exit_with(run_p2p, P2pConfig(size=size, rounds=rounds, out=out))
+    _exit_with(run, P2pConfig(size=size, rounds=rounds, out=out))
 
 
 @app.command()
@@ -257,11 +256,11 @@ def moe(
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
 ):
     """MoE expert-parallel dispatch/combine all-to-all under skewed routing, before/after rebalancing."""
-    from .moe import MoeFlags, run_moe
+    from commprof.verbs.moe import MoeConfig, run
 
-    _exit_with(run_moe, MoeFlags(model=model, ep=ep, tokens=tokens, skew=skew, iters=iters, warmup=warmup,
-                                 rebalance=rebalance, seed=seed, backend=backend, timeout_s=timeout, out=out,
-                                 argv=["commprof"] + sys.argv[1:], charts=not no_charts), echo=typer.echo)
+    _exit_with(run, MoeConfig(model=model, ep=ep, tokens=tokens, skew=skew, iters=iters, warmup=warmup,
+                              rebalance=rebalance, seed=seed, backend=backend, timeout_s=timeout, out=out,
+                              argv=["commprof"] + sys.argv[1:], charts=not no_charts), echo=typer.echo)
 
 
 @app.command()
@@ -270,9 +269,9 @@ def show(
     no_charts: bool = typer.Option(False, "--no-charts", help="Only print the table."),
 ):
     """Show any verb's results dir again (tables, summary lines) and redraw its charts, measuring nothing."""
-    from .views.show import run_show
+    from commprof.views.show import ShowConfig, run
 
-    _exit_with(run_show, results_dir, charts=not no_charts)
+    _exit_with(run, ShowConfig(results_dir=results_dir, charts=not no_charts))
 
 
 @app.command()
@@ -299,9 +298,9 @@ def serve(
 ):
     """TTFT, time per output token, tokens/s and jitter of an OpenAI-compatible server under load; the knee;
     the server's queue time where it publishes it on GET /metrics (vLLM, SGLang, TGI)."""
-    from . import serve as core
+    from commprof.verbs.serve import build_config, run
 
-    _exit_with(lambda: core.run_serve(core.build_config(
+    _exit_with(lambda: run(build_config(
         url=url, model=model, concurrency=concurrency, rate=rate, workload=workload, prompt_tokens=prompt_tokens,
         output_tokens=output_tokens, requests=requests, duration=duration, timeout=timeout, api=api, slo=slo,
         seed=seed, warmup=warmup, label=label, out=out, argv=["commprof"] + sys.argv[1:], charts=not no_charts,

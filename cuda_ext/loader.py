@@ -30,7 +30,7 @@ Copy-engine bandwidth needs no kernel of ours: ``cuda_ext/probes.py`` times
 :func:`compile_only` compiles every source for one arch without a GPU, cupy or torch (the CI test
 uses it for sm_80, sm_90 and sm_120).
 
-Only the standard library is imported at module level (plus :mod:`commprof.errors`): cupy is
+Only the standard library is imported at module level (plus :mod:`commprof.model.errors`): cupy is
 imported inside the functions that need it, so ``import cuda_ext.loader`` works anywhere.
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from commprof.errors import DeviceError
+from commprof.model.errors import DeviceError
 
 SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import math
 from dataclasses import dataclass, field
 
-from commprof.errors import RankHung, UsageError
+from commprof.model.errors import RankHung, UsageError
 
 MIN_WORLD = 2               # the one-shot path's smallest group (1 runs only as a self-test)
 MAX_WORLD = 8               # the kernel's pointer tables and flag rows hold 8 ranks

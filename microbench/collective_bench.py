@@ -1,6 +1,6 @@
 """The per-rank side of ``commprof sweep``: process groups, timing loops, correctness checks.
 
-Every rank walks the same ordered list of cells (``commprof.sweepconfig.plan_cells``). For each
+Every rank walks the same ordered list of cells (``commprof.model.sweepconfig.plan_cells``). For each
 cell the ranks of the measured TP group(s) time one collective per iteration:
 
 * every iteration starts barrier-aligned (a gloo barrier on the group, or on the world when groups
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commprof.collectives import COLLECTIVES, check_input
-from commprof.stats import summarize_us
-from commprof.sweepconfig import BACK_TO_BACK, CUSTOM, Cell, SweepConfig, plan_cells
+from commprof.model.collectives import COLLECTIVES, check_input
+from commprof.analysis.stats import summarize_us
+from commprof.model.sweepconfig import BACK_TO_BACK, CUSTOM, Cell, SweepRunConfig, plan_cells
 from microbench.heartbeat import Heartbeat, TextProgress
 from microbench.rank import rank_session
 from microbench.timing import CLOCK, CLOCK_OUTER, DeviceTimer
@@ -95,7 +95,7 @@ def make_groups(dist, tps, world: int, backend: str) -> dict[int, GroupSet]:
 class CellRunner:
     """Times one cell on one group member."""
 
-    def __init__(self, torch, dist, cfg: SweepConfig, rank: int, device, hb: Heartbeat, fault, custom=None):
+    def __init__(self, torch, dist, cfg: SweepRunConfig, rank: int, device, hb: Heartbeat, fault, custom=None):
         self.torch, self.dist, self.cfg, self.rank = torch, dist, cfg, rank
         self.device, self.hb, self.fault = device, hb, fault
         self.custom = custom          # microbench.oneshot_rank.CustomAllReduce, for custom cells
@@ -293,7 +293,7 @@ class CellRunner:
         return int((result != expected).sum().item())
 
 
-def _row(cell: Cell, cfg: SweepConfig, group_index: int, ranks, agg: dict, hosts,
+def _row(cell: Cell, cfg: SweepRunConfig, group_index: int, ranks, agg: dict, hosts,
          impl: str = "", fallback: str = "") -> dict:
     """One sweep.csv row from the group's per-iteration samples (``agg``: see ``_aggregate``)."""
     coll = COLLECTIVES[cell.op]
@@ -367,7 +367,7 @@ def _aggregate(torch, dist, s: Samples, group, n: int) -> dict:
             "wrong": int(counts[0].item()), "spin_short": int(short.sum()), "spin_us": float(fl[-2])}
 
 
-def run_rank(cfg: SweepConfig, rank: int, world: int, local_rank: int, store=None, slots=None):
+def run_rank(cfg: SweepRunConfig, rank: int, world: int, local_rank: int, store=None, slots=None):
     """Body of one sweep rank. Raises on failure (the launcher reports it)."""
     from commprof import results
 

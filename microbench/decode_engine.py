@@ -21,7 +21,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from commprof.collectives import all_gather_fn
+from commprof.model.collectives import all_gather_fn
 from microbench.timing import timing_event
 
 
@@ -57,7 +57,7 @@ def sliding_layers(shape: dict, n_layers: int) -> list[bool]:
     if not window:
         return [False] * n_layers
     try:
-        from commprof.models import ModelShape, is_sliding
+        from commprof.model.models import ModelShape, is_sliding
 
         fields = {k: v for k, v in shape.items() if k in ModelShape.__dataclass_fields__}
         m = ModelShape(**fields)

@@ -1,7 +1,7 @@
 """The per-rank side of ``commprof moe``: dispatch and combine all-to-all with variable splits.
 
 For each cell (ep, tokens, skew, placement) ranks 0..ep-1 form the EP group; every rank computes
-the same routing and placement from the seed (``commprof.routing.plan``), so each knows its split
+the same routing and placement from the seed (``commprof.analysis.moeroute.plan``), so each knows its split
 sizes without a metadata exchange. One step = dispatch (each rank sends its tokens' hidden
 vectors to the ranks holding their chosen experts) + combine (the reverse), two
 ``all_to_all_single`` calls. Every iteration starts barrier-aligned; its sample is the max over
@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from commprof import routing as moe   # the MoE step: routing, placement, rank 0's tables
-from commprof.stats import summarize_us
+from commprof.analysis import moeroute as moe   # the MoE step: routing, placement, rank 0's tables
+from commprof.analysis.stats import summarize_us
 from microbench.collective_bench import make_groups
 from microbench.rank import rank_session
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 
-from commprof.sweepconfig import CUSTOM
+from commprof.model.sweepconfig import CUSTOM
 
 PROBE_CHUNK = 4096      # bytes each rank writes into (and reads back from) each peer's buffer
 

@@ -1,7 +1,7 @@
 """What every rank does around its body: process group, device, liveness, shutdown.
 
 ``rank_session`` is shared by every capability that runs ranks (sweep, trace); ``worker_main`` is
-the entry of a rank that commprof spawned itself (see ``commprof.launch``).
+the entry of a rank that commprof spawned itself (see ``commprof.capture.launch``).
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def rank_session(cfg, rank: int, world: int, local_rank: int, store=None, slots=
     import torch
     import torch.distributed as dist
 
-    from commprof import runinfo
+    from commprof.model import machine as runinfo
 
     host = socket.gethostname()
     if cfg.backend == "gloo" and slots is not None:
@@ -111,7 +111,7 @@ def worker_main(cfg, target: str, rank: int, world: int, port: int, slots, errq)
     """Entry of a rank started by commprof itself (spawned). Errors go to the parent as one line."""
     import torch.distributed as dist
 
-    from commprof.targets import resolve_target
+    from commprof.model.targets import resolve_target
 
     _die_with_parent()
     if os.environ.get("COMMPROF_DEBUG") != "1":
@@ -134,7 +134,7 @@ def worker_main(cfg, target: str, rank: int, world: int, port: int, slots, errq)
 
 
 def _is_commprof_error(e: BaseException) -> bool:
-    from commprof.errors import CommprofError
+    from commprof.model.errors import CommprofError
 
     return isinstance(e, CommprofError)
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import time
 
-from commprof.runinfo import supports_graph_events
+from commprof.model.machine import supports_graph_events
 
 SPIN_MIN_US = 20.0
 SPIN_MAX_US = 20000.0

@@ -1,5 +1,5 @@
 """The per-rank side of ``commprof trace``: run the synthetic decode engine, stamp every segment,
-send the stamps to rank 0, which attributes and writes them (``commprof.trace``)."""
+send the stamps to rank 0, which attributes and writes them (``commprof.verbs.trace``)."""
 from __future__ import annotations
 
 import gc
@@ -77,9 +77,9 @@ def _release(torch, device):
 
 def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None):
     """Body of one trace rank. Raises on failure (the launcher reports it)."""
-    from commprof.attribution import attribute_run
+    from commprof.analysis.attribution import attribute_tokens
     from commprof.results.trace import open_trace
-    from commprof.traceconfig import plan_runs
+    from commprof.model.traceconfig import plan_runs
 
     with rank_session(cfg, rank, world, local_rank, store, slots) as env:
         torch, dist, hb = env.torch, env.dist, env.hb
@@ -130,7 +130,7 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
                 moved = sorted({r["origin"] for r in recs} - {"token start"})
                 if moved:
                     print(f"commprof trace: {label}: segment offsets count from the {moved[0]}", file=sys.stderr)
-                writer.add_attributed(tp, batch, mode, attribute_run(recs, cfg.layers_model, tp, batch,
+                writer.add_attributed(tp, batch, mode, attribute_tokens(recs, cfg.layers_model, tp, batch,
                                                                      cfg.chunk, cfg.prompt), recs=recs)
                 hb.row_written(1)
         eng = None

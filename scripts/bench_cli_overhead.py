@@ -106,7 +106,7 @@ def variant_rank(rank, world, variant: str, iters: int, warmup: int, slots):
     if variant in ("pulse", "runner"):
         hb.start_pulse()
     if variant == "runner":
-        from commprof.sweepconfig import Cell
+        from commprof.model.sweepconfig import Cell
         from microbench.collective_bench import CellRunner, _aggregate
 
         cfg = SimpleNamespace(dtype="fp32", warmup=warmup, iters=iters, verify=False, timing="per-call")
@@ -352,7 +352,7 @@ def cli_run(dtype: str, iters: int, warmup: int, sizes=None) -> dict:
 
 
 def main():
-    from commprof.runinfo import now_iso
+    from commprof.model.machine import now_iso
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=16)

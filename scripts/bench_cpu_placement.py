@@ -137,8 +137,8 @@ def sweep_run(launcher: str, timing: str) -> float:
 
 
 def main():
-    from commprof.launch import autogroup_on
-    from commprof.runinfo import now_iso
+    from commprof.capture.launch import autogroup_on
+    from commprof.model.machine import now_iso
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=4)

@@ -80,8 +80,9 @@ def hta_venv_python() -> str:
 
 
 def main():
-    from commprof.kineto import attribute_run, read_file
-    from commprof.runinfo import now_iso
+    from commprof.ingest.kinetoread import read_file
+    from commprof.ingest.kinetosteps import attribute_steps
+    from commprof.model.machine import now_iso
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis "
@@ -101,7 +102,7 @@ def main():
             raise SystemExit(f"bench_hta_agreement: {missing[0]}: not found (see --traces)")
         theirs = hta_figures(args.hta_python, files)
         version = theirs["version"]
-        mine = attribute_run([rt for f in files for rt in read_file(f)])["ranks"]
+        mine = attribute_steps([rt for f in files for rt in read_file(f)])["ranks"]
         for row in mine:
             h = theirs["ranks"][str(row["rank"])]
             cells = []

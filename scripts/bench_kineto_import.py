@@ -14,7 +14,7 @@ lm_head, sampling, a memset and a DtoH memcpy with ``cudaStreamSynchronize``. Ti
 with ns digits, as recent Kineto writes them.
 
 Each round runs, in alternating order and each in its own fresh process, (a) commprof:
-``commprof.kineto.import_kineto([rank0.json, rank1.json], out)`` (the whole import: read, attribute,
+``commprof.ingest.kineto.import_kineto([rank0.json, rank1.json], out)`` (the whole import: read, attribute,
 write the results dir) and (b) HTA: ``TraceAnalysis(trace_dir=DIR)`` as HTA's docs show it, with the
 interpreter given by ``--hta-python`` (its default parser, and its process pool of one worker per
 rank). HTA 0.5.0 needs pandas < 3 for a trace this size (under pandas 3 it raises a TypeError
@@ -358,7 +358,7 @@ def _tree_pss_kb(root: int) -> int:
 _COMMPROF_CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from commprof.kineto import import_kineto
+from commprof.ingest.kineto import import_kineto
 t1 = time.perf_counter()
 acc = import_kineto(sys.argv[2:], sys.argv[1], command=["commprof", "import", "kineto", *sys.argv[2:]])
 t2 = time.perf_counter()
@@ -442,7 +442,7 @@ def _med(xs):
 
 
 def main():
-    from commprof.runinfo import now_iso
+    from commprof.model.machine import now_iso
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--hta-python", default=None, help="an interpreter with HolisticTraceAnalysis installed")

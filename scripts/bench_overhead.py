@@ -33,13 +33,13 @@ def rank_main(rank, world, args, slots):
     import torch
     import torch.distributed as dist
 
-    from commprof.collectives import COLLECTIVES
-    from commprof.sweepconfig import Cell, SweepConfig
+    from commprof.model.collectives import COLLECTIVES
+    from commprof.model.sweepconfig import Cell, SweepRunConfig
     from microbench.collective_bench import CellRunner
     from microbench.heartbeat import Heartbeat
 
     g = dist.group.WORLD
-    cfg = SweepConfig(ops=["all_reduce"], tps=[world], points=[], iters=args.iters, warmup=args.warmup)
+    cfg = SweepRunConfig(ops=["all_reduce"], tps=[world], points=[], iters=args.iters, warmup=args.warmup)
     runner = CellRunner(torch, dist, cfg, rank, torch.device("cpu"), Heartbeat(rank, slots), None)
     ranks = list(range(world))
 
@@ -85,7 +85,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
 
-    from commprof.runinfo import now_iso
+    from commprof.model.machine import now_iso
     from microbench.heartbeat import SharedSlots
 
     start = now_iso()

@@ -113,7 +113,7 @@ def commprof_run(timing: str, n: int, iters: int, warmup: int) -> dict:
 
 
 def main():
-    from commprof.runinfo import now_iso
+    from commprof.model.machine import now_iso
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--param", required=True, help="a directory holding PARAM's source as the package param_bench")

@@ -161,14 +161,14 @@ AIC_SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-sxm": "a100_sxm
 
 
 def _shape(f: dict):
-    from commprof.models import ModelShape, get_model
+    from commprof.model.models import ModelShape, get_model
 
     return ModelShape(**f["shape"]) if "shape" in f else get_model(f["model"])
 
 
 def commprof_ms(f: dict, cal: dict | None = None) -> dict:
-    from commprof.gpus import get_gpu
-    from commprof.predict import predict_point
+    from commprof.model.gpus import get_gpu
+    from commprof.verbs.predict import CommPrices, predict_point
 
     ctx = f["isl"] + f["osl"] // 2
     e2e = f["metric"] == "e2e / osl"
@@ -190,7 +190,7 @@ _COMMS: dict = {}
 
 
 def _comm(spec: str):
-    from commprof.predict import CommPrices
+    from commprof.verbs.predict import CommPrices
 
     if spec not in _COMMS:          # a reference profile is written once; the fit prices it thousands of times
         _COMMS[spec] = CommPrices(spec)
@@ -285,8 +285,8 @@ def main() -> int:
     if args.fit:
         print(fit(FIGURES))
         return 0
-    from commprof.computemodel import CALIBRATION
-    from commprof.runinfo import now_iso
+    from commprof.analysis.computemodel import CALIBRATION
+    from commprof.model.machine import now_iso
 
     start = now_iso()
     rows = []
@@ -314,7 +314,7 @@ def main() -> int:
     vs_aic = {"all": {"n": len(both), "commprof": _summary([r["commprof_ratio"] for r in both]), "aiconfigurator": aic_s},
               "held_out": {"n": len(both_held), "commprof": _summary([r["commprof_ratio"] for r in both_held]),
                            "aiconfigurator": _summary([r["aic_ratio"] for r in both_held])}}
-    from commprof.gpus import get_gpu
+    from commprof.model.gpus import get_gpu
 
     pcie = [r for r in ok if get_gpu(r["gpu"]).nvlink_gen == 0 and r["tp"] > 1]
     met = (bool(ours_s) and ours_s["median_abs_err_pct"] <= 15 and ours_s["worst_abs_err_pct"] <= 35

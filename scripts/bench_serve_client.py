@@ -2,7 +2,7 @@
 
 A stand-in server (a separate process, asyncio on 127.0.0.1) streams OpenAI completion chunks as
 fast as it can, one token per chunk (and, for a second set of rows, with ``--pace-us`` between
-tokens, so that each token arrives in its own read as from a real server); commprof's load loop (``commprof.serve._run_level``, the code
+tokens, so that each token arrives in its own read as from a real server); commprof's load loop (``commprof.verbs.serve._run_level``, the code
 ``commprof serve`` runs) drives it at several concurrencies. The client's CPU time (this process's
 user + system time over the level) divided by the tokens streamed is the client's cost per token.
 It must stay far below a real server's inter-token latency (10-50 ms per token on a GPU serving
@@ -83,8 +83,8 @@ def main() -> None:
 
     from benchfile import measured, write_result
 
-    from commprof import serve
-    from commprof.runinfo import now_iso
+    from commprof.verbs import serve
+    from commprof.model.machine import now_iso
 
     start_time = now_iso()
     port_file = os.path.join("/tmp", f"commprof-bench-serve-{os.getpid()}.port")

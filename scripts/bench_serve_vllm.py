@@ -122,7 +122,7 @@ def run_peer(url: str, c: int, n: int, args, d: str) -> dict:
 
 
 def main():
-    from commprof.runinfo import now_iso
+    from commprof.model.machine import now_iso
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--concurrency", default="1,4,16")

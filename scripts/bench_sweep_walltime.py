@@ -24,7 +24,7 @@ from benchfile import measured, write_result  # noqa: E402
 
 
 def main():
-    from commprof.runinfo import now_iso
+    from commprof.model.machine import now_iso
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=2)

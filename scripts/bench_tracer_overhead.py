@@ -29,7 +29,7 @@ def rank_main(rank, world, args):
     import torch
     import torch.distributed as dist
 
-    from commprof.models import get_model
+    from commprof.model.models import get_model
     from microbench.decode_engine import DecodeEngine
     from microbench.trace_rank import run_tokens
 
@@ -55,7 +55,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
 
-    from commprof.runinfo import now_iso
+    from commprof.model.machine import now_iso
 
     start = now_iso()
     samples = run_gloo_ranks(rank_main, 2, (args,))

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchfile import measured, write_result  # noqa: E402
 
-from commprof.runinfo import now_iso  # noqa: E402
+from commprof.model.machine import now_iso  # noqa: E402
 
 LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_8xA100.log")
 VERBS = ("import", "gap", "check")

@@ -10,7 +10,7 @@ def measured(script: str, start_time: str, what: str) -> dict:
     on which machine and versions. ``script`` is the benchmark's ``__file__``."""
     import sys
 
-    from commprof.runinfo import machine, now_iso, versions
+    from commprof.model.machine import machine, now_iso, versions
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return {"kind": "measured", "what": what,

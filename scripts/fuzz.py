@@ -58,7 +58,7 @@ def fuzz_one(name: str, gen, check, inputs: int, seed: int, tmp: str) -> dict:
 def main():
     import fuzz_inputs as F
 
-    from commprof.runinfo import now_iso
+    from commprof.model.machine import now_iso
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--inputs", type=int, default=10000, help="inputs per parser")
@@ -109,7 +109,7 @@ def _write(args, F, start, runs, REPO, parts: int = 1):
              + ["tests/data/nccl-tests/all_reduce_perf_8xA100_v3.json", "tests/data/toy-dense-config.json",
                 *[os.path.relpath(p, REPO) for p in F.KINETO_REAL],
                 "tests/data/nccl-tests/all_reduce_perf_8xA100.log imported as a results dir",
-                "the built-in models of commprof/models.py written as config.json"])
+                "the built-in models of commprof/model/models.py written as config.json"])
     result = {
         **measured(__file__, start, f"{args.inputs:,} generated inputs per parser (seed {args.seed}): mutated real "
                                     "inputs and inputs built from each format's grammar "

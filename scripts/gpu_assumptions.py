@@ -121,7 +121,7 @@ def check_elapsed_before_complete(ctx):
 
 def check_graph_events_time(ctx):
     torch = ctx.torch
-    from commprof.runinfo import supports_graph_events
+    from commprof.model.machine import supports_graph_events
 
     if not supports_graph_events(torch):
         raise Refuted("torch.cuda.Event has no external=True: graph mode is refused")
@@ -358,7 +358,7 @@ def check_trace_full_model(ctx):
     """The whole Qwen2.5-32B decode engine at TP=1: build time, traced vs untraced token latency,
     eager and graph; the cost of the graph's event nodes (2 per segment)."""
     torch = ctx.torch
-    from commprof.models import get_model
+    from commprof.model.models import get_model
     from microbench.decode_engine import DecodeEngine
     from microbench.trace_rank import run_tokens
 

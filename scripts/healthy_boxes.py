@@ -29,7 +29,7 @@ def _q(s: str) -> str:
 def _log_rows(path: str) -> list[tuple[int, float, float]]:
     """(size, average us, busbw GB/s) of the log's out-of-place rows with a size and a time."""
     sys.path.insert(0, REPO)
-    from commprof.importers import read_nccl_tests
+    from commprof.ingest.nccltests import read_nccl_tests
 
     out = []
     for sec in read_nccl_tests(path):
@@ -90,7 +90,7 @@ def render(exclude: tuple | frozenset = ()) -> str:
 
 def table(exclude: tuple | frozenset = ()) -> dict:
     """The healthy-box table as commprof reads it ({'decode': [...], 'busbw': [...]}), built from the
-    corpus without the logs in ``exclude``: what :func:`commprof.expect.healthy_table` takes."""
+    corpus without the logs in ``exclude``: what :func:`commprof.analysis.expect.healthy_table` takes."""
     data = tomllib.loads(render(exclude))
     return {"decode": data.get("decode", []), "busbw": data.get("busbw", [])}
 

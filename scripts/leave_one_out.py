@@ -60,9 +60,11 @@ def _basis(item) -> str:
 
 def judge(box: dict, table: dict, factor: float = 1.0) -> dict:
     """C10 and C9 of ``box`` (its log imported, judged as its corpus class) under ``table``."""
-    from commprof.check import gather, load_thresholds, run_items
-    from commprof.expect import healthy_table
-    from commprof.importers import import_nccl_tests
+    from commprof.analysis.checkitems import run_items
+    from commprof.analysis.evidence import gather
+    from commprof.analysis.thresholds import load_thresholds
+    from commprof.analysis.expect import healthy_table
+    from commprof.ingest.nccltests import import_nccl_tests
 
     with tempfile.TemporaryDirectory() as tmp:
         d = os.path.join(tmp, "box")
@@ -98,7 +100,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
-    from commprof.runinfo import now_iso
+    from commprof.model.machine import now_iso
 
     data = {"kind": "imported (real logs of the corpus), judged with thresholds built without each",
             "what": __doc__.split("\n\n")[1].replace("\n", " "),

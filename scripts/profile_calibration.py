@@ -31,9 +31,9 @@ def _median(v):
 
 
 def rows() -> list[dict]:
-    from commprof.costmodel import CALIBRATION_BANDS, profile_latency_us
-    from commprof.expect import _profiles
-    from commprof.profiles import PROFILES
+    from commprof.analysis.costmodel import CALIBRATION_BANDS, profile_latency_us
+    from commprof.analysis.expect import _profiles
+    from commprof.analysis.profiles import PROFILES
     from scripts.healthy_boxes import _log_rows
 
     with open(os.path.join(CORPUS, "corpus.toml"), "rb") as f:
@@ -64,7 +64,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
-    from commprof.runinfo import now_iso
+    from commprof.model.machine import now_iso
 
     data = {"kind": "modelled vs imported", "what": __doc__.split("\n\n")[1].replace("\n", " "),
             "command": "python scripts/profile_calibration.py" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else ""),

@@ -3,7 +3,7 @@
 For a model at TP=N, the prefill of a P-token prompt in chunks of K tokens runs ceil(P / K) steps,
 each with the decode step's 2L+2 collectives (2L+1 all-reduces of K x hidden, one logits
 all-gather of the chunk's last token; ``commprof plan --phase prefill``). Each collective is priced
-by a reference profile (``commprof/profiles.py``: alpha-beta, piecewise by NCCL protocol where a real log
+by a reference profile (``commprof/analysis/profiles.py``: alpha-beta, piecewise by NCCL protocol where a real log
 shows the steps; every parameter with its source), in
 eager mode (serving engines run prefill outside CUDA graphs), and nothing overlaps compute. Per
 profile: the communication of the whole prompt in one step, at chunks of 512 and 2048 (common
@@ -32,10 +32,10 @@ CHUNKS_SHOWN = (512, 2048)
 
 
 def model_rows(model_name: str, tp: int, prompt: int, profiles: list[str], dtype: str = "bf16") -> dict:
-    from commprof.costmodel import profile_latency_us, profile_param
-    from commprof.models import get_model
-    from commprof.planner import FAVOURED_WITHIN_PCT, favoured_chunk, prefill_comm_us, prefill_totals, step_collectives
-    from commprof.profiles import get_profile
+    from commprof.analysis.costmodel import profile_latency_us, profile_param
+    from commprof.model.models import get_model
+    from commprof.analysis.stepmodel import FAVOURED_WITHIN_PCT, favoured_chunk, prefill_comm_us, prefill_totals, step_collectives
+    from commprof.analysis.profiles import get_profile
 
     model = get_model(model_name)
     sites = step_collectives(model, tp, prompt, 1, dtype)
@@ -69,7 +69,7 @@ def model_rows(model_name: str, tp: int, prompt: int, profiles: list[str], dtype
 
 
 def markdown(res: dict) -> list[str]:
-    from commprof.units import human_bytes
+    from commprof.model.units import human_bytes
 
     shown = [k for k in CHUNKS_SHOWN if k < res["prompt"]]
     head = (["profile", f"{res['prompt']:,} tokens in one step (ms)"] + [f"chunks of {k} (ms)" for k in shown]
@@ -90,7 +90,7 @@ def markdown(res: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from commprof.runinfo import machine, now_iso, versions
+    from commprof.model.machine import machine, now_iso, versions
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="Gemma-3-27B")
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     res = model_rows(a.model, a.tp, a.prompt, [p.strip() for p in a.profiles.split(",") if p.strip()])
     res = {"kind": "modelled",
            "what": ("communication of the time to first token: the collectives of one prompt's prefill priced by "
-                    "reference profiles (alpha-beta, commprof/profiles.py), unchunked and chunked"),
+                    "reference profiles (alpha-beta, commprof/analysis/profiles.py), unchunked and chunked"),
            "command": "python " + " ".join([os.path.relpath(os.path.abspath(__file__), REPO)] + list(argv or sys.argv[1:])),
            "start_time": start, "end_time": now_iso(), "machine": machine(), "versions": versions(),
            "inputs": {"model": a.model, "tp": a.tp, "prompt": a.prompt, "profiles": a.profiles,

@@ -80,7 +80,7 @@ def within(med: dict, bound_pct: float) -> bool:
 
 
 def main() -> int:
-    from commprof.runinfo import now_iso
+    from commprof.model.machine import now_iso
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)

@@ -457,8 +457,8 @@ def sim_custom_setup(world, tp, cells_sizes=(4096,)):
     import threading
     import types
 
-    from commprof.sizes import SizePoint
-    from commprof.sweepconfig import SweepConfig, plan_cells
+    from commprof.model.sizes import SizePoint
+    from commprof.model.sweepconfig import SweepRunConfig, plan_cells
     from microbench.collective_bench import GroupSet
     from microbench.oneshot_rank import CustomAllReduce
 
@@ -467,7 +467,7 @@ def sim_custom_setup(world, tp, cells_sizes=(4096,)):
     groups = [list(range(g * tp, (g + 1) * tp)) for g in range(world // tp)]
     ctrls = [world_ctrl if tp == world else CoopGroup(g, run) for g in groups]
     sets = {tp: GroupSet(tp, groups, [None] * len(groups), ctrls)}
-    cfg = SweepConfig(ops=["all_reduce"], tps=[tp], points=[SizePoint("all_reduce", s) for s in cells_sizes],
+    cfg = SweepRunConfig(ops=["all_reduce"], tps=[tp], points=[SizePoint("all_reduce", s) for s in cells_sizes],
                       backend="nccl", modes=["eager"], impls=["nccl", "custom"], timeout_s=5.0)
     cells = plan_cells(cfg)
     hb = types.SimpleNamespace(stage=lambda *_: None)

@@ -70,7 +70,7 @@ def load_fixture(name: str) -> dict:
 
 
 class FakeNVML:
-    """Answers the pynvml calls commprof.topo makes. ``fx`` is the fixture; tests may edit it."""
+    """Answers the pynvml calls commprof.verbs.topo makes. ``fx`` is the fixture; tests may edit it."""
 
     NVMLError = NVMLError
 

@@ -21,11 +21,11 @@ import math
 import os
 import random
 
-from commprof.errors import CommprofError
-from commprof.importers import MAX_BW_GBPS, MAX_TIME_US, _section_rows, read_nccl_tests
-from commprof.models import BUILTIN, ModelShape, get_model
-from commprof.sizes import MAX_MESSAGE_BYTES, decode_sizes, parse_sizes
-from commprof.units import MAX_BYTES, MAX_LIST_INT, parse_bytes, parse_int_list
+from commprof.model.errors import CommprofError
+from commprof.ingest.nccltests import MAX_BW_GBPS, MAX_TIME_US, _section_rows, read_nccl_tests
+from commprof.model.models import BUILTIN, ModelShape, get_model
+from commprof.model.sizes import MAX_MESSAGE_BYTES, decode_sizes, parse_sizes
+from commprof.model.units import MAX_BYTES, MAX_LIST_INT, parse_bytes, parse_int_list
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "tests", "data")
@@ -493,7 +493,7 @@ def gen_thresholds(rnd: random.Random) -> bytes:
 
 
 def check_thresholds(data: bytes, tmp: str) -> str:
-    from commprof.check import load_thresholds
+    from commprof.analysis.thresholds import load_thresholds
 
     path = os.path.join(tmp, "thresholds.toml")
     with open(path, "wb") as f:
@@ -534,7 +534,7 @@ def gen_replay(rnd: random.Random) -> tuple[str, bytes]:
 
 
 def check_replay(case, tmp: str) -> str:
-    from commprof.routing import _load_file
+    from commprof.analysis.moeroute import _load_file
 
     name, data = case
     path = os.path.join(tmp, name)
@@ -585,7 +585,7 @@ def gen_smi_topo(rnd: random.Random) -> tuple[str, bytes]:
 
 
 def check_smi_topo(case, tmp: str) -> str:
-    from commprof.smitopo import parse_smi_topo
+    from commprof.ingest.smitopo import parse_smi_topo
 
     name, data = case
     path = os.path.join(tmp, name)
@@ -731,9 +731,11 @@ def gen_kineto(rnd: random.Random) -> tuple[bytes, bytes]:
 
 
 def check_kineto(case, tmp: str) -> str:
-    """Read both ranks' traces and attribute them as ``import kineto`` does (commprof.kineto:
-    read_file, check_ranks, attribute_run), in memory: every figure finite and >= 0."""
-    from commprof.kineto import MAX_SPAN_US, MAX_TP, _run_label, attribute_run, check_ranks, read_file
+    """Read both ranks' traces and attribute them as ``import kineto`` does (commprof.ingest.kineto:
+    read_file, check_ranks, attribute_steps), in memory: every figure finite and >= 0."""
+    from commprof.ingest.kineto import run_label
+    from commprof.ingest.kinetoread import MAX_SPAN_US, MAX_TP, read_file
+    from commprof.ingest.kinetosteps import attribute_steps, check_ranks
 
     ranks = []
     try:
@@ -744,9 +746,9 @@ def check_kineto(case, tmp: str) -> str:
             ranks.extend(read_file(p))
         if not any(r.kernels or r.colls for r in ranks):
             return "rejected"
-        labels = [_run_label(r.run) for r in ranks]
+        labels = [run_label(r.run) for r in ranks]
         check_ranks(ranks, None)
-        att = attribute_run(ranks)
+        att = attribute_steps(ranks)
     except CommprofError as e:
         return _rejected(e)
     for lab in labels:                  # a run label taken is a physical one
@@ -766,7 +768,7 @@ def check_kineto_import(case, tmp: str) -> str:
     """The whole ``import kineto`` on both ranks' traces, results dir written and read back."""
     import shutil
 
-    from commprof.kineto import import_kineto
+    from commprof.ingest.kineto import import_kineto
     from commprof.results import load
 
     paths = []
@@ -808,7 +810,7 @@ def gen_url(rnd: random.Random) -> str:
 def check_url(text: str, tmp: str | None = None) -> str:
     from urllib.parse import urlsplit
 
-    from commprof.serve import base_url
+    from commprof.model.serveconfig import base_url
 
     try:
         url = base_url(text)
@@ -850,7 +852,7 @@ def _file(tmp: str, name: str, data: bytes) -> str:
 
 
 def check_workload(data: bytes, tmp: str) -> str:
-    from commprof.serve import load_replay
+    from commprof.capture.serveworkload import load_replay
 
     try:
         rows = load_replay(_file(tmp, "workload.jsonl", data))
@@ -870,7 +872,7 @@ def _real_sweep() -> tuple[str, str]:
     """A real sweep dir's files: the A100 nccl-tests log imported (sweep.csv and meta.json text)."""
     import tempfile
 
-    from commprof.importers import import_nccl_tests
+    from commprof.ingest.nccltests import import_nccl_tests
 
     d = tempfile.mkdtemp(prefix="commprof-fuzz-sweep-")
     out = os.path.join(d, "imp")
@@ -988,8 +990,8 @@ def gen_metrics(rnd: random.Random) -> tuple[str, str]:
 
 def check_metrics(case, tmp: str | None = None) -> str:
     """Parsing never raises; a level's queue figures are each not reported (NaN) or finite >= 0."""
-    from commprof.serve import queue_figures
-    from commprof.servermetrics import queue_histogram
+    from commprof.capture.servescrape import queue_figures
+    from commprof.ingest.servermetrics import queue_histogram
 
     before, after = (queue_histogram(t) for t in case)
     figs = queue_figures(before, after)

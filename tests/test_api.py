@@ -15,7 +15,7 @@ def pcie_box(tmp_path_factory):
     """A sweep-shaped dir of the pcie5-nop2p reference profile (modelled), made for this test."""
     import os
 
-    from commprof.costmodel import resolve_comm_source
+    from commprof.analysis.costmodel import resolve_comm_source
 
     os.environ["COMMPROF_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
     try:

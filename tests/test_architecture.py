@@ -42,3 +42,18 @@ def test_no_test_or_script_reads_outside_the_checkout():
                 if pattern.search(line) and "pattern = re.compile" not in line:
                     found.append(f"{os.path.relpath(path, REPO)}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+MAX_FLOORS = 11     # the longest chain of internal imports (14 before the verbs became leaves)
+
+
+def test_import_floors_do_not_grow():
+    """scripts/import_floors.py: the longest chain of imports between commprof's own modules."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("import_floors", os.path.join(REPO, "scripts", "import_floors.py"))
+    floors = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floors)
+    chain = floors.longest_chain("commprof")
+    assert len(chain) >= 3 and all(m.startswith("commprof") for m in chain)
+    assert len(chain) <= MAX_FLOORS, f"{len(chain)} floors: " + " -> ".join(chain)

@@ -11,11 +11,11 @@ import os
 
 import pytest
 
-from commprof import importers
-from commprof.errors import EXIT_USAGE, CommprofError
-from commprof.models import get_model
-from commprof.sizes import parse_sizes
-from commprof.units import parse_bytes, parse_int_list
+from commprof.ingest import nccltests
+from commprof.model.errors import EXIT_USAGE, CommprofError
+from commprof.model.models import get_model
+from commprof.model.sizes import parse_sizes
+from commprof.model.units import parse_bytes, parse_int_list
 from helpers import sweep_rows
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -201,7 +201,7 @@ def _log(tmp_path, old, new, name="all_reduce_perf.log"):
 
 
 def _import(tmp_path, path):
-    return lambda: importers.import_nccl_tests([path], str(tmp_path / "out"))
+    return lambda: nccltests.import_nccl_tests([path], str(tmp_path / "out"))
 
 
 def test_text_wrong_of_inf(tmp_path):
@@ -238,7 +238,7 @@ def test_text_header_integer_with_5000_digits(tmp_path):
 
 def test_text_summary_line_without_a_colon(tmp_path):
     path = _log(tmp_path, FIRST_ROW, FIRST_ROW + "\n# Out of bounds values")
-    importers.import_nccl_tests([path], str(tmp_path / "out"))          # read as an empty summary
+    nccltests.import_nccl_tests([path], str(tmp_path / "out"))          # read as an empty summary
 
 
 def test_text_binary_file(tmp_path):
@@ -252,8 +252,8 @@ def test_text_utf16_log_is_read(tmp_path):
         text = f.read()
     p = tmp_path / "all_reduce_perf.log"
     p.write_bytes(text.encode("utf-16"))                                 # PowerShell's '>'
-    out = importers.import_nccl_tests([str(p)], str(tmp_path / "out"))
-    same = importers.import_nccl_tests([AR8], str(tmp_path / "utf8"))    # the same log as UTF-8
+    out = nccltests.import_nccl_tests([str(p)], str(tmp_path / "out"))
+    same = nccltests.import_nccl_tests([AR8], str(tmp_path / "utf8"))    # the same log as UTF-8
     keys = ("op", "tp", "size_bytes", "latency_us_p50", "algbw_gbps", "busbw_gbps", "wrong")
     rows16 = [{k: r[k] for k in keys} for r in sweep_rows(out)]
     assert rows16 and rows16 == [{k: r[k] for k in keys} for r in sweep_rows(same)]
@@ -264,7 +264,7 @@ def test_text_stray_latin1_byte_warns_and_imports(tmp_path, capsys):
         text = f.read()
     p = tmp_path / "all_reduce_perf.log"
     p.write_bytes(text.replace("modal device  7", "m\xf6dal device  7").encode("latin-1"))
-    importers.import_nccl_tests([str(p)], str(tmp_path / "out"))
+    nccltests.import_nccl_tests([str(p)], str(tmp_path / "out"))
     err = capsys.readouterr().err.strip()
     assert err.startswith("commprof: warning: 'all_reduce_perf.log': byte ") and "not UTF-8" in err
 

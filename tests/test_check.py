@@ -7,8 +7,12 @@ import pytest
 from helpers import TOY_MODEL, write_sweep_dir
 from fake_nvml import FakeNVML
 
-from commprof import topo as T
-from commprof.check import EXIT_CHECK_FAILED, gather, load_thresholds, run_items
+from commprof.capture.nvmltopo import collect_topology
+from commprof.results.topo import write_topology
+from commprof.analysis.checkitems import run_items
+from commprof.model.errors import EXIT_CHECK_FAILED
+from commprof.analysis.evidence import gather
+from commprof.analysis.thresholds import load_thresholds
 
 H100 = "h100-sxm-8x-nvswitch.json"
 RTX5090 = "rtx5090-8x-pcie-2socket.json"
@@ -20,10 +24,10 @@ def box(tmp_path, fixture, ar_p50_us, busbw_gbps, share_pct, name="box"):
     sweep and a trace summary with the given (synthetic) figures, backend nccl."""
     d = tmp_path / name
     d.mkdir()
-    T.write_topology(T.collect_topology(FakeNVML(fixture)), str(d / "topo.json"))
+    write_topology(collect_topology(FakeNVML(fixture)), str(d / "topo.json"))
     meta = {"kind": "measured", "backend": "nccl", "hosts": ["box"], "gpus": ["g"], "start_time": "t",
             "command": ["synthetic test data"], "model": {"name": "Qwen2.5-32B"}}
-    tp = len(T.collect_topology(FakeNVML(fixture))["gpus"])
+    tp = len(collect_topology(FakeNVML(fixture))["gpus"])
     write_sweep_dir(d, meta, [
         {"op": "all_reduce", "tp": tp, "group": 0, "mode": "graph", "size_bytes": size, "count": 1,
          "iters": 1, "warmup": 0, "concurrent": 0, "latency_us_p50": p50,

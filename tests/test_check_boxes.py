@@ -14,9 +14,12 @@ import re
 import pytest
 from helpers import REPO, nccl_log, one_line_error, write_sweep_dir
 
-from commprof.check import gather, load_thresholds, parse_interconnect, resolve_interconnect, run_items
-from commprof.errors import UsageError
-from commprof.importers import import_nccl_tests
+from commprof.analysis.checkitems import run_items
+from commprof.analysis.evidence import gather
+from commprof.analysis.interconnect import parse_interconnect, resolve_interconnect
+from commprof.analysis.thresholds import load_thresholds
+from commprof.model.errors import UsageError
+from commprof.ingest.nccltests import import_nccl_tests
 
 LOGS = os.path.join(REPO, "tests", "data", "nccl-tests")
 A100 = os.path.join(LOGS, "a100x8_dgx_allreduce_superbench_legacy.txt")
@@ -151,8 +154,8 @@ def test_bad_interconnect_flag_is_exit_2(cli_inproc, tmp_path, verb):
 
 def test_sxm_names_with_a_pcie_topology_fail_c2(tmp_path):
     """GPU names say NVLink modules, the topology shows none: NVLink down, or not the box quoted."""
-    from commprof.smitopo import parse_smi_topo
-    from commprof.topo import write_topology
+    from commprof.ingest.smitopo import parse_smi_topo
+    from commprof.results.topo import write_topology
 
     d = imported(tmp_path, "box", nccl_log(str(tmp_path), "NVIDIA H100 80GB HBM3"))
     write_topology(parse_smi_topo([os.path.join(REPO, "tests", "data", "nvidia-smi", "rtx4090x8-sys-topo-m.txt")]),

@@ -11,11 +11,13 @@ import tomllib
 import pytest
 from helpers import REPO
 
-from commprof.check import gather, load_thresholds, run_items
-from commprof.errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE
-from commprof.expect import healthy_boxes
-from commprof.importers import import_nccl_tests
-from commprof.items import INSUFFICIENT, verdict
+from commprof.analysis.checkitems import run_items
+from commprof.analysis.evidence import gather
+from commprof.analysis.thresholds import load_thresholds
+from commprof.model.errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE
+from commprof.analysis.expect import healthy_boxes
+from commprof.ingest.nccltests import import_nccl_tests
+from commprof.analysis.verdict import INSUFFICIENT, verdict
 
 sys.path.insert(0, REPO)
 from scripts.leave_one_out import slower  # noqa: E402  (the 2x-slower box leave-one-out judges too)
@@ -229,7 +231,7 @@ def test_graph_log_is_judged_against_graph_figures(tmp_path):
 
 def test_derived_profile_figure_fails_only_beyond_its_wider_margin(tmp_path):
     """4x H200 (NVLink, switch not known): no healthy box at TP=4, and the nvlink4 profile's TP=4
-    latency is derived from other boxes (commprof/profiles.py says so): 2.7x it WARNs, saying why,
+    latency is derived from other boxes (commprof/analysis/profiles.py says so): 2.7x it WARNs, saying why,
     4.7x FAILs; a calibrated figure (8x A100) keeps the 2.5x FAIL margin."""
     from helpers import nccl_log
 

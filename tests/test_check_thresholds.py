@@ -1,10 +1,10 @@
 """Check thresholds: the versioned defaults, overrides, and one-line errors for bad files."""
 import pytest
 
-from commprof.check import load_thresholds
-from commprof.items import Item, verdict
+from commprof.analysis.thresholds import load_thresholds
+from commprof.analysis.verdict import Item, verdict
 from commprof.views.check import counts
-from commprof.errors import UsageError
+from commprof.model.errors import UsageError
 
 
 def test_defaults_are_versioned_and_sourced():

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from commprof import collectives
-from commprof.collectives import COLLECTIVES, DEFAULT_OPS, check_input
+from commprof.model import collectives
+from commprof.model.collectives import COLLECTIVES, DEFAULT_OPS, check_input
 
 
 @pytest.mark.parametrize("op,n,factor", [

@@ -6,10 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from commprof import costmodel, profiles, results
-from commprof.collectives import COLLECTIVES
-from commprof.errors import UsageError
-from commprof.trace import CommTable
+from commprof.analysis import costmodel, profiles
+from commprof import results
+from commprof.model.collectives import COLLECTIVES
+from commprof.model.errors import UsageError
+from commprof.analysis.latency import CommTable
 
 SIZES = [1 << k for k in range(10, 27)]          # 1 KiB .. 64 MiB
 

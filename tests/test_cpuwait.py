@@ -1,4 +1,4 @@
-"""The client's run-queue wait and the local server's pinned CPUs (commprof.cpuwait), with real
+"""The client's run-queue wait and the local server's pinned CPUs (commprof.capture.cpuwait), with real
 processes: a listening child with a thread pinned to one CPU, a busy competitor."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from commprof import cpuwait
+from commprof.capture import cpuwait
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux") or not os.path.exists("/proc/self/schedstat"),
                            reason="needs Linux /proc (schedstat, net/tcp, task status)")
@@ -45,7 +45,7 @@ def test_wait_meter_sees_a_competitor_on_the_same_cpu():
     The kernel's own counter, read as serve reads it."""
     code = textwrap.dedent("""
         import os, subprocess, sys, time
-        from commprof.cpuwait import WaitMeter
+        from commprof.capture.cpuwait import WaitMeter
         cpu = min(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpu})
         def level():
@@ -93,7 +93,7 @@ def test_place_client_finds_the_cpu_a_local_server_pins_and_holds_the_client_whe
         assert server.stdout.readline().strip() == "ready"
         code = textwrap.dedent(f"""
             import json, os
-            from commprof.cpuwait import place_client, server_pids
+            from commprof.capture.cpuwait import place_client, server_pids
             print(json.dumps({{"pids": sorted(server_pids({port})),
                                "any": place_client("http://127.0.0.1:{port}", "any"),
                                "any_now": sorted(os.sched_getaffinity(0)),
@@ -120,7 +120,7 @@ def test_place_client_finds_the_cpu_a_local_server_pins_and_holds_the_client_whe
 def test_place_client_remote_absent_and_a_bad_list():
     code = textwrap.dedent("""
         import json, os
-        from commprof.cpuwait import place_client
+        from commprof.capture.cpuwait import place_client
         before = sorted(os.sched_getaffinity(0))
         out = [place_client("http://10.1.2.3:8000", "any")["note"], place_client("http://127.0.0.1:9", "any")["note"],
                sorted(os.sched_getaffinity(0)) == before]

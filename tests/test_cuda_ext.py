@@ -11,7 +11,7 @@ import pytest
 from fake_cupy import TorchStream, kernel_params, sim_custom_setup
 from helpers import REPO
 
-from commprof.errors import EXIT_DEVICE, DeviceError, RankHung, UsageError
+from commprof.model.errors import EXIT_DEVICE, DeviceError, RankHung, UsageError
 from cuda_ext import loader, oneshot
 from cuda_ext.oneshot import PairProbe, RegionLayout, check_eligible, check_size, pair_verdict, verify
 

@@ -32,7 +32,7 @@ def test_sim_cupy_is_as_strict_as_cupy_about_numpy_and_devices(sim):
 
 @pytest.mark.parametrize("p2p", ["on", "off"])
 def test_p2p_host_staged_two_gpus_compares_cupy_with_numpy(sim, p2p):
-    from commprof.p2p import host_staged_bandwidth
+    from commprof.verbs.p2p import host_staged_bandwidth
 
     if p2p == "off":          # the box this probe is for: no peer access either way
         sim.no_p2p.update({(0, 1), (1, 0)})
@@ -43,7 +43,7 @@ def test_p2p_host_staged_two_gpus_compares_cupy_with_numpy(sim, p2p):
 
 
 def test_p2p_host_staged_catches_a_corrupt_copy(sim, monkeypatch):
-    from commprof.p2p import host_staged_bandwidth
+    from commprof.verbs.p2p import host_staged_bandwidth
 
     rt, real = sim.cuda.runtime, sim.cuda.runtime.memcpy
 
@@ -58,11 +58,12 @@ def test_p2p_host_staged_catches_a_corrupt_copy(sim, monkeypatch):
 def test_p2p_command_on_two_simulated_gpus(sim, tmp_path, capsys):
     import csv
 
-    from commprof.p2p import P2pConfig, run_p2p
+    from commprof.verbs import p2p
+    from commprof.verbs.p2p import P2pConfig
 
     sim.nulls.update({1: type(sim.nulls[0])(ptr=0, device=1)})
     out = str(tmp_path / "p2p")
-    assert run_p2p(P2pConfig(size="4096", rounds=20, out=out)) == 0
+    assert p2p.run(P2pConfig(size="4096", rounds=20, out=out)) == 0
     rows = list(csv.DictReader(open(os.path.join(out, "p2p.csv"))))
     probes = sorted({r["probe"] for r in rows})
     assert probes == ["copy_engine", "host_staged", "pingpong", "sm_copy"]
@@ -154,7 +155,7 @@ NO_NATIVE = """
 import sys
 for name in ("torch", "cupy", "numpy"):
     sys.modules[name] = None
-import commprof, cuda_ext, cuda_ext.loader, commprof.p2p, microbench.oneshot_rank
+import commprof, cuda_ext, cuda_ext.loader, commprof.verbs.p2p, microbench.oneshot_rank
 try:
     cuda_ext.loader.require_gpu()
 except cuda_ext.loader.CudaUnavailable as e:

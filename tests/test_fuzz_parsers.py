@@ -1,6 +1,6 @@
 """Property-based tests (hypothesis) of every parser commprof owns: byte sizes and integer lists
 (``units``), ``sweep --sizes`` (``sizes``), Hugging Face config.json (``models``), nccl-tests text
-and ``-J`` JSON output (``importers``).
+and ``-J`` JSON output (``nccltests``).
 
 The property, for every input: the parser raises commprof's own error (a ``CommprofError`` whose
 message is one line) or returns a result with no NaN, infinite or negative figure. Any other
@@ -23,9 +23,9 @@ import fuzz_inputs as F  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from commprof.importers import read_nccl_tests  # noqa: E402
-from commprof.sizes import MAX_MESSAGE_BYTES, parse_sizes  # noqa: E402
-from commprof.units import MAX_LIST_INT, parse_int_list  # noqa: E402
+from commprof.ingest.nccltests import read_nccl_tests  # noqa: E402
+from commprof.model.sizes import MAX_MESSAGE_BYTES, parse_sizes  # noqa: E402
+from commprof.model.units import MAX_LIST_INT, parse_int_list  # noqa: E402
 
 CI = settings(max_examples=200, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
@@ -62,7 +62,7 @@ def test_parse_bytes_any_text(text):
 @CI
 @given(st.integers(min_value=-10, max_value=10 ** 40), st.sampled_from(["", "K", "M", "G", "KiB", "GB"]))
 def test_parse_bytes_is_exact_or_refused(n, suffix):
-    from commprof.units import parse_bytes
+    from commprof.model.units import parse_bytes
 
     mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "KiB": 1 << 10, "GB": 1 << 30}[suffix]
     if F.check_size_token(f"{n}{suffix}") == "accepted":

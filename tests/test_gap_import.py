@@ -6,8 +6,8 @@ import pytest
 from helpers import REPO
 from helpers import TOY_MODEL as TOY
 
-from commprof.costmodel import write_profile_sweep
-from commprof.errors import UsageError
+from commprof.analysis.costmodel import write_profile_sweep
+from commprof.model.errors import UsageError
 
 NCCL_LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_8xA100.log")
 
@@ -106,7 +106,7 @@ def test_wire_line_in_gap_and_report(cli_inproc, tmp_path):
 # --- what gap compares (issue 25) -------------------------------------------------------------------
 
 def _imported(tmp_path, name, log):
-    from commprof.importers import import_nccl_tests
+    from commprof.ingest.nccltests import import_nccl_tests
 
     out = str(tmp_path / name)
     import_nccl_tests([log], out)
@@ -127,7 +127,7 @@ def _one_gpu_log(tmp_path):
 
 def test_gap_never_sets_tp1_rows_against_a_tp2_reference(tmp_path):
     """A single RTX 5090 came out '0.2x of NVLink 4': its TP=1 rows stood against the TP=2 profile."""
-    from commprof.gap import compute_gap
+    from commprof.analysis.boxgap import compute_gap
 
     one = _imported(tmp_path, "one", _one_gpu_log(tmp_path))
     with pytest.raises(UsageError, match="only TP=1 rows: one rank runs no communication"):
@@ -140,7 +140,7 @@ def test_gap_never_sets_tp1_rows_against_a_tp2_reference(tmp_path):
 
 
 def test_gap_leaves_wrong_rows_out_of_every_ratio_and_says_so(tmp_path):
-    from commprof.gap import compute_gap
+    from commprof.analysis.boxgap import compute_gap
 
     src = os.path.join(REPO, "tests", "data", "nccl-tests", "rtx5090x8_pcie5_p2p_allreduce_aikitoria.txt")
     lines = open(src).read().splitlines()
@@ -163,7 +163,7 @@ def test_gap_across_hosts_says_so_and_one_gpu_per_host_is_the_network(tmp_path):
     comparison says it crosses hosts (not only when the TP degrees differ)."""
     from helpers import nccl_log
 
-    from commprof.gap import compute_gap
+    from commprof.analysis.boxgap import compute_gap
     from commprof.views.gap import pair_lines
 
     log = nccl_log(str(tmp_path), "NVIDIA H100 80GB HBM3", ranks=2, hosts=("nodea", "nodeb"), alpha_us=25.0,
@@ -177,7 +177,9 @@ def test_gap_across_hosts_says_so_and_one_gpu_per_host_is_the_network(tmp_path):
                for n in net.notes)
     lines = pair_lines(g)
     assert lines and all("across hosts: net's TP group spans 2 hosts" in ln for ln in lines)
-    from commprof.check import gather, load_thresholds, run_items
+    from commprof.analysis.checkitems import run_items
+    from commprof.analysis.evidence import gather
+    from commprof.analysis.thresholds import load_thresholds
 
     c2 = {i.id: i for i in run_items(gather([d]), load_thresholds())}["C2"]
     assert c2.value.startswith("network: its largest TP group has one GPU per host (2 hosts: nodea, nodeb)")

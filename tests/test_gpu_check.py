@@ -97,30 +97,30 @@ def test_bad_usage_is_refused(tmp_path):
 def no_device(monkeypatch, tmp_path):
     """The CLI's validation runs as on the H200 (one GPU, nccl, 90% of 141 GB), but nothing is measured:
     each verb's core call is replaced by a recorder after its flags are checked."""
-    import commprof.check
+    import commprof.verbs.check
     import commprof.cli
-    import commprof.launch
-    import commprof.p2p
-    import commprof.report
-    import commprof.sweep
-    import commprof.topo
-    import commprof.trace
+    import commprof.capture.launch
+    import commprof.verbs.p2p
+    import commprof.verbs.report
+    import commprof.verbs.sweep
+    import commprof.verbs.topo
+    import commprof.verbs.trace
     import cuda_ext.loader
 
     calls = []
     monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("COMMPROF_TEST_ONESHOT", raising=False)
-    monkeypatch.setattr(commprof.launch, "choose_world",
+    monkeypatch.setattr(commprof.capture.launch, "choose_world",
                         lambda backend, n, flag: (n, "nccl", "test: one H200", None))
-    monkeypatch.setattr(commprof.launch, "cuda_device_count", lambda: 1)     # trace --predict checks it
+    monkeypatch.setattr(commprof.capture.launch, "cuda_device_count", lambda: 1)     # trace --predict checks it
     monkeypatch.setattr(cuda_ext.loader, "require_gpu", lambda *a, **k: None)
-    monkeypatch.setattr(commprof.trace, "available_bytes_per_rank", lambda *a: (int(141e9 * 0.9), "test"))
-    monkeypatch.setattr(commprof.sweep, "run_sweep", lambda cfg, charts=True: calls.append(("sweep", cfg)) or 0)
-    monkeypatch.setattr(commprof.trace, "run_trace", lambda cfg, charts=True:
+    monkeypatch.setattr(commprof.verbs.trace, "available_bytes_per_rank", lambda *a: (int(141e9 * 0.9), "test"))
+    monkeypatch.setattr(commprof.verbs.sweep, "measure", lambda cfg, charts=True: calls.append(("sweep", cfg)) or 0)
+    monkeypatch.setattr(commprof.verbs.trace, "measure", lambda cfg, charts=True:
                         calls.append(("predict", cfg, cfg.comm_from) if cfg.comm_from else ("trace", cfg)) or 0)
-    for mod, name in ((commprof.topo, "run_topo"), (commprof.p2p, "run_p2p"), (commprof.check, "run_check"),
-                      (commprof.report, "run_report")):
-        monkeypatch.setattr(mod, name, lambda *a, _n=name, **k: calls.append((_n, a, k)) or 0)
+    for mod in (commprof.verbs.topo, commprof.verbs.p2p, commprof.verbs.check, commprof.verbs.report):
+        verb = mod.__name__.rsplit(".", 1)[1]
+        monkeypatch.setattr(mod, "run", lambda *a, _n=verb, **k: calls.append((_n, a, k)) or 0)
     return calls
 
 
@@ -128,8 +128,8 @@ def test_every_planned_commprof_command_passes_the_cli_validation(tmp_path, no_d
     from typer.testing import CliRunner
 
     from commprof.cli import app
-    from commprof.sweepconfig import CUSTOM, plan_cells
-    from commprof.trace import CommTable
+    from commprof.model.sweepconfig import CUSTOM, plan_cells
+    from commprof.analysis.latency import CommTable
 
     rc, steps, _, text = plan(tmp_path / "gc")
     assert rc == 0, text

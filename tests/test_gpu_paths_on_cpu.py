@@ -8,8 +8,10 @@ from helpers import TOY_MODEL as TOY
 from helpers import write_sweep_dir
 from fake_nvml import FakeNVML
 
-from commprof import trace as T
-from commprof.check import gather, load_thresholds, run_items
+from commprof.verbs import trace as T
+from commprof.analysis.checkitems import run_items
+from commprof.analysis.evidence import gather
+from commprof.analysis.thresholds import load_thresholds
 from microbench import decode_engine
 
 GIB = 1 << 30
@@ -39,7 +41,7 @@ class SpyTorch:
 
 
 def _toy_shape():
-    from commprof.models import get_model
+    from commprof.model.models import get_model
 
     return get_model(TOY).to_dict()
 
@@ -72,7 +74,7 @@ def test_predict_builds_one_engine_per_tp_and_batch(monkeypatch, tmp_path):
                          backend="gloo", modes="eager", timeout_s=60, out=str(tmp_path / "p"), argv=["t"],
                          predict=True, comm_from="reference:nvlink4")
     cfg.modes = ["eager", "eager"]      # two modes of one (tp, batch): on a GPU, eager and graph
-    T.run_predict(cfg, cfg.comm_from)
+    T.run_prediction(cfg, cfg.comm_from)
     assert built == [(2, 1)]
 
 

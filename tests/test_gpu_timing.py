@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from commprof.errors import UsageError
+from commprof.model.errors import UsageError
 from fake_cuda import FakeGpu, FakeTorch
 from microbench.collective_bench import CellRunner
 from microbench.heartbeat import Heartbeat
@@ -75,7 +75,7 @@ def test_graph_mode_needs_external_events(monkeypatch):
 
     import torch
 
-    from commprof.launch import parse_modes
+    from commprof.capture.launch import parse_modes
 
     assert parse_modes("eager,graph", "nccl") == ["eager", "graph"]     # torch 2.13 has them
     monkeypatch.setattr(torch.cuda, "Event", gpu.Event)                # a torch without them

@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from commprof import fileio
+from commprof.model import fileio
 from commprof import results
-from commprof.errors import UsageError
+from commprof.model.errors import UsageError
 from commprof.results import meta as meta_mod
 
 from helpers import REPO, TOY_MODEL, cli_env, one_line_error, results_meta, write_sweep_dir
@@ -138,7 +138,7 @@ def test_an_oserror_without_a_file_name_is_exit_2_not_70(cli_inproc, monkeypatch
     def full(*a, **k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(show_mod, "run_show", full)
+    monkeypatch.setattr(show_mod, "run", full)
     res = cli_inproc("show", str(tmp_path))
     assert res.returncode == 2
     assert "No space left on device" in one_line_error(res) and "unexpected" not in res.stderr
@@ -431,7 +431,7 @@ SERVE_SMALL = ["--model", "m", "--concurrency", "1", "--requests", "2", "--promp
 
 def test_a_dripping_profiler_endpoint_ends_at_its_deadline(hostile):
     """serve --profile's POST /start_profile and /stop_profile have a deadline on the whole answer."""
-    from commprof import serve
+    from commprof.verbs import serve
 
     srv = hostile("drip-profile")
     t0 = time.monotonic()
@@ -678,7 +678,7 @@ def test_smi_topo_refuses_nonsense(cli_inproc, tmp_path, cell, numa, words):
 
 
 def test_moe_replay_of_huge_loads_is_refused(tmp_path):
-    from commprof.routing import _load_file
+    from commprof.analysis.moeroute import _load_file
 
     p = tmp_path / "loads.json"
     p.write_text(json.dumps([1e308] * 8))
@@ -701,12 +701,12 @@ def test_a_kineto_only_flag_on_another_importer_is_refused(cli_inproc, tmp_path,
 
 
 def test_failure_lines_name_their_verb(cli, tmp_path):
-    from commprof import launch
+    from commprof.capture import launch
 
     class Cfg:
         pass
 
-    for name, verb in (("SweepConfig", "sweep"), ("TraceConfig", "trace"), ("MoeConfig", "moe")):
+    for name, verb in (("SweepRunConfig", "sweep"), ("TraceRunConfig", "trace"), ("MoeRunConfig", "moe")):
         assert launch.verb_of(type(name, (), {})()) == verb
     res = cli("moe", "--ep", "2", "--tokens", "8", "--skew", "uniform", "--iters", "2", "--warmup", "0",
               "--out", str(tmp_path / "m"), env={"COMMPROF_TEST_FAULT": "die:rank=1,mode=rebalanced"})

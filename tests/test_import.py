@@ -8,15 +8,15 @@ BLOCK = """
 import sys
 for name in ("torch", "cupy", "pynvml", "numpy", "pandas", "matplotlib"):
     sys.modules[name] = None          # any import of these now raises ImportError
-import commprof, commprof.cli, commprof.sweep, commprof.collectives, commprof.models, commprof.sizes
-import commprof.results, commprof.runinfo, commprof.errors, commprof.planner, commprof.topo, commprof.api
-import commprof.costmodel, commprof.profiles, commprof.importers, commprof.check, commprof.gap, commprof.report
-import commprof.views.show, commprof.views.report, commprof.trace, commprof.predict, commprof.views.predict
+import commprof, commprof.cli, commprof.verbs.sweep, commprof.model.collectives, commprof.model.models, commprof.model.sizes
+import commprof.results, commprof.model.machine, commprof.model.errors, commprof.verbs.plan, commprof.verbs.topo, commprof.api
+import commprof.analysis.costmodel, commprof.analysis.profiles, commprof.ingest.nccltests, commprof.verbs.check, commprof.verbs.gap, commprof.verbs.report
+import commprof.views.show, commprof.views.report, commprof.verbs.trace, commprof.verbs.predict, commprof.views.predict
 import microbench, cuda_ext
-from commprof.models import get_model
-from commprof.sizes import parse_sizes
+from commprof.model.models import get_model
+from commprof.model.sizes import parse_sizes
 print(parse_sizes("decode", ["all_reduce"], get_model("Gemma-3-27B"), [1], 2)[0].size_bytes)
-print(commprof.runinfo.versions()["torch"])
+print(commprof.model.machine.versions()["torch"])
 """
 
 

@@ -47,7 +47,7 @@ def test_verbs_that_read_files_do_not_import_torch(tmp_path):
 def test_versions_from_a_loaded_torch_match_the_metadata(monkeypatch):
     import torch
 
-    from commprof import runinfo
+    from commprof.model import machine as runinfo
 
     loaded = runinfo.versions()
     monkeypatch.delitem(sys.modules, "torch")

@@ -13,9 +13,11 @@ import pandas as pd
 import pytest
 from helpers import one_line_error
 
-from commprof import importers, results
-from commprof.errors import EXIT_USAGE, UsageError
-from commprof.trace import CommTable
+from commprof.verbs import import_
+from commprof.ingest import nccltests
+from commprof import results
+from commprof.model.errors import EXIT_USAGE, UsageError
+from commprof.analysis.latency import CommTable
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nccl-tests")
 AR8 = os.path.join(DATA, "all_reduce_perf_8xA100.log")
@@ -26,7 +28,7 @@ BAD = os.path.join(DATA, "all_reduce_perf_malformed.log")
 
 def _import(tmp_path, *paths, name="out", **kw):
     out = str(tmp_path / name)
-    assert importers.import_nccl_tests(list(paths), out, **kw) == out
+    assert nccltests.import_nccl_tests(list(paths), out, **kw) == out
     return out, results.load_frame(out), results.read_meta(out)
 
 
@@ -104,7 +106,7 @@ def test_several_files_into_one_dir(tmp_path):
 def test_malformed_log_names_file_and_line(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(UsageError) as e:
-        importers.import_nccl_tests([BAD], str(out))
+        nccltests.import_nccl_tests([BAD], str(out))
     assert str(e.value).startswith("'all_reduce_perf_malformed.log' line 12: not nccl-tests output "
                                    "(expected a data line with size, count, type")
     assert e.value.exit_code == EXIT_USAGE and not out.exists()
@@ -119,7 +121,7 @@ def test_not_nccl_tests_output(tmp_path, text, line):
     p = tmp_path / "x.log"
     p.write_text(text)
     with pytest.raises(UsageError, match=rf"^'x.log' line {line}: not nccl-tests output"):
-        importers.import_nccl_tests([str(p)], str(tmp_path / "out"))
+        nccltests.import_nccl_tests([str(p)], str(tmp_path / "out"))
 
 
 def test_refuses_an_output_dir_with_files(tmp_path):
@@ -127,20 +129,20 @@ def test_refuses_an_output_dir_with_files(tmp_path):
     out.mkdir()
     (out / "keep.txt").write_text("x")
     with pytest.raises(UsageError, match="already holds files"):
-        importers.import_nccl_tests([AR8], str(out))
+        nccltests.import_nccl_tests([AR8], str(out))
     with pytest.raises(UsageError, match="file not found"):
-        importers.import_nccl_tests([str(tmp_path / "missing.log")], str(tmp_path / "o2"))
+        nccltests.import_nccl_tests([str(tmp_path / "missing.log")], str(tmp_path / "o2"))
 
 
 def test_run_import_prints_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert importers.run_import(importers.ImportConfig("nccl-tests", [AR8, AG2])) == 0
+    assert import_.run(import_.ImportConfig("nccl-tests", [AR8, AG2])) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith("imported 19 rows (all_gather, all_reduce; tp 2, 8; eager) from 2 file(s) into results")
     made, = os.listdir(tmp_path / "results")
     assert made.endswith("-import-nccl-tests")
     with pytest.raises(UsageError, match="unknown kind 'rccl-tests'"):
-        importers.run_import(importers.ImportConfig("rccl-tests", [AR8], str(tmp_path / "o")))
+        import_.run(import_.ImportConfig("rccl-tests", [AR8], str(tmp_path / "o")))
 
 
 # --- layouts of other nccl-tests versions and launchers (small inline logs) -------------------------
@@ -231,11 +233,11 @@ def test_unsupported_or_unnamed_collective(tmp_path):
     p = tmp_path / "s.log"
     p.write_text("# Collective test starting: sendrecv_perf\n" + line)
     with pytest.raises(UsageError, match="sendrecv_perf is not imported"):
-        importers.import_nccl_tests([str(p)], str(tmp_path / "o1"))
+        nccltests.import_nccl_tests([str(p)], str(tmp_path / "o1"))
     p = tmp_path / "mystery.log"
     p.write_text(line)
     with pytest.raises(UsageError, match="cannot tell which collective"):
-        importers.import_nccl_tests([str(p)], str(tmp_path / "o2"))
+        nccltests.import_nccl_tests([str(p)], str(tmp_path / "o2"))
     p = tmp_path / "h100_allreduce.log"                        # a file name is enough of a hint
     p.write_text(line)
     _, df, meta = _import(tmp_path, str(p), name="o3")
@@ -265,7 +267,7 @@ def test_a_log_with_only_its_last_rank_line_is_not_tp1(tmp_path):
     """A GB200 NVL72 rack log prints only 'Rank 71': the highest rank index + 1 and busbw/algbw
     both say 72 ranks."""
     out = str(tmp_path / "o")
-    importers.import_nccl_tests([_rank_log(tmp_path, [71], 72)], out)
+    nccltests.import_nccl_tests([_rank_log(tmp_path, [71], 72)], out)
     df = pd.read_csv(os.path.join(out, "sweep.csv"))
     assert set(df["tp"]) == {72}
     run = json.loads(open(os.path.join(out, "meta.json")).read())["runs"][0]

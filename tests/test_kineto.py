@@ -117,7 +117,7 @@ def test_synthetic_two_ranks_transfer_wait_straggler(cli_inproc, tmp_path):
 
 def test_api_import_kineto(tmp_path):
     import commprof
-    from commprof.errors import UsageError
+    from commprof.model.errors import UsageError
 
     r0 = write(tmp_path / "a.json", skew(synthetic(0), 30.0))
     r1 = write(tmp_path / "b.json", synthetic(1))
@@ -200,7 +200,7 @@ def test_bad_input_one_line_exit_2(cli_inproc, tmp_path, name):
 
 
 def test_too_large_is_refused_with_its_size(cli_inproc, tmp_path, monkeypatch):
-    import commprof.kineto as kineto
+    import commprof.ingest.kinetoread as kineto
 
     monkeypatch.setattr(kineto, "MAX_KEPT_EVENTS", 10)
     p = write(tmp_path / "rank0.json", synthetic(0))
@@ -270,11 +270,12 @@ def test_hta_agrees_on_kernel_time(tmp_path, files):
     sums sit below the exact ones by less than 1 us per kernel; elsewhere they agree within 1%.
     HTA runs in its own venv (scripts/hta_venv.sh); without it the test skips."""
     need(*files)
-    from commprof.kineto import attribute_run, read_file
+    from commprof.ingest.kinetoread import read_file
+    from commprof.ingest.kinetosteps import attribute_steps
 
     theirs = hta_figures(files)["ranks"]
     ranks = [rt for p in files for rt in read_file(p)]
-    for row in attribute_run(ranks)["ranks"]:
+    for row in attribute_steps(ranks)["ranks"]:
         r = row["rank"]
         for kind, mine, n in (("COMMUNICATION", row["comm_kernel_us"], row["comm_kernels"]),
                               ("COMPUTATION", row["compute_kernel_us"], row["compute_kernels"])):
@@ -342,7 +343,7 @@ import os, sys
 import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
-from commprof.models import get_model
+from commprof.model.models import get_model
 from microbench.decode_engine import DecodeEngine, no_mark
 
 rank, port, out, model = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]

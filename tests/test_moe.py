@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from commprof import routing as moe
-from commprof.errors import UsageError
+from commprof.analysis import moeroute as moe
+from commprof.model.errors import UsageError
 from helpers import csv_rows
 
 

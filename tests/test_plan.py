@@ -10,13 +10,14 @@ import json
 import pytest
 from rich.console import Console
 
-from commprof.errors import UsageError
-from commprof.models import ModelShape, get_model, is_moe_layer, is_sliding
+from commprof.model.errors import UsageError
+from commprof.model.models import ModelShape, get_model, is_moe_layer, is_sliding
 from commprof.views.plan import render_plan
-from commprof.planner import (build_plan, decode_collectives, kv_bytes_per_sequence_per_rank,
-                           kv_bytes_per_token_per_rank, PlanConfig, run_plan, step_counts,
-                           weights_per_rank, write_plan)
-from commprof.sizes import parse_sizes
+from commprof.verbs import plan as planner
+from commprof.verbs.plan import PlanConfig, write_plan
+from commprof.analysis.stepmodel import (build_plan, decode_collectives, kv_bytes_per_sequence_per_rank,
+                                kv_bytes_per_token_per_rank, step_counts, weights_per_rank)
+from commprof.model.sizes import parse_sizes
 
 GiB = 1 << 30
 
@@ -279,16 +280,16 @@ def test_write_plan(tmp_path):
 
 
 def test_run_plan_json_and_errors(tmp_path, capsys):
-    assert run_plan(PlanConfig("Qwen2.5-32B", 8, 1, 4096, gpu_mem="80G", as_json=True, out=str(tmp_path / "o"))) == 0
+    assert planner.run(PlanConfig("Qwen2.5-32B", 8, 1, 4096, gpu_mem="80G", as_json=True, out=str(tmp_path / "o"))) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["memory"]["max_sequences"] == 514
     assert (tmp_path / "o" / "plan.csv").exists()
     with pytest.raises(UsageError, match="--gpu-mem"):
-        run_plan(PlanConfig("Qwen2.5-32B", 8, 1, 4096, gpu_mem="lots"))
+        planner.run(PlanConfig("Qwen2.5-32B", 8, 1, 4096, gpu_mem="lots"))
     with pytest.raises(UsageError, match="--moe"):
-        run_plan(PlanConfig("Qwen2.5-32B", 8, 1, 4096, moe="dp"))
+        planner.run(PlanConfig("Qwen2.5-32B", 8, 1, 4096, moe="dp"))
     with pytest.raises(UsageError, match="unknown model"):
-        run_plan(PlanConfig("gpt-17", 8, 1, 4096))
+        planner.run(PlanConfig("gpt-17", 8, 1, 4096))
 
 
 def test_config_json_sliding_moe_mla_fields(tmp_path):

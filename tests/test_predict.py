@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from commprof.computemodel import CALIBRATION, causal_pairs, experts_touched, step_kernels
-from commprof.errors import UsageError
-from commprof.gpus import FIGURES, get_gpu, gpu_table
-from commprof.models import get_model
+from commprof.analysis.computemodel import CALIBRATION, causal_pairs, experts_touched, step_kernels
+from commprof.model.errors import UsageError
+from commprof.model.gpus import FIGURES, get_gpu, gpu_table
+from commprof.model.models import get_model
 
 from conftest import csv_rows
 
@@ -102,8 +102,8 @@ def test_helpers():
 
 
 def test_predict_every_gpu_on_every_reference_profile():
-    from commprof.predict import CommPrices, predict_point
-    from commprof.profiles import list_profiles
+    from commprof.verbs.predict import CommPrices, predict_point
+    from commprof.analysis.profiles import list_profiles
 
     m = get_model("Qwen2.5-32B")
     for p in list_profiles():
@@ -116,9 +116,9 @@ def test_predict_every_gpu_on_every_reference_profile():
 
 
 def test_comm_ms_is_the_plans_collectives_priced_by_the_profile():
-    from commprof.costmodel import profile_latency_us
-    from commprof.planner import decode_collectives
-    from commprof.predict import CommPrices, predict_point
+    from commprof.analysis.costmodel import profile_latency_us
+    from commprof.analysis.stepmodel import decode_collectives
+    from commprof.verbs.predict import CommPrices, predict_point
 
     m, g = get_model("Gemma-3-27B"), get_gpu("rtx5090")
     r = predict_point(m, g, CommPrices("reference:pcie5-nop2p"), 8, 1, 4096, mode="eager")
@@ -206,10 +206,10 @@ def test_the_fitted_constants_are_what_the_fit_finds_on_the_fitted_figures():
 
 
 def test_gap_prices_one_token_box_by_box_from_each_boxs_own_log(cli_inproc, tmp_path):
-    from commprof.gap import compute_gap
-    from commprof.models import get_model
-    from commprof.planner import decode_collectives
-    from commprof.predict import CommPrices
+    from commprof.analysis.boxgap import compute_gap
+    from commprof.model.models import get_model
+    from commprof.analysis.stepmodel import decode_collectives
+    from commprof.verbs.predict import CommPrices
     from commprof.views.gap import token_box_lines
 
     dirs = []
@@ -242,7 +242,7 @@ def test_trace_summary_line_prints_the_communication_in_ms():
 
 def test_the_seed_box_result_reproduces_from_its_inputs():
     """results/predict-seed-rtx5090x8-gemma-3-27b (quoted in the README) follows from today's model and profile."""
-    from commprof.predict import CommPrices, predict_point
+    from commprof.verbs.predict import CommPrices, predict_point
 
     root = os.path.join(os.path.dirname(os.path.dirname(__file__)), "results")
     rows = csv_rows(os.path.join(root, "predict-seed-rtx5090x8-gemma-3-27b"), "predict.csv")

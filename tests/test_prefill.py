@@ -24,7 +24,7 @@ class RecordingDist:
 def test_each_step_carries_decode_tokens_and_the_chunk(batch, chunk):
     import torch
 
-    from commprof.models import get_model
+    from commprof.model.models import get_model
 
     shape = get_model(TOY).to_dict()
     dist = RecordingDist()

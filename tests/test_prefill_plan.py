@@ -7,9 +7,9 @@ import pytest
 from helpers import one_line_error
 
 import commprof
-from commprof.errors import UsageError
-from commprof.models import get_model
-from commprof.planner import (build_plan, favoured_chunk, prefill_chunks, prefill_comm_us, step_collectives)
+from commprof.model.errors import UsageError
+from commprof.model.models import get_model
+from commprof.analysis.stepmodel import (build_plan, favoured_chunk, prefill_chunks, prefill_comm_us, step_collectives)
 
 BF16 = 2
 
@@ -145,7 +145,7 @@ def test_plan_bad_phase_flags(cli_inproc, args, needle):
 
 
 def test_sweep_prefill_sizes():
-    from commprof.sizes import parse_sizes
+    from commprof.model.sizes import parse_sizes
 
     m = get_model("Qwen2.5-32B")
     pts = parse_sizes("prefill", ["all_reduce", "all_gather"], m, [1], BF16, prompts=[512, 2048, 8192])

@@ -83,8 +83,10 @@ def test_prefill_predict_from_reference(cli_inproc, tmp_path):
 
 
 def test_gap_and_check_give_the_ttft_account(prefill_dirs, tmp_path):
-    from commprof.check import gather, load_thresholds, run_items
-    from commprof.gap import compute_gap
+    from commprof.analysis.checkitems import run_items
+    from commprof.analysis.evidence import gather
+    from commprof.analysis.thresholds import load_thresholds
+    from commprof.analysis.boxgap import compute_gap
     from commprof.views.gap import ttft_lines
 
     tr, sw, _ = prefill_dirs
@@ -105,7 +107,7 @@ def test_gap_and_check_give_the_ttft_account(prefill_dirs, tmp_path):
 
 
 def test_gap_without_prefill_trace_models_from_the_sweep(prefill_dirs):
-    from commprof.gap import compute_gap
+    from commprof.analysis.boxgap import compute_gap
 
     _, sw, _ = prefill_dirs
     t = compute_gap([sw], reference="pcie5-nop2p").first.ttft

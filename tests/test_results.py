@@ -4,8 +4,8 @@ import os
 import pytest
 
 from commprof import results
-from commprof.errors import UsageError
-from commprof.sweepconfig import SweepConfig
+from commprof.model.errors import UsageError
+from commprof.model.sweepconfig import SweepRunConfig
 
 
 def test_truncated_last_line_is_dropped(tmp_path):
@@ -24,7 +24,7 @@ def test_not_a_sweep_table(tmp_path):
 def test_resumed_table_keeps_its_older_header(tmp_path):
     old = ["op", "tp", "group", "size_bytes", "mode", "latency_us_p50"]
     (tmp_path / "sweep.csv").write_text(",".join(old) + "\nall_reduce,2,0,4096,eager,10\n")
-    cfg = SweepConfig(ops=["all_reduce"], tps=[2], points=[], out_dir=str(tmp_path))
+    cfg = SweepRunConfig(ops=["all_reduce"], tps=[2], points=[], out_dir=str(tmp_path))
     w = results.SweepWriter(str(tmp_path), cfg, {}, set())
     w.write_rows([{"op": "all_gather", "tp": 2, "group": 0, "size_bytes": 8192, "mode": "eager",
                    "latency_us_p50": 20.0, "latency_us_rankavg_mean": 15.0}])

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from commprof import results
-from commprof.errors import UsageError
+from commprof.model.errors import UsageError
 from helpers import REPO
 
 NCCL_LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "a100x8_dgx_allreduce_superbench_legacy.txt")
@@ -80,7 +80,7 @@ def test_read_table_rows_names_the_file_on_bad_bytes(tmp_path):
 
 
 def test_load_reads_what_each_verb_writes(tmp_path, cli_inproc):
-    from commprof.costmodel import resolve_comm_source
+    from commprof.analysis.costmodel import resolve_comm_source
 
     plan = str(tmp_path / "plan")
     assert cli_inproc("plan", "--model", "Qwen2.5-32B", "--tp", "8", "--out", plan).returncode == 0
@@ -128,7 +128,7 @@ def test_meta_names_no_install_path_and_reports_name_dirs_as_given(tmp_path, mon
 
 def test_load_names_a_path_that_is_not_a_directory_as_such(tmp_path):
     """A file (or a link to a device) given where a results dir goes: 'not a directory', not 'does not exist'."""
-    from commprof.errors import UsageError
+    from commprof.model.errors import UsageError
     from commprof.results import load
 
     f = tmp_path / "meta.json"

@@ -22,9 +22,10 @@ import time
 
 import pytest
 
-from commprof import launch, results
-from commprof.errors import UsageError
-from commprof import fileio
+from commprof.capture import launch
+from commprof import results
+from commprof.model.errors import UsageError
+from commprof.model import fileio
 from commprof.results import meta as meta_mod
 from commprof.results import table as table_mod
 from helpers import REPO, TOY_MODEL, cli_env, one_line_error, results_meta, sweep_rows
@@ -342,7 +343,7 @@ def test_an_unexpected_os_error_names_its_file(cli_inproc, tmp_path, monkeypatch
     def full(*a, **k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "chart.png"))
 
-    monkeypatch.setattr(show, "run_show", full)
+    monkeypatch.setattr(show, "run", full)
     res = cli_inproc("show", str(tmp_path))
     assert res.returncode == 2
     line = one_line_error(res)

@@ -44,7 +44,7 @@ def build_tiny_model(out: str, hidden: int = 64, layers: int = 2) -> str:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from commprof.serve import WORDS
+    from commprof.model.serveconfig import WORDS
 
     os.makedirs(out, exist_ok=True)
     words = ["<unk>", "<s>", "</s>"] + [f"\u2581{w}" for w in WORDS] + [f"\u2581w{i}" for i in range(64)]
@@ -436,7 +436,9 @@ def test_open_loop_and_replay_file(fake_server, cli_inproc, tmp_path):
 
 
 def test_check_items_and_report_section(fake_server, cli_inproc, tmp_path):
-    from commprof.check import gather, load_thresholds, run_items
+    from commprof.analysis.checkitems import run_items
+    from commprof.analysis.evidence import gather
+    from commprof.analysis.thresholds import load_thresholds
     from commprof.results import load
     from commprof.views.report import serve_section
 
@@ -533,7 +535,7 @@ def test_burst_first_bucket_goodput_and_the_servers_own_histograms(fake_server, 
 
 
 def test_queue_histogram_parsing_and_quantiles():
-    from commprof.servermetrics import Histogram, parse_histograms, queue_histogram
+    from commprof.ingest.servermetrics import Histogram, parse_histograms, queue_histogram
 
     text = "\n".join([
         "# TYPE sglang:queue_time_seconds histogram",
@@ -570,7 +572,7 @@ def test_queue_histogram_parsing_and_quantiles():
 
 
 def test_slo_parsing():
-    from commprof.serve import parse_slo
+    from commprof.model.serveconfig import parse_slo
 
     assert parse_slo("ttft_p99=2s,tpot_p99=100ms") == {"ttft_ms_p99": 2000.0, "tpot_ms_p99": 100.0}
     assert parse_slo("e2e_p50=1.5,error_pct=1%") == {"e2e_ms_p50": 1500.0, "error_pct": 1.0}
@@ -588,10 +590,10 @@ def test_report_ties_served_tpot_to_a_sweep_priced_token(tmp_path, monkeypatch):
 
     import pandas as pd
 
-    from commprof.costmodel import resolve_comm_source
-    from commprof.planner import decode_collectives
-    from commprof.models import get_model
-    from commprof.report import served_comm
+    from commprof.analysis.costmodel import resolve_comm_source
+    from commprof.analysis.stepmodel import decode_collectives
+    from commprof.model.models import get_model
+    from commprof.verbs.report import served_comm
     from commprof.views.report import sweep_tie_lines
 
     monkeypatch.setenv("COMMPROF_CACHE_DIR", str(tmp_path / "cache"))
@@ -606,12 +608,12 @@ def test_report_ties_served_tpot_to_a_sweep_priced_token(tmp_path, monkeypatch):
 
 
 def test_lean_client_chunked_keepalive_and_stale_connection():
-    """commprof.httpstream against an HTTP/1.1 server answering in chunked encoding (events split
+    """commprof.capture.httpstream against an HTTP/1.1 server answering in chunked encoding (events split
     across chunk boundaries): lines reassembled, the connection kept and reused, and a kept
     connection the server closed meanwhile replaced once, transparently."""
     import asyncio
 
-    from commprof import httpstream
+    from commprof.capture import httpstream
 
     async def main():
         conns = []

@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from commprof.errors import UsageError
-from commprof.models import BUILTIN, get_model
-from commprof.sizes import parse_sizes
-from commprof.units import human_bytes, parse_bytes
+from commprof.model.errors import UsageError
+from commprof.model.models import BUILTIN, get_model
+from commprof.model.sizes import parse_sizes
+from commprof.model.units import human_bytes, parse_bytes
 
 
 def test_builtin_models_from_facts():

@@ -9,10 +9,12 @@ import os
 
 import pytest
 
-from commprof import topo as T
-from commprof.check import gather, load_thresholds, run_items
-from commprof.errors import UsageError
-from commprof.smitopo import parse_smi_topo
+from commprof.results.topo import GPU_KEYS
+from commprof.analysis.checkitems import run_items
+from commprof.analysis.evidence import gather
+from commprof.analysis.thresholds import load_thresholds
+from commprof.model.errors import UsageError
+from commprof.ingest.smitopo import parse_smi_topo
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nvidia-smi")
 RTX_M = os.path.join(DATA, "rtx4090x8-sys-topo-m.txt")
@@ -31,7 +33,7 @@ def test_real_rtx4090_topo_m_alone_is_pcie_with_p2p_unknown():
     assert t["gpus"][0]["name"] == "n/a" and t["kind"] == "imported"
     assert any("-p2p r" in n for n in t["notes"])
     # the same keys commprof topo writes (views and check read both alike)
-    assert set(T._GPU_KEYS) <= set(t["gpus"][0])
+    assert set(GPU_KEYS) <= set(t["gpus"][0])
 
 
 def test_with_p2p_r_the_stock_4090_box_is_pcie_no_p2p():

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from commprof import launch, runinfo
+from commprof.capture import launch
+from commprof.model import machine as runinfo
 from helpers import REPO, one_line_error, run_inproc
 from helpers import results_meta as meta
 from helpers import sweep_rows as rows

@@ -12,10 +12,10 @@ import os
 import pytest
 
 from commprof import results
-from commprof.errors import DeviceError, UsageError
-from commprof.sizes import SizePoint
-from commprof.sweep import parse_impls, refusal_lines
-from commprof.sweepconfig import SweepConfig, plan_cells, row_key
+from commprof.model.errors import DeviceError, UsageError
+from commprof.model.sizes import SizePoint
+from commprof.verbs.sweep import parse_impls, refusal_lines
+from commprof.model.sweepconfig import SweepRunConfig, plan_cells, row_key
 from helpers import one_line_error
 from helpers import results_meta as meta
 from helpers import sweep_rows as rows
@@ -29,7 +29,7 @@ def _cfg(**kw):
     pts = [SizePoint("all_reduce", 4096, None, "x"), SizePoint("all_gather", 4096, None, "x")]
     base = dict(ops=["all_reduce", "all_gather"], tps=[2], points=pts, backend="nccl", modes=["eager", "graph"])
     base.update(kw)
-    return SweepConfig(**base)
+    return SweepRunConfig(**base)
 
 
 def test_custom_cells_are_all_reduce_eager_only_and_sit_beside_the_backend_cell():

@@ -49,9 +49,9 @@ def test_flags_that_do_not_hold_together(cli_inproc, tmp_path):
 def test_check_gap_and_fits_judge_one_method(tmp_path):
     """A dir holding both methods is judged on its per-call rows, and says so; a dir holding only
     back-to-back averages (e.g. imported nccl-tests logs) is judged on them, labelled as such."""
-    from commprof.check import gather
-    from commprof.costmodel import fit_sweep
-    from commprof.items import latency_stat
+    from commprof.analysis.evidence import gather
+    from commprof.analysis.costmodel import fit_sweep
+    from commprof.analysis.verdict import latency_stat
 
     def sweep_dir(name, timings):
         meta = {"kind": "measured", "backend": "nccl", "hosts": ["box"], "gpus": ["g"],

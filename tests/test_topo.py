@@ -10,9 +10,11 @@ import sys
 import pytest
 from fake_nvml import FakeNVML
 
-from commprof import topo as T
+from commprof.capture import nvmltopo as N
+from commprof.verbs import topo as T
+from commprof.results.topo import write_topology
 from commprof.views.topo import render_topology
-from commprof.errors import EXIT_NO_GPU, NoGpuError
+from commprof.model.errors import EXIT_NO_GPU, NoGpuError
 
 H100 = "h100-sxm-8x-nvswitch.json"
 RTX5090 = "rtx5090-8x-pcie-2socket.json"
@@ -41,7 +43,7 @@ def test_fixtures_name_their_source():
 
 def test_h100_sxm_nvswitch():
     fake = FakeNVML(H100)
-    t = T.collect_topology(fake)
+    t = N.collect_topology(fake)
     assert fake.initialised == 0                     # nvmlShutdown after nvmlInit
     assert t["kind"] == "measured" and t["source"].startswith("NVML via nvidia-ml-py 13.615.71")
     assert t["driver_version"] == "570.124.06" and t["gpu_count"] == 8 and len(t["gpus"]) == 8
@@ -73,7 +75,7 @@ def test_h100_sxm_nvswitch():
 
 
 def test_rtx5090_pcie_two_sockets_p2p_off():
-    t = T.collect_topology(FakeNVML(RTX5090))
+    t = N.collect_topology(FakeNVML(RTX5090))
     m = t["matrix"]
     for i in range(8):
         for j in range(8):
@@ -98,7 +100,7 @@ def test_rtx5090_pcie_two_sockets_p2p_off():
 
 
 def test_l40s_behind_one_pcie_switch():
-    t = T.collect_topology(FakeNVML(L40S))
+    t = N.collect_topology(FakeNVML(L40S))
     assert t["gpu_count"] == 4
     assert offdiag(t["matrix"]) == {"PIX"}
     assert offdiag(t["p2p"]["read"]) == offdiag(t["p2p"]["write"]) == {"OK"}
@@ -116,7 +118,7 @@ def test_l40s_behind_one_pcie_switch():
 def test_gen5_gpu_in_gen4_slot_is_not_at_max():
     fake = FakeNVML(RTX5090)
     fake.fx["gpus"][3]["nvmlDeviceGetMaxPcieLinkGeneration"] = 4
-    t = T.collect_topology(fake)
+    t = N.collect_topology(fake)
     assert [g["pcie_at_max"] for g in t["gpus"]] == [True] * 3 + [False] + [True] * 4
     assert "below the GPU's own Gen5" in t["gpus"][3]["pcie_note"]
     assert any("GPU3" in n and "PCIe" in n for n in t["notes"])
@@ -126,7 +128,7 @@ def test_unknown_max_generation_is_not_judged():
     fake = FakeNVML(L40S)
     fake.fx["gpus"][1]["nvmlDeviceGetGpuMaxPcieLinkGeneration"] = {"error": "NotSupported"}
     fake.fx["gpus"][2]["nvmlDeviceGetMaxPcieLinkWidth"] = 8
-    t = T.collect_topology(fake)
+    t = N.collect_topology(fake)
     assert t["gpus"][1]["pcie_link_gen_gpu_max"] == "n/a" and t["gpus"][1]["pcie_at_max"] == "n/a"
     assert t["gpus"][2]["pcie_at_max"] is True and "x8" in t["gpus"][2]["pcie_note"]
 
@@ -135,7 +137,7 @@ def test_field_values_failing_as_a_whole_falls_back_to_probing_links():
     fake = FakeNVML(H100)
     fake.fx["all_gpus"]["nvmlDeviceGetFieldValues"] = {"error": "NotSupported"}
     del fake.fx["gpus"][5]["nvmlDeviceGetFieldValues"]
-    t = T.collect_topology(fake)
+    t = N.collect_topology(fake)
     assert offdiag(t["matrix"]) == {"NV18"}
     for g in t["gpus"]:
         assert g["nvlink_active_links"] == 18       # probed link by link up to Invalid Argument
@@ -145,14 +147,14 @@ def test_field_values_failing_as_a_whole_falls_back_to_probing_links():
 def test_nvlink_version_is_an_enum_not_a_generation():
     fake = FakeNVML(H100)
     fake.fx["all_gpus"]["nvmlDeviceGetNvLinkVersion"] = [5] * 18      # what an A100 answers
-    t = T.collect_topology(fake)
+    t = N.collect_topology(fake)
     assert {g["nvlink_version"] for g in t["gpus"]} == {"3.1"}
 
 
 def test_inactive_nvlinks_are_counted_and_noted():
     fake = FakeNVML(H100)
     fake.fx["gpus"][2]["nvmlDeviceGetNvLinkState"] = [1] * 16 + [0, 0]   # the last two go to switch 08
-    t = T.collect_topology(fake)
+    t = N.collect_topology(fake)
     assert t["gpus"][2]["nvlink_active_links"] == 16 and t["gpus"][2]["nvlink_inactive_links"] == 2
     assert t["matrix"][2][0] == t["matrix"][0][2] == "NV16"
     assert t["matrix"][0][1] == "NV18"
@@ -171,7 +173,7 @@ def test_bridged_pairs_count_direct_links_and_make_a_mixed_box():
         g["nvmlDeviceGetNvLinkVersion"] = [4] * 4
         g["nvmlDeviceGetNvLinkRemoteDeviceType"] = [0] * 4
         g["nvmlDeviceGetNvLinkRemotePciInfo"] = [bus[peer].replace("00000000:", "0000:")] * 4  # other spelling
-    t = T.collect_topology(fake)
+    t = N.collect_topology(fake)
     assert t["matrix"][0][1] == t["matrix"][1][0] == "NV4" and t["matrix"][2][3] == "NV4"
     assert t["matrix"][0][2] == "PIX"
     assert t["interconnect_class"] == "mixed"
@@ -184,7 +186,7 @@ def test_mixed_p2p_and_p2p_disabled_by_driver():
     fake = FakeNVML(L40S)
     for op in ("0", "1"):
         fake.fx["pairs"]["nvmlDeviceGetP2PStatus"][op][0][3] = 4        # disabled by regkey, one direction
-    t = T.collect_topology(fake)
+    t = N.collect_topology(fake)
     assert t["p2p"]["read"][0][3] == "disabled by driver" and t["p2p"]["read"][3][0] == "OK"
     assert t["interconnect_class"] == "mixed"
 
@@ -196,7 +198,7 @@ def test_lost_gpu_and_unanswered_calls_become_na():
     fake.fx["gpus"][1]["nvmlDeviceGetCpuAffinity"] = {"error": "NotSupported"}
     fake.fx["gpus"][1]["nvmlDeviceGetMemoryAffinity"] = {"error": "NoPermission"}
     fake.fx["pairs"]["nvmlDeviceGetTopologyCommonAncestor"][0][3] = {"error": "NotSupported"}
-    t = T.collect_topology(fake)
+    t = N.collect_topology(fake)
     lost = t["gpus"][2]
     assert lost["index"] == 2 and lost["name"] == "n/a" and lost["pcie_at_max"] == "n/a"
     assert [t["matrix"][2][j] for j in range(4)] == ["n/a", "n/a", "X", "n/a"]
@@ -212,7 +214,7 @@ def test_lost_gpu_and_unanswered_calls_become_na():
 def test_single_gpu():
     fake = FakeNVML(L40S)
     fake.fx["nvmlDeviceGetCount"] = 1
-    t = T.collect_topology(fake)
+    t = N.collect_topology(fake)
     assert t["matrix"] == [["X"]] and t["p2p"]["read"] == [["X"]]
     assert t["interconnect_class"] == "single-gpu"
 
@@ -222,26 +224,26 @@ def test_p2p_index_constants_are_passed_as_integers():
     h0, h1 = fake.nvmlDeviceGetHandleByIndex(0), fake.nvmlDeviceGetHandleByIndex(1)
     with pytest.raises(TypeError):
         fake.nvmlDeviceGetP2PStatus(h0, h1, (0,))      # the binding's NVML_P2P_CAPS_INDEX_READ
-    assert all(type(v) is int for v in T.P2P_INDEX.values())
+    assert all(type(v) is int for v in N.P2P_INDEX.values())
 
 
 def test_nvml_numbers_match_the_installed_binding():
     pynvml = pytest.importorskip("pynvml")
     read = pynvml.NVML_P2P_CAPS_INDEX_READ
-    assert (read[0] if isinstance(read, tuple) else read) == T.P2P_INDEX["read"]
-    assert pynvml.NVML_P2P_CAPS_INDEX_WRITE == T.P2P_INDEX["write"]
-    assert pynvml.NVML_P2P_CAPS_INDEX_NVLINK == T.P2P_INDEX["nvlink"]
-    assert pynvml.NVML_P2P_CAPS_INDEX_ATOMICS == T.P2P_INDEX["atomics"]
+    assert (read[0] if isinstance(read, tuple) else read) == N.P2P_INDEX["read"]
+    assert pynvml.NVML_P2P_CAPS_INDEX_WRITE == N.P2P_INDEX["write"]
+    assert pynvml.NVML_P2P_CAPS_INDEX_NVLINK == N.P2P_INDEX["nvlink"]
+    assert pynvml.NVML_P2P_CAPS_INDEX_ATOMICS == N.P2P_INDEX["atomics"]
     assert pynvml.NVML_P2P_STATUS_OK == 0 and pynvml.NVML_P2P_STATUS_DISABLED_BY_REGKEY == 4
     assert pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED == 2 and pynvml.NVML_P2P_STATUS_UNKNOWN == 6
     assert (pynvml.NVML_TOPOLOGY_SINGLE, pynvml.NVML_TOPOLOGY_MULTIPLE, pynvml.NVML_TOPOLOGY_HOSTBRIDGE,
             pynvml.NVML_TOPOLOGY_NODE, pynvml.NVML_TOPOLOGY_SYSTEM) == (10, 20, 30, 40, 50)
     assert pynvml.NVML_NVLINK_VERSION_3_1 == 5 and pynvml.NVML_NVLINK_VERSION_4_0 == 6
-    assert pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT == T.FI_NVLINK_LINK_COUNT
-    assert pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL == T.NVLINK_ERROR_FIELDS["crc_flit"]
-    assert pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL == T.NVLINK_ERROR_FIELDS["crc_data"]
-    assert pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL == T.NVLINK_ERROR_FIELDS["replay"]
-    assert pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL == T.NVLINK_ERROR_FIELDS["recovery"]
+    assert pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT == N.FI_NVLINK_LINK_COUNT
+    assert pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL == N.NVLINK_ERROR_FIELDS["crc_flit"]
+    assert pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL == N.NVLINK_ERROR_FIELDS["crc_data"]
+    assert pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL == N.NVLINK_ERROR_FIELDS["replay"]
+    assert pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL == N.NVLINK_ERROR_FIELDS["recovery"]
     assert pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG == 3 and pynvml.NVML_AFFINITY_SCOPE_NODE == 0
     for name in ("nvmlDeviceGetGpuMaxPcieLinkGeneration", "nvmlDeviceGetNvLinkRemotePciInfo",
                  "nvmlDeviceGetNvLinkRemoteDeviceType", "nvmlDeviceGetMemoryAffinity", "nvmlDeviceGetFieldValues"):
@@ -249,16 +251,16 @@ def test_nvml_numbers_match_the_installed_binding():
 
 
 def test_cpu_list_formatting():
-    assert T._cpu_list([0b1011]) == "0-1,3"
-    assert T._cpu_list([0, 1]) == "64"
-    assert T._cpu_list([0]) == "n/a"
+    assert N._cpu_list([0b1011]) == "0-1,3"
+    assert N._cpu_list([0, 1]) == "64"
+    assert N._cpu_list([0]) == "n/a"
 
 
 # --- no GPU, no driver, no bindings --------------------------------------------------------------
 
 def test_no_driver_raises_no_gpu_error_with_exit_code_7():
     with pytest.raises(NoGpuError) as e:
-        T.collect_topology(FakeNVML(H100, init_error="LibraryNotFound"))
+        N.collect_topology(FakeNVML(H100, init_error="LibraryNotFound"))
     assert e.value.exit_code == EXIT_NO_GPU == 7
     msg = str(e.value)
     assert "no NVIDIA driver: nvmlInit failed (NVML Shared Library Not Found); " \
@@ -268,16 +270,16 @@ def test_no_driver_raises_no_gpu_error_with_exit_code_7():
 
 def test_driver_not_loaded_and_mismatch_say_the_fix():
     with pytest.raises(NoGpuError, match=r"Driver Not Loaded.*modprobe nvidia"):
-        T.collect_topology(FakeNVML(H100, init_error="DriverNotLoaded"))
+        N.collect_topology(FakeNVML(H100, init_error="DriverNotLoaded"))
     with pytest.raises(NoGpuError, match=r"do not match.*reboot"):
-        T.collect_topology(FakeNVML(H100, init_error="LibRmVersionMismatch"))
+        N.collect_topology(FakeNVML(H100, init_error="LibRmVersionMismatch"))
 
 
 def test_zero_devices_raises_and_shuts_nvml_down():
     fake = FakeNVML(L40S)
     fake.fx["nvmlDeviceGetCount"] = 0
     with pytest.raises(NoGpuError, match="reports 0 devices") as e:
-        T.collect_topology(fake)
+        N.collect_topology(fake)
     assert e.value.exit_code == 7
     assert fake.initialised == 0
 
@@ -285,21 +287,21 @@ def test_zero_devices_raises_and_shuts_nvml_down():
 def test_missing_bindings_raise_no_gpu_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)      # import pynvml now raises ImportError
     with pytest.raises(NoGpuError, match=r"cannot import pynvml.*pip install nvidia-ml-py") as e:
-        T.collect_topology()
+        N.collect_topology()
     assert e.value.exit_code == 7
-    assert T.try_collect_topology() is None
+    assert N.try_collect_topology() is None
 
 
 def test_try_collect_topology():
-    assert T.try_collect_topology(FakeNVML(H100, init_error="LibraryNotFound")) is None
-    t = T.try_collect_topology(FakeNVML(L40S))
+    assert N.try_collect_topology(FakeNVML(H100, init_error="LibraryNotFound")) is None
+    t = N.try_collect_topology(FakeNVML(L40S))
     assert t is not None and t["interconnect_class"] == "pcie-p2p"
 
 
 def test_real_nvml_answers_or_says_what_is_missing():
     """On this machine's real binding: either a topology (a GPU box) or exit code 7, never a crash."""
     try:
-        t = T.collect_topology()
+        t = N.collect_topology()
     except NoGpuError as e:
         assert e.exit_code == 7 and ("NVIDIA" in str(e) or "pynvml" in str(e))
     else:
@@ -310,7 +312,7 @@ def test_real_nvml_answers_or_says_what_is_missing():
 
 def test_run_topo_json_to_stdout_and_topo_json(tmp_path, capsys):
     out = tmp_path / "new" / "dir"
-    assert T.run_topo(T.TopoConfig(as_json=True, out=str(out)), nvml=FakeNVML(L40S)) == 0
+    assert T.run(T.TopoConfig(as_json=True, out=str(out)), nvml=FakeNVML(L40S)) == 0
     captured = capsys.readouterr()
     printed = json.loads(captured.out)
     saved = json.loads((out / "topo.json").read_text())
@@ -320,7 +322,7 @@ def test_run_topo_json_to_stdout_and_topo_json(tmp_path, capsys):
 
 def test_run_topo_tables(capsys):
     con, buf = console()
-    assert T.run_topo(T.TopoConfig(), nvml=FakeNVML(H100), console=con) == 0
+    assert T.run(T.TopoConfig(), nvml=FakeNVML(H100), console=con) == 0
     text = buf.getvalue()
     assert "NV18" in text and "interconnect class: nvswitch" in text and "GPU7" in text
     assert "00000000:AB:00.0" in text          # not an emoji
@@ -329,7 +331,7 @@ def test_run_topo_tables(capsys):
 
 def test_render_shows_p2p_codes_and_notes():
     con, buf = console()
-    render_topology(T.collect_topology(FakeNVML(RTX5090)), con)
+    render_topology(N.collect_topology(FakeNVML(RTX5090)), con)
     text = buf.getvalue()
     assert "GNS" in text and "SYS" in text and "NODE" in text
     assert "P2P read" in text and "P2P write" in text
@@ -337,8 +339,8 @@ def test_render_shows_p2p_codes_and_notes():
 
 
 def test_write_topology(tmp_path):
-    t = T.collect_topology(FakeNVML(H100))
-    path = T.write_topology(t, str(tmp_path / "sweep" / "topo.json"))
+    t = N.collect_topology(FakeNVML(H100))
+    path = write_topology(t, str(tmp_path / "sweep" / "topo.json"))
     assert json.loads(open(path).read()) == t
 
 
@@ -346,7 +348,7 @@ def test_write_topology(tmp_path):
 
 @pytest.mark.gpu
 def test_real_nvml_on_a_gpu_box():
-    t = T.collect_topology()
+    t = N.collect_topology()
     n = t["gpu_count"]
     assert n >= 1 and len(t["gpus"]) == n and len(t["matrix"]) == n
     assert t["source"].startswith("NVML via nvidia-ml-py") and t["driver_version"] != "n/a"

@@ -38,11 +38,11 @@ def test_progress_stays_off_when_stderr_is_not_a_terminal(monkeypatch):
 
 
 def test_each_verb_that_starts_ranks_labels_its_own_progress():
-    from commprof.routing import MoeConfig
-    from commprof.sweepconfig import SweepConfig
-    from commprof.traceconfig import TraceConfig
+    from commprof.analysis.moeroute import MoeRunConfig
+    from commprof.model.sweepconfig import SweepRunConfig
+    from commprof.model.traceconfig import TraceRunConfig
 
-    assert (SweepConfig.VERB, TraceConfig.VERB, MoeConfig.VERB) == ("sweep", "trace", "moe")
+    assert (SweepRunConfig.VERB, TraceRunConfig.VERB, MoeRunConfig.VERB) == ("sweep", "trace", "moe")
 
 
 def _fake_repo(tmp_path, pip_rc: int):
@@ -115,14 +115,14 @@ def test_sweep_table_shows_samples_the_rank_average_mean_algbw_and_nccl_tests_av
 
 
 def _captured_figures(monkeypatch, module):
-    """Run a view's chart function with its ``_save`` swapped for one that keeps the figure."""
+    """Run a view's chart function with its ``save_chart`` swapped for one that keeps the figure."""
     figs = []
 
     def keep(fig, path, *a, **k):
         figs.append(fig)
         return path
 
-    monkeypatch.setattr(module, "_save", keep)
+    monkeypatch.setattr(module, "save_chart", keep)
     return figs
 
 
@@ -153,17 +153,17 @@ def test_sweep_charts_label_batches_draw_p95_whiskers_and_plain_log_ticks(gloo_s
 
 
 def test_imported_charts_are_titled_by_the_tool_and_file_they_came_from(tmp_path):
-    from commprof.views.charts import _provenance, chart_source
+    from commprof.views.charts import chart_provenance, chart_source
 
     meta = {"kind": "imported", "verb": "import", "what": "nccl-tests output imported as a sweep",
             "hosts": ["localhost"], "gpus": ["A100-SXM4-40GB"], "backend": "nccl", "start_time": "t",
             "source_files": [{"path": "/x/a100.txt"}], "command": ["commprof", "import"], "label": "A100 box"}
     assert chart_source(meta) == "nccl-tests on A100-SXM4-40GB (imported) [A100 box]"
-    assert _provenance(meta).startswith("imported from a100.txt, backend nccl")
+    assert chart_provenance(meta).startswith("imported from a100.txt, backend nccl")
     kineto = {"kind": "imported", "verb": "import", "source": "kineto", "hosts": [], "gpus": ["H100"],
               "backend": "nccl", "source_files": [{"path": "/t/trace.json"}]}
     assert chart_source(kineto) == "Kineto trace on H100 (imported)"
-    assert "imported on ," not in _provenance(kineto) and "trace.json" in _provenance(kineto)
+    assert "imported on ," not in chart_provenance(kineto) and "trace.json" in chart_provenance(kineto)
 
 
 def test_frame_table_prints_fixed_decimals_per_column_with_thousands_separators():
@@ -193,7 +193,8 @@ def test_check_serve_titles_name_the_concurrency_actually_judged():
 
     import pandas as pd
 
-    from commprof.check import load_thresholds, serve_items
+    from commprof.analysis.checkitems import serve_items
+    from commprof.analysis.thresholds import load_thresholds
 
     levels = pd.DataFrame([{"mode": "closed", "concurrency": c, "ok": 8, "errors": 0, "requests": 8,
                             "ttft_ms_p50": 50.0, "ttft_ms_p99": 90.0, "tpot_ms_p50": 8.0, "tpot_ms_p99": 12.0,
@@ -207,8 +208,8 @@ def test_check_serve_titles_name_the_concurrency_actually_judged():
 
 
 def test_plan_says_input_buffers_and_bytes_on_the_wire_apart():
-    from commprof.models import get_model
-    from commprof.planner import build_plan
+    from commprof.model.models import get_model
+    from commprof.analysis.stepmodel import build_plan
     from commprof.views.plan import wire_bytes_per_rank
 
     plan = build_plan(get_model("Qwen2.5-32B"), tp=4, batch=1, context=4096)
@@ -259,8 +260,8 @@ def test_moe_latency_chart_pairs_each_token_counts_colours_on_a_log_axis(monkeyp
 
 
 def test_trace_memory_guard_shares_cpu_memory_among_the_ranks_that_build_engines_only(monkeypatch):
-    import commprof.trace as T
-    from commprof.models import get_model
+    import commprof.verbs.trace as T
+    from commprof.model.models import get_model
 
     model = get_model("Qwen2.5-32B").to_dict()
     need = {tp: T.engine_bytes_per_rank(model, tp, 1, 4096, 2, "bf16")["total_bytes"] for tp in (2, 4, 8)}
@@ -271,7 +272,7 @@ def test_trace_memory_guard_shares_cpu_memory_among_the_ranks_that_build_engines
     assert layers == 2 and report["needed_bytes_per_rank"] <= report["available_bytes_per_rank"]
     import pytest
 
-    from commprof.errors import UsageError
+    from commprof.model.errors import UsageError
 
     monkeypatch.setattr(T, "available_bytes_per_rank", lambda backend, n: (machine // (2 * n), f"test: {n} ranks"))
     with pytest.raises(UsageError, match=r"at tp=\d+ needs .* per rank for 2 layers"):
@@ -309,7 +310,7 @@ def test_import_kineto_reads_what_commprofs_own_trace_json_says_about_itself(glo
     import json
     import os
 
-    from commprof.kineto import import_kineto
+    from commprof.ingest.kineto import import_kineto
 
     head = json.load(open(os.path.join(gloo_trace, "trace.json")))["commprof"]
     assert (head["layers_run"], head["layers_model"]) == (2, 8) and head["model_shape"]["layers"] == 8
@@ -347,7 +348,7 @@ def test_gap_chart_draws_references_in_greys_apart_from_the_boxes_with_short_leg
     import matplotlib.colors as mc
 
     import commprof.views.gap as view
-    from commprof.gap import compute_gap
+    from commprof.analysis.boxgap import compute_gap
     from helpers import run_inproc
 
     dirs = []
@@ -411,8 +412,8 @@ def test_box_labels_come_from_label_then_import_label_then_the_dir_name(tmp_path
 
     import pytest
 
-    from commprof.check import gather_boxes
-    from commprof.errors import UsageError
+    from commprof.analysis.evidence import gather_boxes
+    from commprof.model.errors import UsageError
     from helpers import run_inproc
 
     log = os.path.join(os.path.dirname(__file__), "data", "nccl-tests", "all_reduce_perf_8xA100.log")

@@ -4,10 +4,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..errors import UsageError
-from ..jsonfile import read_json_object
-from .meta import META_JSON, normalize, read_meta, require_results_dir, run_state
-from .table import read_table_rows
+from commprof.model.errors import UsageError
+from commprof.model.fileio import read_json_object
+from commprof.results.meta import META_JSON, normalize, read_meta, require_results_dir, run_state
+from commprof.results.table import read_table_rows
+from commprof.results.sweep import cells_done
+from commprof.results.sweep import load_frame
 
 #: Every table a verb writes: file name -> (key in Results.tables, required columns).
 TABLES = {
@@ -109,8 +111,6 @@ def load(path: str) -> Results:
     for fname, (key, required) in TABLES.items():
         if fname in names:
             if fname == "sweep.csv":
-                from .sweep import load_frame
-
                 df = load_frame(path, impl="all")
                 if raw.get("kind") == "imported":
                     # nccl-tests times a loop of back-to-back calls and reports the average per call
@@ -121,8 +121,6 @@ def load(path: str) -> Results:
                 res.tables[key] = frame(rows, header)
     done = None
     if "sweep" in res.tables:
-        from .sweep import cells_done
-
         done = cells_done(res.tables["sweep"].astype(str).to_dict("records"))
     if raw:
         res.state, res.unfinished = run_state(path, raw, done)

@@ -17,10 +17,10 @@ import sys
 import tempfile
 from datetime import datetime
 
-from ..errors import CommprofError, UsageError, shown
-from ..fileio import TMP_SUFFIX, remove_quietly, write_json
-from ..jsonfile import read_json_object
-from ..runinfo import machine, nccl_env, now_iso, run_env, versions
+from commprof.model.errors import CommprofError, UsageError, shown
+from commprof.model.fileio import TMP_SUFFIX, remove_quietly, write_json
+from commprof.model.fileio import read_json_object
+from commprof.model.machine import machine, nccl_env, now_iso, run_env, versions
 
 META_JSON = "meta.json"
 SCHEMA_VERSION = 2

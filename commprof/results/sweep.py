@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 
-from ..errors import UsageError
-from ..sweepconfig import CUSTOM, SweepConfig, plan_cells, row_key
-from ..runinfo import machine, nccl_env, now_iso, run_env, versions
-from .meta import (META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, require_results_dir,
+from commprof.model.errors import UsageError
+from commprof.model.fileio import remove_quietly
+from commprof.model.sweepconfig import CUSTOM, SweepRunConfig, plan_cells, row_key
+from commprof.model.machine import machine, nccl_env, now_iso, run_env, versions
+from commprof.results.meta import (META_JSON, check_out_dir, finish_meta, provenance, rank_fields, read_meta, require_results_dir,
                    run_state, write_meta)
-from .table import TableAppender, read_table_rows
+from commprof.results.table import TableAppender, read_table_rows, write_table
 
 SWEEP_CSV = "sweep.csv"
 
@@ -164,7 +165,7 @@ def load_frame(path: str, impl: str = "baseline"):
 class SweepWriter:
     """Rank 0's handle on the results dir of a running sweep."""
 
-    def __init__(self, path: str, cfg: SweepConfig, meta: dict, done_keys: set):
+    def __init__(self, path: str, cfg: SweepRunConfig, meta: dict, done_keys: set):
         self.path = path
         self.cfg = cfg
         self.meta = meta
@@ -238,7 +239,7 @@ def resume_state(path: str, backend: str, dtype: str, impls=(), timing: str = "p
     return meta, done
 
 
-def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
+def open_sweep(cfg: SweepRunConfig, rank_infos: list[dict]) -> SweepWriter:
     """Create or resume the results dir; write ``meta.json`` with the run's provenance."""
     path = cfg.out_dir
     check_out_dir(path, cfg.resume)
@@ -261,3 +262,18 @@ def open_sweep(cfg: SweepConfig, rank_infos: list[dict]) -> SweepWriter:
                 columns=COLUMN_DOCS, cells_planned=len(plan_cells(cfg)))
     write_meta(path, meta)
     return SweepWriter(path, cfg, meta, done)
+
+
+def write_sweep_table(out_dir: str, columns: list[str], rows: list[dict], meta: dict) -> str:
+    """A sweep dir written whole (an import, a reference profile): ``sweep.csv`` through
+    :func:`~commprof.results.table.write_table`, then its ``meta.json``. A ``meta.json`` that cannot
+    be written (a full disk) takes the table with it: no table is left without the file that says
+    what it holds. Returns ``out_dir``."""
+    path = os.path.join(out_dir, SWEEP_CSV)
+    write_table(path, columns, rows)
+    try:
+        write_meta(out_dir, meta)
+    except UsageError:
+        remove_quietly(path)
+        raise
+    return out_dir

@@ -11,8 +11,8 @@ import csv
 import io
 import os
 
-from ..errors import UsageError
-from ..fileio import check_regular, read_user_bytes, write_atomic
+from commprof.model.errors import UsageError
+from commprof.model.fileio import check_regular, read_user_bytes, write_atomic
 
 
 def _repair_tail(path: str) -> list[str] | None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 
-from ..fileio import write_atomic
-from ..runinfo import now_iso
-from .meta import check_out_dir, finish_meta, provenance, rank_fields, write_meta
-from .table import TableAppender
+from commprof.model.fileio import write_atomic
+from commprof.model.machine import now_iso
+from commprof.results.meta import check_out_dir, finish_meta, provenance, rank_fields, write_meta
+from commprof.results.table import TableAppender
+from commprof.model.collectives import DTYPE_BYTES
 
 
 TOKENS_CSV = "trace_tokens.csv"
@@ -52,8 +53,6 @@ def timeline_events(runs: list, model: dict, dtype: str, backend: str, chunk: in
     per token; tokens laid end to end (token t of every rank starts when the slowest rank's token
     t-1 ended: the time between tokens is not stamped). Times in us."""
     import math
-
-    from ..collectives import DTYPE_BYTES
 
     e = DTYPE_BYTES.get(dtype, 2)
     cat = "cpu_op"
@@ -203,7 +202,7 @@ class TraceWriter:
         self.timeline: list = []
 
     def add_attributed(self, tp, batch, mode, att, recs=None):
-        """Append one run (``commprof.attribution.attribute_run``) to the three tables; ``recs``
+        """Append one run (``commprof.analysis.attribution.attribute_tokens``) to the three tables; ``recs``
         (the ranks' raw stamps) also go into ``trace.json`` when the writer closes."""
         if recs is not None:
             self.timeline.append((tp, batch, mode, recs))

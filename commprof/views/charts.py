@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ..fileio import atomic_path
-from ..units import human_bytes
+from commprof.model.fileio import atomic_path
+from commprof.model.units import human_bytes
 
 
 def where_from(meta: dict) -> str:
@@ -19,7 +19,7 @@ def where_from(meta: dict) -> str:
     return f"{kind} on {', '.join(hosts) or '?'}"
 
 
-def _provenance(meta: dict) -> str:
+def chart_provenance(meta: dict) -> str:
     """The provenance line of a results dir's charts: where from, backend, GPUs, time, command."""
     cmd = " ".join(meta.get("command", [])) or "?"
     gpus = [g for g in (meta.get("gpus") or []) if g]
@@ -85,7 +85,7 @@ def size_axes(ax, xlabel: str, ylabel: str, title: str | None = None) -> None:
     ax.grid(True, which="both", alpha=0.3)
 
 
-def _save(fig, path: str, provenance: str, size: float = 7.5, top: float = 1.0, dpi: int = 100) -> str:
+def save_chart(fig, path: str, provenance: str, size: float = 7.5, top: float = 1.0, dpi: int = 100) -> str:
     """Every chart carries its provenance line at the bottom; ``top`` < 1 leaves room for a suptitle."""
     import matplotlib.pyplot as plt
 

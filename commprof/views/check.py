@@ -2,8 +2,8 @@
 headed by the interconnect it was judged by and the evidence that decided it."""
 from __future__ import annotations
 
-from ..items import Item, verdict
-from .console import stdout_console
+from commprof.analysis.verdict import Item, verdict
+from commprof.views.console import stdout_console
 
 
 def counts(items: list[Item]) -> str:

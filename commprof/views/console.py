@@ -29,7 +29,7 @@ def emit(data: dict, as_json: bool, draw, paths: list[str], console=None, width:
         (console or stdout_console(width)).print(f"wrote {', '.join(paths)}")
 
 
-def _fmt(v, digits=1):
+def fmt_cell(v, digits=1):
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -95,6 +95,6 @@ def frame_table(df, title: str, console=None, width: int = 160) -> None:
         if df[c].dtype.kind == "f":
             digits[c] = column_decimals(df[c].tolist())
     for row in df.itertuples(index=False):
-        t.add_row(*("" if v != v else _fmt(v, digits.get(c, 3)) if isinstance(v, float) else str(v)
+        t.add_row(*("" if v != v else fmt_cell(v, digits.get(c, 3)) if isinstance(v, float) else str(v)
                     for c, v in zip(df.columns, row)))
     console.print(t)

@@ -3,10 +3,12 @@ against each other, the gap chart (one line per box) and the wire chart. Sizes i
 latency figures labelled with what they are (p50, or avg (nccl-tests) for imported logs)."""
 from __future__ import annotations
 
-from ..units import human_bytes
-from .console import stdout_console
-from .charts import _save, size_axes
-from .sweep import stat_of
+from commprof.model.units import human_bytes
+from commprof.views.console import stdout_console
+from commprof.views.charts import save_chart, size_axes
+from commprof.views.sweep import stat_of
+from commprof.analysis.costmodel import wire_latency_us
+from commprof.analysis.costmodel import model_latency_us
 
 WIRE_PNG = "wire_vs_nccl.png"
 GAP_PNG = "gap.png"
@@ -21,8 +23,6 @@ def wire_chart(sweep_df, w: dict | None, out_path: str, provenance: str, custom=
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from ..costmodel import wire_latency_us
 
     df = sweep_df[(sweep_df["op"] == "all_reduce") & (sweep_df["group"] == 0)]
     stat = stat_of(df)
@@ -47,7 +47,7 @@ def wire_chart(sweep_df, w: dict | None, out_path: str, provenance: str, custom=
                      f"{w['read_gbps']:.0f} GB/s)", fontsize=9)
     else:
         ax.set_title("all-reduce: the backend's collective vs commprof's one-shot kernel", fontsize=9)
-    return _save(fig, out_path, provenance)
+    return save_chart(fig, out_path, provenance)
 
 
 def gap_chart(g, out_path: str, provenance: str) -> str:
@@ -57,8 +57,6 @@ def gap_chart(g, out_path: str, provenance: str) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from ..costmodel import model_latency_us
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -109,7 +107,7 @@ def gap_chart(g, out_path: str, provenance: str) -> str:
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7.5)
-    return _save(fig, out_path, provenance)
+    return save_chart(fig, out_path, provenance)
 
 
 HEADERS = ("op", "tp", "mode", "size", "metric", "this box", "reference (modelled)", "ratio")
@@ -124,7 +122,7 @@ def provenance_line(g) -> str:
         ic = b.interconnect.describe() if b.interconnect is not None else "interconnect not resolved"
         who = f"box {b.label}" if len(boxes) > 1 else "this box"
         parts.append(f"reference: {b.reference} = {b.reference_title} (modelled from published figures, sources in "
-                     f"commprof/profiles.py); {who}: {b.this_box}, latency = {b.stat}, judged as {ic}")
+                     f"commprof/analysis/profiles.py); {who}: {b.this_box}, latency = {b.stat}, judged as {ic}")
     line = "; ".join(parts) + "; ratio = this box / reference"
     if any(b.box_kind == "cpu" for b in boxes):
         line += "; CPU ranks (gloo): the ratios show the pipeline, not a GPU box"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from ..routing import PLACEMENTS
-from .charts import _provenance, _save, plain_log_ticks
+from commprof.analysis.moeroute import PLACEMENTS
+from commprof.views.charts import chart_provenance, save_chart, plain_log_ticks
 
 LOAD_PNG = "moe_rank_load.png"
 LATENCY_PNG = "moe_latency_vs_skew.png"
@@ -88,7 +88,7 @@ def charts(steps, ranks, meta: dict, out_dir: str) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    prov = _provenance(meta)
+    prov = chart_provenance(meta)
     eps = sorted(steps.ep.unique())
     paths = []
 
@@ -108,7 +108,7 @@ def charts(steps, ranks, meta: dict, out_dir: str) -> list[str]:
         ax.set_ylabel("tokens received (load)")
         ax.legend(fontsize=7)
     fig.suptitle(f"{meta.get('model', {}).get('name', '?')}: per-rank load before/after rebalancing", fontsize=10)
-    paths.append(_save(fig, os.path.join(out_dir, LOAD_PNG), prov))
+    paths.append(save_chart(fig, os.path.join(out_dir, LOAD_PNG), prov))
 
     fig, axes = plt.subplots(1, len(eps), figsize=(4.5 * len(eps), 4.4), squeeze=False)
     skews = list(dict.fromkeys(steps["skew"]))
@@ -130,5 +130,5 @@ def charts(steps, ranks, meta: dict, out_dir: str) -> list[str]:
         ax.grid(True, which="both", axis="y", alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle("MoE all-to-all latency vs routing skew", fontsize=10)
-    paths.append(_save(fig, os.path.join(out_dir, LATENCY_PNG), prov))
+    paths.append(save_chart(fig, os.path.join(out_dir, LATENCY_PNG), prov))
     return paths

@@ -1,7 +1,7 @@
 """Link probes (``commprof p2p``) as matrices."""
 from __future__ import annotations
 
-from .console import stdout_console
+from commprof.views.console import stdout_console
 
 
 def render_p2p(rows: list[dict], n: int, console=None) -> None:

@@ -1,9 +1,10 @@
 """A decode step's plan (``commprof plan``) as tables: collectives per step and memory per rank."""
 from __future__ import annotations
 
-from ..models import is_sliding
-from ..units import human_bytes
-from .console import stdout_console
+from commprof.model.models import is_sliding
+from commprof.model.units import human_bytes
+from commprof.views.console import stdout_console
+from commprof.model.collectives import COLLECTIVES
 
 
 def _ranges(layers: list[int]) -> str:
@@ -134,8 +135,6 @@ def wire_bytes_per_rank(sites, tp: int) -> int:
     """Bytes one rank moves over the interconnect for ``sites`` under a ring algorithm: each call's
     nccl-tests size times its bus factor (all_reduce 2(n-1)/n: a rank sends almost twice its
     buffer; all_gather (n-1)/n of the gathered output), the figure busbw is defined on."""
-    from ..collectives import COLLECTIVES
-
     return int(round(sum(s.size_bytes * COLLECTIVES[s.op].busbw_factor(tp) for s in sites)))
 
 

@@ -1,19 +1,19 @@
 """What ``commprof predict`` shows: one line per box and TP, a table, and the stacked ms/token chart."""
 from __future__ import annotations
 
-from .console import _fmt, stdout_console
+from commprof.views.console import fmt_cell, stdout_console
 
 
 def predict_line(r: dict) -> str:
     """One row as the sentence a buyer reads: ms/token, its communication in ms and in share."""
-    has_ttft = _fmt(r.get("ttft_ms")) != "-"        # no --prompt: empty in the row, NaN read back
-    ttft = f"; TTFT {_fmt(r['ttft_ms'])} ms (collectives {_fmt(r['ttft_comm_ms'])} ms)" if has_ttft else ""
+    has_ttft = fmt_cell(r.get("ttft_ms")) != "-"        # no --prompt: empty in the row, NaN read back
+    ttft = f"; TTFT {fmt_cell(r['ttft_ms'])} ms (collectives {fmt_cell(r['ttft_comm_ms'])} ms)" if has_ttft else ""
     kv = (f"; KV fits {r['kv_max_sequences']:,} sequences of {r['context']:,} tokens" if r["weights_fit"]
           else "; weights do not fit")
-    return (f"{r['gpu']} TP={r['tp']} batch {r['batch']}: {_fmt(r['ms_per_token'], 2)} ms/token = compute "
-            f"{_fmt(r['compute_ms'], 2)} ms (modelled) + communication {_fmt(r['comm_ms'], 2)} ms "
-            f"({r['comm_kind']}: {r['comm']}), {_fmt(r['comm_share_pct'])}% communication; "
-            f"{_fmt(r['tokens_s_per_user'])} tok/s per user, {_fmt(r['tokens_s_per_box'], 0)} per {r['tp']} GPUs"
+    return (f"{r['gpu']} TP={r['tp']} batch {r['batch']}: {fmt_cell(r['ms_per_token'], 2)} ms/token = compute "
+            f"{fmt_cell(r['compute_ms'], 2)} ms (modelled) + communication {fmt_cell(r['comm_ms'], 2)} ms "
+            f"({r['comm_kind']}: {r['comm']}), {fmt_cell(r['comm_share_pct'])}% communication; "
+            f"{fmt_cell(r['tokens_s_per_user'])} tok/s per user, {fmt_cell(r['tokens_s_per_box'], 0)} per {r['tp']} GPUs"
             f"{ttft}{kv}")
 
 
@@ -32,7 +32,7 @@ def render_predict(rows: list[dict], notes: list[str], model: str, console=None)
     for r in rows:
         t.add_row(*(str(r[k]) if k in ("box", "tp", "batch") else
                     (f"{r[k]:,}" if k == "kv_max_sequences" and r["weights_fit"] else
-                     "no fit" if k == "kv_max_sequences" else _fmt(r[k], 2)) for k, _ in cols))
+                     "no fit" if k == "kv_max_sequences" else fmt_cell(r[k], 2)) for k, _ in cols))
     console.print(t)
     for r in rows:
         console.print(predict_line(r), soft_wrap=True)
@@ -51,7 +51,7 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .charts import _save
+    from commprof.views.charts import save_chart
 
     boxes = list(dict.fromkeys(r["box"] for r in rows))
     tallest = 0.0
@@ -78,4 +78,4 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
     prov = (f"predicted: compute modelled from published GPU specs (calibration: {meta.get('calibration_source', '?')}); "
             f"communication per panel as labelled; {meta.get('start_time', '?')}; command: "
             f"{' '.join(meta.get('command', []))}. % above a bar: communication share.")
-    return _save(fig, path, prov, top=1.0)
+    return save_chart(fig, path, prov, top=1.0)

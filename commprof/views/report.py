@@ -7,13 +7,13 @@ import base64
 import os
 from dataclasses import dataclass, field
 
-from ..fileio import write_atomic
-from ..items import verdict as _verdict
-from ..units import human_bytes
-from . import gap as gapviews
-from .check import counts, interconnect_line
-from .charts import _save, size_axes
-from .sweep import BUSBW_PNG, LATENCY_PNG, draw_lines, stat_of
+from commprof.model.fileio import write_atomic
+from commprof.analysis.verdict import verdict as _verdict
+from commprof.model.units import human_bytes
+from commprof.views import gap as gapviews
+from commprof.views.check import counts, interconnect_line
+from commprof.views.charts import save_chart, size_axes
+from commprof.views.sweep import BUSBW_PNG, LATENCY_PNG, draw_lines, stat_of
 
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
@@ -108,7 +108,7 @@ def topology_section(t: dict, level: int = 2, prefix: str = "") -> Section:
 
 def sweep_section(sweep, meta: dict, sweep_dir: str, out_dir: str, level: int = 2, prefix: str = "",
                   chart_tag: str = "") -> Section:
-    from .sweep import charts
+    from commprof.views.sweep import charts
 
     df = sweep[sweep["group"] == 0].sort_values(["op", "tp", "mode", "size_bytes"])
     stat = stat_of(df)
@@ -137,7 +137,7 @@ def sweep_section(sweep, meta: dict, sweep_dir: str, out_dir: str, level: int = 
 
 
 def trace_section(res, out_dir: str, level: int = 2, prefix: str = "") -> Section:
-    from .trace import summary_lines, trace_charts
+    from commprof.views.trace import summary_lines, trace_charts
 
     title = f"{prefix}Per-token breakdown (trace)"
     summ = res.tables["trace_summary"]
@@ -253,7 +253,7 @@ def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str
                   sweep_comm: dict | None = None) -> Section:
     """``commprof serve``: the level table, the knee, the charts, and (with a trace in the same
     box) the served token time beside the traced per-token time and its communication share."""
-    from .serve import serve_charts, summary_lines
+    from commprof.views.serve import serve_charts, summary_lines
 
     levels, meta = res.tables["serve_levels"], res.meta
     title = f"{prefix}Service under load (serve)"
@@ -271,7 +271,7 @@ def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str
     headers = list(SERVE_HEADERS)
     if "queue_ms_p99" in levels.columns and levels["queue_ms_p99"].notna().any():   # the server reports it
         headers.insert(-1, "queue p99 ms")
-        from .serve import queue_ms_text
+        from commprof.views.serve import queue_ms_text
 
         rows = [(*row[:-1], queue_ms_text(r, "queue_ms_p99"), row[-1])
                 for row, r in zip(rows, levels.to_dict("records"))]
@@ -293,7 +293,7 @@ def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str
 
 
 def moe_section(res, level: int = 2, prefix: str = "") -> Section:
-    from .moe import LATENCY_PNG as MOE_LATENCY_PNG, LOAD_PNG, charts, noise_note, summary_table
+    from commprof.views.moe import LATENCY_PNG as MOE_LATENCY_PNG, LOAD_PNG, charts, noise_note, summary_table
 
     steps, ranks = res.tables["moe_steps"], res.tables.get("moe_ranks")
     table = summary_table(steps)
@@ -333,7 +333,7 @@ def boxes_charts(boxes, out_dir: str) -> list[str]:
                 ax.legend(fontsize=7)
         fig.suptitle(f"boxes side by side: {ylabel.split(' (')[0]} vs message size", fontsize=11)
         prov = "; ".join(f"{b.label}: {prov_line(b.sweep_meta, 'sweep')}" for b in with_sweep)
-        written.append(_save(fig, os.path.join(out_dir, fname), prov, top=0.95))
+        written.append(save_chart(fig, os.path.join(out_dir, fname), prov, top=0.95))
     return written
 
 

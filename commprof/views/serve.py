@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .charts import _save, plain_log_ticks
-from .console import frame_table, progress_bar
+from commprof.views.charts import save_chart, plain_log_ticks
+from commprof.views.console import frame_table, progress_bar
 
 #: The console table: column in serve_levels.csv -> header (the CSV holds every column).
 TABLE_COLUMNS = {"mode": "mode", "concurrency": "conc", "rate_rps": "req/s in", "ok": "ok", "errors": "err",
@@ -224,7 +224,7 @@ def serve_charts(levels, meta: dict, out: str) -> list[str]:
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    paths.append(_save(fig, os.path.join(out, "serve_latency.png"), _provenance(meta)))
+    paths.append(save_chart(fig, os.path.join(out, "serve_latency.png"), _provenance(meta)))
 
     # two panels, each on its own scale: on one twin-axis plot the two rates (requests/s times the
     # tokens per request) drew as one line
@@ -243,5 +243,5 @@ def serve_charts(levels, meta: dict, out: str) -> list[str]:
         ax.set_title(f"Sustained {what} vs concurrency", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
-    paths.append(_save(fig, os.path.join(out, "serve_throughput.png"), _provenance(meta)))
+    paths.append(save_chart(fig, os.path.join(out, "serve_throughput.png"), _provenance(meta)))
     return paths

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 
-from ..items import Item
-from .console import frame_table, stdout_console
+from commprof.analysis.verdict import Item
+from commprof.views.console import frame_table, stdout_console
 
 
 def show(res, charts: bool = True, echo=print, note=lambda line: print(line, file=sys.stderr)) -> None:
@@ -16,8 +17,8 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
     if getattr(res, "unfinished", None):
         note(f"commprof: warning: '{res.path}': {res.unfinished}")
     if "sweep" in t:
-        from .sweep import charts as sweep_charts
-        from .sweep import print_table
+        from commprof.views.sweep import charts as sweep_charts
+        from commprof.views.sweep import print_table
 
         shown = True
         if t["sweep"].empty:
@@ -28,7 +29,7 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
                 for p in sweep_charts(t["sweep"], meta, res.path):
                     note(f"chart: {p}")
     if "trace_summary" in t:
-        from .trace import summary_lines, trace_charts
+        from commprof.views.trace import summary_lines, trace_charts
 
         shown = True
         for line in summary_lines(t["trace_summary"]):
@@ -37,8 +38,8 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
             for p in trace_charts(t["trace_tokens"], t["trace_layers"], t["trace_summary"], meta, res.path):
                 note(f"chart: {p}")
     if "moe_steps" in t:
-        from .moe import charts as moe_charts
-        from .moe import summary_lines
+        from commprof.views.moe import charts as moe_charts
+        from commprof.views.moe import summary_lines
 
         shown = True
         for line in summary_lines(t["moe_steps"]):
@@ -47,14 +48,14 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
             for p in moe_charts(t["moe_steps"], t["moe_ranks"], meta, res.path):
                 note(f"chart: {p}")
     if "p2p" in t:
-        from .p2p import render_p2p
+        from commprof.views.p2p import render_p2p
 
         shown = True
         rows = t["p2p"].to_dict("records")
         n = int(max([r["src_device"] for r in rows] + [r["dst_device"] for r in rows], default=-1)) + 1
         render_p2p(rows, n)
     if "check" in res.docs:
-        from .check import render
+        from commprof.views.check import render
 
         shown = True
         render([Item(**{k: str(v) for k, v in i.items() if k in Item.__dataclass_fields__})
@@ -73,7 +74,7 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
             shown = True
             frame_table(t[name], f"{title} ({meta.get('kind', '?')}; {res.path})")
     if "predict" in t:
-        from .predict import predict_chart, predict_line
+        from commprof.views.predict import predict_chart, predict_line
 
         shown = True
         rows = t["predict"].to_dict("records")
@@ -83,19 +84,19 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
                 r["kv_max_sequences"] = int(r["kv_max_sequences"])
             echo(predict_line(r))
         if rows and "served_tpot_ms_p50" in rows[0]:          # predicted with --serve: the measured account
-            from ..predict_serve import serve_line
+            from commprof.analysis.predictserve import serve_line
 
             for r in rows:
                 echo(serve_line(r))
         if charts and rows:
             note(f"chart: {predict_chart(rows, os.path.join(res.path, 'predict.png'), meta)}")
     if "serve_levels" in t:
-        from .serve import render as serve_render
+        from commprof.views.serve import render as serve_render
 
         shown = True
         serve_render(t["serve_levels"], meta, res.path, charts=charts, echo=echo, note=note)
     if "topo" in res.docs and (verb == "topo" or not shown):
-        from .topo import render_topology
+        from commprof.views.topo import render_topology
 
         shown = True
         render_topology(res.docs["topo"])
@@ -108,9 +109,16 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
         stdout_console().print(f"{res.path}: a {verb} results dir with nothing to show")
 
 
-def run_show(path: str, charts: bool = True) -> int:
-    """``commprof show DIR``: load any verb's results dir and show it; the exit code."""
-    from ..results import load
+@dataclass
+class ShowConfig:
+    """``commprof show``'s argument and flag."""
+    results_dir: str = "."
+    charts: bool = True
 
-    show(load(path), charts=charts)
+
+def run(cfg: ShowConfig) -> int:
+    """``commprof show DIR``: load any verb's results dir and show it; the exit code."""
+    from commprof.results import load
+
+    show(load(cfg.results_dir), charts=cfg.charts)
     return 0

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import os
 
-from ..units import human_bytes
-from ..items import latency_stat
-from .charts import _provenance, _save, chart_source, size_axes
-from .console import _fmt, stdout_console
+from commprof.model.units import human_bytes
+from commprof.analysis.verdict import latency_stat
+from commprof.views.charts import chart_provenance, save_chart, chart_source, size_axes
+from commprof.views.console import fmt_cell, stdout_console
 
 
 LATENCY_PNG = "latency_vs_size.png"
@@ -16,7 +16,7 @@ BUSBW_PNG = "busbw_vs_size.png"
 
 
 def stat_of(df) -> str:
-    """What the latency_us_p50 column holds (:func:`commprof.items.latency_stat`)."""
+    """What the latency_us_p50 column holds (:func:`commprof.analysis.verdict.latency_stat`)."""
     return latency_stat(df)
 
 
@@ -82,16 +82,16 @@ def print_table(df, meta: dict, console=None) -> None:
                      if impls or fallback else [])
         unchecked = str(getattr(r, "status", "")) == "unchecked"
         cells = [r.op, str(r.tp), str(r.group), r.mode, *impl_cell, human_bytes(int(r.size_bytes)), str(r.batch or ""),
-                 *([_fmt(r.iters, 0)] if has_n else []),
-                 _fmt(r.latency_us_p50), *(_fmt(getattr(r, c)) for c in tails),
-                 *([_fmt(r.latency_us_rankavg_mean)] if rankavg else []),
-                 *([_fmt(r.algbw_gbps, 3)] if has_algbw else []),
-                 _fmt(r.busbw_gbps, 3),
+                 *([fmt_cell(r.iters, 0)] if has_n else []),
+                 fmt_cell(r.latency_us_p50), *(fmt_cell(getattr(r, c)) for c in tails),
+                 *([fmt_cell(r.latency_us_rankavg_mean)] if rankavg else []),
+                 *([fmt_cell(r.algbw_gbps, 3)] if has_algbw else []),
+                 fmt_cell(r.busbw_gbps, 3),
                  f"[bold red]{wrong} WRONG[/]" if wrong else ("n/a (not checked)" if unchecked else "0")]
         if has_enq:
-            cells.append(_fmt(r.enqueue_us_p50))
+            cells.append(fmt_cell(r.enqueue_us_p50))
         if has_host:
-            cells.append(_fmt(r.host_us_p50))
+            cells.append(fmt_cell(r.host_us_p50))
         t.add_row(*cells)
     console.print(t)
     for line in notes(df, stat, tails, rankavg, has_n):
@@ -218,5 +218,5 @@ def charts(df, meta: dict, out_dir: str) -> list[str]:
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8, loc="best")
         fig.suptitle(f"{chart_source(meta)}: {ylabel.split(' (')[0]} vs message size", fontsize=11)
-        written.append(_save(fig, os.path.join(out_dir, fname), _provenance(meta), size=7.5, top=0.95, dpi=110))
+        written.append(save_chart(fig, os.path.join(out_dir, fname), chart_provenance(meta), size=7.5, top=0.95, dpi=110))
     return written

@@ -1,7 +1,8 @@
 """The topology of a box (``commprof topo``) as tables: GPUs, the nvidia-smi style matrix, P2P."""
 from __future__ import annotations
 
-from .console import stdout_console
+from commprof.views.console import stdout_console
+from commprof.model.units import human_bytes
 
 NA = "n/a"
 
@@ -14,7 +15,6 @@ TOPO_LEGEND = ("X = self; NV# = a bonded set of # NVLinks; PIX = at most one PCI
 def _bytes_text(v) -> str:
     if v == NA:
         return NA
-    from ..units import human_bytes
 
     return human_bytes(int(v))
 

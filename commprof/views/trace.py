@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from .charts import _save, chart_source, where_from
+from commprof.views.charts import save_chart, chart_source, where_from
 
 TRACE_TOKENS_PNG = "trace_tokens.png"
 TRACE_LAYERS_PNG = "trace_layers_heatmap.png"
@@ -61,7 +61,7 @@ def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
                bbox_to_anchor=(0.5, top + 0.35 / fig.get_size_inches()[1]))
     fig.suptitle(f"{chart_source(meta)}: per-token time split"
                  + (f" ({kind})" if kind not in ("measured", "imported") else ""), fontsize=11)
-    written.append(_save(fig, os.path.join(out_dir, TRACE_TOKENS_PNG), prov, size=7.5, top=top))
+    written.append(save_chart(fig, os.path.join(out_dir, TRACE_TOKENS_PNG), prov, size=7.5, top=top))
 
     piv = lay.groupby(["layer", "tp", "batch", "mode"])["comm_share_pct"].mean().unstack(["tp", "batch", "mode"]) \
         if not lay.empty else None
@@ -78,7 +78,7 @@ def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
         fig.colorbar(im, ax=ax, label="comm share (%)")
         ax.set_title("communication share per layer" + (f" ({run} of {total} layers run)" if run and total
                                                         and run != total else ""), fontsize=10)
-        written.append(_save(fig, os.path.join(out_dir, TRACE_LAYERS_PNG), prov))
+        written.append(save_chart(fig, os.path.join(out_dir, TRACE_LAYERS_PNG), prov))
 
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for (b, mode), g in summ.groupby(["batch", "mode"]):
@@ -92,7 +92,7 @@ def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"communication share vs TP ({kind})", fontsize=10)
-    written.append(_save(fig, os.path.join(out_dir, TRACE_SHARE_PNG), prov))
+    written.append(save_chart(fig, os.path.join(out_dir, TRACE_SHARE_PNG), prov))
     return written
 
 

@@ -1,0 +1,93 @@
+"""A box's collective latency at any message size, looked up the one way commprof does it.
+
+:func:`loglog_lookup` is the rule: latency is taken as piecewise linear in log(size) vs
+log(latency) through the measured sizes; inside them it interpolates, beyond them it extends the
+nearest segment and says ``extrapolated``. Callers choose what they accept, by that word:
+``trace --predict``, ``predict`` and the report's step pricing (:class:`CommTable`) take an
+extrapolated value and record that they did; ``gap``'s comparison of two boxes and its prefill
+pricing take measured and interpolated values only (it never compares what a box did not run).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from commprof import results
+from commprof.model.errors import UsageError
+
+
+def loglog_lookup(xs, ys, x: float) -> tuple[float | None, str]:
+    """``(y at x, how)`` on the log-log polyline through ``(xs, ys)`` (xs sorted ascending, > 0).
+
+    ``how`` is ``exact`` (x is one of xs), ``interpolated`` (between two), ``extrapolated``
+    (outside [xs[0], xs[-1]]: the first or last segment extended), ``single point`` (one x only:
+    its y, whatever x) or ``none`` (no points, or a y <= 0 where it would be used: value None).
+    """
+    n = len(xs)
+    if not n:
+        return None, "none"
+    if n == 1:
+        return (ys[0], "single point") if ys[0] > 0 else (None, "none")
+    if x < xs[0] or x > xs[-1]:
+        k = 1 if x < xs[0] else n - 1
+        how = "extrapolated"
+    else:
+        k = next(i for i in range(n) if xs[i] >= x)
+        if xs[k] == x:
+            return (ys[k], "exact") if ys[k] > 0 else (None, "none")
+        how = "interpolated"
+    x0, x1, y0, y1 = xs[k - 1], xs[k], ys[k - 1], ys[k]
+    if y0 <= 0 or y1 <= 0:
+        return None, "none"
+    f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0))), how
+
+
+PREDICT_STATS = ("latency_us_rankavg_mean", "latency_us_mean")   # first present wins
+
+
+class CommTable:
+    """Collective latency of another box, from a sweep results dir, interpolated log-log.
+
+    The statistic is the *mean*: a token sums 2L+2 collectives, so its expected time is the sum of
+    their expected latencies, and small-message latency is skewed (p50 below the mean). It is the
+    average rank's time in the op (``latency_us_rankavg_mean``), as a rank of a decode step
+    spends it; sweeps older than that column give the slowest rank's (``latency_us_mean``)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.meta = results.read_meta(path)
+        df = results.load(path)["sweep"] if os.path.exists(os.path.join(path, results.SWEEP_CSV)) else None
+        if df is None or df.empty:
+            raise UsageError(f"--comm-from '{path}': holds no sweep rows")
+        # One timing method: per-call rows are what a decode step pays (one collective at a time);
+        # a dir with only back-to-back averages (nccl-tests' method, e.g. imported logs) is used as
+        # it is, and every lookup says so.
+        self.timing, self.df, _ = results.one_timing(df[df["impl"] != "custom"])
+        self.stat = next(c for c in PREDICT_STATS if c in self.df.columns and self.df[c].notna().all())
+        self.lookups: list[dict] = []
+
+    def latency_us(self, op: str, tp: int, mode: str, size_bytes: int) -> float:
+        """``op``'s latency at ``size_bytes`` on ``tp`` ranks (``mode``'s rows where the dir has
+        them), by :func:`loglog_lookup` over the dir's sizes: interpolated inside them,
+        extrapolated beyond them (a decode step's logits all-gather is often larger than any size a
+        decode sweep ran); every lookup is recorded in :attr:`lookups` with how it was found."""
+        df = self.df
+        sub = df[(df["op"] == op) & (df["tp"] == tp) & (df["group"] == 0)]
+        if sub.empty:
+            have = sorted({(o, int(t)) for o, t in zip(df["op"], df["tp"])})
+            raise UsageError(f"--comm-from '{self.path}': no {op} rows at tp={tp} "
+                             f"(it has {', '.join(f'{o} tp={t}' for o, t in have)})")
+        if mode in set(sub["mode"]):
+            sub = sub[sub["mode"] == mode]
+        else:
+            mode = sub["mode"].iloc[0]
+        sub = sub.groupby("size_bytes", as_index=False)[self.stat].median().sort_values("size_bytes")
+        val, how = loglog_lookup([float(x) for x in sub["size_bytes"]], [float(y) for y in sub[self.stat]],
+                                 float(size_bytes))
+        if val is None:
+            raise UsageError(f"--comm-from '{self.path}': {op} at tp={tp} has a latency <= 0 us in {self.stat}; "
+                             "no size can be priced from it")
+        self.lookups.append({"op": op, "tp": tp, "mode": mode, "size_bytes": size_bytes,
+                             self.stat: val, "how": how, "timing": self.timing})
+        return val

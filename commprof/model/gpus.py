@@ -1,0 +1,89 @@
+"""The GPU table ``commprof predict`` models compute with: published figures, each with its source.
+
+The figures live in ``commprof/data/gpus.toml`` (one entry per SKU, ``{value, source}`` per
+figure). Only the standard library is imported here.
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+
+from commprof.model.errors import UsageError, shown
+
+GPUS_TOML = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "gpus.toml")
+
+#: Every figure an entry must give, with its unit.
+FIGURES = {
+    "mem_bandwidth_gbps": "GB/s (1e9 bytes/s)",
+    "bf16_tflops": "dense TFLOP/s",
+    "fp8_tflops": "dense TFLOP/s (0: no FP8 tensor cores)",
+    "memory_gb": "GB (1e9 bytes)",
+    "pcie_gen": "PCIe generation",
+    "nvlink_gen": "NVLink generation (0: none)",
+    "nvlink_gbps_per_gpu": "GB/s per GPU, both directions (0: none)",
+    "sm_count": "streaming multiprocessors",
+}
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One SKU's published figures (units in :data:`FIGURES`) and the source of each."""
+
+    key: str
+    name: str
+    mem_bandwidth_gbps: float
+    bf16_tflops: float
+    fp8_tflops: float
+    memory_gb: float
+    pcie_gen: int
+    nvlink_gen: int
+    nvlink_gbps_per_gpu: float
+    sm_count: int
+    sources: dict = field(default_factory=dict, compare=False)
+    aliases: tuple = ()
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gb * 1e9)
+
+    def peak_tflops(self, dtype: str) -> float:
+        """Dense tensor TFLOP/s for weights of ``dtype`` (fp8, else the BF16/FP16 rate)."""
+        return self.fp8_tflops if dtype == "fp8" and self.fp8_tflops > 0 else self.bf16_tflops
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "name": self.name, **{k: getattr(self, k) for k in FIGURES},
+                "sources": dict(self.sources)}
+
+
+def _entry(key: str, d: dict) -> GpuSpec:
+    vals, srcs = {}, {}
+    for fig in FIGURES:
+        item = d.get(fig)
+        if not isinstance(item, dict) or "value" not in item or not item.get("source"):
+            raise UsageError(f"{GPUS_TOML}: gpu '{key}' figure '{fig}' needs {{value, source}}")
+        vals[fig], srcs[fig] = item["value"], item["source"]
+    return GpuSpec(key=key, name=str(d.get("name", key)), sources=srcs,
+                   aliases=tuple(str(a).lower() for a in d.get("aliases", ())), **vals)
+
+
+_TABLE: dict | None = None
+
+
+def gpu_table() -> dict[str, GpuSpec]:
+    """Every SKU of the table, by key (read once)."""
+    global _TABLE
+    if _TABLE is None:
+        with open(GPUS_TOML, "rb") as f:
+            doc = tomllib.load(f)
+        _TABLE = {k: _entry(k, v) for k, v in doc["gpus"].items()}
+    return _TABLE
+
+
+def get_gpu(spec: str) -> GpuSpec:
+    """The SKU named by ``spec`` (its key or an alias, any case); UsageError lists the keys."""
+    s = str(spec).strip().lower()
+    for g in gpu_table().values():
+        if s == g.key or s in g.aliases:
+            return g
+    raise UsageError(f"--gpu {shown(spec)}: unknown GPU (known: {', '.join(gpu_table())})")

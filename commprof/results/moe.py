@@ -1,0 +1,25 @@
+"""A moe results dir: ``moe_steps.csv`` (one row per ep, tokens, skew and placement) and
+``moe_ranks.csv`` (per rank of each), written by rank 0 of ``commprof moe`` beside ``meta.json``."""
+from __future__ import annotations
+
+import os
+
+from commprof.results.table import write_table
+
+STEPS_CSV = "moe_steps.csv"
+RANKS_CSV = "moe_ranks.csv"
+STEP_COLUMNS = [
+    "ep", "tokens", "skew", "placement", "top_k", "experts", "hidden", "redundant_experts",
+    "iters", "warmup", "backend", "clock",
+    "latency_us_p50", "latency_us_p95", "latency_us_p99", "latency_us_min", "latency_us_max", "latency_us_mean",
+    "imbalance", "max_rank_tokens", "mean_rank_tokens", "bytes_sent_max", "bytes_recv_max",
+    "slowdown", "hot_ranks", "hot_experts", "wrong", "status",
+]
+RANK_COLUMNS = ["ep", "tokens", "skew", "placement", "rank", "experts_held", "load_tokens",
+                "tokens_recv", "bytes_sent", "bytes_recv", "bytes_recv_expected"]
+
+
+def write_moe_tables(out_dir: str, steps: list[dict], ranks: list[dict]) -> None:
+    """Both tables, each written whole."""
+    for name, cols, rows in ((STEPS_CSV, STEP_COLUMNS, steps), (RANKS_CSV, RANK_COLUMNS, ranks)):
+        write_table(os.path.join(out_dir, name), cols, rows)

@@ -1,0 +1,181 @@
+"""``commprof check``: the pre-purchase checklist, in the buyer's acceptance order.
+
+Every item reads evidence from results dirs (``topo.json``, ``sweep.csv``, ``trace_summary.csv``,
+``hostbw.json``) and gives PASS / WARN / FAIL / SKIP with the measured value, the threshold, the
+threshold's source (or "proposed") and a hint. Thresholds live in a versioned TOML file
+(``commprof/data/thresholds.toml``) that ``--thresholds FILE`` overrides key by key.
+
+Dirs describe boxes: every dir holding a sweep (measured, imported or a reference profile) is one
+box; a dir without one (trace, topo, p2p, hostbw) joins the box whose hosts it shares, else the box
+before it on the command line (:mod:`commprof.analysis.evidence`). Each box is judged by its own interconnect
+(:func:`commprof.analysis.interconnect.resolve_interconnect`):
+the ``--interconnect`` flag, else its ``topo.json`` (NVML, or ``nvidia-smi topo`` text imported), else
+the GPU names its logs carry; unknown stays unknown (its link items SKIP and say what would decide).
+
+The items are :mod:`commprof.analysis.checkitems`, the thresholds :mod:`commprof.analysis.thresholds`; this module
+wires them: flags -> evidence (or, with no dir, a measuring run: :func:`measure`) -> items ->
+``check.json`` + ``check.md`` -> the table.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+from commprof import results
+from commprof.analysis.checkitems import run_items
+from commprof.model.errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE, CommprofError, UsageError
+from commprof.analysis.evidence import Evidence, gather, unfinished_lines
+from commprof.model.fileio import all_or_none, write_atomic, write_json
+from commprof.analysis.interconnect import parse_interconnect, resolve_interconnect
+from commprof.analysis.verdict import INSUFFICIENT, Item, verdict
+from commprof.results.meta import check_writable
+from commprof.analysis.thresholds import load_thresholds
+from commprof.views.check import markdown, render
+from commprof.model.machine import now_iso
+from commprof.capture.nvmltopo import try_collect_topology
+from commprof.results.topo import write_topology
+
+
+def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list[str]:
+    os.makedirs(out_dir, exist_ok=True)
+    boxes = ev.all_boxes()
+    per_box = []
+    for b in boxes:
+        mine = [i for i in items if i.box in ("", b.label)] if len(boxes) > 1 else items
+        ic = b.interconnect or resolve_interconnect(b)
+        per_box.append({"box": b.label, "dirs": list(b.dirs),
+                        "interconnect": ic.to_dict(), "interconnect_evidence": ic.evidence or "none",
+                        "verdict": verdict(mine), "items": [i.to_dict() for i in mine]})
+    data = {"kind": "checklist", "created": now_iso(), "thresholds_version": th.get("version"),
+            "evidence_dirs": [d for b in boxes for d in b.dirs],
+            "items": [i.to_dict() for i in items], "verdict": verdict(items), "boxes": per_box,
+            "unfinished_dirs": [u for b in boxes for u in b.unfinished]}
+    if len(boxes) == 1:
+        data["interconnect"] = per_box[0]["interconnect"]
+    jp = os.path.join(out_dir, "check.json")
+    mp = os.path.join(out_dir, "check.md")
+    with all_or_none(jp, mp, os.path.join(out_dir, results.META_JSON)):
+        write_json(jp, data)
+        metas = [m for b in boxes for m in b.metas]
+        results.stamp(out_dir, results.provenance(
+            "check", "checklist", "pre-purchase checklist over results dirs (commprof check)", status="complete",
+            hosts=sorted({h for d in metas for h in d.get("hosts", [])}) or None,
+            gpus=sorted({g for d in metas for g in d.get("gpus", [])}) or None,
+            evidence_dirs=data["evidence_dirs"], verdict=data["verdict"],
+            boxes=[{"box": p["box"], "verdict": p["verdict"], "interconnect": p["interconnect"]["cls"],
+                    "interconnect_evidence": p["interconnect_evidence"]} for p in per_box]))
+        write_atomic(mp, markdown(items, data))
+    return [jp, mp]
+
+
+# --- measuring what the checklist needs -------------------------------------------------------------
+
+def measure_host_bw(size_bytes: int = 256 << 20, repeats: int = 5) -> dict | None:
+    """Pinned host-to-device and device-to-host copy bandwidth of every GPU, one at a time
+    (GB/s, best of ``repeats``, CUDA events). None without CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    out = {"kind": "measured", "what": "pinned H2D/D2H copy bandwidth, one GPU at a time, best of "
+           f"{repeats} copies of {size_bytes >> 20} MiB", "gpus": []}
+    host = torch.empty(size_bytes, dtype=torch.uint8, pin_memory=True)
+    for i in range(torch.cuda.device_count()):
+        dev = torch.empty(size_bytes, dtype=torch.uint8, device=f"cuda:{i}")
+        res = {}
+        for name, dst, src in (("h2d_gbps", dev, host), ("d2h_gbps", host, dev)):
+            best = 0.0
+            with torch.cuda.device(i):
+                for _ in range(repeats):
+                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    a.record()
+                    dst.copy_(src, non_blocking=True)
+                    b.record()
+                    b.synchronize()
+                    best = max(best, size_bytes / (a.elapsed_time(b) * 1e-3) / 1e9)
+            res[name] = best
+        out["gpus"].append({"index": i, **res})
+        del dev
+    out["h2d_gbps_min"] = min(g["h2d_gbps"] for g in out["gpus"])
+    out["d2h_gbps_min"] = min(g["d2h_gbps"] for g in out["gpus"])
+    return out
+
+
+def measure(root: str, model: str) -> list[str]:
+    """Run what the checklist needs on this machine: topology, a decode-size sweep, a short
+    scaled trace, host-GPU bandwidth. Each step is the CLI in a subprocess; returns the dirs."""
+    import subprocess
+    import sys
+    from commprof.capture.launch import cuda_device_count
+    results.check_out_dir(root, resume=False)
+    os.makedirs(root, exist_ok=True)
+    gpus = cuda_device_count()
+    tps = [t for t in (2, 4, 8) if t <= gpus] if gpus >= 2 else [2, 4, 8]
+    sweep_dir, trace_dir = os.path.join(root, "sweep"), os.path.join(root, "trace")
+    for args in (["sweep", "--tp", ",".join(map(str, tps)), "--model", model, "--out", sweep_dir],
+                 ["trace", "--model", model, "--tp", str(max(tps)), "--batch", "1", "--tokens", "8",
+                  "--layers", "2", "--out", trace_dir]):
+        print(f"commprof check: running commprof {' '.join(args)}", file=sys.stderr)
+        res = subprocess.run([sys.executable, "-m", "commprof", *args, "--no-charts"])
+        if res.returncode not in (0, 1):
+            raise CommprofError(f"check: 'commprof {args[0]}' failed (exit {res.returncode}); "
+                                f"partial results kept in {root}", res.returncode)
+    topo = try_collect_topology()
+    if topo is not None:
+        write_topology(topo, os.path.join(sweep_dir, "topo.json"))
+    bw = measure_host_bw()
+    if bw is not None:
+        write_json(os.path.join(sweep_dir, "hostbw.json"), bw)
+    return [sweep_dir, trace_dir]
+
+
+@dataclass
+class CheckConfig:
+    """``commprof check``'s flags."""
+    dirs: list = field(default_factory=list)
+    thresholds: str | None = None
+    model: str | None = None
+    out: str | None = None
+    interconnect: str | None = None
+
+
+def run(cfg: CheckConfig, console=None) -> int:
+    """``commprof check``: the exit code (EXIT_CHECK_FAILED on any FAIL, of any box). Where
+    check.json goes (``out``, else the first dir) is checked writable before anything is read;
+    with no dir, what the checklist needs is measured on this machine first (:func:`measure`)."""
+    target = cfg.out or (cfg.dirs[0] if cfg.dirs and os.path.isdir(cfg.dirs[0]) else None)
+    if target is not None:
+        try:
+            check_writable(target)
+        except UsageError as e:
+            raise UsageError(f"{'--out' if cfg.out else 'the first results dir (pass --out DIR)'}: {e}") from None
+    dirs, out, model = list(cfg.dirs), cfg.out, cfg.model
+    th = load_thresholds(cfg.thresholds)
+    flags = parse_interconnect(cfg.interconnect)
+    if not dirs:
+        root = out or results.default_out_dir().rstrip("/") + "-check"
+        dirs = measure(root, model or "Qwen2.5-32B")
+        out = root
+    ev = gather(dirs)
+    items = run_items(ev, th, model, flags)
+    render(items, console, boxes=[(b.label, b.interconnect) for b in ev.all_boxes()])
+    for b in ev.all_boxes():
+        for note in b.notes:
+            print(f"commprof: note: {note}", file=sys.stderr)
+    partial = unfinished_lines(ev)
+    for p in write_check(items, th, ev, out or dirs[0]):
+        print(f"wrote {p}")
+    v = verdict(items)
+    if v == INSUFFICIENT:
+        for i in items:
+            if i.status == "INSUFFICIENT":
+                print(f"commprof check: INSUFFICIENT EVIDENCE{f' for box {i.box!r}' if i.box else ''}: {i.value}; "
+                      f"{i.hint}", file=sys.stderr)
+    if partial and v not in ("FAIL", INSUFFICIENT):
+        print("commprof: error: the checklist judged an unfinished run's partial figures; it is no pass "
+              "(finish the run, e.g. sweep --resume, and check again)", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    return EXIT_CHECK_FAILED if v == "FAIL" else EXIT_INSUFFICIENT_EVIDENCE if v == INSUFFICIENT else 0
