@@ -17,6 +17,7 @@ from commprof.verbs import import_
 from commprof.ingest import nccltests
 from commprof import results
 from commprof.model.errors import EXIT_USAGE, UsageError
+from commprof.model.fileio import shown_path
 from commprof.analysis.latency import CommTable
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nccl-tests")
@@ -55,7 +56,7 @@ def test_all_reduce_8_gpus_text(tmp_path):
     assert "not a percentile" in meta["columns"]["latency_us_*"] and meta["start_time"] and meta["command"]
     src, = meta["source_files"]
     with open(AR8, "rb") as f:
-        assert src == {"path": AR8, "sha256": hashlib.sha256(f.read()).hexdigest(),
+        assert src == {"path": shown_path(AR8), "sha256": hashlib.sha256(f.read()).hexdigest(),
                        "format": "text", "runs": 1}
     run, = meta["runs"]
     assert run["tp_from"] == "rank lines; busbw/algbw agrees" and len(run["ranks"]) == 8 and run["reported_avg_busbw"] == "32.1532"

@@ -433,6 +433,7 @@ def test_open_loop_and_replay_file(fake_server, cli_inproc, tmp_path):
     reqs = _requests(tmp_path / "out")
     assert sorted({r["max_tokens"] for r in reqs}) == ["3", "6"]
     assert all(r["status"] == "ok" and r["tokens_out"] == r["max_tokens"] for r in reqs)
+    assert _meta(tmp_path / "out")["workload"] == "replay.jsonl"     # below the working dir: relative
 
 
 def test_check_items_and_report_section(fake_server, cli_inproc, tmp_path):
@@ -671,3 +672,4 @@ def test_profile_flag_bad_dir_and_a_server_without_a_profiler(fake_server, cli_i
     assert res.returncode == 3 and "POST /start_profile answered 404" in one_line_error(res)
     assert [int(lv["ok"]) for lv in _levels(tmp_path / "o2")] == [2]
     assert "start_profile" in _meta(tmp_path / "o2")["profile"]["error"]
+    assert _meta(tmp_path / "o2")["profile"]["dir"] == "prof"          # given absolute, below the working dir

@@ -155,6 +155,8 @@ def test_predict_from_a_gloo_sweep_is_labelled_and_names_both_inputs(cli_inproc,
     assert set(pred["inputs"]) == {"compute", "communication"}
     assert "measured here" in pred["inputs"]["compute"]
     comm = pred["inputs"]["communication"]
+    # a dir outside the run's working dir (tmp_path) is recorded absolute; one below it, relative
+    # (shown_path, the one rule for recorded input paths: tests/test_recorded_paths.py)
     assert comm["results_dir"] == os.path.abspath(gloo_sweep)
     assert comm["backend"] == "gloo" and comm["kind"] == "measured"
     # embedding, attention-out and MLP-out all-reduces, the logits all-gather: all at TP=2

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from commprof import results
 from commprof.model.errors import UsageError
+from commprof.model.fileio import shown_path
 from commprof.analysis.verdict import Interconnect
 
 
@@ -54,7 +55,7 @@ def _absorb(ev: Evidence, r, d: str) -> bool:
     ev.metas.append(r.meta)
     ev.loaded.append(r)
     if r.unfinished:
-        ev.unfinished.append(f"'{d}': {r.unfinished}")
+        ev.unfinished.append(f"'{shown_path(d)}': {r.unfinished}")     # recorded in check.json
     if "topo" in r.docs:
         ev.topo, ev.topo_meta, found = r.docs["topo"], r.meta, True
     if "hostbw" in r.docs:

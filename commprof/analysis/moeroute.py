@@ -20,7 +20,7 @@ import numpy as np
 
 from commprof import results
 from commprof.model.errors import UsageError
-from commprof.model.fileio import read_user_bytes
+from commprof.model.fileio import read_user_bytes, shown_path
 from commprof.model.runconfig import RunConfig
 from commprof.results.moe import write_moe_tables
 
@@ -142,6 +142,7 @@ def parse_skew(spec: str, experts: int, seed: int) -> Skew:
             p[perm[k:]] = (1 - share) / (experts - k)
     elif kind == "file" and arg:
         p = _load_file(arg, experts, s)
+        s = f"file:{shown_path(arg)}"           # recorded in meta.json and the tables: the one path rule
     else:
         raise UsageError(f"--skew '{s}': unknown skew spec; use uniform, zipf:S, hot:K[:SHARE] or file:PATH")
     return Skew(s, tuple(float(x) for x in p / p.sum()))

@@ -12,6 +12,7 @@ import sys
 
 from commprof import results
 from commprof.model.errors import UsageError, shown
+from commprof.model.fileio import shown_path
 from commprof.results.kineto import write_kineto_tables
 from commprof.ingest.kinetoread import MAX_TP, read_file
 from commprof.ingest.kinetosteps import attribute_steps, check_ranks
@@ -60,7 +61,7 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
             skipped.append(os.path.basename(p))
             continue
         ranks.extend(rts)
-        files.append({"path": os.path.abspath(p), "sha256": results.file_sha256(p), "bytes": os.path.getsize(p),
+        files.append({"path": shown_path(p), "sha256": results.file_sha256(p), "bytes": os.path.getsize(p),
                       "ranks": sorted({r.rank for r in rts})})
     if not any(r.kernels or r.colls for r in ranks):
         if skipped and not ranks:

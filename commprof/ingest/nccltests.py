@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from commprof import results
 from commprof.model.collectives import COLLECTIVES
 from commprof.model.errors import UsageError, shown, warn
-from commprof.model.fileio import read_user_bytes
+from commprof.model.fileio import read_user_bytes, shown_path
 
 # nccl-tests binary (without _perf / _mpi) -> commprof op
 NCCL_TESTS_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -665,7 +665,7 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
                 bad = ", ".join(f"{q} #wrong = {c}" for q, c in counts.items() if c)
                 wrong_rows.append(f"'{label}' {where}: {bad} at {r['size']} B")
     info = {
-        "file": sec.path, "format": sec.fmt, "first_line": sec.start_line,
+        "file": shown_path(sec.path), "format": sec.fmt, "first_line": sec.start_line,
         "nccl_tests_binary": f"{sec.op_name}_perf", "op": op, "tp": tp, "tp_from": tp_from, "mode": mode,
         "graph_launches": sec.graph, "iters": sec.iters, "warmup_iters": sec.warmup, "agg_iters": sec.agg_iters,
         "nccl_tests_version": sec.version or None,
@@ -801,7 +801,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
     for p in paths:
         secs = read_nccl_tests(p)
         sections.extend(secs)
-        files.append({"path": p, "sha256": results.file_sha256(p), "format": secs[0].fmt,
+        files.append({"path": shown_path(p), "sha256": results.file_sha256(p), "format": secs[0].fmt,
                       "runs": len(secs)})
     check_one_box(sections)
     rows, infos = [], []

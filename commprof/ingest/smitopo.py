@@ -20,7 +20,7 @@ import re
 from commprof import results
 from commprof._version import __version__
 from commprof.model.errors import UsageError, shown
-from commprof.model.fileio import all_or_none
+from commprof.model.fileio import all_or_none, shown_path
 from commprof.model.fileio import read_user_bytes
 from commprof.model.machine import now_iso
 from commprof.analysis.interconnect import classify_pairs
@@ -226,7 +226,7 @@ def parse_smi_topo(paths: list[str]) -> dict:
     return {
         "kind": "imported",
         "source": "nvidia-smi topo text" + (" -m + -p2p " + "/".join(sorted(p2p)) if p2p else " -m"),
-        "source_files": [os.path.abspath(p) for p in paths],
+        "source_files": [shown_path(p) for p in paths],
         "commprof_version": __version__,
         "driver_version": NA,
         "host": NA,
@@ -253,7 +253,7 @@ def run_import_smi_topo(paths: list[str], out_dir: str, command=None) -> int:
         results.write_meta(out_dir, results.provenance(
             "import", "imported", "nvidia-smi topo text imported as topo.json (commprof import nvidia-smi-topo)",
             status="complete", command=list(command) if command is not None else list(sys.argv), hosts=[], gpus=[],
-            source_files=[{"path": os.path.abspath(p), "sha256": results.file_sha256(p)} for p in paths],
+            source_files=[{"path": shown_path(p), "sha256": results.file_sha256(p)} for p in paths],
             interconnect_class=topo["interconnect_class"], p2p_given=topo["p2p_given"]))
     print(f"imported nvidia-smi topology: {topo['gpu_count']} GPUs, interconnect class "
           f"{topo['interconnect_class']} (P2P {'from -p2p ' + '/'.join(topo['p2p_given']) if topo['p2p_given'] else 'not given'}) "

@@ -27,6 +27,15 @@ def _size_words(n: int) -> str:
     return f"{n / (1 << 20):,.0f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
 
 
+def shown_path(path: str) -> str:
+    """An input path (file or dir) as meta.json and the pages record it: relative to the working dir
+    when it lies below it (a committed results dir names no machine's absolute paths), else absolute.
+    The one rule for every recorded input path; read through the path as given, record this."""
+    full = os.path.abspath(path)
+    rel = os.path.relpath(full)
+    return full if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
 def check_regular(path: str, label: str, directory_hint: str | None = None) -> os.stat_result:
     """The file's stat, or a UsageError of one line: not found, a directory (with
     ``directory_hint`` as the rest of the sentence), or not a regular file (a device such as

@@ -9,7 +9,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from commprof.model.errors import UsageError, shown, warn
-from commprof.model.fileio import read_json_object
+from commprof.model.fileio import read_json_object, shown_path
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ def load_config(path: str) -> ModelShape:
     return ModelShape(
         name=name, layers=layers, hidden=hidden, q_heads=q_heads, kv_heads=kv_heads,
         head_dim=head_dim, ffn=ffn, vocab=vocab, experts=experts, top_k=top_k, expert_ffn=expert_ffn,
-        source=f"config.json at {os.path.abspath(path)}",
+        source=f"config.json at {shown_path(path)}",
         sliding_window=window, global_layers=global_layers,
         dense_layers=min(dense_layers, layers) if experts else 0,
         shared_experts=shared, shared_expert_ffn=shared_ffn, tie_word_embeddings=tie, **mla,

@@ -18,7 +18,7 @@ import tempfile
 from datetime import datetime
 
 from commprof.model.errors import CommprofError, UsageError, shown
-from commprof.model.fileio import TMP_SUFFIX, remove_quietly, write_json
+from commprof.model.fileio import TMP_SUFFIX, remove_quietly, shown_path, write_json  # noqa: F401 (shown_path: re-exported)
 from commprof.model.fileio import read_json_object
 from commprof.model.machine import machine, nccl_env, now_iso, run_env, versions
 
@@ -31,15 +31,6 @@ KINDS = ("measured", "imported", "modelled", "predicted", "checklist")
 
 BASE_KEYS = ("schema_version", "verb", "kind", "what", "status", "start_time", "end_time", "command",
              "hosts", "gpus", "machine", "versions", "nccl_env", "env")
-
-
-def shown_path(d: str) -> str:
-    """A results dir as a reader of the page can follow it: relative to where commprof ran when it
-    lies below it (a committed report names no machine's absolute paths), else absolute."""
-    full = os.path.abspath(d)
-    rel = os.path.relpath(full)
-    return full if rel == ".." or rel.startswith(".." + os.sep) else rel
-
 
 
 def require_results_dir(path: str) -> None:

@@ -29,7 +29,7 @@ from commprof.analysis.evidence import Evidence, gather, unfinished_lines
 from commprof.model.fileio import all_or_none, write_atomic, write_json
 from commprof.analysis.interconnect import parse_interconnect, resolve_interconnect
 from commprof.analysis.verdict import INSUFFICIENT, Item, verdict
-from commprof.results.meta import check_writable
+from commprof.results.meta import check_writable, shown_path
 from commprof.analysis.thresholds import load_thresholds
 from commprof.views.check import markdown, render
 from commprof.model.machine import now_iso
@@ -44,11 +44,11 @@ def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list
     for b in boxes:
         mine = [i for i in items if i.box in ("", b.label)] if len(boxes) > 1 else items
         ic = b.interconnect or resolve_interconnect(b)
-        per_box.append({"box": b.label, "dirs": list(b.dirs),
+        per_box.append({"box": b.label, "dirs": [shown_path(d) for d in b.dirs],
                         "interconnect": ic.to_dict(), "interconnect_evidence": ic.evidence or "none",
                         "verdict": verdict(mine), "items": [i.to_dict() for i in mine]})
     data = {"kind": "checklist", "created": now_iso(), "thresholds_version": th.get("version"),
-            "evidence_dirs": [d for b in boxes for d in b.dirs],
+            "evidence_dirs": [shown_path(d) for b in boxes for d in b.dirs],
             "items": [i.to_dict() for i in items], "verdict": verdict(items), "boxes": per_box,
             "unfinished_dirs": [u for b in boxes for u in b.unfinished]}
     if len(boxes) == 1:

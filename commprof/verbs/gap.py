@@ -50,7 +50,7 @@ def write_gap(g: Gap, out_dir: str, dirs: list[str]) -> list[str]:
             "boxes against each other and against modelled reference profiles (commprof gap)", status="complete",
             hosts=sorted({h for b in g.boxes for h in b.meta.get("hosts", [])}),
             gpus=sorted({x for b in g.boxes for x in b.meta.get("gpus", [])}),
-            gap=True, evidence_dirs=list(dirs),
+            gap=True, evidence_dirs=[results.meta.shown_path(d) for d in dirs],
             boxes=[{"box": b.label, "interconnect": b.interconnect.to_dict() if b.interconnect else None,
                     "reference": b.reference, "latency_stat": b.stat, "ttft": b.ttft} for b in g.boxes],
             reference_kind="modelled (commprof/analysis/profiles.py, every parameter with its source)",

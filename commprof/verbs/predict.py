@@ -131,7 +131,8 @@ class CommPrices:
 
     def describe(self) -> dict:
         m = self.table.meta
-        return {"spec": self.spec, "results_dir": shown_path(self.table.path), "kind": self.kind,
+        spec = self.spec if self.spec.startswith("reference:") else shown_path(self.spec)
+        return {"spec": spec, "results_dir": shown_path(self.table.path), "kind": self.kind,
                 "verb": m.get("verb"), "hosts": m.get("hosts"), "gpus": m.get("gpus"),
                 "profile": m.get("profile"), "title": m.get("title"), "start_time": m.get("start_time"),
                 "statistic": f"{self.table.stat}, log-log interpolation in size",

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from commprof import results
 from commprof.ingest import servermetrics
 from commprof.model.errors import CommprofError, UsageError, shown
+from commprof.model.fileio import shown_path
 from commprof.model.units import parse_int_list
 from commprof.capture.serveclient import httpx_module, preflight, stream_request
 from commprof.model.serveconfig import (BURST_MIN_TOKENS, BURST_TPOT_MS, EndpointError, LEVEL_COLUMNS, MAX_CONCURRENCY,
@@ -214,7 +215,7 @@ def profile_round(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, o
     (``error`` says what failed; the level's requests are kept either way)."""
     from commprof.ingest.kineto import import_kineto
 
-    acc = {"dir": os.path.abspath(cfg.profile_dir), "level": level["level"], "concurrency": level["concurrency"],
+    acc = {"dir": shown_path(cfg.profile_dir), "level": level["level"], "concurrency": level["concurrency"],
            "requests": level["requests"], "files": [], "kineto_out": None, "error": ""}
     before = _trace_files(cfg.profile_dir)
     err = _post(cfg.url, "/start_profile", 60.0)
@@ -243,7 +244,7 @@ def profile_round(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, o
         return acc
     try:
         got = import_kineto(files, os.path.join(out, "kineto"),
-                            command=["commprof", "import", "kineto", *files, "--out", os.path.join(out, "kineto")])
+                            command=["commprof", "import", "kineto", *map(shown_path, files), "--out", os.path.join(out, "kineto")])
     except CommprofError as e:
         acc["error"] = f"import kineto: {e}"
         return acc
@@ -309,7 +310,7 @@ def run(cfg: ServeConfig) -> int:
     meta = results.provenance(
         "serve", "measured", "service metrics under load (commprof serve): TTFT, TPOT, tokens/s, jitter",
         command=cfg.argv or None, hosts=hosts, gpus=[], url=cfg.url, model=cfg.model, api=cfg.api,
-        workload=cfg.workload, workload_what=WORKLOADS.get(cfg.workload, {}).get("what", "replay file"),
+        workload=cfg.workload if cfg.workload in WORKLOADS else shown_path(cfg.workload), workload_what=WORKLOADS.get(cfg.workload, {}).get("what", "replay file"),
         prompt_tokens=cfg.prompt_tokens, output_tokens=cfg.output_tokens, seed=cfg.seed,
         levels=[{k: (None if isinstance(v, float) and v != v else v) for k, v in lv.items()} for lv in plan],
         duration_s=cfg.duration_s, timeout_s=cfg.timeout_s, slo=cfg.slo, slo_text=_slo_text(cfg.slo),

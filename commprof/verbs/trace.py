@@ -18,6 +18,7 @@ from commprof.results.trace import open_trace
 from commprof.model.traceconfig import TraceRunConfig, plan_runs
 from commprof.model.collectives import DTYPE_BYTES
 from commprof.model.errors import UsageError
+from commprof.model.fileio import shown_path
 from commprof.model.machine import machine
 from commprof.model.models import ModelShape
 from commprof.analysis.stepmodel import check_tp
@@ -286,7 +287,7 @@ def run_prediction(cfg: TraceRunConfig, comm_from: str) -> None:
     src = table.meta
     inputs = {"compute": f"measured here on {machine()['host']} ({cfg.backend} device {device}), one rank's "
                          "shard per TP degree, collectives skipped",
-              "communication": {"results_dir": os.path.abspath(comm_from), "kind": src.get("kind"),
+              "communication": {"results_dir": shown_path(comm_from), "kind": src.get("kind"),
                                 "hosts": src.get("hosts"), "backend": src.get("backend"),
                                 "gpus": src.get("gpus"), "start_time": src.get("start_time"),
                                 "statistic": f"{table.stat}, log-log interpolation in size",
