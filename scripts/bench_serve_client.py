@@ -105,12 +105,12 @@ def main() -> None:
                                      prompt_tokens=8, output_tokens=args.tokens, duration=120, timeout=60)
             level = serve.level_plan(cfg)[0]
             asyncio.run(serve._run_level(cfg, level, False, [], lambda: None))      # warm-up
-            got: list[dict] = []
+            got: list = []                      # the RequestRows _run_level makes
             cpu0, wall0 = time.process_time(), time.perf_counter()
             asyncio.run(serve._run_level(cfg, level, False, got, lambda: None))
             cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
-            ok = [r for r in got if r["status"] == "ok"]
-            tokens = sum(r["tokens_out"] for r in ok)
+            ok = [r for r in got if r.status == "ok"]
+            tokens = sum(r.tokens_out for r in ok)
             rows.append({"concurrency": conc, "server_pace_us": pace, "requests": len(got), "ok": len(ok), "tokens": tokens,
                          "client_cpu_s": cpu_s, "wall_s": wall_s,
                          "client_cpu_us_per_token": 1e6 * cpu_s / tokens if tokens else None,

@@ -673,3 +673,64 @@ def test_profile_flag_bad_dir_and_a_server_without_a_profiler(fake_server, cli_i
     assert [int(lv["ok"]) for lv in _levels(tmp_path / "o2")] == [2]
     assert "start_profile" in _meta(tmp_path / "o2")["profile"]["error"]
     assert _meta(tmp_path / "o2")["profile"]["dir"] == "prof"          # given absolute, below the working dir
+
+
+# ---------------------------------------------------------------------------------------------
+# The request row: one typed row from the client to serve_requests.csv
+
+
+def test_request_row_fields_are_the_csv_columns_in_order():
+    """RequestRow's fields are REQUEST_COLUMNS (the file's header), in order; what a row does not
+    know (a refused open-loop arrival knows little) is an empty cell."""
+    from dataclasses import fields
+
+    from commprof.model.serveconfig import REQUEST_COLUMNS, RequestRow
+
+    assert [f.name for f in fields(RequestRow)] == REQUEST_COLUMNS
+    refused = RequestRow(level=1, mode="open", concurrency=64, rate_rps=50.0, request=7, status="client",
+                         start_s=0.25, error="more than 64 requests in flight (open-loop cap)")
+    cells = refused.to_csv_row()
+    assert list(cells) == REQUEST_COLUMNS
+    known = {"level", "mode", "concurrency", "rate_rps", "request", "status", "start_s", "error"}
+    assert {k for k, v in cells.items() if v == ""} == set(REQUEST_COLUMNS) - known
+    assert cells["rate_rps"] == 50.0 and cells["status"] == "client"
+    assert RequestRow(status="ok").to_csv_row()["rate_rps"] == ""      # a closed level's NaN rate
+
+
+def test_request_rows_round_trip_through_the_csv_and_load(fake_server, cli_inproc, tmp_path, monkeypatch):
+    """The rows the client made are what commprof.load reads back from serve_requests.csv: every
+    column, numbers to the 6 significant digits the file keeps, not-available as empty."""
+    import dataclasses
+
+    import commprof
+    from commprof.model.serveconfig import REQUEST_COLUMNS
+    from commprof.verbs import serve
+
+    made = []
+    real = serve.stream_request
+
+    async def recording(*args, **kwargs):
+        row = await real(*args, **kwargs)
+        made.append(row)
+        return row
+
+    monkeypatch.setattr(serve, "stream_request", recording)
+    srv = fake_server()
+    res = cli_inproc("serve", "--url", srv.url, "--model", "http500", "--concurrency", "1,2", "--requests", "4",
+                     "--warmup", "0", "--output-tokens", "4", "--prompt-tokens", "4", "--out", "out", "--no-charts")
+    assert res.returncode == 0, res.stderr
+    df = commprof.load(str(tmp_path / "out"))["serve_requests"]
+    assert list(df.columns) == REQUEST_COLUMNS
+    assert len(df) == len(made) == 8
+    assert {r.status for r in made} == {"ok", "http_5xx"}                # rows with every value and without
+    by_key = {(r.level, r.request): r for r in made}
+    for rec in df.to_dict("records"):
+        row = by_key[(rec["level"], rec["request"])]
+        for k, v in dataclasses.asdict(row).items():
+            got = rec[k]
+            if v is None or v == "" or (isinstance(v, float) and math.isnan(v)):
+                assert got == "" or got != got, (k, got)                  # an empty cell
+            elif isinstance(v, float):
+                assert got == pytest.approx(v, rel=1e-5), k
+            else:
+                assert got == v, (k, got, v)

@@ -3,7 +3,7 @@ knee (the highest concurrency that meets them)."""
 from __future__ import annotations
 
 import math
-from commprof.model.serveconfig import BURST_TPOT_MS, PCTS
+from commprof.model.serveconfig import BURST_TPOT_MS, PCTS, RequestRow
 
 
 
@@ -14,25 +14,25 @@ def _pct(values, q) -> float:
     return float(np.percentile(a, q)) if a.size else math.nan
 
 
-def level_summary(level: dict, rows: list[dict], wall_s: float, status: str) -> dict:
+def level_summary(level: dict, rows: list[RequestRow], wall_s: float, status: str) -> dict:
     """The per-level row: percentiles over the level's successful requests (ITL over every gap)."""
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if r.status == "ok"]
     kinds: dict[str, int] = {}
     for r in rows:
-        if r["status"] != "ok":
-            kinds[r["status"]] = kinds.get(r["status"], 0) + 1
+        if r.status != "ok":
+            kinds[r.status] = kinds.get(r.status, 0) + 1
     out = {**{k: level[k] for k in ("level", "mode", "concurrency", "rate_rps")}, "status": status,
            "requests": len(rows), "ok": len(ok), "errors": len(rows) - len(ok),
            "error_kinds": ";".join(f"{k}:{v}" for k, v in sorted(kinds.items())), "duration_s": wall_s}
-    tokens_out = sum(r["tokens_out"] for r in ok)
+    tokens_out = sum(r.tokens_out for r in ok)
     out["output_tokens_per_s"] = tokens_out / wall_s if wall_s > 0 and ok else math.nan
     out["requests_per_s"] = len(ok) / wall_s if wall_s > 0 and ok else math.nan
-    out["tokens_in_mean"] = sum(r["tokens_in"] for r in ok) / len(ok) if ok else math.nan
+    out["tokens_in_mean"] = sum(r.tokens_in for r in ok) / len(ok) if ok else math.nan
     out["tokens_out_mean"] = tokens_out / len(ok) if ok else math.nan
-    out["input_tokens_per_s"] = sum(r["tokens_in"] for r in ok) / wall_s if wall_s > 0 and ok else math.nan
-    gaps = [g for r in ok for g in r.get("gaps_ms", [])]
-    for name, values in (("ttft", [r["ttft_ms"] for r in ok]), ("tpot", [r["tpot_ms"] for r in ok]),
-                         ("itl", gaps), ("e2e", [r["e2e_ms"] for r in ok])):
+    out["input_tokens_per_s"] = sum(r.tokens_in for r in ok) / wall_s if wall_s > 0 and ok else math.nan
+    gaps = [g for r in ok for g in r.gaps_ms]
+    for name, values in (("ttft", [r.ttft_ms for r in ok]), ("tpot", [r.tpot_ms for r in ok]),
+                         ("itl", gaps), ("e2e", [r.e2e_ms for r in ok])):
         for p, q in PCTS:
             out[f"{name}_ms_{p}"] = _pct(values, q)
         v = [x for x in values if x == x]
@@ -41,23 +41,23 @@ def level_summary(level: dict, rows: list[dict], wall_s: float, status: str) -> 
                                  if v else math.nan)          # population std, as vllm bench serve's np.std
     p50, p99 = out["tpot_ms_p50"], out["tpot_ms_p99"]
     out["jitter_tpot_p99_p50"] = p99 / p50 if p50 and p50 == p50 and p50 > 0 else math.nan
-    bursts = [r for r in ok if r.get("burst")]
+    bursts = [r for r in ok if r.burst]
     out["burst_requests"] = len(bursts)
     out["burst_note"] = (f"{len(bursts)} of {len(ok)} requests got their output in one burst (TPOT < "
                          f"{BURST_TPOT_MS:g} ms): their TPOT/ITL are delivery, not decode" if bursts else "")
     return out
 
 
-def goodput(level: dict, rows: list[dict], slo: dict) -> None:
+def goodput(level: dict, rows: list[RequestRow], slo: dict) -> None:
     """``goodput_rps``: requests/s that met every latency limit of the SLO on their own (each
     ``<metric>_<pN>`` limit applied to the request's value, as ``vllm bench serve --goodput``
     does), and their share of the successful requests."""
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if r.status == "ok"]
     limits = {k.split("_ms_")[0]: v for k, v in slo.items() if "_ms_" in k}
 
     def meets(r):
         for m, lim in limits.items():
-            v = (max(r.get("gaps_ms") or [0.0]) if m == "itl" else r.get(f"{m}_ms", math.nan))
+            v = (max(r.gaps_ms or [0.0]) if m == "itl" else getattr(r, f"{m}_ms", math.nan))
             if v == v and v > lim:
                 return False
         return True

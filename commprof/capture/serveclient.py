@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import random
 import time
 
 from commprof.model.errors import UsageError, shown
-from commprof.model.serveconfig import BURST_MIN_TOKENS, BURST_TPOT_MS, EndpointError, ServeConfig
+from commprof.model.serveconfig import BURST_MIN_TOKENS, BURST_TPOT_MS, EndpointError, RequestRow, ServeConfig
 from commprof.capture.serveworkload import make_prompt
 from commprof.capture import httpstream as hs
 from commprof.capture.httpstream import Pool
@@ -72,30 +71,28 @@ def _token_count(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_USAGE_TOKENS
 
 
-async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool, t0: float) -> dict:
+async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool, t0: float) -> RequestRow:
     """Send one streaming request on ``client`` (a :class:`commprof.capture.httpstream.Pool`) and time it.
     Never raises for a server's failure: the row's ``status`` is ``ok`` or one of
-    :data:`ERROR_KINDS`, ``error`` a short reason."""
+    :data:`ERROR_KINDS`, ``error`` a short reason. The caller sets the row's level fields."""
     path, body = request_body(cfg, spec["prompt"], spec["max_tokens"], ignore_eos)
-    row = {"session": spec["session"], "turn": spec["turn"], "max_tokens": spec["max_tokens"],
-           "status": "ok", "error": "", "http_status": "", "tokens_in": spec["prompt_words"],
-           "tokens_in_source": "words", "tokens_out": 0, "tokens_out_source": "chunks", "chunks": 0,
-           "ttft_ms": math.nan, "tpot_ms": math.nan, "e2e_ms": math.nan,
-           "itl_ms_p50": math.nan, "itl_ms_p99": math.nan, "itl_ms_max": math.nan}
+    row = RequestRow(session=spec["session"], turn=spec["turn"], max_tokens=spec["max_tokens"], status="ok",
+                     tokens_in=spec["prompt_words"], tokens_in_source="words", tokens_out=0,
+                     tokens_out_source="chunks", chunks=0)
     stamps: list[float] = []
     text_parts: list[str] = []
     finished = False
     start = time.perf_counter()
-    row["start_s"] = start - t0
+    row.start_s = start - t0
     resp = None
     try:
         async with asyncio.timeout(cfg.timeout_s):
             resp = await client.post_json(path, body)
-            row["http_status"] = resp.status
+            row.http_status = resp.status
             if resp.status >= 400:
                 raw = (await resp.read(300))[:300].decode("utf-8", "replace")
-                row["status"] = "http_5xx" if resp.status >= 500 else "http_4xx"
-                row["error"] = f"HTTP {resp.status}: {' '.join(raw.split())[:160]}"
+                row.status = "http_5xx" if resp.status >= 500 else "http_4xx"
+                row.error = f"HTTP {resp.status}: {' '.join(raw.split())[:160]}"
                 return row
             async for line in resp.lines():
                 if not line.startswith("data:"):
@@ -109,28 +106,28 @@ async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool,
                 try:
                     obj = json.loads(payload)
                 except json.JSONDecodeError:
-                    row["status"], row["error"] = "malformed", f"chunk not JSON: {payload[:60]!r}"
+                    row.status, row.error = "malformed", f"chunk not JSON: {payload[:60]!r}"
                     return row
                 if not isinstance(obj, dict):
-                    row["status"], row["error"] = "malformed", f"chunk not an object: {payload[:60]!r}"
+                    row.status, row.error = "malformed", f"chunk not an object: {payload[:60]!r}"
                     return row
                 if "error" in obj:
                     err = obj["error"]
                     msg = err.get("message", err) if isinstance(err, dict) else err
-                    row["status"], row["error"] = "server_error", f"error in stream: {str(msg)[:120]}"
+                    row.status, row.error = "server_error", f"error in stream: {str(msg)[:120]}"
                     return row
                 text = _chunk_text(obj, cfg.api)
                 if text is None:
-                    row["status"], row["error"] = "malformed", f"chunk without choices: {payload[:60]!r}"
+                    row.status, row.error = "malformed", f"chunk without choices: {payload[:60]!r}"
                     return row
                 usage = obj.get("usage")
                 if isinstance(usage, dict):
                     # a count the server reports is taken only when it can be one (never negative,
                     # never past any context window); else the chunks counted here stand
                     if _token_count(usage.get("completion_tokens")):
-                        row["tokens_out"], row["tokens_out_source"] = usage["completion_tokens"], "usage"
+                        row.tokens_out, row.tokens_out_source = usage["completion_tokens"], "usage"
                     if _token_count(usage.get("prompt_tokens")):
-                        row["tokens_in"], row["tokens_in_source"] = usage["prompt_tokens"], "usage"
+                        row.tokens_in, row.tokens_in_source = usage["prompt_tokens"], "usage"
                 if text:
                     stamps.append(now)
                     text_parts.append(text)
@@ -138,42 +135,42 @@ async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool,
                 if isinstance(ch[0], dict) and ch[0].get("finish_reason"):
                     finished = True
     except TimeoutError:
-        row["status"], row["error"] = "timeout", f"no end of stream within --timeout {cfg.timeout_s:g}s"
+        row.status, row.error = "timeout", f"no end of stream within --timeout {cfg.timeout_s:g}s"
     except hs.ConnectFailed as e:
-        row["status"], row["error"] = "connect", f"cannot connect: {str(e)[:120] or type(e).__name__}"
+        row.status, row.error = "connect", f"cannot connect: {str(e)[:120] or type(e).__name__}"
     except hs.ConnectTimeout as e:
-        row["status"], row["error"] = "timeout", f"ConnectTimeout: {str(e)[:100]}"
+        row.status, row.error = "timeout", f"ConnectTimeout: {str(e)[:100]}"
     except hs.Disconnected as e:
-        row["status"], row["error"] = "disconnect", f"{str(e)[:120]}"
+        row.status, row.error = "disconnect", f"{str(e)[:120]}"
     finally:
         if resp is not None:
             resp.release()
     end = time.perf_counter()
-    row["chunks"] = len(stamps)
-    row["text"] = "".join(text_parts)
-    if row["tokens_out_source"] != "usage":
-        row["tokens_out"] = len(stamps)
+    row.chunks = len(stamps)
+    row.text = "".join(text_parts)
+    if row.tokens_out_source != "usage":
+        row.tokens_out = len(stamps)
     if stamps:
-        row["ttft_ms"] = (stamps[0] - start) * 1e3
+        row.ttft_ms = (stamps[0] - start) * 1e3
         gaps = [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])]
-        row["gaps_ms"] = gaps
+        row.gaps_ms = gaps
         if gaps:
             import numpy as np
 
             g = np.asarray(gaps)
-            row.update(itl_ms_p50=float(np.percentile(g, 50)), itl_ms_p99=float(np.percentile(g, 99)),
-                       itl_ms_max=float(g.max()))
-    if row["status"] != "ok":
+            row.itl_ms_p50, row.itl_ms_p99 = float(np.percentile(g, 50)), float(np.percentile(g, 99))
+            row.itl_ms_max = float(g.max())
+    if row.status != "ok":
         return row
-    row["e2e_ms"] = ((stamps[-1] if stamps else end) - start) * 1e3
+    row.e2e_ms = ((stamps[-1] if stamps else end) - start) * 1e3
     if not stamps:
-        row["status"], row["error"] = "no_tokens", "the stream ended without any text"
+        row.status, row.error = "no_tokens", "the stream ended without any text"
     elif not finished:
-        row["status"], row["error"] = "disconnect", "the stream ended without finish_reason or [DONE]"
-    elif row["tokens_out"] > 1:
-        row["tpot_ms"] = (row["e2e_ms"] - row["ttft_ms"]) / (row["tokens_out"] - 1)
-    row["burst"] = int(row["tokens_out"] >= BURST_MIN_TOKENS and row["tpot_ms"] == row["tpot_ms"]
-                       and row["tpot_ms"] < BURST_TPOT_MS)
+        row.status, row.error = "disconnect", "the stream ended without finish_reason or [DONE]"
+    elif row.tokens_out > 1:
+        row.tpot_ms = (row.e2e_ms - row.ttft_ms) / (row.tokens_out - 1)
+    row.burst = int(row.tokens_out >= BURST_MIN_TOKENS and row.tpot_ms == row.tpot_ms
+                    and row.tpot_ms < BURST_TPOT_MS)
     return row
 
 
@@ -220,16 +217,16 @@ async def preflight(cfg: ServeConfig) -> dict:
         pool = Pool(cfg.url, min(10.0, cfg.timeout_s))
         try:
             row = await stream_request(pool, probe_cfg, spec, True, time.perf_counter())
-            if row["status"] == "http_4xx" and "ignore_eos" in row["error"]:
+            if row.status == "http_4xx" and "ignore_eos" in row.error:
                 row = await stream_request(pool, probe_cfg, spec, False, time.perf_counter())
             else:
-                info["ignore_eos"] = row["status"] in ("ok", "disconnect", "no_tokens")
+                info["ignore_eos"] = row.status in ("ok", "disconnect", "no_tokens")
         finally:
             pool.close()
-        status, err = row["status"], row["error"]
-        if status == "http_4xx" and row["http_status"] in (404, 405) and "model" not in err.lower():
+        status, err = row.status, row.error
+        if status == "http_4xx" and row.http_status in (404, 405) and "model" not in err.lower():
             raise EndpointError(f"--url {cfg.url}: POST {request_body(cfg, '', 1, False)[0]} answered "
-                                f"{row['http_status']}: not an OpenAI-compatible endpoint (or try --api "
+                                f"{row.http_status}: not an OpenAI-compatible endpoint (or try --api "
                                 f"{'chat' if cfg.api == 'completions' else 'completions'})")
         if status == "http_4xx" and "model" in err.lower():
             raise UsageError(f"--model {shown(cfg.model)}: the server refused it ({err[:140]})")
@@ -237,7 +234,7 @@ async def preflight(cfg: ServeConfig) -> dict:
             raise UsageError(f"{cfg.url}: the server refused a test request ({err[:160]})")
         if status == "connect":
             raise EndpointError(f"--url {cfg.url}: {err}")
-        if status in ("malformed", "no_tokens") and row["chunks"] == 0:
+        if status in ("malformed", "no_tokens") and row.chunks == 0:
             raise EndpointError(f"--url {cfg.url}: the test request's answer is not an OpenAI stream "
                                 f"({err[:120]}); not an OpenAI-compatible endpoint?")
         info["probe_status"] = status

@@ -16,6 +16,49 @@ SERVE_LEVELS_CSV = "serve_levels.csv"
 REQUEST_COLUMNS = ["level", "mode", "concurrency", "rate_rps", "request", "session", "turn", "start_s", "status",
                    "error", "http_status", "tokens_in", "tokens_in_source", "tokens_out", "tokens_out_source",
                    "max_tokens", "chunks", "ttft_ms", "tpot_ms", "e2e_ms", "itl_ms_p50", "itl_ms_p99", "itl_ms_max", "burst"]
+
+
+@dataclass(kw_only=True)
+class RequestRow:
+    """One request of ``serve_requests.csv``; its fields are :data:`REQUEST_COLUMNS`, in that order.
+    Not available is NaN (a time) or None (a count or a label): an empty cell either way. Times in
+    ms unless the name says s (``start_s``: since the level started).
+
+    A streamed request also carries two values that are no column (plain attributes, not fields):
+    ``gaps_ms``, the gaps between its text chunks (the level's ITL percentiles and goodput read
+    them), and ``text``, its output (the multi-turn workload's next turn builds on it)."""
+    level: int | None = None
+    mode: str | None = None                 # closed, open or profiled
+    concurrency: int | None = None
+    rate_rps: float = math.nan              # open-loop levels only
+    request: int | None = None              # index within the level
+    session: int | None = None
+    turn: int | None = None
+    start_s: float = math.nan
+    status: str                             # ok or one of ERROR_KINDS
+    error: str = ""                         # a short reason where status is not ok
+    http_status: int | None = None          # None: no answer
+    tokens_in: int | None = None
+    tokens_in_source: str | None = None     # usage (the server's count) or words (prompt words)
+    tokens_out: int | None = None
+    tokens_out_source: str | None = None    # usage or chunks (text chunks counted)
+    max_tokens: int | None = None
+    chunks: int | None = None
+    ttft_ms: float = math.nan
+    tpot_ms: float = math.nan
+    e2e_ms: float = math.nan
+    itl_ms_p50: float = math.nan
+    itl_ms_p99: float = math.nan
+    itl_ms_max: float = math.nan
+    burst: int | None = None                # 1: the output came in one burst (BURST_TPOT_MS)
+
+    gaps_ms = ()                            # no annotation: attributes, not fields (see above)
+    text = ""
+
+    def to_csv_row(self) -> dict:
+        """The row for ``serve_requests.csv``: column -> value, not-available an empty cell."""
+        row = {k: getattr(self, k) for k in REQUEST_COLUMNS}
+        return {k: ("" if v is None or (isinstance(v, float) and v != v) else v) for k, v in row.items()}
 PCTS = (("p50", 50), ("p90", 90), ("p99", 99))
 LEVEL_COLUMNS = (["level", "mode", "concurrency", "rate_rps", "status", "requests", "ok", "errors", "error_kinds",
                   "duration_s", "output_tokens_per_s", "requests_per_s", "tokens_in_mean", "tokens_out_mean"]

@@ -29,7 +29,7 @@ from commprof.model.units import parse_int_list
 from commprof.capture.serveclient import httpx_module, preflight, stream_request
 from commprof.model.serveconfig import (BURST_MIN_TOKENS, BURST_TPOT_MS, EndpointError, LEVEL_COLUMNS, MAX_CONCURRENCY,
                           MAX_REQUESTS, MIN_REQUESTS_FOR_P99, REQUEST_COLUMNS, SERVE_LEVELS_CSV, SERVE_REQUESTS_CSV,
-                          ServeConfig, WORKLOADS, base_url, parse_rates, parse_slo)
+                          RequestRow, ServeConfig, WORKLOADS, base_url, parse_rates, parse_slo)
 from commprof.capture.servescrape import bounded_answer, queue_figures, scrape, server_latency_figures
 from commprof.analysis.servestats import goodput, judge, level_summary
 from commprof.capture.serveworkload import Workload, load_replay
@@ -90,7 +90,7 @@ def build_config(*, url: str, model: str, concurrency: str = "1,4,16", rate: str
 # Levels
 
 
-async def _run_level(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, on_done) -> None:
+async def _run_level(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list[RequestRow], on_done) -> None:
     """Run one level; appends each finished request's row to ``rows`` (so an interrupt keeps them).
     The whole level has a deadline too: --duration, then --timeout for the last requests, plus a
     margin; past it the requests still in flight are cancelled."""
@@ -109,7 +109,7 @@ class LevelTimeout(Exception):
     """A level ran past :func:`level_deadline_s` (a request ignored its own deadline)."""
 
 
-async def _level_body(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, on_done) -> None:
+async def _level_body(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list[RequestRow], on_done) -> None:
     conc, rate = level["concurrency"], level["rate_rps"]
     n_requests = level["requests"]
     workload = Workload(cfg, cfg.seed * 1000 + level["level"])
@@ -120,8 +120,8 @@ async def _level_body(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: lis
     async def one(client, c: int, idx: int):
         spec = workload.next(c)
         row = await stream_request(client, cfg, spec, ignore_eos, t0)
-        workload.record(c, row.get("text", ""), row["status"] == "ok")
-        row.update(level=level["level"], mode=level["mode"], concurrency=conc, rate_rps=rate, request=idx)
+        workload.record(c, row.text, row.status == "ok")
+        row.level, row.mode, row.concurrency, row.rate_rps, row.request = level["level"], level["mode"], conc, rate, idx
         rows.append(row)
         on_done()
 
@@ -145,9 +145,9 @@ async def _level_body(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: lis
                     break
                 await asyncio.sleep(max(0.0, next_t - time.perf_counter()))
                 if len(tasks) >= conc:           # the in-flight cap: count the arrival as refused
-                    rows.append({"level": level["level"], "mode": "open", "concurrency": conc, "rate_rps": rate,
-                                 "request": issued, "status": "client", "start_s": time.perf_counter() - t0,
-                                 "error": f"more than {conc} requests in flight (open-loop cap)"})
+                    rows.append(RequestRow(level=level["level"], mode="open", concurrency=conc, rate_rps=rate,
+                                           request=issued, status="client", start_s=time.perf_counter() - t0,
+                                           error=f"more than {conc} requests in flight (open-loop cap)"))
                     issued += 1
                     on_done()
                     continue
@@ -170,7 +170,7 @@ async def _warmup(cfg: ServeConfig, ignore_eos: bool) -> dict:
     try:
         for _ in range(cfg.warmup):
             row = await stream_request(client, cfg, workload.next(0), ignore_eos, time.perf_counter())
-            ok += row["status"] == "ok"
+            ok += row.status == "ok"
     finally:
         client.close()
     return {"requests": cfg.warmup, "ok": ok}
@@ -209,7 +209,7 @@ def _post(url: str, path: str, timeout_s: float, max_bytes: int = 1 << 20) -> st
     return "" if status < 300 else f"POST {path} answered {status} ({' '.join(text.split())[:80]})"
 
 
-def profile_round(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list, out: str) -> dict:
+def profile_round(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list[RequestRow], out: str) -> dict:
     """Run ``level`` between the server's ``/start_profile`` and ``/stop_profile``, wait for the
     traces it writes into ``cfg.profile_dir``, import them into ``OUT/kineto``; an account for meta.json
     (``error`` says what failed; the level's requests are kept either way)."""
@@ -284,7 +284,8 @@ def _place_client(cfg: ServeConfig) -> dict:
 
 
 def _csv_row(row: dict) -> dict:
-    """A row for the CSV: not-available (NaN) is an empty cell."""
+    """A level row for the CSV: not-available (NaN) is an empty cell (a request row:
+    :meth:`RequestRow.to_csv_row`)."""
     return {k: ("" if isinstance(v, float) and v != v else v) for k, v in row.items()}
 
 
@@ -357,7 +358,7 @@ def run(cfg: ServeConfig) -> int:
     has_metrics = first.queue is not None or bool(first.latency)
     try:
         for level in plan:
-            rows: list[dict] = []
+            rows: list[RequestRow] = []
             # the last level's closing scrape opens this one (scraped afresh only if that one failed)
             before = metrics_now if metrics_now is not None or not has_metrics else scrape(cfg.url, min(5.0, cfg.timeout_s))
             bar = view.level_progress(level["requests"], level)
@@ -377,8 +378,8 @@ def run(cfg: ServeConfig) -> int:
             finally:
                 bar.close()
                 wall = time.perf_counter() - t_start
-                rows.sort(key=lambda r: r.get("request", 0))
-                req_table.write([_csv_row(r) for r in rows])
+                rows.sort(key=lambda r: r.request or 0)
+                req_table.write([r.to_csv_row() for r in rows])
                 if rows:
                     summary = level_summary(level, rows, wall, state)
                     summary["client_cpu_ms_per_request"] = (time.process_time() - cpu_start) * 1e3 / len(rows)
@@ -392,7 +393,7 @@ def run(cfg: ServeConfig) -> int:
                                                  metrics_now.queue if metrics_now else None))
                     summary.update(server_latency_figures(before, metrics_now, summary))
                     done_levels.append(summary)
-            if rows and all(r["status"] in ("connect", "disconnect") and not r.get("http_status") for r in rows):
+            if rows and all(r.status in ("connect", "disconnect") and not r.http_status for r in rows):
                 status = "failed"
                 error = (f"{cfg.url}: no request of level {level['level']} got an answer (connection refused or "
                          "closed): the server died?")
@@ -410,8 +411,8 @@ def run(cfg: ServeConfig) -> int:
             rows = []
             t_start = time.perf_counter()
             profile = profile_round(cfg, level, info["ignore_eos"], rows, out)
-            rows.sort(key=lambda r: r.get("request", 0))
-            req_table.write([_csv_row(r) for r in rows])
+            rows.sort(key=lambda r: r.request or 0)
+            req_table.write([r.to_csv_row() for r in rows])
             if rows:
                 summary = level_summary(level, rows, time.perf_counter() - t_start, "complete")
                 goodput(summary, rows, cfg.slo)
