@@ -33,7 +33,7 @@ def predict_rows(path: str) -> list[dict]:
     for r in rows:
         rec = dict(r)
         for k, v in r.items():
-            if k in ("tp", "batch", "kv_max_sequences", "collectives_per_step"):
+            if k in ("tp", "batch", "context", "prompt", "kv_max_sequences", "collectives_per_step"):
                 rec[k] = int(float(v)) if v not in ("",) else v
             elif k not in ("box", "gpu", "comm", "comm_kind", "comm_timing", "mode", "note", "serve_match"):
                 try:
