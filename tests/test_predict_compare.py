@@ -77,6 +77,8 @@ def test_report_gets_a_predict_section_with_its_lines_and_chart(cli_inproc, tmp_
     md = (out / "report.md").read_text()
     a8 = next(x for x in csv_rows(two_boxes[0], "predict.csv") if x["tp"] == "8")
     assert md.count("## Predicted per token: Qwen2.5-32B") == 2
+    assert md.index("## Box against box, per token") < md.index("## Predicted per token")
+    assert "TP=8 batch 1 (predicted): rtx5090 + reference:pcie5-nop2p" in md and "the ms/token" in md
     assert f"communication {float(a8['comm_ms']):.2f} ms" in md and f"{float(a8['comm_share_pct']):.1f}% communication" in md
     assert "sequences of 4,096 tokens" in md and "4,096.0" not in md     # read back as the console prints it
     assert os.path.exists(out / "predict_1.png") and os.path.exists(out / "predict_2.png")

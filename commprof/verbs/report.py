@@ -25,7 +25,7 @@ from commprof.analysis.stepmodel import decode_collectives
 from commprof.analysis.latency import CommTable
 from commprof.model.errors import EXIT_CHECK_FAILED
 from commprof.results.predict import is_predict_dir
-from commprof.views.predictcompare import predict_section
+from commprof.views.predictcompare import boxes_section, predict_section
 
 
 
@@ -176,10 +176,14 @@ def run(cfg: ReportConfig) -> int:
 
 
 def predicted_report(dirs: list[str], out_dir: str) -> list[str]:
-    """``commprof report`` over predict dirs only: one predict section per dir."""
+    """``commprof report`` over predict dirs only: the boxes against each other per token (where they
+    share a TP and batch), then one predict section per dir."""
     check_writable(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     sections = [predict_section(d, out_dir, tag=str(k) if len(dirs) > 1 else "") for k, d in enumerate(dirs, 1)]
+    both = boxes_section(dirs)
+    if both is not None:
+        sections.insert(0, both)
     metas = [results.read_meta(d) for d in dirs]
     title = "commprof report: predicted per token (" + ", ".join(
         dict.fromkeys(b["box"] for m in metas for b in m.get("boxes", []))) + ")"

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 
 from commprof import results
+from commprof.analysis.predictcompare import compare_boxes
 from commprof.analysis.predictserve import serve_line
+from commprof.model.errors import UsageError
 from commprof.results.meta import shown_path
 from commprof.results.predict import predict_rows
 from commprof.views.predict import predict_chart, predict_line
@@ -47,3 +49,16 @@ def predict_section(path: str, out_dir: str, level: int = 2, tag: str = ""):
                          "communication from each box's comm input: "
                          + "; ".join(f"{b['box']} ({b['comm'].get('kind')})" for b in meta.get("boxes", []))),
                    paragraphs=lines, tables=[Table(headers, trows)], images=[chart])
+
+
+def boxes_section(dirs: list[str]):
+    """The report's box-against-box section over predict dirs (the lines ``gap`` prints): None with
+    one box, or when the boxes share no (TP, batch)."""
+    try:
+        rows = compare_boxes(dirs)
+    except UsageError:
+        return None
+    return Section("Box against box, per token", level=2,
+                   prov="predicted: each box's figures read back from its predict dir (commprof gap over the same "
+                        "dirs prints the same lines); ratios are to the first box",
+                   paragraphs=compare_lines(rows))
