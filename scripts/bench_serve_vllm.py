@@ -17,10 +17,12 @@ within 10% of the peer's at every level (median over rounds of the per-round rat
 
 Both clients run where the kernel puts them unless ``--client-cpus LIST`` (commprof serve's own
 flag) and ``--peer-cpus LIST`` (``taskset -c`` around vllm bench serve) hold them to CPUs, for a
-side-by-side of the placement.
+side-by-side of the placement; ``--server-cpus LIST`` holds the vLLM it starts to CPUs (taskset, its
+OMP threads bound there), so that, e.g. ``--server-cpus 0 --client-cpus 1 --peer-cpus 1``, the
+server's busy-polling threads and the client do not share a core.
 
     python scripts/bench_serve_vllm.py [--concurrency 1,4,16] [--rounds 5] [--url URL --model-dir DIR]
-                                       [--client-cpus any|LIST] [--peer-cpus LIST]
+                                       [--client-cpus any|LIST] [--peer-cpus LIST] [--server-cpus LIST]
 """
 from __future__ import annotations
 
@@ -136,6 +138,9 @@ def main():
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--client-cpus", default="any", help="commprof serve's --client-cpus (any, a list)")
     ap.add_argument("--peer-cpus", default="", help="run vllm bench serve under taskset -c LIST (default: as is)")
+    ap.add_argument("--server-cpus", default="",
+                    help="hold the vLLM this script starts to these CPUs (taskset, and its OMP threads bound there), "
+                         "e.g. 0 with --client-cpus 1 --peer-cpus 1: each side its own core")
     ap.add_argument("--no-aa", dest="aa", action="store_false",
                     help="skip the A/A control (vllm bench serve a second time per level)")
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
@@ -155,7 +160,11 @@ def main():
         with socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        subprocess.run(["bash", SCRIPT, "start", args.model_dir, str(port), str(args.tp)], check=True)
+        env = dict(os.environ)
+        if args.server_cpus:
+            env.update(COMMPROF_VLLM_CPUS=args.server_cpus,
+                       VLLM_CPU_OMP_THREADS_BIND=args.server_cpus.replace(",", "|") if args.tp > 1 else args.server_cpus)
+        subprocess.run(["bash", SCRIPT, "start", args.model_dir, str(port), str(args.tp)], check=True, env=env)
         args.url = f"http://127.0.0.1:{port}"
     rows, table = [], ["| concurrency | round | first | commprof tok/s | vllm bench tok/s | ratio | commprof TTFT p50 ms | "
                        "vllm bench TTFT p50 ms | ratio | commprof CPU ms/request | CPU wait ms/request commprof / "
@@ -237,7 +246,8 @@ def main():
     loads = [r["load_avg_1min"] for r in rows]
     table += ["", f"commprof's placement (--client-cpus {args.client_cpus}): "
                   f"{(placement or {}).get('note') or 'not recorded'}; vllm bench serve: "
-                  f"{'taskset -c ' + args.peer_cpus if args.peer_cpus else 'as started'}. Load average (1 min) "
+                  f"{'taskset -c ' + args.peer_cpus if args.peer_cpus else 'as started'}; the server: "
+                  f"{'held to CPU ' + args.server_cpus + ' (taskset, OMP bound there)' if args.server_cpus else 'as started'}. Load average (1 min) "
                   f"over the rounds {min(loads):.2f}-{max(loads):.2f}, at the end {load_end[0]:.2f} / "
                   f"{load_end[1]:.2f} / {load_end[2]:.2f} (1 / 5 / 15 min) on {os.cpu_count()} CPUs."]
     if args.aa:
@@ -248,7 +258,7 @@ def main():
                          "the peer missed 10% of itself at some level on this machine.")]
     res.update(rows=rows, summary=summary, met=bool(met), aa_control=bool(args.aa),
                aa_met=bool(aa_met) if args.aa else None, url=args.url, client_cpus=args.client_cpus,
-               peer_cpus=args.peer_cpus or None, client_placement=placement, load_avg_end=list(load_end),
+               peer_cpus=args.peer_cpus or None, server_cpus=args.server_cpus or None, client_placement=placement, load_avg_end=list(load_end),
                target="output tokens/s and TTFT p50 within 10% of vllm bench serve's at every level "
                       "(median over rounds of the per-round ratio)")
     write_result(args.out, "serve_vs_vllm_bench", "commprof serve vs vllm bench serve on a real vLLM", res, table)

@@ -63,9 +63,12 @@ start() {   # DIR PORT TP [PROFILE_DIR]: returns when /health answers, or fails 
   if [ -z "$bind" ]; then
     if [ "$tp" -gt 1 ]; then bind="$(seq -s '|' 0 $((tp - 1)))"; else bind="auto"; fi
   fi
+  # COMMPROF_VLLM_CPUS=LIST holds the whole server (API server, engine core, workers) to those CPUs
+  local -a hold=()
+  [ -n "${COMMPROF_VLLM_CPUS:-}" ] && hold=(taskset -c "$COMMPROF_VLLM_CPUS")
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}" \
     VLLM_TARGET_DEVICE=cpu VLLM_CPU_OMP_THREADS_BIND="$bind" VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
-    setsid "$VENV/bin/vllm" "${args[@]}" >"$log" 2>&1 < /dev/null &
+    setsid "${hold[@]}" "$VENV/bin/vllm" "${args[@]}" >"$log" 2>&1 < /dev/null &
   echo $! > "$pidf"
   local t0=$SECONDS
   while (( SECONDS - t0 < wait_s )); do

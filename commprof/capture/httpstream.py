@@ -2,9 +2,8 @@
 
 Why not httpx (which serve uses for everything else): on a machine whose cores the client shares
 with the server, every microsecond the client spends per streamed chunk is taken from the server it
-measures. With httpx's async stack commprof serve spent 5.7-5.8 ms of CPU per 64-token request
-against vLLM on a 2-core VM, with this client 1.3-1.8 ms (results/bench/serve_vs_vllm_bench.md):
-it reads each response with a few buffer operations per chunk. It speaks what OpenAI-compatible
+measures; this client reads each response with a few buffer operations per chunk (its CPU per
+request beside vLLM: results/bench/serve_vs_vllm_bench.md). It speaks what OpenAI-compatible
 servers answer: a status line, headers, then a body delimited by ``Content-Length``, by
 ``Transfer-Encoding: chunked``, or by the connection's close (HTTP/1.0). Connections are kept
 alive and reused per level. Failures raise the exceptions below, which serve maps to its error kinds.
