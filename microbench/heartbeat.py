@@ -80,18 +80,22 @@ class Heartbeat:
         if self.slots is None:
             return None
         parent = os.getppid()
-        slots, rank = self.slots, self.rank
 
         def beat():
             while True:
-                slots.pulse[rank] += 1
-                if os.getppid() != parent:
+                if not self.beat_once(parent):
                     os._exit(1)
                 time.sleep(PULSE_S)
 
         t = threading.Thread(target=beat, name="commprof-pulse", daemon=True)
         t.start()
         return t
+
+    def beat_once(self, parent: int) -> bool:
+        """One beat of the pulse thread: bump this rank's slot; False once ``parent`` (the process
+        that spawned this rank) is gone."""
+        self.slots.pulse[self.rank] += 1
+        return os.getppid() == parent
 
     def row_written(self, n: int = 1):
         self.rows_done += n

@@ -71,13 +71,11 @@ def bare_rank(rank, world, dtype: str, iters: int, warmup: int):
     return out
 
 
-def bare_p50(torch, dist, x, g, iters: int, warmup: int) -> float:
-    """The bare loop: barrier, perf_counter, all_reduce, perf_counter; p50 of the slowest rank's."""
+def bare_calls(torch, dist, x, g, iters: int):
+    """``iters`` bare calls: barrier, perf_counter, all_reduce, perf_counter; the slowest rank's
+    latency per call (us)."""
     import time
 
-    for _ in range(warmup):
-        dist.barrier(group=g)
-        dist.all_reduce(x, group=g)
     lat = torch.empty(iters, dtype=torch.float64)
     for i in range(iters):
         dist.barrier(group=g)
@@ -85,7 +83,15 @@ def bare_p50(torch, dist, x, g, iters: int, warmup: int) -> float:
         dist.all_reduce(x, group=g)
         lat[i] = (time.perf_counter() - t0) * 1e6
     dist.all_reduce(lat, op=dist.ReduceOp.MAX, group=g)       # the slowest rank, per iteration
-    return float(np.percentile(lat.numpy(), 50))
+    return lat
+
+
+def bare_p50(torch, dist, x, g, iters: int, warmup: int) -> float:
+    """The bare loop after ``warmup`` calls: p50 of the slowest rank's latencies."""
+    for _ in range(warmup):
+        dist.barrier(group=g)
+        dist.all_reduce(x, group=g)
+    return float(np.percentile(bare_calls(torch, dist, x, g, iters).numpy(), 50))
 
 
 ATTRIBUTE_SIZE = 1 << 20
@@ -119,21 +125,20 @@ def variant_rank(rank, world, variant: str, iters: int, warmup: int, slots):
 
 def pulse_ab_rank(rank, world, iters: int, warmup: int, blocks: int, first_on: bool, slots):
     """The pulse thread on and off inside the same two processes: blocks of ``iters`` barrier-aligned
-    calls alternate (which goes first alternates by round) between a pulse thread beating as commprof's does (the body of
-    ``Heartbeat.start_pulse``: bump the shared slot, check the parent, sleep PULSE_S) and no thread
+    calls alternate (which goes first alternates by round) between a pulse thread beating as commprof's does
+    (``Heartbeat.beat_once``, the pulse thread's body, every PULSE_S) and no thread
     at all. Both halves share the processes' wake-up mode, which between processes is this
     machine's largest noise. Returns the p50 (max over ranks per call) with and without it."""
     import threading
-    import time
 
     import torch
     import torch.distributed as dist
 
-    from microbench.heartbeat import PULSE_S
+    from microbench.heartbeat import PULSE_S, Heartbeat
 
     g = dist.group.WORLD
     x = torch.zeros(ATTRIBUTE_SIZE // 4, dtype=torch.float32)
-    parent = os.getppid()
+    hb, parent = Heartbeat(rank, slots), os.getppid()
     for _ in range(warmup):
         dist.barrier(group=g)
         dist.all_reduce(x, group=g)
@@ -144,21 +149,14 @@ def pulse_ab_rank(rank, world, iters: int, warmup: int, blocks: int, first_on: b
         if on:
             def beat():
                 while not stop.is_set():
-                    slots.pulse[rank] += 1
-                    os.getppid() != parent
+                    hb.beat_once(parent)
                     stop.wait(PULSE_S)
             t = threading.Thread(target=beat, daemon=True)
             t.start()
-        got = torch.empty(iters, dtype=torch.float64)
-        for i in range(iters):
-            dist.barrier(group=g)
-            t0 = time.perf_counter()
-            dist.all_reduce(x, group=g)
-            got[i] = (time.perf_counter() - t0) * 1e6
+        got = bare_calls(torch, dist, x, g, iters)
         if on:
             stop.set()
             t.join()
-        dist.all_reduce(got, op=dist.ReduceOp.MAX, group=g)
         lat[on].extend(got.tolist())
     return {"on": float(np.percentile(lat[True], 50)), "off": float(np.percentile(lat[False], 50))}
 
@@ -278,13 +276,8 @@ def cpu_accounting(call_us: float) -> dict:
         hb.leave()
 
     per_call_us = _thread_cpu_s(enter_leave, n) / n * 1e6
-    slots, parent = hb.slots, os.getppid()
-
-    def beat():                       # the pulse thread's body without its sleep
-        slots.pulse[0] += 1
-        os.getppid() != parent
-
-    beat_us = _thread_cpu_s(beat, n) / n * 1e6
+    parent = os.getppid()
+    beat_us = _thread_cpu_s(lambda: hb.beat_once(parent), n) / n * 1e6     # the pulse's body, without its sleep
     # the sleep itself: one wake-up per beat, measured as the thread's CPU over real beats
     t0 = time.thread_time()
     for _ in range(8):
