@@ -107,8 +107,7 @@ def gap_predict_command(dirs: list[str], out: str | None = None) -> int:
         results.check_out_dir(out, resume=False)
         os.makedirs(out, exist_ok=True)
         path = os.path.join(out, GAP_PREDICT_CSV)
-        fmt = [{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
-        results.write_table(path, GAP_PREDICT_COLUMNS, fmt)
+        results.write_table(path, GAP_PREDICT_COLUMNS, rows)
         metas = [results.read_meta(d) for d in dirs]
         results.write_meta(out, results.provenance(
             "gap", "predicted", "box vs box per token from commprof predict dirs (commprof gap)", status="complete",

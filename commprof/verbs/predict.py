@@ -230,8 +230,7 @@ def write_predict(out_dir: str, rows: list[dict], meta_extra: dict, columns: lis
     results.check_out_dir(out_dir, resume=False)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, PREDICT_CSV)
-    fmt = [{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
-    results.write_table(path, columns, fmt)
+    results.write_table(path, columns, rows)      # floats to 6 significant digits, as every table
     results.write_meta(out_dir, results.provenance(
         "predict", "predicted", "per-token decode time on boxes not run here: GPU compute modelled from published "
         "specs, communication from each box's own numbers (commprof predict)", status="complete",
