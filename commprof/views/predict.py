@@ -1,7 +1,7 @@
 """What ``commprof predict`` shows: one line per box and TP, a table, and the stacked ms/token chart."""
 from __future__ import annotations
 
-from commprof.views.console import fmt_cell, stdout_console
+from commprof.views.console import Col, fit_table, fmt_cell, stdout_console
 
 
 def predict_line(r: dict) -> str:
@@ -18,22 +18,17 @@ def predict_line(r: dict) -> str:
 
 
 def render_predict(rows: list[dict], notes: list[str], model: str, console=None) -> None:
-    from rich.table import Table
-
     console = console or stdout_console(170)
-    t = Table(title=f"commprof predict: {model} (compute modelled; communication from each --comm input)",
-              title_justify="left")
-    cols = [("box", "box"), ("tp", "TP"), ("batch", "batch"), ("compute_ms", "compute ms"), ("gaps_ms", "gaps ms"),
-            ("comm_ms", "comm ms"), ("ms_per_token", "ms/token"), ("comm_share_pct", "comm %"),
-            ("tokens_s_per_user", "tok/s user"), ("tokens_s_per_box", "tok/s box"), ("ttft_ms", "TTFT ms"),
-            ("kv_max_sequences", "KV seqs")]
-    for _, head in cols:
-        t.add_column(head, justify="left" if head == "box" else "right")
-    for r in rows:
-        t.add_row(*(str(r[k]) if k in ("box", "tp", "batch") else
-                    (f"{r[k]:,}" if k == "kv_max_sequences" and r["weights_fit"] else
-                     "no fit" if k == "kv_max_sequences" else fmt_cell(r[k], 2)) for k, _ in cols))
-    console.print(t)
+    title = f"commprof predict: {model} (compute modelled; communication from each --comm input)"
+    # (key, header, keep when narrow: None never left out)
+    cols = [("box", "box", None), ("tp", "TP", None), ("batch", "batch", None), ("compute_ms", "compute ms", 3),
+            ("gaps_ms", "gaps ms", 1), ("comm_ms", "comm ms", 4), ("ms_per_token", "ms/token", None),
+            ("comm_share_pct", "comm %", 2), ("tokens_s_per_user", "tok/s user", 1), ("tokens_s_per_box", "tok/s box", 1),
+            ("ttft_ms", "TTFT ms", 0), ("kv_max_sequences", "KV seqs", 0)]
+    table = [[str(r[k]) if k in ("box", "tp", "batch") else
+              (f"{r[k]:,}" if k == "kv_max_sequences" and r["weights_fit"] else
+               "no fit" if k == "kv_max_sequences" else fmt_cell(r[k], 2)) for k, _, _ in cols] for r in rows]
+    fit_table(title, [Col(h, "left" if h == "box" else "right", keep) for _, h, keep in cols], table, console=console)
     for r in rows:
         console.print(predict_line(r), soft_wrap=True)
     for n in notes:
