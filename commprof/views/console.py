@@ -3,6 +3,7 @@ formatting and the progress bar."""
 from __future__ import annotations
 
 import sys
+import time
 
 
 def stdout_console(width: int = 160):
@@ -42,36 +43,129 @@ def fmt_cell(v, digits=1):
     return f"{f:,.{digits}f}"
 
 
+def clock(seconds: float) -> str:
+    """``1:05`` (m:ss) or ``1:02:05`` (h:mm:ss)."""
+    s = max(0, int(round(seconds)))
+    h, m = divmod(s, 3600)
+    m, s = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Eta:
+    """The time left, from the steps' own measured times: the time per finished step (from the
+    first step's start, after start-up; the larger of the mean over all steps and over the latest
+    half, as later cells of a sweep hold larger messages) times the steps left, less the time the
+    current step has already run. Never a default: before the first step ends it says so."""
+
+    def __init__(self, total: int):
+        self.total, self.t0, self.done, self.t_last = total, time.monotonic(), 0, None
+        self.marks = [(0, self.t0)]
+
+    def update(self, done: int, now: float | None = None):
+        now = time.monotonic() if now is None else now
+        if done != self.done:
+            self.done, self.t_last = done, now
+            self.marks.append((done, now))
+
+    def per_step(self) -> float:
+        n, t = self.marks[-1]
+        mean = (t - self.t0) / n
+        half = [m for m in self.marks if m[0] <= n - max(1, n // 2)]
+        n0, t0 = half[-1]
+        return max(mean, (t - t0) / (n - n0)) if n > n0 else mean
+
+    def text(self, now: float | None = None) -> str:
+        now = time.monotonic() if now is None else now
+        if self.done >= self.total:
+            return "done"
+        if not self.done or self.t_last is None:
+            return "ETA after the first step"
+        per = self.per_step()
+        left = per * (self.total - self.done) - (now - self.t_last)
+        if left <= 0:
+            return f"ETA any moment (this step has run {clock(now - self.t_last)}, {clock(per)} per step so far)"
+        return f"ETA {clock(left)}"
+
+
 class _Progress:
-    """A rich progress bar on stderr, labelled with what runs (``sweep``, ``trace``, ``serve
-    concurrency 4``), with the elapsed time and an estimate of the time left. Drawn on stderr so
-    that ``commprof sweep > log`` on a terminal still shows it; off when stderr is not a terminal
-    (a CI log gets no carriage-return noise)."""
+    """Progress on stderr, labelled with what runs (``sweep``, ``trace``, ``serve concurrency
+    4``): a start-up phase (``starting 2 ranks``, with its elapsed time) until the total is known,
+    then the steps done, the elapsed time and an ETA from the steps' measured times (:class:`Eta`).
+    On a terminal a rich bar (drawn on stderr, so ``commprof sweep > log`` still shows it); when
+    stderr is not a terminal, one line per step, or per 10% of them when there are more than 20."""
 
-    def __init__(self, total: int, label: str):
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
+    def __init__(self, total: int | None, label: str, starting: str | None = None, unit: str = "cells"):
+        self.label, self.unit, self.t0 = label, unit, time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self.total, self.eta, self._p, self._task, self._said = None, None, None, None, -1
+        if self.tty:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self._p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True),
-                           transient=True, disable=not sys.stderr.isatty())
-        self._task = self._p.add_task(label, total=total)
-        self._p.start()
+            self._p = Progress(TextColumn(label), TextColumn("{task.fields[phase]}"), BarColumn(),
+                               MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
+                               console=Console(stderr=True), transient=True)
+            self._task = self._p.add_task(label, total=total, phase=starting or "", eta="")
+            self._p.start()
+        elif starting:
+            self._line(starting)
+        if total is not None:
+            self.set_total(total)
 
-    def advance(self, n: int = 1):
-        self._p.advance(self._task, n)
+    def _line(self, text: str):
+        print(f"{self.label}: {text} ({clock(time.monotonic() - self.t0)} elapsed)", file=sys.stderr, flush=True)
+
+    #: When stderr is not a terminal, a start-up that lasts prints a line this often (seconds).
+    STILL_EVERY_S = 10.0
+
+    def starting(self, text: str):
+        """What the start-up phase is doing now (the elapsed time runs beside it)."""
+        if self.total is not None:
+            return
+        if self._p is not None:
+            self._p.update(self._task, phase=text)
+            return
+        now = time.monotonic()
+        if now - getattr(self, "_still", self.t0) >= self.STILL_EVERY_S:
+            self._still = now
+            self._line(f"still {text}")
+
+    def set_total(self, total: int):
+        """The start-up is over: ``total`` steps to go, timed from now."""
+        if self.total is not None:
+            return
+        self.total, self.eta = int(total), Eta(int(total))
+        if self._p is not None:
+            self._p.update(self._task, total=self.total, phase="", eta=self.eta.text())
+        elif self.t0 is not None and time.monotonic() - self.t0 > 0.5:
+            self._line(f"started; {self.total} {self.unit} to run")
 
     def update(self, completed: int):
-        self._p.update(self._task, completed=completed)
+        if self.total is None:
+            return
+        completed = min(int(completed), self.total)
+        self.eta.update(completed)
+        if self._p is not None:
+            self._p.update(self._task, completed=completed, eta=self.eta.text())
+            return
+        step = 1 if self.total <= 20 else -(-self.total // 10)
+        said = max(self._said, 0)
+        if completed > said and (completed // step > said // step or completed == self.total):
+            self._said = completed
+            self._line(f"{completed}/{self.total} {self.unit}, {self.eta.text()}")
+
+    def advance(self, n: int = 1):
+        self.update((self.eta.done if self.eta else 0) + n)
 
     def close(self):
-        self._p.stop()
+        if self._p is not None:
+            self._p.stop()
 
 
-def progress_bar(total: int, label: str) -> _Progress:
-    """A progress bar of ``total`` steps on stderr, labelled ``label``, shown only on a terminal."""
-    return _Progress(total, label)
+def progress_bar(total: int | None, label: str, starting: str | None = None, unit: str = "cells") -> _Progress:
+    """Progress of ``total`` steps on stderr, labelled ``label`` (:class:`_Progress`); ``total``
+    None with ``starting`` shows the start-up phase until :meth:`_Progress.set_total`."""
+    return _Progress(total, label, starting, unit)
 
 
 def column_decimals(values) -> int:

@@ -34,7 +34,7 @@ def level_progress(total: int, level: dict):
     """The progress bar of one level (:func:`commprof.views.console.progress_bar`)."""
     what = (f"concurrency {level['concurrency']}" if level["mode"] == "closed"
             else f"{level['rate_rps']:g} req/s")
-    return progress_bar(total, f"serve {what}")
+    return progress_bar(total, f"serve {what}", unit="requests")
 
 
 def knee_line(meta: dict) -> str:

@@ -1,0 +1,74 @@
+"""Loose ends of issue 34, each with a test that fails on the old behaviour."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_gloo_timeout_under_load_is_a_hung_rank_with_a_hint():
+    from commprof.capture.launch import _failure
+    from commprof.model.errors import EXIT_RANK_HUNG
+
+    class P:
+        pid = 1
+
+    msg = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+           "150000ms for recv operation to complete")
+    errors = {0: ("all_reduce 4KiB", msg, ""), 1: ("all_reduce 4KiB", msg, "")}
+    e = _failure("vm", [P(), P()], [6, 6], errors, None, "sweep", 120.0)
+    assert e.exit_code == EXIT_RANK_HUNG
+    text = str(e)
+    assert "--timeout" in text and "150 s" in text and "Timed out waiting 150000ms" in text
+    assert "e.g. --timeout 240" in text
+    # a rank's own error (not a timeout) stays a rank error
+    errors = {0: ("x", "ValueError: bad", ""), 1: ("x", msg, "")}
+    assert _failure("vm", [P(), P()], [6, 6], errors, None, "sweep", 120.0).exit_code == 6
+
+
+def test_default_results_dir_is_gitignored():
+    from commprof import results
+    from commprof.verbs.import_ import default_import_dir
+
+    d = results.default_out_dir()
+    assert d.startswith(os.path.join("results", "runs") + os.sep)
+    assert default_import_dir("nccl-tests").startswith(os.path.join("results", "runs") + os.sep)
+    if os.path.isdir(os.path.join(ROOT, ".git")) or os.path.isfile(os.path.join(ROOT, ".git")):
+        res = subprocess.run(["git", "check-ignore", "-q", os.path.join(d, "sweep.csv")], cwd=ROOT)
+        assert res.returncode == 0, "results/runs/ is not ignored by git"
+
+
+def test_check_writes_its_own_dir_not_its_first_input(cli_inproc, tmp_path):
+    import shutil
+
+    box = tmp_path / "box"
+    shutil.copytree(os.path.join(ROOT, "results", "import-a100x8-nvswitch"), box)
+    before = sorted(os.listdir(box))
+    res = cli_inproc("check", str(box))
+    assert res.returncode in (0, 8, 9), res.stderr
+    assert sorted(os.listdir(box)) == before           # the input dir is left as it was
+    runs = tmp_path / "results" / "runs"
+    made = [d for d in os.listdir(runs) if d.endswith("-check")]
+    assert len(made) == 1 and (runs / made[0] / "check.json").exists()
+
+
+def test_loaded_results_print_as_one_line():
+    import commprof
+
+    r = commprof.load(os.path.join(ROOT, "results", "sweep-default-vm"))
+    text = str(r)
+    assert "\n" not in text and len(text) < 300
+    assert "sweep (24 rows)" in text and "start_time" not in text
+    assert repr(r) == text
+
+
+def test_report_prints_its_verdict(cli_inproc, tmp_path):
+    res = cli_inproc("report", os.path.join(ROOT, "results", "import-a100x8-nvswitch"),
+                     os.path.join(ROOT, "results", "import-rtx4090x8-pcie"), "--out", str(tmp_path / "rep"))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "commprof report: checklist verdict PASS over 2 boxes"
+    assert "  import-a100x8-nvswitch: PASS" in lines and any(ln.startswith("wrote ") for ln in lines)
