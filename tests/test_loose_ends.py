@@ -72,3 +72,68 @@ def test_report_prints_its_verdict(cli_inproc, tmp_path):
     lines = res.stdout.splitlines()
     assert lines[0] == "commprof report: checklist verdict PASS over 2 boxes"
     assert "  import-a100x8-nvswitch: PASS" in lines and any(ln.startswith("wrote ") for ln in lines)
+
+
+def test_single_panel_chart_title_fits_the_figure(tmp_path):
+    """A one-panel sweep chart with a labelled imported source: its title stays inside the figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import shutil
+
+    import matplotlib.pyplot as plt
+
+    from commprof.results import load
+    from commprof.views import sweep as sv
+
+    d = tmp_path / "d"
+    shutil.copytree(os.path.join(ROOT, "results", "import-rtx5090x8-pcie5-p2p"), d)
+    res = load(str(d))
+    meta = dict(res.meta, label="5090x8")
+    seen = {}
+    real_save = sv.save_chart
+
+    def spy(fig, path, *a, **k):
+        fig.canvas.draw()
+        bb = fig._suptitle.get_window_extent(fig.canvas.get_renderer())
+        seen[os.path.basename(path)] = (bb.x0, bb.x1, fig.bbox.width)
+        return real_save(fig, path, *a, **k)
+
+    sv.save_chart = spy
+    try:
+        sv.charts(res.tables["sweep"], meta, str(d))
+    finally:
+        sv.save_chart = real_save
+        plt.close("all")
+    assert seen
+    for name, (x0, x1, w) in seen.items():
+        assert x0 >= 0 and x1 <= w, (name, x0, x1, w)
+
+
+def test_predict_chart_draws_no_bar_where_the_weights_do_not_fit(monkeypatch, tmp_path):
+    import csv
+
+    from commprof.views import charts
+    from commprof.views.predict import predict_chart
+
+    rows = list(csv.DictReader(open(os.path.join(ROOT, "results", "predict-seed-rtx5090x8-qwen2-5-32b",
+                                                 "predict.csv"))))[:2]
+    for r in rows:
+        for k in ("kernel_ms", "floor_ms", "gaps_ms", "comm_ms", "comm_share_pct"):
+            r[k] = float(r[k])
+    rows[0]["weights_fit"] = "False"          # as predict.csv writes a TP whose weights do not fit
+    rows[1]["weights_fit"] = "True"
+    got = {}
+
+    def keep(fig, path, *a, **k):
+        got["fig"] = fig
+        return path
+
+    monkeypatch.setattr(charts, "save_chart", keep)
+    predict_chart(rows, str(tmp_path / "p.png"), {})
+    ax = got["fig"].axes[0]
+    at0 = [p.get_height() for p in ax.patches if abs(p.get_x() + p.get_width() / 2) < 1e-9]
+    at1 = [p.get_height() for p in ax.patches if abs(p.get_x() + p.get_width() / 2 - 1) < 1e-9]
+    assert at0 and all(h == 0 for h in at0)
+    assert sum(at1) > 0
+    assert any("do not fit" in t.get_text() for t in ax.texts)

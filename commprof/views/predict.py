@@ -24,7 +24,7 @@ def render_predict(rows: list[dict], notes: list[str], model: str, console=None)
     cols = [("box", "box", None), ("tp", "TP", None), ("batch", "batch", None), ("compute_ms", "compute ms", 3),
             ("gaps_ms", "gaps ms", 1), ("comm_ms", "comm ms", 4), ("ms_per_token", "ms/token", None),
             ("comm_share_pct", "comm %", 2), ("tokens_s_per_user", "tok/s user", 1), ("tokens_s_per_box", "tok/s box", 1),
-            ("ttft_ms", "TTFT ms", 0), ("kv_max_sequences", "KV seqs", 0)]
+            ("ttft_ms", "TTFT ms", 0), ("kv_max_sequences", "KV seqs", 3)]
     table = [[str(r[k]) if k in ("box", "tp", "batch") else
               (f"{r[k]:,}" if k == "kv_max_sequences" and r["weights_fit"] else
                "no fit" if k == "kv_max_sequences" else fmt_cell(r[k], 2)) for k, _, _ in cols] for r in rows]
@@ -56,13 +56,19 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
         sub = [r for r in rows if r["box"] == box]
         labels = [f"TP{r['tp']}\nB{r['batch']}" for r in sub]
         bottom = [0.0] * len(sub)
+        # a TP degree whose weights do not fit the GPUs runs nothing: no bar, a label in its place
+        fits = [str(r.get("weights_fit")).lower() in ("true", "1", "1.0") for r in sub]
         for (key, name), color in zip(_PARTS, colors):
-            vals = [float(r[key]) for r in sub]
+            vals = [float(r[key]) if ok else 0.0 for r, ok in zip(sub, fits)]
             ax.bar(range(len(sub)), vals, bottom=bottom, color=color, label=name)
             bottom = [b + v for b, v in zip(bottom, vals)]
         tallest = max(tallest, *bottom)
         for i, r in enumerate(sub):
-            ax.text(i, bottom[i], f"{r['comm_share_pct']:.0f}%", ha="center", va="bottom", fontsize=7)
+            if fits[i]:
+                ax.text(i, bottom[i], f"{r['comm_share_pct']:.0f}%", ha="center", va="bottom", fontsize=7)
+            else:
+                ax.text(i, 0, "weights\ndo not fit", ha="center", va="bottom", fontsize=7, color="0.35",
+                        rotation=90)
         ax.set_xticks(range(len(sub)), labels, fontsize=7)
         ax.set_title(f"{box}\n(comm: {sub[0]['comm_kind']})", fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)

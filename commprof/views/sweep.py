@@ -5,7 +5,7 @@ import os
 
 from commprof.model.units import human_bytes
 from commprof.analysis.verdict import latency_stat
-from commprof.views.charts import chart_provenance, save_chart, chart_source, size_axes
+from commprof.views.charts import chart_provenance, save_chart, chart_source, size_axes, title
 from commprof.views.console import Col, fit_table, fmt_cell, stdout_console
 
 
@@ -217,6 +217,6 @@ def charts(df, meta: dict, out_dir: str) -> list[str]:
                 ax.margins(y=0.12)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8, loc="best")
-        fig.suptitle(f"{chart_source(meta)}: {ylabel.split(' (')[0]} vs message size", fontsize=11)
-        written.append(save_chart(fig, os.path.join(out_dir, fname), chart_provenance(meta), size=7.5, top=0.95, dpi=110))
+        top = title(fig, f"{chart_source(meta)}: {ylabel.split(' (')[0]} vs message size", fontsize=11)
+        written.append(save_chart(fig, os.path.join(out_dir, fname), chart_provenance(meta), size=7.5, top=top, dpi=110))
     return written
