@@ -137,3 +137,19 @@ def test_predict_chart_draws_no_bar_where_the_weights_do_not_fit(monkeypatch, tm
     assert at0 and all(h == 0 for h in at0)
     assert sum(at1) > 0
     assert any("do not fit" in t.get_text() for t in ax.texts)
+
+
+def test_trace_predict_refuses_before_it_makes_a_dir(cli_inproc, tmp_path):
+    """A comm dir with no all_reduce rows at the TP asked for is refused with one line, and no
+    results dir (meta.json, empty CSVs) is left behind."""
+    src = os.path.join(ROOT, "tests", "data", "nccl-tests", "all_gather_perf_2gpu_bf16.log")
+    comm = tmp_path / "ag"
+    res = cli_inproc("import", "nccl-tests", src, "--out", str(comm))
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "pred"
+    res = cli_inproc("trace", "--predict", "--comm-from", str(comm), "--tp", "2", "--layers", "1",
+                     "--tokens", "2", "--out", str(out))
+    assert res.returncode == 2, res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("commprof: error:")]
+    assert len(errors) == 1 and "no all_reduce rows at tp=2" in errors[0]
+    assert not out.exists()

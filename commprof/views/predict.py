@@ -57,7 +57,7 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
         labels = [f"TP{r['tp']}\nB{r['batch']}" for r in sub]
         bottom = [0.0] * len(sub)
         # a TP degree whose weights do not fit the GPUs runs nothing: no bar, a label in its place
-        fits = [str(r.get("weights_fit")).lower() in ("true", "1", "1.0") for r in sub]
+        fits = [str(r.get("weights_fit", True)).lower() in ("true", "1", "1.0") for r in sub]
         for (key, name), color in zip(_PARTS, colors):
             vals = [float(r[key]) if ok else 0.0 for r, ok in zip(sub, fits)]
             ax.bar(range(len(sub)), vals, bottom=bottom, color=color, label=name)
