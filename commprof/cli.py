@@ -48,7 +48,7 @@ def sweep(
     warmup: Optional[int] = typer.Option(None, "--warmup", help="Warm-up iterations per cell (default 20 NCCL, 3 gloo)."),
     concurrent: bool = typer.Option(False, "--concurrent", help="Run all disjoint groups of a TP degree at once."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a rank counts as hung."),
-    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>/)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/runs/<timestamp>-<host>/)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --out, skipping finished rows."),
     impl: Optional[str] = typer.Option(None, "--impl", help="nccl,custom: time commprof's one-shot all-reduce (cuda_ext/) beside NCCL's, eager, all_reduce only."),
     verify: bool = typer.Option(False, "--verify", help="With --impl custom: check every timed custom call against torch's all_reduce."),
@@ -81,7 +81,7 @@ def trace(
     predict: bool = typer.Option(False, "--predict", help="Predict another box: compute measured here + --comm-from."),
     comm_from: Optional[str] = typer.Option(None, "--comm-from", help="Sweep/import results dir of the box to predict, or reference:<profile> (e.g. reference:nvlink4)."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a rank counts as hung."),
-    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>/)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/runs/<timestamp>-<host>/)."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
     phase: str = typer.Option("decode", "--phase", help="decode, prefill (one prompt in chunk steps: TTFT and its communication) or mixed (chunk steps carrying --batch decode tokens too)."),
     prompt: Optional[int] = typer.Option(None, "--prompt", help="Prompt length in tokens (--phase prefill or mixed); the prefill sequence's cache holds it."),
@@ -168,7 +168,7 @@ def check(
     dirs: Optional[list[str]] = typer.Argument(None, help="Results dirs (sweep, trace, topo); none = measure now."),
     thresholds: Optional[str] = typer.Option(None, "--thresholds", help="TOML file overriding the default thresholds."),
     model: Optional[str] = typer.Option(None, "--model", help="Model for KV-cache headroom (default: the trace's)."),
-    out: Optional[str] = typer.Option(None, "--out", help="Where check.json/check.md go (default: the first dir)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Where check.json/check.md go (default: a new results/runs/<timestamp>-<host>-check/)."),
     interconnect: Optional[str] = typer.Option(None, "--interconnect", help="Judge the box(es) as this interconnect: nvswitch, nvlink[2-5], pcie[3-6][-p2p|-no-p2p], mixed; a comma list gives one per box. Default: from topo.json, else the GPU names in the logs, else unknown."),
 ):
     """The pre-purchase checklist: PASS/WARN/FAIL/SKIP per item with value, threshold and source."""
@@ -232,7 +232,7 @@ def import_(
 def p2p(
     size: str = typer.Option("64M", "--size", help="Bytes per bandwidth probe (binary suffixes)."),
     rounds: int = typer.Option(10000, "--rounds", help="Ping-pong round trips per latency probe."),
-    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-p2p/)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/runs/<timestamp>-<host>-p2p/)."),
 ):
     """Raw link probes (CUDA): per-pair latency and bandwidth matrix, P2P on and off."""
     from commprof.verbs.p2p import P2pConfig, run
@@ -252,7 +252,7 @@ def moe(
     seed: int = typer.Option(0, "--seed", help="Routing seed."),
     backend: str = typer.Option("auto", "--backend", help="auto, nccl or gloo."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds without progress before a rank counts as hung."),
-    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-moe/)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/runs/<timestamp>-<host>-moe/)."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
 ):
     """MoE expert-parallel dispatch/combine all-to-all under skewed routing, before/after rebalancing."""
@@ -291,7 +291,7 @@ def serve(
     seed: int = typer.Option(0, "--seed", help="Seed of the prompts and arrivals."),
     warmup: int = typer.Option(2, "--warmup", help="Requests sent one by one before the first level, not recorded."),
     label: str = typer.Option("", "--label", help="A note kept in meta.json and the charts (e.g. 'CPU emulation')."),
-    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/<timestamp>-<host>-serve/)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Results dir (default results/runs/<timestamp>-<host>-serve/)."),
     no_charts: bool = typer.Option(False, "--no-charts", help="Skip chart rendering."),
     profile: Optional[str] = typer.Option(None, "--profile", help="The server's profiler dir on this machine (vLLM --profiler-config torch_profiler_dir): after the levels, one more round at the highest concurrency between POST /start_profile and /stop_profile, its traces imported (import kineto) into OUT/kineto."),
     client_cpus: str = typer.Option("any", "--client-cpus", help="CPUs the client may run on: any (where the kernel puts it), or a list (1,3 or 2-3). meta.json says which CPUs a server on this machine pins its threads to."),

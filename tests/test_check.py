@@ -87,7 +87,7 @@ def test_l40s_box_and_thresholds_override(tmp_path):
 
 def test_check_cli_exit_code_and_files(cli_inproc, tmp_path):
     d = box(tmp_path, RTX5090, 95.0, 20.0, 45.0)
-    res = cli_inproc("check", d)
+    res = cli_inproc("check", d, "--out", d)
     assert res.returncode == EXIT_CHECK_FAILED, res.stderr
     data = json.load(open(os.path.join(d, "check.json")))
     assert data["verdict"] == "FAIL" and data["thresholds_version"] == 3

@@ -111,9 +111,9 @@ def test_check_on_a_full_disk_keeps_the_old_check_json(tmp_path):
     box = a_sweep_dir(str(tmp_path / "box"))
     from helpers import run_cli
 
-    assert run_cli(["check", box], tmp_path).returncode in (0, 8, 9)
+    assert run_cli(["check", box, "--out", box], tmp_path).returncode in (0, 8, 9)
     old = open(os.path.join(box, "check.json")).read()
-    res = full_disk_cli(["check", box], tmp_path)
+    res = full_disk_cli(["check", box, "--out", box], tmp_path)
     assert res.returncode == 2 and "check.json" in one_line_error(res)
     assert open(os.path.join(box, "check.json")).read() == old
     json.loads(old)
@@ -275,7 +275,7 @@ def test_a_running_meta_whose_writer_is_gone_reads_as_dead(tmp_path):
 
 def test_check_report_show_gap_name_a_failed_partial_sweep(cli_inproc, tmp_path):
     d = a_sweep_dir(str(tmp_path / "failed"), status="failed", cells_planned=22, error="rank 1 died")
-    for args in (["check", d], ["report", d], ["show", d, "--no-charts"], ["gap", d]):
+    for args in (["check", d, "--out", d], ["report", d], ["show", d, "--no-charts"], ["gap", d]):
         res = cli_inproc(*args)
         assert "unfinished sweep (2 of 22 cells): failed: rank 1 died" in res.stderr, (args, res.stderr)
         if args[0] in ("check", "report"):     # no pass: 8 (FAIL / unfinished) or 9 (insufficient evidence)

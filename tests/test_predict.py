@@ -226,7 +226,7 @@ def test_gap_prices_one_token_box_by_box_from_each_boxs_own_log(cli_inproc, tmp_
         want = sum(price(s.op, s.size_bytes) for s in decode_collectives(get_model("Qwen2.5-32B"), 8, 1)) / 1e3
         assert ms == pytest.approx(want, rel=0.01)
     text = "\n".join(token_box_lines(g))
-    assert "TP=8 batch 1 (130 collectives" in text and "x)" in text and "priced as all_reduce" in text
+    assert "TP=8 batch 1 (130 collectives" in text and "x)" in text and "priced as an all_reduce" in text
 
 
 def test_trace_summary_line_prints_the_communication_in_ms():

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from commprof.model.errors import UsageError
-from commprof.analysis.latency import PREDICT_STATS, loglog_lookup
+from commprof.analysis.latency import PREDICT_STATS, loglog_lookup, stand_in_op
 from commprof.analysis.interconnect import resolve_interconnect
 from commprof.analysis.costmodel import get_profile, profile_latency_us
 from commprof.analysis.checkitems import stat_label
@@ -297,13 +297,14 @@ def per_token_boxes(gaps: list, batches=TOKEN_BATCHES):
                     sites = decode_collectives(shape, tp, batch, dtype=dtype)
                 except UsageError:
                     continue
-                us = [price(s.op if s.op in price.max_bytes else "all_reduce", s.size_bytes) for s in sites]
+                have = {(o, tp) for o in price.max_bytes}
+                us = [price(stand_in_op(s.op, tp, have)[0], s.size_bytes) for s in sites]
                 if any(u is None for u in us):
                     continue
                 out.append({"box": b.label, "kind": b.meta.get("kind", "measured"), "model": shape.name, "tp": tp,
                             "batch": batch, "mode": mode, "collectives": len(sites),
                             "comm_ms_per_token": sum(us) / 1e3,
-                            "note": "" if "all_gather" in price.max_bytes else "logits all-gather priced as all_reduce"})
+                            "note": stand_in_op("all_gather", tp, {(o, tp) for o in price.max_bytes})[1] or ""})
     return pd.DataFrame(out, columns=cols)
 
 

@@ -45,6 +45,21 @@ def loglog_lookup(xs, ys, x: float) -> tuple[float | None, str]:
 
 PREDICT_STATS = ("latency_us_rankavg_mean", "latency_us_mean")   # first present wins
 
+#: The one rule for a missing all-gather (trace --predict, predict, gap and the report price alike):
+#: a dir with all_reduce but no all_gather rows at a TP degree prices the all-gather (the logits
+#: step) as an all_reduce of the same size, an upper bound: a ring all-reduce moves 2(n-1)/n of the
+#: buffer per rank, a ring all-gather (n-1)/n.
+ALL_GATHER_STAND_IN = ("no all_gather rows at tp={tp}: the all-gather is priced as an all_reduce of the same "
+                       "size (an upper bound: a ring all-reduce moves twice an all-gather's bytes)")
+
+
+def stand_in_op(op: str, tp: int, have: set) -> tuple[str, str | None]:
+    """``(op to price, note)``: ``op`` itself, or all_reduce for an all_gather the rows lack at
+    ``tp`` when they hold all_reduce there (:data:`ALL_GATHER_STAND_IN`); ``have``: (op, tp) pairs."""
+    if op == "all_gather" and (op, tp) not in have and ("all_reduce", tp) in have:
+        return "all_reduce", ALL_GATHER_STAND_IN.format(tp=tp)
+    return op, None
+
 
 class CommTable:
     """Collective latency of another box, from a sweep results dir, interpolated log-log.
@@ -66,6 +81,18 @@ class CommTable:
         self.timing, self.df, _ = results.one_timing(df[df["impl"] != "custom"])
         self.stat = next(c for c in PREDICT_STATS if c in self.df.columns and self.df[c].notna().all())
         self.lookups: list[dict] = []
+        self.have = {(str(o), int(t)) for o, t in zip(self.df["op"], self.df["tp"])}
+        #: what the prices stand on beyond the rows (the all-gather stand-in), one line each
+        self.notes: list[str] = []
+
+    def check_covers(self, tps) -> None:
+        """Refuse, before anything is written, TP degrees (above 1) without all_reduce rows: nothing
+        stands in for them."""
+        missing = sorted(t for t in set(tps) if t > 1 and ("all_reduce", t) not in self.have)
+        if missing:
+            have = sorted(self.have)
+            raise UsageError(f"--comm-from '{self.path}': no all_reduce rows at tp={','.join(map(str, missing))} "
+                             f"(it has {', '.join(f'{o} tp={t}' for o, t in have)})")
 
     def latency_us(self, op: str, tp: int, mode: str, size_bytes: int) -> float:
         """``op``'s latency at ``size_bytes`` on ``tp`` ranks (``mode``'s rows where the dir has
@@ -73,6 +100,9 @@ class CommTable:
         extrapolated beyond them (a decode step's logits all-gather is often larger than any size a
         decode sweep ran); every lookup is recorded in :attr:`lookups` with how it was found."""
         df = self.df
+        op, note = stand_in_op(op, tp, self.have)
+        if note and note not in self.notes:
+            self.notes.append(note)
         sub = df[(df["op"] == op) & (df["tp"] == tp) & (df["group"] == 0)]
         if sub.empty:
             have = sorted({(o, int(t)) for o, t in zip(df["op"], df["tp"])})

@@ -227,6 +227,16 @@ def _run_as_torchrun_rank(cfg, target: str, trun: dict) -> None:
 
 
 def _run_local(cfg, target: str) -> None:
+    # within a second of start, before torch loads: the ranks are starting (imports, rendezvous)
+    bar = progress_bar(None, cfg.VERB or "run", starting=f"starting {cfg.world_size} rank(s)") if cfg.progress else None
+    try:
+        _run_local_ranks(cfg, target, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _run_local_ranks(cfg, target: str, bar) -> None:
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
@@ -247,7 +257,7 @@ def _run_local(cfg, target: str) -> None:
         for p in procs:
             p.start()
         try:
-            failure = _watch(cfg, procs, slots, errq)
+            failure = _watch(cfg, procs, slots, errq, bar)
         except KeyboardInterrupt as e:
             _stop(procs)
             _finish(cfg, before, "interrupted", getattr(e, "reason", "interrupted by the user (Ctrl-C)"))
@@ -289,53 +299,51 @@ def _on_sigterm():
     return lambda: signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
 
 
-def _watch(cfg, procs, slots, errq):
-    """Poll the ranks until all exit. Returns None on success or the error to raise."""
+def _watch(cfg, procs, slots, errq, bar=None):
+    """Poll the ranks until all exit, moving ``bar`` (the progress, or None). Returns None on
+    success or the error to raise."""
     host = socket.gethostname()
-    bar = None
     last_sum, last_t = -1, time.monotonic()
     errors: dict[int, tuple] = {}
     first_exit_t = None
     t_start = time.monotonic()
     pulses = _Pulses(slots, len(procs))
-    try:
-        while True:
-            # a light poll: the parent shares the cores with the ranks it watches
-            time.sleep(0.05 if time.monotonic() - t_start < 2.0 else 0.2)
-            pulses.update()
+    while True:
+        # a light poll: the parent shares the cores with the ranks it watches
+        time.sleep(0.05 if time.monotonic() - t_start < 2.0 else 0.2)
+        pulses.update()
+        while not errq.empty():
+            rank, *report = errq.get()
+            errors.setdefault(rank, tuple(report))
+        if bar is not None and slots.cells_total.value > 0:
+            bar.set_total(int(slots.cells_total.value))
+            bar.update(int(slots.rows_done.value))
+        elif bar is not None:
+            up = sum(slots.progress[r] > 0 for r in range(len(procs)))
+            bar.starting(f"starting {len(procs)} rank(s): {up} up" if up else f"starting {len(procs)} rank(s)")
+        codes = [p.exitcode for p in procs]
+        if all(c == 0 for c in codes):
+            return None
+        bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
+        if bad:
+            # Let the other ranks report (they fail right after a peer dies), then pick the cause.
+            first_exit_t = first_exit_t or time.monotonic()
+            if time.monotonic() - first_exit_t < 1.5 and any(c is None for c in codes):
+                continue
             while not errq.empty():
                 rank, *report = errq.get()
                 errors.setdefault(rank, tuple(report))
-            if bar is None and cfg.progress and slots.cells_total.value > 0:
-                bar = progress_bar(int(slots.cells_total.value), cfg.VERB or "run")
-            if bar is not None:
-                bar.update(int(slots.rows_done.value))
-            codes = [p.exitcode for p in procs]
-            if all(c == 0 for c in codes):
-                return None
-            bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
-            if bad:
-                # Let the other ranks report (they fail right after a peer dies), then pick the cause.
-                first_exit_t = first_exit_t or time.monotonic()
-                if time.monotonic() - first_exit_t < 1.5 and any(c is None for c in codes):
-                    continue
-                while not errq.empty():
-                    rank, *report = errq.get()
-                    errors.setdefault(rank, tuple(report))
-                return _failure(host, procs, codes, errors, slots, verb_of(cfg))
-            total = sum(slots.progress)
-            if total != last_sum:
-                last_sum, last_t = total, time.monotonic()
-                continue
-            # Until every rank has imported torch and reached its first stage, allow a start-up
-            # grace: 8 ranks importing torch on 2 busy cores can take tens of seconds.
-            started = all(slots.progress[r] > 0 for r in range(len(procs)))
-            limit = cfg.timeout_s if started else max(cfg.timeout_s, STARTUP_GRACE_S)
-            if time.monotonic() - last_t > limit:
-                return _hung(host, cfg, procs, slots, pulses)
-    finally:
-        if bar is not None:
-            bar.close()
+            return _failure(host, procs, codes, errors, slots, verb_of(cfg), cfg.timeout_s)
+        total = sum(slots.progress)
+        if total != last_sum:
+            last_sum, last_t = total, time.monotonic()
+            continue
+        # Until every rank has imported torch and reached its first stage, allow a start-up
+        # grace: 8 ranks importing torch on 2 busy cores can take tens of seconds.
+        started = all(slots.progress[r] > 0 for r in range(len(procs)))
+        limit = cfg.timeout_s if started else max(cfg.timeout_s, STARTUP_GRACE_S)
+        if time.monotonic() - last_t > limit:
+            return _hung(host, cfg, procs, slots, pulses)
 
 
 def verb_of(cfg) -> str:
@@ -343,7 +351,11 @@ def verb_of(cfg) -> str:
     return {"SweepRunConfig": "sweep", "TraceRunConfig": "trace", "MoeRunConfig": "moe"}.get(type(cfg).__name__, "run")
 
 
-def _failure(host, procs, codes, errors, slots, verb: str = "run"):
+#: What gloo (and NCCL) say when a collective outlived the process group's timeout.
+_PG_TIMEOUT = ("timed out waiting", "operation timed out", "watchdog caught collective operation timeout")
+
+
+def _failure(host, procs, codes, errors, slots, verb: str = "run", timeout_s: float | None = None):
     died = [r for r, c in enumerate(codes) if c not in (None, 0) and r not in errors]
     if died:
         r = died[0]
@@ -358,6 +370,14 @@ def _failure(host, procs, codes, errors, slots, verb: str = "run"):
                                     "timeout", "peer"))
     ranked = sorted(errors.items(), key=lambda kv: (echo(kv[1][1]), kv[0]))
     r, (stage, msg, tb, *rest) = ranked[0]
+    if timeout_s is not None and all(any(k in str(rep[1]).lower() for k in _PG_TIMEOUT) for rep in errors.values()):
+        # every rank that reported gave up waiting inside a collective: a hung (or starved) rank,
+        # said as the watchdog says it, with the flag that sets the wait
+        first = (str(msg).strip().splitlines() or [""])[0]
+        return RankHung(f"{where(r, stage, host)}: a collective waited past the ranks' process-group timeout "
+                        f"({timeout_s + 30:.0f} s = --timeout {timeout_s:.0f} + 30 s) and gave up ({first}); a rank "
+                        f"stalled or the machine is overloaded: rerun with a longer --timeout (e.g. --timeout "
+                        f"{2 * timeout_s:.0f}); the {verb} stopped, rows written so far are kept")
     if tb:
         import sys
         print(tb, file=sys.stderr)

@@ -91,7 +91,12 @@ def rank_fields(rank_infos: list[dict]) -> dict:
             "world_size": len(rank_infos), "ranks": rank_infos}
 
 
-def default_out_dir(root: str = "results", suffix: str = "") -> str:
+#: Where a run's results go without --out: a folder of results/ that git ignores, so a run on a
+#: checkout never shows as untracked beside the committed example dirs.
+RUNS_DIR = os.path.join("results", "runs")
+
+
+def default_out_dir(root: str = RUNS_DIR, suffix: str = "") -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return os.path.join(root, f"{stamp}-{socket.gethostname()}{suffix}")
 

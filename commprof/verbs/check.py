@@ -146,13 +146,13 @@ def run(cfg: CheckConfig, console=None) -> int:
     """``commprof check``: the exit code (EXIT_CHECK_FAILED on any FAIL, of any box). Where
     check.json goes (``out``, else the first dir) is checked writable before anything is read;
     with no dir, what the checklist needs is measured on this machine first (:func:`measure`)."""
-    target = cfg.out or (cfg.dirs[0] if cfg.dirs and os.path.isdir(cfg.dirs[0]) else None)
-    if target is not None:
-        try:
-            check_writable(target)
-        except UsageError as e:
-            raise UsageError(f"{'--out' if cfg.out else 'the first results dir (pass --out DIR)'}: {e}") from None
-    dirs, out, model = list(cfg.dirs), cfg.out, cfg.model
+    # its own dir (never into an input dir): --out, else a new results/runs/<stamp>-<host>-check/
+    target = cfg.out or results.default_out_dir().rstrip("/") + "-check"
+    try:
+        check_writable(target)
+    except UsageError as e:
+        raise UsageError(f"{'--out' if cfg.out else 'the default check dir (pass --out DIR)'}: {e}") from None
+    dirs, out, model = list(cfg.dirs), target, cfg.model
     th = load_thresholds(cfg.thresholds)
     flags = parse_interconnect(cfg.interconnect)
     if not dirs:

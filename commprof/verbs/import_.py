@@ -15,7 +15,7 @@ from commprof.ingest.nccltests import EXIT_WRONG_RESULTS, import_nccl_tests, wro
 from commprof.results.meta import check_writable
 
 
-def default_import_dir(kind: str, root: str = "results") -> str:
+def default_import_dir(kind: str, root: str = results.RUNS_DIR) -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return os.path.join(root, f"{stamp}-import-{kind}")
 

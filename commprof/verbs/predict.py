@@ -24,7 +24,7 @@ from commprof.analysis.stepmodel import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_t
 from commprof.views.console import emit, stdout_console
 from commprof.views.predict import predict_chart, render_predict
 from commprof.analysis.costmodel import resolve_comm_source
-from commprof.analysis.latency import CommTable
+from commprof.analysis.latency import CommTable, stand_in_op
 from commprof.analysis.predictserve import (SERVE_COLUMN_DOCS, SERVE_COLUMN_KINDS, SERVE_COLUMNS, ServeAccount,
                                             add_serve_account, serve_line)
 from commprof.results.predict import PREDICT_CSV
@@ -117,12 +117,9 @@ class CommPrices:
     def price(self, tp: int, mode: str):
         """``price(op, size_bytes) -> us`` at ``tp``."""
         def price(op: str, size_bytes: int) -> float:
-            if (op, tp) not in self.have and op == "all_gather" and ("all_reduce", tp) in self.have:
-                note = (f"{self.label}: no all_gather rows at tp={tp}; the logits all-gather is priced as an "
-                        "all_reduce of the same size (an upper bound)")
-                if note not in self.notes:
-                    self.notes.append(note)
-                op = "all_reduce"
+            op, rule = stand_in_op(op, tp, self.have)       # the one rule for a missing all-gather
+            if rule and f"{self.label}: {rule}" not in self.notes:
+                self.notes.append(f"{self.label}: {rule}")
             key = (op, tp, mode, int(size_bytes))
             if key not in self._memo:       # a step repeats the same few sizes 2L+2 times
                 self._memo[key] = self.table.latency_us(*key)

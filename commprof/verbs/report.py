@@ -148,6 +148,22 @@ def served_comm(box, model: str | None, tp: int | None) -> dict | None:
             "sweep": box.sweep_dir, "timing": table.timing}
 
 
+def verdict_lines(out_dir: str) -> list[str]:
+    """What the page concludes, for the terminal: the checklist's verdict, per box when there are
+    several (from the report's own meta.json); none for a report of predictions only."""
+    try:
+        meta = results.read_meta(out_dir)
+    except UsageError:
+        return []
+    if not meta.get("verdict"):
+        return []
+    boxes = meta.get("boxes") or []
+    lines = [f"commprof report: checklist verdict {meta['verdict']}" + (f" over {len(boxes)} boxes" if len(boxes) > 1 else "")]
+    if len(boxes) > 1:
+        lines += [f"  {b.get('box', '?')}: {b.get('verdict', '?')}" for b in boxes]
+    return lines
+
+
 def run(cfg: ReportConfig) -> int:
     """``commprof report``: the page and its Markdown twin into ``out`` (else the first dir,
     checked writable before anything is read); the exit code."""
@@ -166,6 +182,8 @@ def run(cfg: ReportConfig) -> int:
     if cfg.tp is not None and not 1 <= cfg.tp <= 65536:
         raise UsageError(f"--tp {cfg.tp}: expected a whole number from 1 to 65,536")
     paths = build(dirs, out or dirs[0], thresholds, model, reference, interconnect, cfg.tp, labels=cfg.labels)
+    for line in verdict_lines(out or dirs[0]):
+        print(line)
     for p in paths:
         print(f"wrote {p}")
     if any(results.load(d).unfinished for d in dirs if not is_predict_dir(d)):

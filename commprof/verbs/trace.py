@@ -278,6 +278,7 @@ def run_prediction(cfg: TraceRunConfig, comm_from: str) -> None:
     from microbench.trace_rank import TORCH_DTYPES, run_tokens
 
     table = CommTable(comm_from)
+    table.check_covers({tp for tp, _, _ in plan_runs(cfg)})    # refused before the dir is made
     if cfg.backend == "gloo":
         torch.set_num_threads(1)       # as one gloo rank runs
         device = torch.device("cpu")
@@ -318,8 +319,12 @@ def run_prediction(cfg: TraceRunConfig, comm_from: str) -> None:
     eng = None
     meta = results.read_meta(cfg.out_dir)
     meta["comm_lookups"] = table.lookups
+    if table.notes:
+        meta["comm_notes"] = table.notes
     results.write_meta(cfg.out_dir, meta)
     writer.close()
+    for n in table.notes:
+        print(f"commprof: note: {n}", file=sys.stderr)
 
 
 # --- the verb --------------------------------------------------------------------------------------

@@ -70,6 +70,18 @@ def footer(fig, text: str, fontsize: float = 7, width: int | None = None) -> flo
     return min(0.4, (len(lines) * fontsize * 1.35 + 4) / 72 / h_in)
 
 
+def title(fig, text: str, fontsize: float = 11) -> float:
+    """The figure's title, wrapped to its width (never clipped at either side); returns the top of
+    the panels' area (a fraction of the height) that leaves room for it, for :func:`save_chart`."""
+    import textwrap
+
+    w_in, h_in = fig.get_size_inches()
+    width = max(30, int(w_in * 72 / (fontsize * 0.56)))     # characters per line at this size
+    lines = textwrap.wrap(" ".join(str(text).split()), width) or [""]
+    fig.suptitle("\n".join(lines), fontsize=fontsize)
+    return 1 - (len(lines) * fontsize * 1.2 + 4) / 72 / h_in / 2.5
+
+
 def size_axes(ax, xlabel: str, ylabel: str, title: str | None = None) -> None:
     """Log-log axes over message sizes, labelled in binary units, with a grid."""
     import matplotlib.ticker

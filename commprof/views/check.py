@@ -50,26 +50,56 @@ def markdown(items: list[Item], data: dict) -> str:
     return "\n".join(lines)
 
 
+#: From this width the checklist prints every column; below it the compact layout (summary, the
+#: judged items as a table, the skipped ones one line each, threshold/source/hint in check.md).
+WIDE = 160
+
+
 def render(items: list[Item], console=None, boxes=None) -> None:
-    """One table per box; ``boxes``: (label, Interconnect) pairs in order."""
-    from rich.table import Table
+    """The verdict first, then one table per box; ``boxes``: (label, Interconnect) pairs in order.
+    On a terminal narrower than :data:`WIDE` columns: per box the judged items (#, status, item,
+    value), a WARN/FAIL item's hint under it, the skipped items one line each."""
+    from rich.text import Text
+
+    from commprof.views.console import Col, fit_table
 
     console = console or stdout_console(200)
     colors = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim", "INSUFFICIENT": "bold magenta"}
     ics = {label: ic for label, ic in (boxes or [])}
     groups = _by_box(items)
+    wide = console.width >= WIDE
+    if len(groups) > 1:
+        console.print(f"commprof check over {len(groups)} boxes: {verdict(items)} ({counts(items)})")
     for box, mine in groups:
         head = f"commprof check: {verdict(mine)} ({counts(mine)})"
         if box:
             head = f"commprof check, box '{box}': {verdict(mine)} ({counts(mine)})"
-        t = Table(title=head, title_justify="left", show_lines=False)
-        for col in ("#", "item", "status", "value", "threshold", "source", "hint"):
-            t.add_column(col, overflow="fold")
-        for i in mine:
-            t.add_row(i.id, i.item, f"[{colors[i.status]}]{i.status}[/]", i.value, i.threshold, i.source, i.hint)
-        console.print(t)
         ic = ics.get(box) if box else (next(iter(ics.values())) if len(ics) == 1 else None)
-        if ic is not None:
-            console.print(interconnect_line(ic.to_dict()), style="dim")
-    if len(groups) > 1:
-        console.print(f"commprof check over {len(groups)} boxes: {verdict(items)} ({counts(items)})")
+        if not wide:
+            console.print(head, style="bold", soft_wrap=False)
+            if ic is not None:
+                console.print(interconnect_line(ic.to_dict()), style="dim")
+        status = lambda i: Text(i.status, style=colors.get(i.status, ""))  # noqa: E731
+        if wide:
+            cols = [Col("#", "left", None), Col("item", "left", None), Col("status", "left", None),
+                    Col("value", "left", None), Col("threshold", "left", 2), Col("source", "left", 0),
+                    Col("hint", "left", 1)]
+            fit_table(head, cols, [[i.id, i.item, status(i), i.value, i.threshold, i.source, i.hint] for i in mine],
+                      console=console)
+            if ic is not None:
+                console.print(interconnect_line(ic.to_dict()), style="dim")
+            continue
+        judged = [i for i in mine if i.status != "SKIP"]
+        if judged:
+            fit_table("", [Col("#", "left", None), Col("status", "left", None), Col("item", "left", None),
+                           Col("value", "left", None)], [[i.id, status(i), i.item, i.value] for i in judged],
+                      console=console)
+            for i in judged:
+                if i.status in ("WARN", "FAIL", "INSUFFICIENT") and i.hint:
+                    console.print(Text(f"{i.id} {i.status}: ", style=colors[i.status]) + Text(f"hint: {i.hint}"))
+        for i in mine:
+            if i.status == "SKIP":
+                console.print(Text("SKIP ", style="dim") + Text(f"{i.id} {i.item}: {i.value}"))
+    if not wide and items:
+        console.print(f"(at {console.width} columns: each item's threshold, source and hint are in check.md and "
+                      f"check.json, or on a terminal of {WIDE}+ columns)", style="dim")

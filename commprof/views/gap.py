@@ -4,7 +4,7 @@ latency figures labelled with what they are (p50, or avg (nccl-tests) for import
 from __future__ import annotations
 
 from commprof.model.units import human_bytes
-from commprof.views.console import stdout_console
+from commprof.views.console import Col, fit_table, stdout_console
 from commprof.views.charts import save_chart, size_axes
 from commprof.views.sweep import stat_of
 from commprof.analysis.costmodel import wire_latency_us
@@ -313,31 +313,22 @@ def _box_title(b, n: int) -> str:
 
 
 def render_gap(g, console=None) -> None:
-    from rich.table import Table
-
     console = console or stdout_console(160)
     boxes = getattr(g, "boxes", [g])
+    keep = {"metric": None, "this box": None, "reference (modelled)": None, "ratio": None, "size": None, "op": None}
     for b in boxes:
-        t = Table(title=_box_title(b, len(boxes)), title_justify="left")
-        for h in HEADERS:
-            t.add_column(h)
-        for r in table_rows(b):
-            t.add_row(*(str(c) for c in r))
-        console.print(t)
+        fit_table(_box_title(b, len(boxes)), [Col(h, "left", keep.get(h, 1), "ref" if h.startswith("ref") else None)
+                                              for h in HEADERS], table_rows(b), console=console)
         console.print(provenance_line(b), style="dim")
         for line in lines(b):
             console.print(line)
     pairs = getattr(g, "pairs", None)
     if pairs is not None and len(pairs):
         a = boxes[0].label
-        t = Table(title=f"commprof gap: boxes side by side (A = {a}; B = each other box; ratio = B / A)",
-                  title_justify="left")
-        for h in ("B",) + PAIR_HEADERS:
-            t.add_column(h)
-        for box_b, sub in pairs.groupby("box_b", sort=False):
-            for r in pair_rows(sub):
-                t.add_row(box_b, *(str(c) for c in r))
-        console.print(t)
+        prow = [[box_b, *r] for box_b, sub in pairs.groupby("box_b", sort=False) for r in pair_rows(sub)]
+        pkeep = {"B": None, "op": None, "size": None, "metric": None, "A": None, "B / A": None}
+        fit_table(f"commprof gap: boxes side by side (A = {a}; B = each other box; ratio = B / A)",
+                  [Col(h, "left", pkeep.get(h, 1)) for h in ("B",) + PAIR_HEADERS], prow, console=console)
         for line in pair_lines(g):
             console.print(line)
     for line in token_box_lines(g):

@@ -53,17 +53,16 @@ def summary_lines(steps, width: int = 160) -> list[str]:
     import io
 
     from rich.console import Console
-    from rich.table import Table
+
+    from commprof.views.console import Col, fit_table
 
     df = summary_table(steps)
-    t = Table(title="commprof moe: dispatch + combine all-to-all per step, contiguous experts vs rebalanced",
-              title_justify="left")
-    for c in df.columns:
-        t.add_column(c, justify="left" if c in ("skew", "wrong") else "right")
-    for r in df.itertuples(index=False):
-        t.add_row(*(str(v) for v in r))
     c = Console(file=io.StringIO(), width=width, record=True)
-    c.print(t)
+    n = len(df.columns)
+    fit_table("commprof moe: dispatch + combine all-to-all per step, contiguous experts vs rebalanced",
+              [Col(col, "left" if col in ("skew", "wrong") else "right", None if i < 3 or col == "wrong" else n - i)
+               for i, col in enumerate(df.columns)], [[str(v) for v in r] for r in df.itertuples(index=False)],
+              console=c)
     lines = c.export_text().rstrip("\n").splitlines()
     return lines + noise_note(steps)
 

@@ -1,12 +1,10 @@
 """Link probes (``commprof p2p``) as matrices."""
 from __future__ import annotations
 
-from commprof.views.console import stdout_console
+from commprof.views.console import Col, fit_table, stdout_console
 
 
 def render_p2p(rows: list[dict], n: int, console=None) -> None:
-    from rich.table import Table
-
     console = console or stdout_console(160)
     views = (("SM read GB/s (row reads column)", "sm_copy", "read", "gbps"),
              ("SM write GB/s (row writes column)", "sm_copy", "write", "gbps"),
@@ -14,10 +12,6 @@ def render_p2p(rows: list[dict], n: int, console=None) -> None:
              ("ping-pong one-way latency us", "pingpong", None, "oneway_us"),
              ("P2P off: host-staged GB/s", "host_staged", None, "gbps"))
     for title, probe, kind, col in views:
-        t = Table(title=title, title_justify="left")
-        t.add_column("")
-        for j in range(n):
-            t.add_column(f"GPU{j}", justify="right")
         cell = {}
         for r in rows:
             if r["probe"] != probe or (kind and r.get("kind") not in (kind, "same-gpu")):
@@ -25,6 +19,5 @@ def render_p2p(rows: list[dict], n: int, console=None) -> None:
             a, b = (r["dst_device"], r["src_device"]) if kind == "read" else (r["src_device"], r["dst_device"])
             v = r.get(col)
             cell[(a, b)] = f"{v:.2f}" if isinstance(v, float) else "-"
-        for i in range(n):
-            t.add_row(f"GPU{i}", *(cell.get((i, j), "-") for j in range(n)))
-        console.print(t)
+        fit_table(title, [Col("", "left", None)] + [Col(f"GPU{j}", "right", None) for j in range(n)],
+                  [[f"GPU{i}", *(cell.get((i, j), "-") for j in range(n))] for i in range(n)], console=console)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from commprof.model.models import is_sliding
 from commprof.model.units import human_bytes
-from commprof.views.console import stdout_console
+from commprof.views.console import Col, fit_table, stdout_console
 from commprof.model.collectives import COLLECTIVES
 
 
@@ -45,8 +45,6 @@ def group_sites(sites) -> list[dict]:
 
 def render_plan(plan, console=None) -> None:
     """Print the plan: header, collectives grouped by kind with layer ranges, totals, memory."""
-    from rich.table import Table
-
     console = console or stdout_console(150)
     m = plan.model
     mode = ", sequence parallel" if plan.sp else ""
@@ -69,14 +67,11 @@ def render_plan(plan, console=None) -> None:
     else:
         title = {"prefill": f"collectives of one prefill chunk step ({pf['chunk'] if pf else '?'} tokens)",
                  "mixed": "collectives of one mixed step"}.get(plan.phase, "collectives of one decode step")
-        t = Table(title=title, title_justify="left")
-        for col, just in (("site", "left"), ("op", "left"), ("size", "right"), ("send/rank", "right"),
-                          ("count", "right"), ("bytes/step", "right")):
-            t.add_column(col, justify=just)
-        for g in group_sites(plan.sites):
-            t.add_row(g["label"], g["op"], human_bytes(g["size_bytes"]), human_bytes(g["send_bytes_per_rank"]),
-                      f"x{g['count']}", human_bytes(g["size_bytes"] * g["count"]))
-        console.print(t)
+        cols = [Col("site", "left", None), Col("op", "left", None), Col("size", "right", None),
+                Col("send/rank", "right", 0), Col("count", "right", None), Col("bytes/step", "right", 1)]
+        fit_table(title, cols, [[g["label"], g["op"], human_bytes(g["size_bytes"]), human_bytes(g["send_bytes_per_rank"]),
+                                 f"x{g['count']}", human_bytes(g["size_bytes"] * g["count"])]
+                                for g in group_sites(plan.sites)], console=console)
         per_token = c["collectives_per_token"]
         per_token_text = f"{per_token:g}" if per_token == int(per_token) else f"{per_token:.2f}"
         ops = ", ".join(f"{n} {op}" for op, n in c["by_op"].items())

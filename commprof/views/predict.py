@@ -1,7 +1,7 @@
 """What ``commprof predict`` shows: one line per box and TP, a table, and the stacked ms/token chart."""
 from __future__ import annotations
 
-from commprof.views.console import fmt_cell, stdout_console
+from commprof.views.console import Col, fit_table, fmt_cell, stdout_console
 
 
 def predict_line(r: dict) -> str:
@@ -18,22 +18,17 @@ def predict_line(r: dict) -> str:
 
 
 def render_predict(rows: list[dict], notes: list[str], model: str, console=None) -> None:
-    from rich.table import Table
-
     console = console or stdout_console(170)
-    t = Table(title=f"commprof predict: {model} (compute modelled; communication from each --comm input)",
-              title_justify="left")
-    cols = [("box", "box"), ("tp", "TP"), ("batch", "batch"), ("compute_ms", "compute ms"), ("gaps_ms", "gaps ms"),
-            ("comm_ms", "comm ms"), ("ms_per_token", "ms/token"), ("comm_share_pct", "comm %"),
-            ("tokens_s_per_user", "tok/s user"), ("tokens_s_per_box", "tok/s box"), ("ttft_ms", "TTFT ms"),
-            ("kv_max_sequences", "KV seqs")]
-    for _, head in cols:
-        t.add_column(head, justify="left" if head == "box" else "right")
-    for r in rows:
-        t.add_row(*(str(r[k]) if k in ("box", "tp", "batch") else
-                    (f"{r[k]:,}" if k == "kv_max_sequences" and r["weights_fit"] else
-                     "no fit" if k == "kv_max_sequences" else fmt_cell(r[k], 2)) for k, _ in cols))
-    console.print(t)
+    title = f"commprof predict: {model} (compute modelled; communication from each --comm input)"
+    # (key, header, keep when narrow: None never left out)
+    cols = [("box", "box", None), ("tp", "TP", None), ("batch", "batch", None), ("compute_ms", "compute ms", 3),
+            ("gaps_ms", "gaps ms", 1), ("comm_ms", "comm ms", 4), ("ms_per_token", "ms/token", None),
+            ("comm_share_pct", "comm %", 2), ("tokens_s_per_user", "tok/s user", 1), ("tokens_s_per_box", "tok/s box", 1),
+            ("ttft_ms", "TTFT ms", 0), ("kv_max_sequences", "KV seqs", 3)]
+    table = [[str(r[k]) if k in ("box", "tp", "batch") else
+              (f"{r[k]:,}" if k == "kv_max_sequences" and r["weights_fit"] else
+               "no fit" if k == "kv_max_sequences" else fmt_cell(r[k], 2)) for k, _, _ in cols] for r in rows]
+    fit_table(title, [Col(h, "left" if h == "box" else "right", keep) for _, h, keep in cols], table, console=console)
     for r in rows:
         console.print(predict_line(r), soft_wrap=True)
     for n in notes:
@@ -61,13 +56,19 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
         sub = [r for r in rows if r["box"] == box]
         labels = [f"TP{r['tp']}\nB{r['batch']}" for r in sub]
         bottom = [0.0] * len(sub)
+        # a TP degree whose weights do not fit the GPUs runs nothing: no bar, a label in its place
+        fits = [str(r.get("weights_fit", True)).lower() in ("true", "1", "1.0") for r in sub]
         for (key, name), color in zip(_PARTS, colors):
-            vals = [float(r[key]) for r in sub]
+            vals = [float(r[key]) if ok else 0.0 for r, ok in zip(sub, fits)]
             ax.bar(range(len(sub)), vals, bottom=bottom, color=color, label=name)
             bottom = [b + v for b, v in zip(bottom, vals)]
         tallest = max(tallest, *bottom)
         for i, r in enumerate(sub):
-            ax.text(i, bottom[i], f"{r['comm_share_pct']:.0f}%", ha="center", va="bottom", fontsize=7)
+            if fits[i]:
+                ax.text(i, bottom[i], f"{r['comm_share_pct']:.0f}%", ha="center", va="bottom", fontsize=7)
+            else:
+                ax.text(i, 0, "weights\ndo not fit", ha="center", va="bottom", fontsize=7, color="0.35",
+                        rotation=90)
         ax.set_xticks(range(len(sub)), labels, fontsize=7)
         ax.set_title(f"{box}\n(comm: {sub[0]['comm_kind']})", fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)

@@ -20,11 +20,21 @@ TABLE_COLUMNS = {"mode": "mode", "concurrency": "conc", "rate_rps": "req/s in", 
 _OPTIONAL = ("rate_rps", "error_kinds", "queue_ms_mean", "queue_ms_p99")
 
 
+#: How long a column of the level table stays when the terminal is narrow (None: always shown).
+_KEEP = {"mode": None, "conc": None, "ok": None, "err": 6, "TTFT p50": None, "TPOT p50": None, "tok/s out": 8,
+         "SLO": 7, "status": None, "TTFT p99": 5, "TPOT p99": 4, "e2e p99": 2, "req/s in": 3, "req/s": 2,
+         "jitter": 1, "jitter growth": 0, "queue mean": 0, "queue p99": 1, "errors by kind": 3}
+
+
+def _unitless(header: str) -> str:
+    return header.rsplit(" ", 1)[0] if header.endswith((" ms", " s")) else header
+
+
 def level_progress(total: int, level: dict):
     """The progress bar of one level (:func:`commprof.views.console.progress_bar`)."""
     what = (f"concurrency {level['concurrency']}" if level["mode"] == "closed"
             else f"{level['rate_rps']:g} req/s")
-    return progress_bar(total, f"serve {what}")
+    return progress_bar(total, f"serve {what}", unit="requests")
 
 
 def knee_line(meta: dict) -> str:
@@ -161,7 +171,9 @@ def render(levels, meta: dict, out: str, charts: bool = True, echo=print,
     for c in ("queue_ms_p99",):
         if c in shown.columns:
             shown[c] = [queue_ms_text(r, c) for r in levels.to_dict("records")]
-    frame_table(in_seconds(shown.rename(columns=TABLE_COLUMNS)), f"commprof serve ({meta.get('kind', 'measured')}; {out})")
+    table = in_seconds(shown.rename(columns=TABLE_COLUMNS))
+    frame_table(table, f"commprof serve ({meta.get('kind', 'measured')}; {out})",
+                keep={h: _KEEP.get(_unitless(h), 1) for h in table.columns})
     stats = bench_rows(levels)
     if not stats.empty:
         frame_table(stats, "latency and throughput per level (mean, median, std, p99 as vllm bench serve prints them)")

@@ -5,8 +5,8 @@ import os
 
 from commprof.model.units import human_bytes
 from commprof.analysis.verdict import latency_stat
-from commprof.views.charts import chart_provenance, save_chart, chart_source, size_axes
-from commprof.views.console import fmt_cell, stdout_console
+from commprof.views.charts import chart_provenance, save_chart, chart_source, size_axes, title
+from commprof.views.console import Col, fit_table, fmt_cell, stdout_console
 
 
 LATENCY_PNG = "latency_vs_size.png"
@@ -44,13 +44,12 @@ def print_table(df, meta: dict, console=None) -> None:
     """One line per row: op, tp, group, mode, size, batch, samples, p50/p95/p99 latency, the
     rank-average mean (nccl-tests' time), algbw and busbw, wrong; then nccl-tests' average-busbw
     line per run."""
-    from rich.table import Table
+    from rich.text import Text
 
     console = console or stdout_console(170)
     title = (f"commprof {meta.get('verb') or 'sweep'}: {meta.get('kind', 'measured')} on "
              f"{', '.join(meta.get('hosts', ['?']))} ({meta.get('backend', '?')}, {', '.join(meta.get('gpus', []))}) "
              f"at {meta.get('start_time', '?')}")
-    t = Table(title=title, title_justify="left")
     impls = "impl" in df.columns and (df["impl"].astype(str) == "custom").any()
     fallback = "fallback" in df.columns and (df["fallback"].astype(str) != "").any()
     stat = stat_of(df)
@@ -61,20 +60,21 @@ def print_table(df, meta: dict, console=None) -> None:
     n = samples_of(df)
     has_n = n is not None and n.notna().any()
     has_algbw = "algbw_gbps" in df.columns and df["algbw_gbps"].notna().any()
-    for col, just in (("op", "left"), ("tp", "right"), ("grp", "right"), ("mode", "left"),
-                      *((("impl", "left"),) if impls or fallback else ()),
-                      ("size", "right"), ("batch", "right"), *((("n", "right"),) if has_n else ()),
-                      (f"{stat} us", "right"), *((f"{c[11:]} us", "right") for c in tails),
-                      *((("rank-avg mean us", "right"),) if rankavg else ()),
-                      *((("algbw GB/s", "right"),) if has_algbw else ()),
-                      ("busbw GB/s", "right"), ("wrong", "right")):
-        t.add_column(col, justify=just)
+    # keep: what goes last when the terminal is narrow (None: never left out)
+    cols = [Col("op", "left", None), Col("tp", "right", None), Col("grp", "right", 1), Col("mode", "left", 4),
+            *([Col("impl", "left", 3)] if impls or fallback else []),
+            Col("size", "right", None), Col("batch", "right", 2), *([Col("n", "right", 1)] if has_n else []),
+            Col(f"{stat} us", "right", None), *(Col(f"{c[11:]} us", "right", 2 if c.endswith("99") else 1) for c in tails),
+            *([Col("rank-avg mean us", "right", 1, "rank-avg us")] if rankavg else []),
+            *([Col("algbw GB/s", "right", 0)] if has_algbw else []),
+            Col("busbw GB/s", "right", 3), Col("wrong", "right", None)]
     has_enq = "enqueue_us_p50" in df.columns and df["enqueue_us_p50"].notna().any()
     has_host = "host_us_p50" in df.columns and df["host_us_p50"].notna().any()
     if has_enq:
-        t.add_column("enqueue p50 us", justify="right")
+        cols.append(Col("enqueue p50 us", "right", 0, "enq p50 us"))
     if has_host:
-        t.add_column("host p50 us", justify="right")
+        cols.append(Col("host p50 us", "right", 0))
+    rows = []
     order = ["op", "tp", "mode", "size_bytes", "group"] + (["impl"] if "impl" in df.columns else [])
     for r in df.sort_values(order).itertuples():
         wrong = int(r.wrong) if r.wrong == r.wrong else 0     # NaN: not checked
@@ -87,13 +87,13 @@ def print_table(df, meta: dict, console=None) -> None:
                  *([fmt_cell(r.latency_us_rankavg_mean)] if rankavg else []),
                  *([fmt_cell(r.algbw_gbps, 3)] if has_algbw else []),
                  fmt_cell(r.busbw_gbps, 3),
-                 f"[bold red]{wrong} WRONG[/]" if wrong else ("n/a (not checked)" if unchecked else "0")]
+                 Text(f"{wrong} WRONG", style="bold red") if wrong else ("n/a (not checked)" if unchecked else "0")]
         if has_enq:
             cells.append(fmt_cell(r.enqueue_us_p50))
         if has_host:
             cells.append(fmt_cell(r.host_us_p50))
-        t.add_row(*cells)
-    console.print(t)
+        rows.append(cells)
+    fit_table(title, cols, rows, console=console)
     for line in notes(df, stat, tails, rankavg, has_n):
         console.print(line)
 
@@ -217,6 +217,6 @@ def charts(df, meta: dict, out_dir: str) -> list[str]:
                 ax.margins(y=0.12)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8, loc="best")
-        fig.suptitle(f"{chart_source(meta)}: {ylabel.split(' (')[0]} vs message size", fontsize=11)
-        written.append(save_chart(fig, os.path.join(out_dir, fname), chart_provenance(meta), size=7.5, top=0.95, dpi=110))
+        top = title(fig, f"{chart_source(meta)}: {ylabel.split(' (')[0]} vs message size", fontsize=11)
+        written.append(save_chart(fig, os.path.join(out_dir, fname), chart_provenance(meta), size=7.5, top=top, dpi=110))
     return written

@@ -1,7 +1,7 @@
 """The topology of a box (``commprof topo``) as tables: GPUs, the nvidia-smi style matrix, P2P."""
 from __future__ import annotations
 
-from commprof.views.console import stdout_console
+from commprof.views.console import Col, fit_table, stdout_console
 from commprof.model.units import human_bytes
 
 NA = "n/a"
@@ -26,7 +26,6 @@ def _link_text(gen, width) -> str:
 def render_topology(topo: dict, console=None) -> None:
     """Print the per-GPU table, the ``nvidia-smi topo -m`` matrix, the P2P read and write
     matrices and the interconnect class."""
-    from rich.table import Table
     from rich.text import Text
 
     def cell(v, style=""):
@@ -38,50 +37,43 @@ def render_topology(topo: dict, console=None) -> None:
                                 f": {topo.get('host', '?')}, driver {topo.get('driver_version', '?')}, "
                                 f"{topo.get('source', '?')}, {topo.get('collected_at', '?')}"))
     gpus = topo.get("gpus", [])
-    t = Table(title="GPUs", title_justify="left")
-    for col, just in (("GPU", "right"), ("name", "left"), ("memory", "right"), ("bus id", "left"),
-                      ("PCIe now", "left"), ("PCIe max", "left"), ("GPU max", "left"), ("at max", "left"),
-                      ("NUMA", "right"), ("CPU affinity", "left"), ("BAR1", "right"), ("NVLinks", "right"),
-                      ("NVLink ver", "left"), ("PCIe replays", "right"), ("NVLink errors", "right")):
-        t.add_column(col, justify=just)
+    heads = (("GPU", "right", None), ("name", "left", None), ("memory", "right", None), ("bus id", "left", 2),
+             ("PCIe now", "left", 1), ("PCIe max", "left", 3), ("GPU max", "left", 2), ("at max", "left", 3),
+             ("NUMA", "right", 3), ("CPU affinity", "left", 1), ("BAR1", "right", 0), ("NVLinks", "right", 3),
+             ("NVLink ver", "left", 1), ("PCIe replays", "right", 2), ("NVLink errors", "right", 2))
+    grows = []
     for g in gpus:
         at_max = g["pcie_at_max"]
-        t.add_row(cell(g["index"]), cell(g["name"]), cell(_bytes_text(g["memory_total_bytes"])), cell(g["pci_bus_id"]),
+        grows.append((cell(g["index"]), cell(g["name"]), cell(_bytes_text(g["memory_total_bytes"])), cell(g["pci_bus_id"]),
                   cell(_link_text(g["pcie_link_gen_current"], g["pcie_link_width_current"])),
                   cell(_link_text(g["pcie_link_gen_max"], g["pcie_link_width_max"])),
                   cell(NA if g["pcie_link_gen_gpu_max"] == NA else f"Gen{g['pcie_link_gen_gpu_max']}"),
                   cell("yes") if at_max is True else cell("no", "bold red") if at_max is False else cell(NA),
                   cell(g["numa_node"]), cell(g["cpu_affinity"]), cell(_bytes_text(g["bar1_total_bytes"])),
                   cell(g["nvlink_active_links"]), cell(g["nvlink_version"]), cell(g["pcie_replay_count"]),
-                  cell(g["nvlink_error_count"]))
-    console.print(t)
+                  cell(g["nvlink_error_count"])))
+    fit_table("GPUs", [Col(h, j, k) for h, j, k in heads], grows, console=console)
     console.print(Text("PCIe 'at max' compares the max link generation with the GPU's own max; the current "
                        "link drops at idle and is not judged."))
 
     matrix = topo.get("matrix", [])
-    m = Table(title="topology (nvidia-smi topo -m)", title_justify="left")
-    m.add_column("")
-    for i in range(len(matrix)):
-        m.add_column(f"GPU{i}", justify="center")
-    m.add_column("CPU Affinity")
-    m.add_column("NUMA Affinity", justify="right")
+    mcols = ([Col("", "left", None)] + [Col(f"GPU{i}", "center", None) for i in range(len(matrix))]
+             + [Col("CPU Affinity", "left", 1), Col("NUMA Affinity", "right", 0)])
+    mrows = []
     for i, row in enumerate(matrix):
         g = gpus[i] if i < len(gpus) else {}
-        m.add_row(f"GPU{i}", *(cell(c) for c in row), cell(g.get("cpu_affinity", NA)), cell(g.get("numa_node", NA)))
-    console.print(m)
+        mrows.append([f"GPU{i}", *(cell(c) for c in row), cell(g.get("cpu_affinity", NA)), cell(g.get("numa_node", NA))])
+    fit_table("topology (nvidia-smi topo -m)", mcols, mrows, console=console)
     console.print(Text(f"legend: {TOPO_LEGEND}"))
 
     p2p = topo.get("p2p", {})
     for op in ("read", "write"):
         if op not in p2p:
             continue
-        p = Table(title=f"P2P {op} (row -> column)", title_justify="left")
-        p.add_column("")
-        for i in range(len(p2p[op])):
-            p.add_column(f"GPU{i}", justify="center")
-        for i, row in enumerate(p2p[op]):
-            p.add_row(f"GPU{i}", *(cell(P2P_CODE.get(s, s)) for s in row))
-        console.print(p)
+        fit_table(f"P2P {op} (row -> column)",
+                  [Col("", "left", None)] + [Col(f"GPU{i}", "center", None) for i in range(len(p2p[op]))],
+                  [[f"GPU{i}", *(cell(P2P_CODE.get(s, s)) for s in row)] for i, row in enumerate(p2p[op])],
+                  console=console)
     console.print(Text(f"legend: {P2P_LEGEND}"))
     console.print(Text.assemble(("interconnect class", "bold"), f": {topo.get('interconnect_class', NA)}; "
                                 f"GPUs on {topo.get('numa_nodes', NA)} NUMA node(s)"))

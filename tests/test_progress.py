@@ -1,0 +1,89 @@
+"""Progress that tells the truth (issue 34): the start-up phase at once, an ETA from the cells'
+measured times, and lines on stderr when it is not a terminal."""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from commprof.views.console import Eta, clock, progress_bar
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_eta_from_measured_step_times():
+    e = Eta(8)
+    t0 = e.t0
+    assert e.text(t0 + 1) == "ETA after the first step"          # no default guess
+    e.update(2, t0 + 10)                                          # 5 s per step measured
+    assert e.text(t0 + 10) == "ETA 0:30"                          # 6 steps left x 5 s
+    assert e.text(t0 + 12) == "ETA 0:28"                          # the current step has run 2 s
+    e.update(7, t0 + 35)
+    # the last step outlives the estimate: it says so, never '-:--:--'
+    assert e.text(t0 + 50).startswith("ETA any moment (this step has run 0:15, 0:05 per step")
+    e.update(8, t0 + 52)
+    assert e.text(t0 + 52) == "done"
+
+
+def test_eta_within_2x_after_a_quarter_of_cells_that_grow():
+    # a sweep's 24 cells in its order (2 ops x TP 2,4,8 x 4 sizes): larger TP and sizes take longer;
+    # after a quarter of the cells the ETA is within 2x of the time actually left
+    times = [tp * size for _ in range(2) for tp in (1, 1.5, 2.5) for size in (1, 1.3, 1.8, 2.5)]
+    e = Eta(24)
+    t = e.t0
+    for i, d in enumerate(times[:6]):
+        t += d
+        e.update(i + 1, t)
+    left = sum(times[6:])
+    m = re.match(r"ETA (\d+):(\d+)", e.text(t))
+    est = int(m.group(1)) * 60 + int(m.group(2))
+    assert left / 2 <= est <= left * 2
+
+
+def test_clock():
+    assert clock(65) == "1:05" and clock(3725) == "1:02:05"
+
+
+def test_piped_progress_lines(capsys):
+    p = progress_bar(None, "sweep", starting="starting 2 rank(s)")
+    p.set_total(3)
+    for i in (1, 2, 3):
+        p.update(i)
+    p.close()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("sweep: starting 2 rank(s) (0:00 elapsed)")
+    assert [ln.split(",")[0] for ln in err if "/3" in ln] == ["sweep: 1/3 cells", "sweep: 2/3 cells", "sweep: 3/3 cells"]
+
+
+def test_piped_progress_every_tenth_of_many(capsys):
+    p = progress_bar(100, "trace")
+    for i in range(1, 101):
+        p.update(i)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "/100" in ln]
+    assert len(lines) == 10 and lines[-1].startswith("trace: 100/100 cells, done")
+
+
+def test_piped_gloo_sweep_reports_start_up_and_each_cell(tmp_path):
+    out = tmp_path / "sw"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    t0 = time.monotonic()
+    p = subprocess.Popen([sys.executable, "-m", "commprof", "sweep", "--backend", "gloo", "--tp", "2", "--ops",
+                          "all_reduce", "--sizes", "4K,16K,64K", "--iters", "3", "--warmup", "1", "--no-charts",
+                          "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    first = None
+    lines = []
+    for line in p.stderr:
+        lines.append(line.rstrip("\n"))
+        if first is None and line.startswith("sweep: starting"):
+            first = time.monotonic() - t0
+    p.wait(timeout=300)
+    assert p.returncode == 0, "\n".join(lines)
+    assert first is not None, lines
+    starting = next(i for i, ln in enumerate(lines) if ln.startswith("sweep: starting 2 rank(s)"))
+    cells = [ln for ln in lines if re.match(r"sweep: \d/3 cells", ln)]
+    assert cells and cells[-1].startswith("sweep: 3/3 cells, done"), lines
+    assert starting < lines.index(cells[0])
+    assert not any("-:--:--" in ln for ln in lines)
