@@ -235,10 +235,14 @@ def test_unsupported_or_unnamed_collective(tmp_path):
     p.write_text("# Collective test starting: sendrecv_perf\n" + line)
     with pytest.raises(UsageError, match="sendrecv_perf is not imported"):
         nccltests.import_nccl_tests([str(p)], str(tmp_path / "o1"))
-    p = tmp_path / "mystery.log"
+    p = tmp_path / "mystery.log"                               # the table tells it: sum, root -1, whole count
     p.write_text(line)
-    with pytest.raises(UsageError, match="cannot tell which collective"):
-        nccltests.import_nccl_tests([str(p)], str(tmp_path / "o2"))
+    _, df, meta = _import(tmp_path, str(p), name="o2")
+    assert set(df["op"]) == {"all_reduce"} and meta["runs"][0]["collective_from"].startswith("from the table")
+    p = tmp_path / "mystery2.log"                              # an unknown type: all_reduce or reduce_scatter
+    p.write_text(line.replace("float", "fp4x2").replace("52.43   52.43", " 0.40    0.40"))
+    with pytest.raises(UsageError, match="cannot tell which collective.*all_reduce or reduce_scatter"):
+        nccltests.import_nccl_tests([str(p)], str(tmp_path / "o2b"))
     p = tmp_path / "h100_allreduce.log"                        # a file name is enough of a hint
     p.write_text(line)
     _, df, meta = _import(tmp_path, str(p), name="o3")

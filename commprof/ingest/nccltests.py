@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from commprof import results
 from commprof.model.collectives import COLLECTIVES
 from commprof.model.errors import UsageError, shown, warn
-from commprof.model.fileio import read_user_bytes, shown_path
+from commprof.model.fileio import open_user_file, read_user_bytes, shown_path
+from commprof.ingest import ncclinfer
 
 # nccl-tests binary (without _perf / _mpi) -> commprof op
 NCCL_TESTS_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -161,19 +162,21 @@ def _wrong_count(v: float, field: str, tok) -> int:
 _STATS = ("min", "max", "p50", "p95", "p99", "avg")
 
 
-def _check_entry(entry: dict, size: int, names: dict) -> None:
+def _check_entry(entry: dict, size: int, names: dict, one_rank: bool = False) -> None:
     """The rules of one measurement (``names`` maps each key to the field named in errors).
 
     time, algbw, busbw and the per-iteration statistics: finite and >= 0, or nan (nccl-tests'
     "not measured"). A measurement that is kept (time > 0 and size > 0) has real bandwidths; a
     per-iteration statistic of nan or 0 counts as not reported (the average time stands in).
+    On one rank (``one_rank``: the rank lines name one rank) nothing crosses a link and
+    nccl-tests prints the in-place copy it skips as a huge algbw (e.g. 109655 GB/s): no bound there.
     """
     for key in ("time", "algbw", "busbw", *_STATS):
         v = entry.get(key)
         if v is not None and not math.isnan(v) and (math.isinf(v) or v < 0):
             raise _Bad(f"{names[key]} = {v:g}: {_FIGURE_RULE}")
         hi = MAX_BW_GBPS if key in ("algbw", "busbw") else MAX_TIME_US
-        if v is not None and v > hi:
+        if v is not None and v > hi and not (one_rank and key in ("algbw", "busbw")):
             unit = "GB/s" if key in ("algbw", "busbw") else "us"
             raise _Bad(f"{names[key]} = {v:g} {unit}: not a physical figure (at most {hi:g} {unit}: "
                        f"{_BOUND_WHY[unit]})")
@@ -257,9 +260,31 @@ def _parse_data_line(sec: Section, tokens: list[str]):
             if key in rec:
                 entry[name] = _num(rec[key])
         _check_entry(entry, size, {"time": f"{place} {tname}", "algbw": f"{place} algbw", "busbw": f"{place} busbw",
-                                   "min": f"{place} i_min", "max": f"{place} i_max", "p99": f"{place} i_p99"})
+                                   "min": f"{place} i_min", "max": f"{place} i_max", "p99": f"{place} i_p99"},
+                     one_rank=_one_rank(sec))
+        if tname == "time" and sec.agg_iters <= 1:
+            why = ncclinfer.check_algbw(size, t, rec["algbw"])
+            if why:
+                entry["algbw_mismatch"] = f"{place} {why}"
         row[place] = entry
     return row
+
+
+def _one_rank(sec: Section) -> bool:
+    """The run's rank lines name one rank, rank 0, of one process with one GPU."""
+    return (len(sec.ranks) == 1 and sec.ranks[0].get("rank") == 0
+            and (sec.nthreads or 1) * (sec.ngpus or 1) == 1)
+
+
+#: A text file is refused as not nccl-tests output when its first SNIFF_BYTES hold no nccl-tests
+#: header or data line (an NCCL_DEBUG=INFO run prints a few hundred lines before the table).
+SNIFF_BYTES = 4 << 20
+#: The most data rows one file may hold: nccl-tests prints one row per size (8 B to 16 GiB by
+#: factor 2 is 32 rows; -i 1K steps from 1 KiB to 64 MiB, 65,536). A file with more is refused at
+#: the row past it, before it is read whole.
+MAX_ROWS = 100_000
+#: The longest line read: a nccl-tests line is under 300 characters.
+MAX_LINE = 1 << 20
 
 
 def _new_section(sections: list, path: str, lineno: int) -> Section:
@@ -268,14 +293,23 @@ def _new_section(sections: list, path: str, lineno: int) -> Section:
     return sec
 
 
-def parse_text(path: str, text: str) -> list[Section]:
-    """Every run in one nccl-tests text log; UsageError naming the file and line on a bad data line."""
+def parse_text(path: str, text) -> list[Section]:
+    """Every run in one nccl-tests text log (its text, or an iterable of its lines, read as they
+    come); UsageError naming the file and line on a bad data line, on a file whose first
+    SNIFF_BYTES hold nothing of nccl-tests, and past MAX_ROWS data rows."""
     label = os.path.basename(path)
     sections: list[Section] = []
     sec: Section | None = None
     first_foreign = None
     hints = []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
+    seen_bytes, seen_ours, nrows = 0, False, 0
+    lines = text.splitlines() if isinstance(text, str) else text
+    for lineno, raw in enumerate(lines, start=1):
+        if not seen_ours:
+            seen_bytes += len(raw)
+            if seen_bytes > SNIFF_BYTES:
+                raise UsageError(f"'{label}' line {first_foreign or 1}: {EXPECTED} (nothing in its first "
+                                 f"{SNIFF_BYTES >> 20} MiB is a nccl-tests header or data line)")
         line = _PREFIX_RE.sub("", raw.rstrip("\r\n"), count=1).strip()
         if not line:
             continue
@@ -310,6 +344,7 @@ def parse_text(path: str, text: str) -> list[Section]:
                 sec = _new_section(sections, path, lineno)
             mr = _RANK_RE.match(body)
             if mr:
+                seen_ours = True
                 sec.ranks.append({"rank": _line_int(mr.group(1), label, lineno, "Rank"),
                                   "group": _line_int(mr.group(2) or "0", label, lineno, "Group"),
                                   "pid": _line_int(mr.group(3), label, lineno, "Pid"), "host": mr.group(4),
@@ -318,6 +353,7 @@ def parse_text(path: str, text: str) -> list[Section]:
                 continue
             hf = _header_fields(toks)
             if hf:
+                seen_ours = True
                 sec.fields, sec.has_root = hf
                 sec.cputime = "cputime" in toks
                 continue
@@ -352,6 +388,12 @@ def parse_text(path: str, text: str) -> list[Section]:
                 raise UsageError(f"'{label}' line {lineno}: {EXPECTED}") from None
             row["line"] = lineno
             sec.rows.append(row)
+            seen_ours = True
+            nrows += 1
+            if nrows > MAX_ROWS:
+                raise UsageError(f"'{label}' line {lineno}: more than {MAX_ROWS:,} data rows in one file; nccl-tests "
+                                 "prints one row per size (8 B to 16 GiB by factor 2 is 32 rows): not a log "
+                                 "commprof imports whole; split it or keep the sizes you need")
             continue
         name = _op_from_name(line)
         if name:
@@ -361,11 +403,50 @@ def parse_text(path: str, text: str) -> list[Section]:
     sections = [s for s in sections if s.rows]
     if not sections:
         raise UsageError(f"'{label}' line {first_foreign or 1}: {EXPECTED}")
-    hint = hints[0] if hints else _op_from_filename(path)
     for s in sections:
-        if not s.op_name:
-            s.op_name = hint
+        _resolve_collective(s, hints[0] if hints else "", _op_from_filename(path))
     return sections
+
+
+def _table_ranks(sec: Section) -> int | None:
+    """The rank count the rank lines give (the highest index + 1 where only some are printed)."""
+    if not sec.ranks or sec.fmt == "json":
+        return len(sec.ranks) * (sec.nthreads or 1) * (sec.ngpus or 1) if sec.ranks else None
+    return max(len({r["rank"] for r in sec.ranks}), max(r["rank"] for r in sec.ranks) + 1)
+
+
+def _resolve_collective(sec: Section, in_log: str, in_name: str) -> None:
+    """The run's collective: the banner ('# Collective test starting'), else a binary name in the
+    log, else the table itself (:func:`ncclinfer.infer_collective`), else the file name. The table
+    is read in every case: a banner or binary name it contradicts is refused. ``collective_from``
+    in the run's info says which."""
+    label = f"'{os.path.basename(sec.path)}' line {sec.start_line}"
+    has_redop = any(r.get("redop") for r in sec.rows)
+    has_root = bool(sec.has_root) or sec.fmt == "json" or any(r.get("root") is not None for r in sec.rows)
+    table, why = ncclinfer.infer_collective(sec.rows, has_redop, has_root, _table_ranks(sec))
+    named, source = (sec.op_name, "the banner '# Collective test starting'" if sec.fmt == "text"
+                     else "the command line (args[0])") if sec.op_name else \
+        (in_log, "a binary name in the log") if in_log else ("", "")
+    if named:
+        if table and table != named and named in NCCL_TESTS_OPS and "taken as" not in why:
+            raise UsageError(f"{label}: {source} says {named}_perf but the table is {table} ({why}); "
+                             "fix the file or give each run its own file")
+        sec.op_name = named
+        sec.extra["collective_from"] = source + (f"; the table agrees ({why.removeprefix('from the table: ')})"
+                                                 if table == named else "")
+    elif table and "taken as" in why and in_name and in_name != table and in_name in why:
+        sec.op_name = in_name                 # the table leaves two open; the file name picks one of them
+        sec.extra["collective_from"] = f"the file name, between the two the table allows ({why})"
+    elif table:
+        sec.op_name = table
+        sec.extra["collective_from"] = why
+        if in_name and in_name != table:
+            warn(f"{label}: the file name suggests {in_name} but the table is {table} ({why}); imported as {table}")
+    elif in_name:
+        sec.op_name = in_name
+        sec.extra["collective_from"] = f"the file name ({why})"
+    else:
+        sec.extra["collective_unknown"] = why
 
 
 # --- JSON (-J, nccl-tests 2.17+) -------------------------------------------------------------------
@@ -430,6 +511,7 @@ def parse_json(path: str, text: str) -> list[Section]:
         raise UsageError(f"'{label}': field {e}") from None
     if not sec.rows:
         raise UsageError(f"'{label}': nccl-tests -J output with no results")
+    _resolve_collective(sec, "", _op_from_filename(path))
     return [sec]
 
 
@@ -443,8 +525,6 @@ def _json_section(path: str, doc: dict) -> Section:
         raise _Bad(f"args = {shown(args)}: must be a list of strings (the command line)")
     sec = Section(path=path, start_line=1, fmt="json")
     sec.op_name = _op_from_name(args[0]) if args else ""
-    if not sec.op_name:
-        sec.op_name = _op_from_filename(path)
     version = doc.get("version")
     sec.extra["json_version"] = None if version is None else _jwhole(version, "version", 0, 1000)
     sec.version = _jstr(doc.get("nccl_tests_version"), "nccl_tests_version")
@@ -521,7 +601,11 @@ def _json_section(path: str, doc: dict) -> Section:
                 names[name] = f"{f}.{key}_per_iter.{k2}"
                 if pi and pi.get(k2) is not None:
                     entry[name] = _jnum(pi[k2], names[name])
-            _check_entry(entry, size, names)
+            _check_entry(entry, size, names, one_rank=_one_rank(sec))
+            if tkey == "time" and sec.agg_iters <= 1:
+                why = ncclinfer.check_algbw_float(size, entry["time"], entry["algbw"])
+                if why:
+                    entry["algbw_mismatch"] = f"{place} {why}"
             row[place] = entry
         if "out-of-place" in row or "in-place" in row:
             sec.rows.append(row)
@@ -597,9 +681,10 @@ def _section_ranks(sec: Section, op: str) -> tuple[int, str]:
 def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
     label = os.path.basename(sec.path)
     if not sec.op_name:
-        raise UsageError(f"'{label}' line {sec.start_line}: cannot tell which collective this is (no "
-                         "'# Collective test starting: ..._perf' line, no binary name in the log or the "
-                         "file name); rename the file to include e.g. all_reduce_perf")
+        raise UsageError(f"'{label}' line {sec.start_line}: cannot tell which collective this is: "
+                         f"{sec.extra.get('collective_unknown') or 'no table'}, and no "
+                         "'# Collective test starting: ..._perf' line or binary name in the log or the "
+                         "file name; rename the file to include e.g. all_reduce_perf")
     if sec.op_name not in NCCL_TESTS_OPS:
         raise UsageError(f"'{label}' line {sec.start_line}: nccl-tests {sec.op_name}_perf is not imported "
                          f"(commprof knows {', '.join(n + '_perf' for n in NCCL_TESTS_OPS)})")
@@ -638,7 +723,8 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
             known = [c for c in mine if c is not None]
             wrong = sum(known) if known else ""             # empty: not checked (unknown, never 0)
             status = "WRONG" if wrong else ("ok" if e["wrong"] is not None else "unchecked")
-            site = place + (f"; wrong: {e['wrong_note']}" if e.get("wrong_note") else "")
+            site = place + (f"; wrong: {e['wrong_note']}" if e.get("wrong_note") else "") + \
+                (f"; {e['algbw_mismatch']}" if e.get("algbw_mismatch") else "")
             out.append({
                 "op": op, "tp": tp, "group": 0, "ranks": f"0-{tp - 1}",
                 "mode": mode if place == "out-of-place" else f"{mode}-in-place",
@@ -676,6 +762,12 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
         **sec.extra,
     }
     info["wrong_rows"] = wrong_rows
+    where_of = (lambda r: f"line {r['line']}") if sec.fmt == "text" else (lambda r: f"results[{r['line']}]")
+    info["algbw_mismatch_rows"] = [f"'{label}' {where_of(r)}: {r[p]['algbw_mismatch']}" for r in sec.rows
+                                   for p in ("out-of-place", "in-place") if r.get(p, {}).get("algbw_mismatch")]
+    if tp == 1:
+        info["one_rank"] = ("one rank: nothing crosses a link (busbw 0; the in-place algbw is a copy nccl-tests "
+                            "skips); nothing to compare")
     info["unchecked_rows"] = sum(1 for row in out if row["status"] == "unchecked")
     oob = sec.out_of_bounds.split()
     if oob and oob[0].isdigit() and int(oob[0]) > 0:
@@ -722,16 +814,74 @@ def _decode(label: str, data: bytes) -> str:
         return data.decode("utf-8", errors="replace")
 
 
+def _stream_lines(f, label: str):
+    """A text log's lines as they are read, decoded as :func:`_decode` decodes a whole file; a
+    line over MAX_LINE characters is refused (nccl-tests' lines are short)."""
+    import codecs
+
+    head = f.read(3)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        dec = codecs.getincrementaldecoder("utf-16")()
+        f.seek(0)
+        rest = ""
+        while True:
+            chunk = f.read(1 << 16)
+            try:
+                rest += dec.decode(chunk, final=not chunk)
+            except UnicodeDecodeError:
+                raise UsageError(f"'{label}': starts as UTF-16 text but is not UTF-16 throughout; pass "
+                                 "nccl-tests' output as it was written") from None
+            *done, rest = rest.split("\n")
+            yield from done
+            if len(rest) > MAX_LINE:
+                raise UsageError(f"'{label}': a line longer than {MAX_LINE:,} characters: {EXPECTED}")
+            if not chunk:
+                if rest:
+                    yield rest
+                return
+    if head != b"\xef\xbb\xbf":
+        f.seek(0)
+    offset, warned = 0, False
+    while True:
+        raw = f.readline(MAX_LINE + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
+            raise UsageError(f"'{label}': a line longer than {MAX_LINE:,} bytes at byte {offset}: {EXPECTED}")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            bad = f"byte {offset + e.start} (0x{raw[e.start]:02x})"
+            if b"\x00" in raw:
+                raise UsageError(f"'{label}': not a text file ({bad} is not UTF-8 and it holds NUL bytes); pass "
+                                 "nccl-tests' text output or its -J JSON file") from None
+            if not warned:
+                warn(f"'{label}': {bad} and any others that are not UTF-8 are read as U+FFFD")
+                warned = True
+            line = raw.decode("utf-8", errors="replace")
+        offset += len(raw)
+        yield line.rstrip("\n")
+
+
 def read_nccl_tests(path: str) -> list[Section]:
-    """Parse one nccl-tests output file (text or ``-J`` JSON) into its runs."""
+    """Parse one nccl-tests output file (text or ``-J`` JSON) into its runs. A text log is read
+    line by line (bounded memory: its rows, at most MAX_ROWS of them); a JSON file whole."""
     label = os.path.basename(path)
-    data = read_user_bytes(path, f"'{path}'", " is a directory; pass the nccl-tests output files")
-    text = _decode(label, data)
-    if not text.strip():
-        raise UsageError(f"'{label}' line 1: {EXPECTED} (the file is empty)")
-    if text.lstrip().startswith("{"):
-        return parse_json(path, text)
-    return parse_text(path, text)
+    where = f"'{path}'"
+    hint = " is a directory; pass the nccl-tests output files"
+    with open_user_file(path, where, hint) as f:
+        head = f.read(1 << 16)
+        if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+            first = head[:4096].decode("utf-16", errors="ignore").lstrip("\ufeff \t\r\n")[:1]
+        else:
+            first = head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1].decode("latin-1")
+        if first == "{":
+            data = read_user_bytes(path, where, hint)
+            return parse_json(path, _decode(label, data))
+        f.seek(0)
+        if not head.removeprefix(b"\xef\xbb\xbf").strip():
+            raise UsageError(f"'{label}' line 1: {EXPECTED} (the file is empty)")
+        return parse_text(path, _stream_lines(f, label))
 
 
 def _box_of(sec: Section) -> tuple[tuple, tuple]:
@@ -816,6 +966,12 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
     versions = sorted({i["nccl_tests_version"] for i in infos if i["nccl_tests_version"]})
     nccl = sorted({i["nccl_version"] for i in infos if i["nccl_version"]})
     wrong = [w for i in infos for w in i["wrong_rows"]]
+    mismatch = [w for i in infos for w in i["algbw_mismatch_rows"]]
+    if mismatch:
+        warn(f"{len(mismatch)} measurement(s) whose algbw is not size / time ({mismatch[0]}"
+             f"{'; ...' if len(mismatch) > 1 else ''}): kept, listed in meta.json algbw_mismatch_rows")
+    if any(i.get("one_rank") for i in infos):
+        warn("one rank in this log: nothing crosses a link, nothing to compare; imported as TP=1")
     meta = results.provenance(
         "import", "imported", "nccl-tests output imported as a sweep (commprof import nccl-tests)",
         status="complete", command=list(command) if command is not None else list(sys.argv),
@@ -831,6 +987,8 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
         "latency_stat": "avg (nccl-tests)" if all(r["latency_stat"] == "avg (nccl-tests)" for r in rows)
         else "mixed: see the latency_stat column",
         "wrong_rows": wrong,
+        "algbw_mismatch_rows": mismatch,
+        "collective_from": sorted({f"{i['nccl_tests_binary']}: {i.get('collective_from', '')}" for i in infos}),
         "unchecked_rows": sum(i["unchecked_rows"] for i in infos),
         "columns": {
             "latency_us_*": "nccl-tests reports one time per size: the average over its timed iterations "
