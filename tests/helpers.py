@@ -8,6 +8,21 @@ import sys
 from dataclasses import dataclass
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Real files taken out of fetched repository snapshots are never committed: they lie beside the
+#: checkout (CI puts ``shared/`` there); COMMPROF_SHARED_DATA points elsewhere (an empty dir: all skip).
+SHARED_DATA = os.environ.get("COMMPROF_SHARED_DATA") or os.path.join(os.path.dirname(REPO), "shared", "data")
+
+
+def shared_data(kind: str, name: str = "") -> str:
+    """The path of ``shared/data/<kind>/<name>`` beside the checkout; the test skips, naming the
+    file, where it is absent (it came out of a repository snapshot and is never committed)."""
+    import pytest
+
+    path = os.path.join(SHARED_DATA, kind, name) if name else os.path.join(SHARED_DATA, kind)
+    if not os.path.exists(path):
+        pytest.skip(f"needs shared/data/{kind}/{name} beside the checkout (a real file out of a repository "
+                    "snapshot, never committed)")
+    return path
 #: the toy dense model every CPU trace and sweep test runs: 8 layers, hidden 1024, 16/4 heads, vocab 8192
 TOY_MODEL = os.path.join(REPO, "tests", "data", "toy-dense-config.json")
 

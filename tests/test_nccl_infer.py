@@ -10,12 +10,11 @@ import sys
 import time
 
 import pytest
-from helpers import REPO
+from helpers import REPO, shared_data
 
 from commprof.ingest.nccltests import MAX_ROWS, SNIFF_BYTES, import_nccl_tests, parse_text, read_nccl_tests
 from commprof.model.errors import UsageError
 
-SHARED = os.path.join(REPO, "..", "shared", "data", "nccl-tests")
 FIXTURES = os.path.join(REPO, "tests", "data", "nccl-tests")
 
 # file -> (nccl-tests collective, ranks), as the shared SOURCE.md says of each box
@@ -38,10 +37,7 @@ SHARED_LOGS = {
 
 
 def _shared(name):
-    p = os.path.join(SHARED, name)
-    if not os.path.exists(p):
-        pytest.skip(f"{name} not in ../shared/data/nccl-tests (taken from a repository snapshot, never committed)")
-    return p
+    return shared_data("nccl-tests", name)
 
 
 def _run_info(d):
