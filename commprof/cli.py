@@ -213,19 +213,21 @@ def gap(
 
 @app.command(name="import")
 def import_(
-    kind: str = typer.Argument(..., help="What to import: nccl-tests (logs of one box), nvidia-smi-topo (the text of 'nvidia-smi topo -m', and of 'nvidia-smi topo -p2p r' when given, as topo.json), or kineto (PyTorch profiler traces of a serving engine, one per rank, as a trace results dir)."),
+    kind: str = typer.Argument(..., help="What to import: nccl-tests (logs of one box), nccl-debug (NCCL_DEBUG=INFO logs: NCCL's own account of the transports, network and overrides, with check items), nvidia-smi-topo (the text of 'nvidia-smi topo -m', and of 'nvidia-smi topo -p2p r' when given, as topo.json), or kineto (PyTorch profiler traces of a serving engine, one per rank, as a trace results dir)."),
     paths: list[str] = typer.Argument(..., help="Files: nccl-tests text output or -J JSON; nvidia-smi topo text; or Kineto .json/.json.gz traces."),
     out: Optional[str] = typer.Option(None, "--out", help="Results dir to write."),
     step_marker: Optional[str] = typer.Option(None, "--step-marker", help="kineto: a regex of the annotation that marks one step (default ProfilerStep#N, or vLLM's 'gpu_model_runner: forward')."),
     model: Optional[str] = typer.Option(None, "--model", help="kineto: the served model (built-in name or config.json), to compare collectives per step with the plan's 2L+2 and name each collective's site."),
     tp: Optional[int] = typer.Option(None, "--tp", help="kineto: the TP degree of the traced group (default: the number of rank traces given)."),
     label: Optional[str] = typer.Option(None, "--label", help="nccl-tests, kineto: the box's short name in gap, check and report (default: the dir's name)."),
+    expect_gpus: Optional[int] = typer.Option(None, "--expect-gpus", help="nccl-debug: the GPUs the box was sold with (FAIL when the log's largest communicator has fewer ranks)."),
+    expect_nodes: Optional[int] = typer.Option(None, "--expect-nodes", help="nccl-debug: the nodes the box was sold with (FAIL when the log shows fewer)."),
 ):
     """Import another tool's output into the results format (e.g. a vendor's nccl-tests logs)."""
     from commprof.verbs.import_ import ImportConfig, run
 
     _exit_with(run, ImportConfig(kind=kind, paths=list(paths), out=out, step_marker=step_marker, model=model,
-                                 tp=tp, label=label))
+                                 tp=tp, label=label, expect_gpus=expect_gpus, expect_nodes=expect_nodes))
 
 
 @app.command()

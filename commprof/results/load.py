@@ -30,6 +30,9 @@ TABLES = {
     "gap_predict.csv": ("gap_predict", ("tp", "batch", "box", "ms_per_token", "comm_ms")),
     "serve_levels.csv": ("serve_levels", ("level", "mode", "concurrency", "ttft_ms_p99", "tpot_ms_p99")),
     "serve_requests.csv": ("serve_requests", ("level", "status", "ttft_ms", "tpot_ms")),
+    "nccl_comms.csv": ("nccl_comms", ("comm", "nranks", "summary")),
+    "nccl_pairs.csv": ("nccl_pairs", ("comm", "src_rank", "dst_rank", "transport")),
+    "nccl_verdict.csv": ("nccl_verdict", ("id", "verdict", "what_now")),
 }
 #: JSON documents a dir can hold beside its tables: file name -> key in Results.docs.
 DOCS = {"topo.json": "topo", "hostbw.json": "hostbw", "plan.json": "plan", "check.json": "check"}
@@ -41,7 +44,8 @@ _VERB_BY_FILE = (("sweep.csv", None), ("trace_summary.csv", "trace"), ("moe_step
                  ("serve_levels.csv", "serve"))
 _TEXT_COLUMNS = {"op", "mode", "clock", "backend", "impl", "dtype", "ranks", "site", "status", "hosts",
                  "fallback", "comm", "kind", "skew", "placement", "probe", "p2p", "hot_ranks", "hot_experts",
-                 "verified", "name", "site_kind"}
+                 "verified", "name", "site_kind", "summary", "transport", "transport_class", "direction", "transports",
+                 "local_ranks", "role", "id", "item", "verdict", "evidence", "what_now"}
 
 
 @dataclass

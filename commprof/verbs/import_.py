@@ -31,6 +31,8 @@ class ImportConfig:
     model: str | None = None
     tp: int | None = None
     label: str | None = None        # --label: the box's short name in gap, check and report
+    expect_gpus: int | None = None  # nccl-debug: what the box was sold with
+    expect_nodes: int | None = None
 
 
 def run(cfg: ImportConfig) -> int:
@@ -44,7 +46,15 @@ def run(cfg: ImportConfig) -> int:
         raise UsageError("--label '': give the box a name (e.g. --label 'A100 DGX')")
     if cfg.label is not None and cfg.kind not in ("nccl-tests", "kineto"):
         raise UsageError(f"import {cfg.kind}: --label is for 'import nccl-tests' and 'import kineto'")
+    given = [f for f, v in (("--expect-gpus", cfg.expect_gpus), ("--expect-nodes", cfg.expect_nodes)) if v is not None]
+    if given and cfg.kind != "nccl-debug":
+        raise UsageError(f"import {cfg.kind}: {', '.join(given)} is for 'import nccl-debug' only; drop it")
+    for f, v in (("--expect-gpus", cfg.expect_gpus), ("--expect-nodes", cfg.expect_nodes)):
+        if v is not None and v < 1:
+            raise UsageError(f"{f} {v}: give a count of 1 or more")
     out = cfg.out or default_import_dir(cfg.kind)
+    if cfg.kind == "nccl-debug":
+        return _import_nccl_debug(list(cfg.paths), out, cfg.expect_gpus, cfg.expect_nodes)
     rc = _dispatch(cfg.kind, list(cfg.paths), out, in_place=cfg.in_place, step_marker=cfg.step_marker,
                    model=cfg.model, tp=cfg.tp)
     if cfg.label and rc == 0:
@@ -74,7 +84,7 @@ def _dispatch(kind: str, paths, out: str, in_place: bool = False, step_marker: s
     if step_marker is not None or model is not None or tp is not None:
         raise UsageError(f"import {kind}: --step-marker, --model and --tp are for 'import kineto' only")
     if kind != "nccl-tests":
-        raise UsageError(f"import: unknown kind '{kind}' (known: nccl-tests, nvidia-smi-topo, kineto)")
+        raise UsageError(f"import: unknown kind '{kind}' (known: nccl-tests, nccl-debug, nvidia-smi-topo, kineto)")
     out_dir = out or default_import_dir(kind)
     import_nccl_tests(list(paths), out_dir, in_place=in_place)
     rows = results.read_rows(out_dir)
@@ -90,3 +100,24 @@ def _dispatch(kind: str, paths, out: str, in_place: bool = False, step_marker: s
         print(f"commprof: error: {bad}", file=sys.stderr)
         return EXIT_WRONG_RESULTS
     return 0
+
+
+def _import_nccl_debug(paths, out: str, expect_gpus, expect_nodes) -> int:
+    """``import nccl-debug``: the account, its lines, and the exit code (9: no NCCL line at all;
+    8: an item FAILed; 0 otherwise)."""
+    from commprof.ingest.nccldebug import import_nccl_debug
+    from commprof.model.errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE
+    from commprof.results.nccldebug import NCCL_COMMS_CSV, NCCL_VERDICT_CSV
+    from commprof.views.nccldebug import account_lines
+
+    meta = import_nccl_debug(paths, out, expect_gpus=expect_gpus, expect_nodes=expect_nodes)
+    _, comms = results.read_table_rows(os.path.join(out, NCCL_COMMS_CSV))
+    _, items = results.read_table_rows(os.path.join(out, NCCL_VERDICT_CSV))
+    for line in account_lines(meta, comms, items):
+        print(line)
+    print(f"imported {len(paths)} NCCL_DEBUG log(s) into {out}")
+    if not meta["nccl_debug"]["nccl_lines"]:
+        print(f"commprof: error: no NCCL INFO line in {', '.join(paths)}: run the engine with NCCL_DEBUG=INFO "
+              "(docs/nccl-debug.md)", file=sys.stderr)
+        return EXIT_INSUFFICIENT_EVIDENCE
+    return EXIT_CHECK_FAILED if any(it["verdict"] == "FAIL" for it in items) else 0

@@ -47,6 +47,13 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
         if charts and "moe_ranks" in t:
             for p in moe_charts(t["moe_steps"], t["moe_ranks"], meta, res.path):
                 note(f"chart: {p}")
+    if "nccl_comms" in t:
+        from commprof.views.nccldebug import account_lines
+
+        shown = True
+        items = t["nccl_verdict"].astype(object).where(t["nccl_verdict"].notna(), "").to_dict("records") if "nccl_verdict" in t else []
+        for line in account_lines(meta, t["nccl_comms"].astype(object).where(t["nccl_comms"].notna(), "").to_dict("records"), items):
+            echo(line)
     if "p2p" in t:
         from commprof.views.p2p import render_p2p
 

@@ -1,0 +1,442 @@
+"""NCCL's own account of a box, from its ``NCCL_DEBUG=INFO`` lines (``commprof import nccl-debug``).
+
+NCCL prints, for every communicator it builds, what it found and chose. The formats read here are
+those NCCL itself prints (NVIDIA/nccl ``src/init.cc``, ``src/transport/{p2p,shm,net}.cc``,
+``src/graph/*.cc``, ``src/misc/param.cc``), as they appear in NCCL 2.1x-2.2x logs:
+
+- the line prefix ``host:pid:tid [cudaDev] NCCL INFO ...`` (anything before it, a Ray
+  ``(RayWorkerWrapper pid=..)``, a torchrun ``[rank3]:`` or an srun ``0:``, is skipped; ANSI colour
+  codes and Ray's ``[repeated Nx across cluster]`` suffix are removed, the latter counted);
+- ``NCCL version 2.27.5+cuda12.9``; ``NCCL_P2P_DISABLE set by environment to 1``;
+  ``Using network IB|Socket|Libfabric``;
+- ``ncclCommInitRank comm 0x.. rank R nranks N cudaDev D nvmlDev M busId B commId 0x.. - Init START``;
+- ``comm 0x.. rank R nRanks N nNodes K localRanks L localRank l MNNVL m``;
+- ``Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read`` (``[send]``/``[receive]`` on network channels);
+- ``2 coll channels, 2 collnet channels, 0 nvls channels, 2 p2p channels, ...``;
+- ``NVLS multicast support is (not) available on dev N``; graph lines ``Pattern 4, ..., type NVL/PIX``.
+
+The engine's own lines beside them: vLLM's ``vLLM is using nccl==X``, ``Custom allreduce is
+disabled because ...``, ``Using ['CUSTOM', 'PYNCCL'] all-reduce backends``, and its TP/PP sizes.
+
+The file is read as a stream (bounded memory whatever its size); a file with no NCCL line is not
+an error of the reader but an answer: the account says so (``nccl_lines`` 0), and the import exits
+non-zero with that one line.
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from commprof.model.errors import UsageError
+
+#: the longest line kept (NCCL's lines are short; an engine's config dump may be long)
+MAX_LINE = 1 << 16
+#: a file whose first bytes hold this many NULs, or undecodable bytes, is not a text log
+SNIFF = 64 << 10
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_REPEATED = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
+_NCCL = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<lvl>INFO|WARN|ERROR) (?P<msg>.*)")
+_VERSION = re.compile(r"^NCCL version (?P<v>[\w.]+)(?:\+cuda(?P<cuda>[\d.]+))?")
+_ENV = re.compile(r"^(?P<name>NCCL_\w+) set by environment to (?P<value>.*?)\.?$")
+_NETWORK = re.compile(r"^Using network (?P<net>\S+)")
+_INIT = re.compile(r"^ncclCommInitRank\w* comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nranks (?P<n>\d+) cudaDev "
+                   r"(?P<cuda>\d+)(?: nvmlDev (?P<nvml>\d+))? busId (?P<bus>[0-9a-fA-F]+)(?: commId (?P<id>0x[0-9a-f]+))?"
+                   r"(?: - Init (?P<state>START|COMPLETE))?")
+_COMM = re.compile(r"^comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nRanks (?P<n>\d+) nNodes (?P<nodes>\d+) localRanks "
+                   r"(?P<local>\d+) localRank (?P<lr>\d+)(?: MNNVL (?P<mnnvl>\d+))?")
+_CHANNEL = re.compile(r"^Channel (?P<ch>\d+)(?:/(?P<sub>\d+))? : (?P<src>\d+)\[(?P<sdev>[\w]+)\] -> (?P<dst>\d+)\[(?P<ddev>[\w]+)\]"
+                      r"(?: \[(?P<dir>send|receive)\])? via (?P<via>\S+)")
+_CHANNELS = re.compile(r"(\d+) (coll|collnet|nvls|p2p) channels(?!\s+per)")
+_NVLS = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<dev>\d+)")
+_PATTERN = re.compile(r"Pattern \d+, crossNic \d+, nChannels \d+, bw [\d.]+/[\d.]+, type (?P<intra>[A-Z]+)/(?P<inter>[A-Z]+)")
+_VLLM_NCCL = re.compile(r"vLLM is using nccl==(?P<v>[\w.]+)")
+_CUSTOM_OFF = re.compile(r"Custom allreduce is disabled because (?P<why>.+?)(?:\. To silence| To silence|$)")
+_AR_BACKENDS = re.compile(r"Using \[(?P<list>[^\]]*)\] all-reduce backends")
+_TP = re.compile(r"\b(?:tensor_parallel_size|tp_size)[=:]\s*(?P<n>\d+)")
+_PP = re.compile(r"\b(?:pipeline_parallel_size|pp_size)[=:]\s*(?P<n>\d+)")
+_ENGINE = re.compile(r"(?P<name>vLLM|SGLang|sglang)[^\n]{0,40}?\bv?(?P<v>\d+\.\d+\.\d+(?:\.post\d+)?)\b")
+_V1_ENGINE = re.compile(r"LLM engine \(v(?P<v>\d+\.\d+\.\d+[\w.]*)\)")
+_DISABLE_CUSTOM_FLAG = re.compile(r"disable[_-]custom[_-]all[_-]reduce['\"]?\s*[:=]\s*True", re.I)
+
+
+def transport_class(via: str) -> str:
+    """The transport family of a ``via`` token: P2P, SHM, NET/IB, NET/Socket, NET/<plugin>,
+    CollNet, NVLS, or the token itself."""
+    parts = via.split("/")
+    head = parts[0]
+    if head == "NET" and len(parts) > 1:
+        return f"NET/{parts[1]}"
+    if head in ("P2P", "SHM"):
+        return head
+    if head.upper().startswith("COLLNET"):
+        return "CollNet"
+    if head.upper().startswith("NVLS"):
+        return "NVLS"
+    return via
+
+
+_KNOWN_HEADS = ("P2P", "SHM", "NET", "COLLNET", "NVLS")
+
+
+def transport_label(via: str) -> str:
+    """A ``via`` token without its channel-specific parts: NET/IB/3/GDRDMA -> NET/IB/GDRDMA (the
+    NIC index dropped), P2P/IPC/read -> P2P/IPC, SHM/direct/direct -> SHM."""
+    parts = via.split("/")
+    if parts[0] == "NET" and len(parts) > 1:
+        return f"NET/{parts[1]}" + ("/GDRDMA" if "GDRDMA" in parts else "")
+    if parts[0] == "P2P":
+        return "/".join(parts[:2])
+    if parts[0] == "SHM":
+        return "SHM"
+    return via
+
+
+UNATTRIBUTED = "(unattributed)"
+
+
+def _fits(comm, top: int, via: str) -> bool:
+    """Whether a channel line can belong to ``comm``: its ranks exist there, a comm on one node
+    has no network channel, and one with a node per rank has no P2P or SHM channel."""
+    if comm.nranks and top >= comm.nranks:
+        return False
+    if comm.nnodes == 1 and via.startswith("NET"):
+        return False
+    if comm.nnodes and comm.nranks and comm.nnodes == comm.nranks and via.startswith(("P2P", "SHM")):
+        return False
+    return True
+
+
+@dataclass
+class Comm:
+    """One communicator, as the ranks that printed it saw it."""
+    key: str                              # commId where printed, else the first rank's comm pointer
+    nranks: int | None = None
+    nnodes: int | None = None
+    local_ranks: set = field(default_factory=set)
+    mnnvl: int | None = None
+    ranks: set = field(default_factory=set)
+    hosts: set = field(default_factory=set)
+    channels: dict = field(default_factory=dict)        # (channel, src, dst, dir) -> via
+    counts: dict = field(default_factory=dict)          # coll/collnet/nvls/p2p -> channels
+    complete: int = 0
+
+
+@dataclass
+class Account:
+    """What one or more NCCL_DEBUG logs say of the box and of the engine."""
+    files: list = field(default_factory=list)
+    lines: int = 0
+    nccl_lines: int = 0
+    warn_lines: list = field(default_factory=list)
+    truncated_lines: int = 0              # channel lines cut before their transport
+    repeated_lines: int = 0               # Ray folded this many more lines into "[repeated Nx]" suffixes
+    versions: Counter = field(default_factory=Counter)
+    cuda_versions: Counter = field(default_factory=Counter)
+    env: dict = field(default_factory=dict)             # NCCL_* -> values seen
+    networks: dict = field(default_factory=dict)        # network -> hosts
+    nvls_available: set = field(default_factory=set)    # (host, dev)
+    nvls_unavailable: set = field(default_factory=set)
+    graph_types: Counter = field(default_factory=Counter)   # intra-node path type of the graphs (NVL, PIX, ...)
+    comms: dict = field(default_factory=dict)
+    hosts: set = field(default_factory=set)
+    engine: dict = field(default_factory=dict)
+
+
+def _lines(path: str):
+    """A log's lines as text, read as they come (bounded memory); UsageError on a binary file."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise UsageError(f"'{path}': no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"'{path}': a directory; give the log files") from None
+    except OSError as e:
+        raise UsageError(f"'{path}': cannot read ({e.strerror})") from None
+    with f:
+        if not os.path.isfile(path):
+            raise UsageError(f"'{path}': not a regular file")
+        head = f.read(SNIFF)
+        if b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise UsageError(f"'{path}': a binary file, not an NCCL_DEBUG log (text)")
+        f.seek(0)
+        for raw in f:
+            if len(raw) > MAX_LINE:
+                raw = raw[:MAX_LINE]
+            yield raw.decode("utf-8", errors="replace")
+
+
+def _thread_key(m) -> tuple:
+    return m.group("host"), m.group("pid"), m.group("tid")
+
+
+def read_logs(paths: list[str]) -> Account:
+    """The account of every NCCL_DEBUG line in ``paths`` (several ranks' logs, interleaved or not)."""
+    acc = Account()
+    by_pointer: dict = {}          # (host, pid, comm pointer) -> Comm
+    current: dict = {}             # (host, pid, tid) -> Comm: the comm a thread is building
+    current[("last",)] = {}        # (host, pid) -> the comm that process touched last
+    for path in paths:
+        acc.files.append(path)
+        for raw in _lines(path):
+            acc.lines += 1
+            line = _ANSI.sub("", raw.rstrip("\r\n"))
+            rep = _REPEATED.search(line)
+            if rep:
+                acc.repeated_lines += int(rep.group(1))
+                line = line[:rep.start()]
+            _engine_line(acc, line)
+            m = _NCCL.search(line)
+            if not m:
+                continue
+            acc.nccl_lines += 1
+            host, msg = m.group("host"), m.group("msg").strip()
+            acc.hosts.add(host)
+            if m.group("lvl") != "INFO":
+                if len(acc.warn_lines) < 20:
+                    acc.warn_lines.append(f"{host} [{m.group('dev')}] NCCL {m.group('lvl')} {msg}"[:300])
+                continue
+            _nccl_line(acc, m, host, msg, by_pointer, current)
+    return acc
+
+
+def _engine_line(acc: Account, line: str) -> None:
+    e = acc.engine
+    v = _VLLM_NCCL.search(line)
+    if v:
+        e.setdefault("engine", "vLLM")
+        e["engine_nccl_version"] = v.group("v")
+    c = _CUSTOM_OFF.search(line)
+    if c:
+        e["custom_all_reduce"] = "off"
+        e["custom_all_reduce_why"] = c.group("why").strip().rstrip(".")
+    b = _AR_BACKENDS.search(line)
+    if b:
+        names = [x.strip().strip("'\"") for x in b.group("list").split(",") if x.strip()]
+        e["all_reduce_backends"] = names
+        if "custom_all_reduce_why" not in e:
+            e["custom_all_reduce"] = "on" if "CUSTOM" in names else "off"
+            if "CUSTOM" not in names:
+                e["custom_all_reduce_why"] = "not among the engine's all-reduce backends"
+    if _DISABLE_CUSTOM_FLAG.search(line) and "To silence" not in line:
+        e["custom_all_reduce"] = "off"
+        e["custom_all_reduce_why"] = "disabled by the user (disable_custom_all_reduce=True)"
+    for rx, key in ((_TP, "tp_size"), (_PP, "pp_size")):
+        t = rx.search(line)
+        if t and key not in e:
+            e[key] = int(t.group("n"))
+    v1 = _V1_ENGINE.search(line)
+    if v1 and "engine_version" not in e:
+        e["engine"], e["engine_version"] = "vLLM", v1.group("v")
+    g = _ENGINE.search(line)
+    if g and "engine_version" not in e and ("engine" in line.lower() or "version" in line.lower()):
+        e["engine"] = "SGLang" if g.group("name").lower() == "sglang" else "vLLM"
+        e["engine_version"] = g.group("v")
+
+
+def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: dict) -> None:
+    pid, thread = m.group("pid"), _thread_key(m)
+    if (v := _VERSION.match(msg)):
+        acc.versions[v.group("v")] += 1
+        if v.group("cuda"):
+            acc.cuda_versions[v.group("cuda")] += 1
+        return
+    if (en := _ENV.match(msg)):
+        acc.env.setdefault(en.group("name"), set()).add(en.group("value").strip())
+        return
+    if (nw := _NETWORK.match(msg)):
+        acc.networks.setdefault(nw.group("net"), set()).add(host)
+        return
+    if (i := _INIT.match(msg)):
+        ptr = (host, pid, i.group("comm"))
+        comm = by_pointer.get(ptr)
+        key = i.group("id") or f"{host}:{pid}:{i.group('comm')}"
+        if comm is None:
+            comm = acc.comms.get(key) or Comm(key=key)
+            acc.comms[key] = comm
+            by_pointer[ptr] = comm
+        comm.nranks = int(i.group("n"))
+        comm.ranks.add(int(i.group("rank")))
+        comm.hosts.add(host)
+        if i.group("state") == "COMPLETE":
+            comm.complete += 1
+        current[thread] = comm
+        current[("last",)][(host, pid)] = comm
+        return
+    if (c := _COMM.match(msg)):
+        ptr = (host, pid, c.group("comm"))
+        comm = by_pointer.get(ptr)
+        if comm is None:                   # a fragment without its Init line
+            key = f"{host}:{pid}:{c.group('comm')}"
+            comm = acc.comms.setdefault(key, Comm(key=key))
+            by_pointer[ptr] = comm
+        comm.nranks = int(c.group("n"))
+        comm.nnodes = int(c.group("nodes"))
+        comm.local_ranks.add(int(c.group("local")))
+        comm.ranks.add(int(c.group("rank")))
+        comm.hosts.add(host)
+        if c.group("mnnvl") is not None:
+            comm.mnnvl = int(c.group("mnnvl"))
+        current[thread] = comm
+        current[("last",)][(host, pid)] = comm
+        return
+    if (ch := _CHANNEL.match(msg)):
+        via = ch.group("via")
+        if not via.upper().startswith(_KNOWN_HEADS) or via in ("P2P", "SHM", "NET"):
+            acc.truncated_lines += 1       # a line cut short (a paste, a full buffer): no transport
+            return
+        top = max(int(ch.group("src")), int(ch.group("dst")))
+        comm = next((c for c in (current.get(thread), current[("last",)].get((host, pid)))
+                     if c is not None and _fits(c, top, via)), None)
+        if comm is None:                   # its comm's lines were not printed (a fragment, Ray's folding)
+            comm = acc.comms.setdefault(UNATTRIBUTED, Comm(key=UNATTRIBUTED))
+        comm.channels[(int(ch.group("ch")), int(ch.group("src")), int(ch.group("dst")), ch.group("dir") or "")] = via
+        comm.hosts.add(host)
+        return
+    if "channels" in msg and (counts := _CHANNELS.findall(msg)):
+        comm = current.get(thread) or current[("last",)].get((host, pid))
+        if comm is not None:
+            for n, kind in counts:
+                comm.counts[kind] = max(comm.counts.get(kind, 0), int(n))
+        return
+    if (nv := _NVLS.match(msg)):
+        (acc.nvls_unavailable if nv.group("not") else acc.nvls_available).add((host, nv.group("dev")))
+        return
+    if (p := _PATTERN.search(msg)):
+        acc.graph_types[p.group("intra")] += 1
+
+
+# --- the account as tables -------------------------------------------------------------------------
+
+PAIR_COLUMNS = ["comm", "src_rank", "dst_rank", "channels", "transport", "transport_class", "direction"]
+COMM_COLUMNS = ["comm", "nranks", "nnodes", "local_ranks", "mnnvl", "ranks_seen", "hosts", "pairs",
+                "transports", "coll_channels", "nvls_channels", "collnet_channels", "p2p_channels",
+                "init_complete", "role", "summary"]
+
+
+def pair_rows(acc: Account) -> list[dict]:
+    """One row per communicator, rank pair and direction: the transport its channels use."""
+    out = []
+    for comm in acc.comms.values():
+        by_pair = defaultdict(list)
+        for (ch, src, dst, direction), via in comm.channels.items():
+            by_pair[(src, dst, direction)].append(via)
+        for (src, dst, direction), vias in sorted(by_pair.items()):
+            for via, n in Counter(vias).most_common():
+                out.append({"comm": comm.key, "src_rank": src, "dst_rank": dst, "channels": n, "transport": via,
+                            "transport_class": transport_class(via), "direction": direction})
+    return out
+
+
+def _link_word(acc: Account) -> str:
+    """What a P2P transport runs over, where the graph lines say (type NVL: NVLink; PIX/PXB/PHB/SYS: PCIe)."""
+    kinds = set(acc.graph_types)
+    if kinds and kinds <= {"NVL", "NVB"}:
+        return "NVLink"
+    if kinds and not kinds & {"NVL", "NVB"}:
+        return "PCIe"
+    return ""
+
+
+def role_of(comm: Comm, engine: dict) -> str:
+    tp, pp = engine.get("tp_size"), engine.get("pp_size")
+    if comm.nranks and tp and comm.nranks == tp and tp > 1:
+        return "TP group"
+    if comm.nranks and pp and comm.nranks == pp and pp > 1:
+        return "PP group"
+    return "group"
+
+
+def comm_rows(acc: Account) -> list[dict]:
+    """One row per communicator, with the line a person reads at a glance."""
+    pairs = pair_rows(acc)
+    link = _link_word(acc)
+    out = []
+    for comm in acc.comms.values():
+        mine = [p for p in pairs if p["comm"] == comm.key]
+        seen = {(p["src_rank"], p["dst_rank"]) for p in mine}
+        by_class = Counter()
+        for (s, d) in seen:
+            vias = Counter(transport_label(p["transport"]) for p in mine if (p["src_rank"], p["dst_rank"]) == (s, d))
+            by_class[vias.most_common(1)[0][0]] += 1
+        transports = ", ".join(f"{n} {via}" for via, n in by_class.most_common())
+        role = role_of(comm, acc.engine)
+        n = comm.nranks or len(comm.ranks) or "?"
+        nodes = comm.nnodes
+        where = ("(its node count not printed)" if nodes is None else "on 1 node" if nodes == 1
+                 else f"over {nodes} nodes")
+        words = []
+        for via, k in by_class.most_common():
+            cls = transport_class(via)
+            note = f" ({link})" if cls == "P2P" and link else ""
+            words.append(f"{k} of {len(seen)} pairs printed {via}{note}")
+        if comm.key == UNATTRIBUTED:
+            role, where = "channel lines whose communicator's lines were not printed", ""
+        summary = f"{role} of {n} {where}: " if comm.key != UNATTRIBUTED else f"{role}: "
+        summary += "" + ("; ".join(words) if words else "no channel lines printed")
+        if comm.mnnvl:
+            summary += "; MNNVL on"
+        out.append({"comm": comm.key, "nranks": comm.nranks, "nnodes": comm.nnodes,
+                    "local_ranks": ",".join(str(x) for x in sorted(comm.local_ranks)), "mnnvl": comm.mnnvl,
+                    "ranks_seen": len(comm.ranks), "hosts": len(comm.hosts), "pairs": len(seen),
+                    "transports": transports, "coll_channels": comm.counts.get("coll"),
+                    "nvls_channels": comm.counts.get("nvls"), "collnet_channels": comm.counts.get("collnet"),
+                    "p2p_channels": comm.counts.get("p2p"), "init_complete": comm.complete, "role": role,
+                    "summary": summary})
+    return out
+
+
+def summary(acc: Account) -> dict:
+    """The account's scalars, as meta.json records them."""
+    return {
+        "files": len(acc.files), "lines": acc.lines, "nccl_lines": acc.nccl_lines,
+        "repeated_lines_folded": acc.repeated_lines, "truncated_channel_lines": acc.truncated_lines,
+        "nccl_version": [v for v, _ in acc.versions.most_common()],
+        "cuda_version": [v for v, _ in acc.cuda_versions.most_common()],
+        "env_overrides": {k: sorted(v) for k, v in sorted(acc.env.items())},
+        "networks": {k: sorted(v) for k, v in sorted(acc.networks.items())},
+        "hosts": sorted(acc.hosts),
+        "nvls": {"available_on": len(acc.nvls_available), "not_available_on": len(acc.nvls_unavailable)},
+        "graph_intra_types": dict(acc.graph_types),
+        "engine": dict(acc.engine),
+        "warnings": list(acc.warn_lines),
+    }
+
+
+# --- the import ------------------------------------------------------------------------------------
+
+def import_nccl_debug(paths: list[str], out_dir: str, expect_gpus: int | None = None,
+                      expect_nodes: int | None = None, command=None) -> dict:
+    """Read ``paths``, write the account into ``out_dir`` (tables then meta.json); the meta.
+
+    UsageError (nothing written) for a file that cannot be read or is binary; a log with no NCCL
+    line is written (its account says so) and ``meta['nccl_lines']`` is 0."""
+    import sys
+
+    from commprof import results
+    from commprof.analysis.ncclverdict import engine_items
+    from commprof.model.fileio import shown_path
+    from commprof.results.nccldebug import write_nccl_tables
+
+    if not paths:
+        raise UsageError("import nccl-debug: give one or more log files")
+    for p in paths:
+        if not os.path.exists(p):
+            raise UsageError(f"'{p}': no such file")
+    acc = read_logs(paths)
+    comms, pairs, info = comm_rows(acc), pair_rows(acc), summary(acc)
+    items = engine_items(info, comms, pairs, expect_gpus=expect_gpus, expect_nodes=expect_nodes)
+    os.makedirs(out_dir, exist_ok=True)
+    write_nccl_tables(out_dir, COMM_COLUMNS, comms, PAIR_COLUMNS, pairs, items)
+    meta = results.provenance(
+        "import", "imported", "NCCL_DEBUG=INFO log(s) read as NCCL's own account of the box "
+        "(commprof import nccl-debug)", status="complete",
+        command=list(command) if command is not None else list(sys.argv), hosts=info["hosts"], gpus=[],
+        source_files=[{"path": shown_path(p), "sha256": results.file_sha256(p)} for p in paths],
+        import_kind="nccl-debug", nccl_debug=info,
+        expect={"gpus": expect_gpus, "nodes": expect_nodes},
+        verdict=[{k: it[k] for k in ("id", "verdict")} for it in items])
+    results.write_meta(out_dir, meta)
+    return meta
