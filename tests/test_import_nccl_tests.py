@@ -139,8 +139,8 @@ def test_run_import_prints_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert import_.run(import_.ImportConfig("nccl-tests", [AR8, AG2])) == 0
     line = capsys.readouterr().out.strip()
-    assert line.startswith("imported 19 rows (all_gather, all_reduce; tp 2, 8; eager) from 2 file(s) into results")
-    made, = os.listdir(tmp_path / "results")
+    assert line.startswith("imported 19 rows (all_gather, all_reduce; tp 2, 8; eager) from 2 file(s) into results/runs")
+    made, = os.listdir(tmp_path / "results" / "runs")
     assert made.endswith("-import-nccl-tests")
     with pytest.raises(UsageError, match="unknown kind 'rccl-tests'"):
         import_.run(import_.ImportConfig("rccl-tests", [AR8], str(tmp_path / "o")))
