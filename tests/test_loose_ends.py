@@ -164,11 +164,3 @@ def test_one_rule_for_a_missing_all_gather():
     assert stand_in_op("all_gather", 2, have | {("all_gather", 2)}) == ("all_gather", None)
     assert stand_in_op("all_gather", 4, have) == ("all_gather", None)     # nothing to stand in: refused later
 
-
-def test_trace_predict_refuses_before_making_its_dir(cli_inproc, tmp_path):
-    out = tmp_path / "pred"
-    res = cli_inproc("trace", "--predict", "--comm-from", os.path.join(ROOT, "results", "sweep-default-vm"),
-                     "--tp", "16", "--batch", "1", "--layers", "1", "--tokens", "2", "--out", str(out))
-    assert res.returncode == 2, res.stderr
-    assert "no all_reduce rows at tp=16" in res.stderr or "tp" in res.stderr
-    assert not out.exists()
