@@ -153,3 +153,14 @@ def test_trace_predict_refuses_before_it_makes_a_dir(cli_inproc, tmp_path):
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("commprof: error:")]
     assert len(errors) == 1 and "no all_reduce rows at tp=2" in errors[0]
     assert not out.exists()
+
+
+def test_one_rule_for_a_missing_all_gather():
+    from commprof.analysis.latency import ALL_GATHER_STAND_IN, stand_in_op
+
+    have = {("all_reduce", 2)}
+    op, note = stand_in_op("all_gather", 2, have)
+    assert op == "all_reduce" and note == ALL_GATHER_STAND_IN.format(tp=2) and "upper bound" in note
+    assert stand_in_op("all_gather", 2, have | {("all_gather", 2)}) == ("all_gather", None)
+    assert stand_in_op("all_gather", 4, have) == ("all_gather", None)     # nothing to stand in: refused later
+

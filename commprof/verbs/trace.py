@@ -9,6 +9,7 @@ This module validates the flags, guards memory, starts the ranks, and predicts a
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 
 from commprof import results
