@@ -71,3 +71,15 @@ def test_predict_writes_nothing_under_home_and_imports_no_torch(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "TORCH False" in r.stderr
     assert [p for p in home.rglob("*")] == []          # nothing written under $HOME, hidden files included
+
+
+@pytest.mark.parametrize("gpu, want", [("h100-sxm", "reference:nvlink4"), ("a100-sxm", "reference:nvlink3"),
+                                       ("b200", "reference:nvlink5"), ("rtx5090", "reference:pcie5-nop2p"),
+                                       ("rtx4090", "reference:pcie4-nop2p"), ("rtx-pro-6000", "reference:pcie5-p2p"),
+                                       ("l40s", "reference:pcie4-p2p"), ("l20", "reference:pcie4-p2p")])
+def test_default_comm_follows_the_gpus_class_and_says_so(gpu, want):
+    from commprof.analysis.predictmodel import predict_table
+
+    rows, notes, meta = predict_table("Qwen2.5-32B", [gpu], [], [8], [1])
+    assert rows[0]["comm"] == want
+    assert notes[0].startswith(f"no --comm: {want} chosen for {gpu} (")

@@ -121,8 +121,34 @@ def predict_rows(model: ModelShape, boxes: list[tuple[GpuSpec, CommSource]], tps
     return rows, notes
 
 
-def make_boxes(gpus: list, comms: list) -> list[tuple[GpuSpec, CommSource]]:
-    """Pair --gpu and --comm: the same number of each, or one of either used with every other."""
+def default_comm(gpu: GpuSpec) -> tuple[str, str]:
+    """The reference profile a GPU's class implies when no --comm is given, and why: an NVLink part
+    (SXM) its NVLink generation's profile; a PCIe card its PCIe generation's, with P2P where the card
+    allows it (GeForce cards: P2P disabled by NVIDIA's driver, so no P2P; professional and data-center
+    PCIe cards: P2P)."""
+    if gpu.nvlink_gen in (3, 4, 5):
+        return f"reference:nvlink{gpu.nvlink_gen}", f"{gpu.key} has NVLink {gpu.nvlink_gen} (gpus.toml nvlink_gen)"
+    gen = 5 if gpu.pcie_gen >= 5 else 4
+    geforce = "geforce" in gpu.name.lower()
+    p2p = "nop2p" if geforce else "p2p"
+    why = (f"{gpu.key} is a PCIe {gpu.pcie_gen} card without NVLink; "
+           + ("a GeForce card: the driver disables P2P, so no P2P" if geforce else
+              "a professional/data-center card: P2P allowed"))
+    if gpu.pcie_gen < 4:
+        why += "; no PCIe 3 profile: PCIe 4's used (optimistic)"
+    return f"reference:pcie{gen}-{p2p}", why
+
+
+def make_boxes(gpus: list, comms: list, notes: list | None = None) -> list[tuple[GpuSpec, CommSource]]:
+    """Pair --gpu and --comm: the same number of each, or one of either used with every other;
+    no --comm: each GPU's class default (:func:`default_comm`), said in ``notes``."""
+    if gpus and not comms:
+        comms = []
+        for g in gpus:
+            spec, why = default_comm(get_gpu(g) if isinstance(g, str) else g)
+            comms.append(spec)
+            if notes is not None:
+                notes.append(f"no --comm: {spec} chosen for {g} ({why}); give --comm to price another box")
     if not gpus or not comms:
         raise UsageError("predict needs --gpu SKU and --comm reference:<profile> | DIR")
     if len(gpus) != len(comms) and 1 not in (len(gpus), len(comms)):
@@ -161,13 +187,15 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     model = model if isinstance(model, ModelShape) else get_model(model)
     for tp in tps:
         check_tp(model, tp)
-    boxes = make_boxes(list(gpus), list(comms))
+    chosen: list[str] = []
+    boxes = make_boxes(list(gpus), list(comms), chosen)
     if weights not in WEIGHT_DTYPES:
         raise UsageError(f"--weights {shown(weights)}: use one of {', '.join(WEIGHT_DTYPES)}")
     calibration = dict(calibration or {})
     rows, notes = predict_rows(model, boxes, tps, batches, context, prompt, dtype, mode, mem_util, calibration,
                                weights)
     comms_used = {id(c): c for _, c in boxes}
+    notes[:0] = chosen
     notes += [n for c in comms_used.values() for n in c.notes]
     meta = {
         "gpus": sorted({g.name for g, _ in boxes}), "model": model.to_dict(), "dtype": dtype, "weights": weights,

@@ -27,7 +27,7 @@ class PredictConfig:
     """``commprof predict``'s flags."""
     model: str = DEFAULT_MODEL
     gpus: list = field(default_factory=lambda: ["rtx5090"])
-    comms: list = field(default_factory=lambda: ["reference:pcie5-nop2p"])
+    comms: list = field(default_factory=list)       # empty: each GPU's class default
     tps: list = field(default_factory=lambda: [2, 4, 8])
     batches: list = field(default_factory=lambda: [1, 8, 32])
     context: int = 4096
