@@ -2,13 +2,13 @@
 
 Importing commprof needs no GPU, driver, torch or cupy: heavy imports happen inside the
 functions that need them. The library (:mod:`commprof.api`) is reachable from the package:
-``commprof.load``, ``commprof.plan``, ``commprof.fit``, ``commprof.compare``,
+``commprof.load``, ``commprof.plan``, ``commprof.predict``, ``commprof.fit``, ``commprof.compare``,
 ``commprof.checklist``, ``commprof.reference``, ``commprof.import_kineto``; each returns pandas
 DataFrames (``load`` and ``import_kineto``: a results dir's tables).
 """
 from commprof._version import __version__
 
-_API = ("Results", "load", "plan", "fit", "compare", "checklist", "reference", "import_kineto")
+_API = ("Results", "load", "plan", "predict", "fit", "compare", "checklist", "reference", "import_kineto")
 __all__ = ["__version__", *_API]
 
 

@@ -20,7 +20,7 @@ from dataclasses import asdict
 
 from commprof.results import Results, load
 
-__all__ = ["Results", "load", "plan", "fit", "compare", "checklist", "reference", "import_kineto"]
+__all__ = ["Results", "load", "plan", "predict", "fit", "compare", "checklist", "reference", "import_kineto"]
 
 
 def plan(model: str, tp: int, batch: int = 1, context: int = 4096, gpu_mem_bytes: int | None = None,
@@ -45,6 +45,27 @@ def plan(model: str, tp: int, batch: int = 1, context: int = 4096, gpu_mem_bytes
     doc = p.to_dict()
     df.attrs.update(kind="modelled", model=p.model.name, source=p.model.source, tp=tp, batch=batch,
                     counts=doc["counts"], memory=doc["memory"], phase=p.phase, prefill=doc["prefill"])
+    return df
+
+
+def predict(model: str = "Qwen2.5-32B", gpu="rtx5090", comm=None, tp=(2, 4, 8), batch=(1, 8, 32),
+            context: int = 4096, prompt: int | None = None, dtype: str = "bf16", weights: str = "bf16",
+            mode: str = "graph", mem_util: float = 0.9):
+    """Each token's time on a box you don't own (``commprof predict``): one row per (box, TP, batch)
+    with exactly the columns and values of the verb's ``predict.csv``; ``.attrs`` holds what its
+    meta.json holds (the model, each box's GPU and comm source, the calibration, the notes).
+    ``gpu`` and ``comm``: one or a list each (``comm``: ``reference:<profile>``, a results dir or a
+    :class:`commprof.analysis.commsource.CommSource`; None: the GPU's class default)."""
+    import pandas as pd
+
+    from commprof.analysis.predictmodel import CSV_COLUMNS, predict_table
+
+    listed = (lambda v: [v] if isinstance(v, (str, int)) or not hasattr(v, "__iter__") else list(v))
+    rows, _, meta = predict_table(model, listed(gpu), [] if comm is None else listed(comm), listed(tp),
+                                  listed(batch), context, prompt, dtype, weights, mode, mem_util)
+    cols = meta.get("csv_columns", CSV_COLUMNS)
+    df = pd.DataFrame([{c: r[c] for c in cols} for r in rows], columns=cols)
+    df.attrs.update(kind="predicted", **meta)
     return df
 
 

@@ -125,7 +125,7 @@ def plan(
 def predict(
     model: str = typer.Option("Qwen2.5-32B", "--model", help="Built-in model name or a Hugging Face config.json path."),
     gpu: str = typer.Option("rtx5090", "--gpu", help="GPU SKU(s) of the box(es), e.g. rtx5090 or h100-sxm,rtx5090 (commprof/data/gpus.toml)."),
-    comm: str = typer.Option("reference:pcie5-nop2p", "--comm", help="Each box's collectives: reference:<profile> or a results dir (commprof import of nccl-tests logs, or a sweep); comma-separated, one per --gpu."),
+    comm: str = typer.Option("", "--comm", help="Each box's collectives: reference:<profile> (pcie4-nop2p, pcie4-p2p, pcie5-nop2p, pcie5-p2p, nvlink3, nvlink4, nvlink5) or a results dir (commprof import of nccl-tests logs, or a sweep); comma-separated, one per --gpu. Default: the GPU's class (NVLink generation; PCIe generation, no P2P on GeForce cards), named in the output."),
     tp: str = typer.Option("2,4,8", "--tp", help="TP degrees."),
     batch: str = typer.Option("1,8,32", "--batch", help="Sequences decoded together."),
     context: int = typer.Option(4096, "--context", help="Tokens each sequence attends over (KV cache)."),

@@ -168,7 +168,8 @@ def _shape(f: dict):
 
 def commprof_ms(f: dict, cal: dict | None = None) -> dict:
     from commprof.model.gpus import get_gpu
-    from commprof.verbs.predict import CommPrices, predict_point
+    from commprof.analysis.predictmodel import predict_point
+    from commprof.analysis.commsource import comm_source
 
     ctx = f["isl"] + f["osl"] // 2
     e2e = f["metric"] == "e2e / osl"
@@ -190,10 +191,10 @@ _COMMS: dict = {}
 
 
 def _comm(spec: str):
-    from commprof.verbs.predict import CommPrices
+    from commprof.analysis.commsource import comm_source
 
     if spec not in _COMMS:          # a reference profile is written once; the fit prices it thousands of times
-        _COMMS[spec] = CommPrices(spec)
+        _COMMS[spec] = comm_source(spec)
     return _COMMS[spec]
 
 

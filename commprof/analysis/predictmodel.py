@@ -1,0 +1,207 @@
+"""The ms/token model of ``commprof predict`` (and :func:`commprof.predict`): each token's time on a
+box nobody ran here.
+
+Compute is modelled from the model's shapes and the GPU's published figures
+(:mod:`commprof.analysis.computemodel`, :mod:`commprof.model.gpus`); communication is the 2L+2
+collectives of a step (:func:`commprof.analysis.stepmodel.step_collectives`) priced by that box's
+own numbers (a :class:`commprof.analysis.commsource.CommSource`: a reference profile in memory, an
+imported nccl-tests log or a sweep of the real box). Nothing is overlapped: a step is compute +
+gaps + communication, and every user of the batch gets one token per step.
+
+:func:`predict_table` is the whole computation (validated inputs -> rows, notes, provenance); the
+verb adds files, the console and the chart, the API a DataFrame. Standard library only.
+"""
+from __future__ import annotations
+
+from commprof.analysis.commsource import CommSource, comm_source
+from commprof.analysis.computemodel import (CALIBRATION, CALIBRATION_SOURCE, MODES, WEIGHT_DTYPES, prefill_compute,
+                                            step_compute, weight_bytes_per_elem)
+from commprof.analysis.stepmodel import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_tp, dtype_bytes, kv_budget,
+                                         kv_bytes_per_sequence_per_rank, prefill_comm_us, step_collectives,
+                                         weights_per_rank)
+from commprof.model.errors import UsageError, shown
+from commprof.model.gpus import GpuSpec, get_gpu
+from commprof.model.models import ModelShape, get_model
+
+CSV_COLUMNS = ["box", "gpu", "comm", "comm_kind", "comm_timing", "tp", "batch", "context", "mode",
+               "compute_ms", "kernel_ms", "floor_ms", "gaps_ms", "comm_ms", "ms_per_token",
+               "tokens_s_per_user", "tokens_s_per_box", "tokens_s_per_gpu", "comm_share_pct",
+               "collectives_per_step", "prompt", "ttft_ms", "ttft_comm_ms", "weights_gb_per_rank",
+               "kv_gb_per_sequence_per_rank", "kv_max_sequences", "weights_fit", "note"]
+
+#: What kind of figure each column is: the compute side is modelled, the communication side is
+#: the comm input's own kind (``comm_kind``: modelled, imported or measured), the totals predicted.
+COLUMN_KINDS = {
+    "compute_ms": "modelled", "kernel_ms": "modelled", "floor_ms": "modelled", "gaps_ms": "modelled",
+    "comm_ms": "comm_kind", "ttft_comm_ms": "comm_kind", "ms_per_token": "predicted",
+    "tokens_s_per_user": "predicted", "tokens_s_per_box": "predicted", "tokens_s_per_gpu": "predicted",
+    "comm_share_pct": "predicted", "ttft_ms": "predicted", "weights_gb_per_rank": "modelled",
+    "kv_gb_per_sequence_per_rank": "modelled", "kv_max_sequences": "modelled",
+}
+COLUMN_DOCS = {
+    "compute_ms": "GPU time of one decode step on one rank: kernel_ms + floor_ms + gaps_ms",
+    "kernel_ms": "the kernels' rooflines: max(bytes / achievable bandwidth, FLOPs / achievable FLOP/s)",
+    "floor_ms": "what kernel floors (the shortest a kernel runs) add above the rooflines",
+    "gaps_ms": "host time per step: scheduler and sampling, plus launch gaps in eager mode",
+    "comm_ms": "the step's 2L+2 collectives priced by the comm input, one after another (no overlap)",
+    "ms_per_token": "one step: compute_ms + comm_ms; every sequence of the batch gets one token",
+    "tokens_s_per_box": "batch x 1000 / ms_per_token for one TP group of tp GPUs",
+    "tokens_s_per_gpu": "tokens_s_per_box / tp",
+    "comm_share_pct": "comm_ms / ms_per_token x 100",
+    "ttft_ms": "prefill of the prompt in one step (compute bound) + its collectives + one decode step",
+    "kv_max_sequences": "sequences of --context tokens whose KV cache fits beside the weights (--mem-util)",
+}
+
+
+# --- the prediction -------------------------------------------------------------------------------
+
+
+def check_list(values, flag: str, maximum: int) -> list[int]:
+    out = []
+    for v in values:
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= maximum:
+            raise UsageError(f"{flag} {shown(v)}: expected whole numbers from 1 to {maximum:,}")
+        out.append(v)
+    if not out:
+        raise UsageError(f"{flag}: give at least one value")
+    return out
+
+
+def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommSource, tp: int, batch: int, context: int,
+                  prompt: int | None = None, dtype: str = "bf16", mode: str = "graph", mem_util: float = 0.9,
+                  cal: dict | None = None, weights: str = "bf16", mixed_tokens: int = 0) -> dict:
+    """One (box, TP, batch): a row of :data:`CSV_COLUMNS`. ``mixed_tokens``: prompt tokens of other
+    requests sharing each decode step (continuous batching), priced in compute and collectives."""
+    cal = {**CALIBRATION, **(cal or {})}
+    comp = step_compute(model, gpu, tp, batch, context, dtype, mode, cal, weights, mixed_tokens)
+    sites = step_collectives(model, tp, batch + int(mixed_tokens), batch, dtype)
+    price = comm.price(tp, mode) if tp > 1 else (lambda op, s: 0.0)
+    comm_us = sum(price(s.op, s.size_bytes) for s in sites)
+    step_us = comp["compute_us"] + comm_us
+    w = int(weights_per_rank(model, tp, dtype)["total"] * weight_bytes_per_elem(weights, dtype) / dtype_bytes(dtype))
+    kv_seq = kv_bytes_per_sequence_per_rank(model, tp, context, dtype)
+    _, _, fit, max_seq = kv_budget(gpu.memory_bytes, mem_util, w, kv_seq)
+    row = {
+        "box": f"{gpu.key} + {comm.label}", "gpu": gpu.key, "comm": comm.label, "comm_kind": comm.kind,
+        "comm_timing": comm.timing, "tp": tp, "batch": batch, "context": context, "mode": mode,
+        "compute_ms": comp["compute_us"] / 1e3, "kernel_ms": comp["kernel_us"] / 1e3,
+        "floor_ms": comp["floor_us"] / 1e3, "gaps_ms": comp["gap_us"] / 1e3, "comm_ms": comm_us / 1e3,
+        "ms_per_token": step_us / 1e3, "tokens_s_per_user": 1e6 / step_us,
+        "tokens_s_per_box": batch * 1e6 / step_us, "tokens_s_per_gpu": batch * 1e6 / step_us / tp,
+        "comm_share_pct": 100.0 * comm_us / step_us, "collectives_per_step": len(sites),
+        "prompt": prompt or "", "ttft_ms": "", "ttft_comm_ms": "",
+        "weights_gb_per_rank": w / 1e9, "kv_gb_per_sequence_per_rank": kv_seq / 1e9,
+        "kv_max_sequences": max_seq, "weights_fit": bool(fit),
+        "note": "" if fit else f"weights ({w / 1e9:.1f} GB per rank) do not fit in {gpu.memory_gb} GB x {mem_util}",
+    }
+    if prompt:
+        pre = prefill_compute(model, gpu, tp, prompt, dtype, "eager", cal, weights)
+        pc = prefill_comm_us(model, tp, prompt, prompt, price, dtype=dtype) if tp > 1 else 0.0
+        row["ttft_ms"] = (pre["compute_us"] + pc + step_us) / 1e3
+        row["ttft_comm_ms"] = pc / 1e3
+    return row
+
+
+def predict_rows(model: ModelShape, boxes: list[tuple[GpuSpec, CommSource]], tps, batches, context: int,
+                 prompt: int | None = None, dtype: str = "bf16", mode: str = "graph", mem_util: float = 0.9,
+                 cal: dict | None = None, weights: str = "bf16") -> tuple[list[dict], list[str]]:
+    """Every (box, TP, batch) the comm input covers; (rows, notes on what was skipped)."""
+    rows, notes = [], []
+    for gpu, comm in boxes:
+        for tp in tps:
+            if not comm.covers(tp):
+                notes.append(f"{comm.label}: no all_reduce rows at tp={tp} (it has tp={', '.join(map(str, comm.tps()))}); "
+                             f"tp={tp} skipped for {gpu.key}")
+                continue
+            for batch in batches:
+                rows.append(predict_point(model, gpu, comm, tp, batch, context, prompt, dtype, mode, mem_util, cal,
+                                          weights))
+    if not rows:
+        raise UsageError("predict: no TP degree of --tp is covered by the --comm input(s): " + "; ".join(notes))
+    return rows, notes
+
+
+def default_comm(gpu: GpuSpec) -> tuple[str, str]:
+    """The reference profile a GPU's class implies when no --comm is given, and why: an NVLink part
+    (SXM) its NVLink generation's profile; a PCIe card its PCIe generation's, with P2P where the card
+    allows it (GeForce cards: P2P disabled by NVIDIA's driver, so no P2P; professional and data-center
+    PCIe cards: P2P)."""
+    if gpu.nvlink_gen in (3, 4, 5):
+        return f"reference:nvlink{gpu.nvlink_gen}", f"{gpu.key} has NVLink {gpu.nvlink_gen} (gpus.toml nvlink_gen)"
+    gen = 5 if gpu.pcie_gen >= 5 else 4
+    geforce = "geforce" in gpu.name.lower()
+    p2p = "nop2p" if geforce else "p2p"
+    why = (f"{gpu.key} is a PCIe {gpu.pcie_gen} card without NVLink; "
+           + ("a GeForce card: the driver disables P2P, so no P2P" if geforce else
+              "a professional/data-center card: P2P allowed"))
+    if gpu.pcie_gen < 4:
+        why += "; no PCIe 3 profile: PCIe 4's used (optimistic)"
+    return f"reference:pcie{gen}-{p2p}", why
+
+
+def make_boxes(gpus: list, comms: list, notes: list | None = None) -> list[tuple[GpuSpec, CommSource]]:
+    """Pair --gpu and --comm: the same number of each, or one of either used with every other;
+    no --comm: each GPU's class default (:func:`default_comm`), said in ``notes``."""
+    if gpus and not comms:
+        comms = []
+        for g in gpus:
+            spec, why = default_comm(get_gpu(g) if isinstance(g, str) else g)
+            comms.append(spec)
+            if notes is not None:
+                notes.append(f"no --comm: {spec} chosen for {g} ({why}); give --comm to price another box")
+    if not gpus or not comms:
+        raise UsageError("predict needs --gpu SKU and --comm reference:<profile> | DIR")
+    if len(gpus) != len(comms) and 1 not in (len(gpus), len(comms)):
+        raise UsageError(f"--gpu has {len(gpus)} entries and --comm {len(comms)}: give as many of each "
+                         "(box by box), or one of either")
+    n = max(len(gpus), len(comms))
+    gs = [get_gpu(g) for g in (gpus if len(gpus) == n else gpus * n)]
+    cache: dict = {}
+    cs = []
+    for c in (comms if len(comms) == n else comms * n):
+        key = c if isinstance(c, str) else id(c)
+        if key not in cache:
+            cache[key] = comm_source(c)
+        cs.append(cache[key])
+    return list(zip(gs, cs))
+
+
+
+
+def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,
+                  dtype: str = "bf16", weights: str = "bf16", mode: str = "graph", mem_util: float = 0.9,
+                  calibration: dict | None = None) -> tuple[list[dict], list[str], dict]:
+    """Validated inputs -> (rows of :data:`CSV_COLUMNS`, notes, the provenance a predict dir's
+    meta.json carries). ``model``: a name, a config.json path or a :class:`ModelShape`; ``gpus``
+    and ``comms``: as ``--gpu`` and ``--comm`` (specs or :class:`CommSource` objects)."""
+    if mode not in MODES:
+        raise UsageError(f"--mode {shown(mode)}: use graph (CUDA graphs, as engines decode) or eager")
+    if not (0.0 < float(mem_util) <= 1.0):
+        raise UsageError(f"--mem-util {shown(mem_util)}: expected a fraction in (0, 1]")
+    dtype_bytes(dtype)
+    tps = check_list(list(tps), "--tp", MAX_TP)
+    batches = check_list(list(batches), "--batch", MAX_BATCH)
+    check_list([context], "--context", MAX_CONTEXT)
+    if prompt is not None:
+        check_list([prompt], "--prompt", MAX_CONTEXT)
+    model = model if isinstance(model, ModelShape) else get_model(model)
+    for tp in tps:
+        check_tp(model, tp)
+    chosen: list[str] = []
+    boxes = make_boxes(list(gpus), list(comms), chosen)
+    if weights not in WEIGHT_DTYPES:
+        raise UsageError(f"--weights {shown(weights)}: use one of {', '.join(WEIGHT_DTYPES)}")
+    calibration = dict(calibration or {})
+    rows, notes = predict_rows(model, boxes, tps, batches, context, prompt, dtype, mode, mem_util, calibration,
+                               weights)
+    comms_used = {id(c): c for _, c in boxes}
+    notes[:0] = chosen
+    notes += [n for c in comms_used.values() for n in c.notes]
+    meta = {
+        "gpus": sorted({g.name for g, _ in boxes}), "model": model.to_dict(), "dtype": dtype, "weights": weights,
+        "mode": mode, "context": context, "prompt": prompt, "mem_util": mem_util,
+        "boxes": [{"box": f"{g.key} + {c.label}", "gpu": g.to_dict(), "comm": c.describe()} for g, c in boxes],
+        "calibration": {**CALIBRATION, **calibration}, "calibration_source": CALIBRATION_SOURCE,
+        "column_kinds": COLUMN_KINDS, "columns": COLUMN_DOCS, "notes": notes,
+    }
+    return rows, notes, meta
