@@ -215,8 +215,15 @@ class FakeNVML:
     # --- health calls (commprof.capture.nvmlhealth) ------------------------------------------
     # A call with arguments past the handle answers from a dict keyed by the arguments joined by ","
     # ("1,0" for nvmlDeviceGetTotalEccErrors(h, UNCORRECTED, VOLATILE)).
+    # A health call a topology-only fixture does not record answers Not Supported (as on a GPU that
+    # lacks the field), so commprof topo --out on those fixtures samples health as "n/a".
+    def _health(self, h, call):
+        if call not in self.fx["gpus"][h.index] and call not in self.fx.get("all_gpus", {}):
+            _raise("NotSupported")
+        return self._gpu(h, call)
+
     def _gpu_args(self, h, call, *args):
-        a = self._gpu(h, call)
+        a = self._health(h, call)
         if not args:
             return a
         key = ",".join(str(x) for x in args)
@@ -225,7 +232,7 @@ class FakeNVML:
         return self._value(a[key])
 
     def nvmlDeviceGetEccMode(self, h):
-        return self._gpu(h, "nvmlDeviceGetEccMode")
+        return self._health(h, "nvmlDeviceGetEccMode")
 
     def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
         return self._gpu_args(h, "nvmlDeviceGetTotalEccErrors", error_type, counter_type)
@@ -234,13 +241,13 @@ class FakeNVML:
         return self._gpu_args(h, "nvmlDeviceGetRetiredPages", cause)
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
-        return self._gpu(h, "nvmlDeviceGetRetiredPagesPendingStatus")
+        return self._health(h, "nvmlDeviceGetRetiredPagesPendingStatus")
 
     def nvmlDeviceGetRemappedRows(self, h):
-        return tuple(self._gpu(h, "nvmlDeviceGetRemappedRows"))
+        return tuple(self._health(h, "nvmlDeviceGetRemappedRows"))
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        return self._gpu(h, "nvmlDeviceGetCurrentClocksEventReasons")
+        return self._health(h, "nvmlDeviceGetCurrentClocksEventReasons")
 
     def nvmlDeviceGetTemperature(self, h, sensor):
         return self._gpu_args(h, "nvmlDeviceGetTemperature", sensor)
@@ -249,23 +256,24 @@ class FakeNVML:
         return self._gpu_args(h, "nvmlDeviceGetTemperatureThreshold", kind)
 
     def nvmlDeviceGetPowerUsage(self, h):
-        return self._gpu(h, "nvmlDeviceGetPowerUsage")
+        return self._health(h, "nvmlDeviceGetPowerUsage")
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h):
-        return self._gpu(h, "nvmlDeviceGetEnforcedPowerLimit")
+        return self._health(h, "nvmlDeviceGetEnforcedPowerLimit")
 
     def nvmlDeviceGetNvLinkErrorCounter(self, h, link, counter):
+        self._health(h, "nvmlDeviceGetNvLinkErrorCounter")
         per_link = self._link(h, "nvmlDeviceGetNvLinkErrorCounter", link)
         return self._value(per_link[counter])
 
     def nvmlDeviceGetGpuFabricInfo(self, h):
-        return SimpleNamespace(**self._gpu(h, "nvmlDeviceGetGpuFabricInfo"))
+        return SimpleNamespace(**self._health(h, "nvmlDeviceGetGpuFabricInfo"))
 
     def nvmlDeviceGetMigMode(self, h):
-        return tuple(self._gpu(h, "nvmlDeviceGetMigMode"))
+        return tuple(self._health(h, "nvmlDeviceGetMigMode"))
 
     def nvmlDeviceGetPersistenceMode(self, h):
-        return self._gpu(h, "nvmlDeviceGetPersistenceMode")
+        return self._health(h, "nvmlDeviceGetPersistenceMode")
 
 
 def with_health(topo_fixture: str, health_fixture: str) -> dict:

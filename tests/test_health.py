@@ -132,3 +132,23 @@ def test_no_driver_is_not_judged(tmp_path):
 def test_no_health_json_adds_no_items(tmp_path):
     assert health_items(_Ev(str(tmp_path)), load_thresholds()) == []
     assert nvmlhealth.save_health(str(tmp_path), {"samples": []}) is False
+
+
+def test_topo_out_writes_health(tmp_path):
+    from commprof.verbs.topo import TopoConfig, run
+
+    assert run(TopoConfig(out=str(tmp_path)), nvml=FakeNVML(with_health(TOPO, "h100-faulty.json"))) == 0
+    doc = read_health(str(tmp_path))
+    assert [s["phase"] for s in doc["samples"]] == ["before"]
+    assert doc["samples"][0]["gpus"][3]["remapped_rows_pending"] is True
+    # one sample, no load: a throttle reason is a WARN (load unknown), not a FAIL
+    items = {i.id: i for i in health_items(_Ev(str(tmp_path)), load_thresholds())}
+    assert items["H3"].status == "WARN" and "load unknown" in items["H3"].value
+
+
+def test_topo_on_a_topology_only_fixture_samples_na(tmp_path):
+    from commprof.verbs.topo import TopoConfig, run
+
+    assert run(TopoConfig(out=str(tmp_path)), nvml=FakeNVML(TOPO)) == 0
+    g = read_health(str(tmp_path))["samples"][0]["gpus"][0]
+    assert g["ecc_mode"] == "n/a" and g["pcie_link_gen_max"] == 5

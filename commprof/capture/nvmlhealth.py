@@ -238,6 +238,18 @@ class HealthSampler:
         return False
 
 
+def sample_once(nvml=None, phase: str = "before") -> dict:
+    """One health sample of every GPU (``commprof topo``); a document without samples without NVML."""
+    s = HealthSampler(nvml)
+    if s.available:
+        s.samples.append(sample(s.nvml, phase))
+        try:
+            s.nvml.nvmlShutdown()
+        except s.nvml.NVMLError:
+            pass
+    return s.document()
+
+
 def save_health(out_dir: str, doc: dict) -> bool:
     """Write ``doc`` into ``out_dir`` when it holds samples; True when written."""
     if not doc.get("samples"):
