@@ -1,0 +1,107 @@
+"""commprof import nvidia-smi-q: real nvidia-smi -q text and -q -x XML (tests/data/nvidia-smi-q/,
+sources in its SOURCE.md) judged by check's health items as their sources describe."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from commprof.analysis.checkitems_health import health_items
+from commprof.analysis.thresholds import load_thresholds
+from commprof.ingest.nvidiasmiq import parse_nvidia_smi_q
+from commprof.model.errors import UsageError
+from commprof.results.health import read_health
+from commprof.verbs.import_ import ImportConfig, run
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "nvidia-smi-q")
+
+
+class _Ev:
+    def __init__(self, *dirs):
+        self.dirs = dirs
+
+
+def _import(tmp_path, name):
+    out = str(tmp_path / "imp")
+    assert run(ImportConfig(kind="nvidia-smi-q", paths=[os.path.join(DATA, name)], out=out)) == 0
+    return out, {i.id: i for i in health_items(_Ev(out), load_thresholds())}
+
+
+def test_remapped_rows_pending_fails(tmp_path):
+    out, items = _import(tmp_path, "gpud-80-remapped-pending.txt")
+    g = read_health(out)["samples"][0]["gpus"][0]
+    assert g["remapped_rows_uncorrectable"] == 4 and g["remapped_rows_pending"] is True
+    assert items["H2"].status == "FAIL" and "row remap pending" in items["H2"].value
+    assert items["H2"].hint.startswith("what now:")
+
+
+def test_clean_ecc_passes(tmp_path):
+    out, items = _import(tmp_path, "dcgm-120-ecc-clean.txt")
+    g = read_health(out)["samples"][0]["gpus"][0]
+    assert g["ecc_mode"] == "enabled" and g["ecc_aggregate_uncorrected"] == 0 and g["retired_pages_dbe"] == "n/a"
+    assert items["H1"].status == "PASS"
+    assert items["H2"].status == "SKIP"
+
+
+def test_pcie_at_max_and_no_throttle(tmp_path):
+    out, items = _import(tmp_path, "hami-332-pcie-gen4-x16.txt")
+    g = read_health(out)["samples"][0]["gpus"][0]
+    assert (g["pcie_link_gen_current"], g["pcie_link_gen_max"], g["pcie_link_width_current"],
+            g["pcie_link_width_max"], g["pcie_replay_count"]) == (4, 4, 16, 16, 0)
+    assert g["pci_bus_id"] == "00000000:0B:00.0"
+    assert items["H6"].status == "PASS" and items["H3"].status == "PASS"
+
+
+def test_old_throttle_section_name_idle_only(tmp_path):
+    out, items = _import(tmp_path, "kubeflow-68-throttle-idle.txt")
+    assert read_health(out)["samples"][0]["gpus"][0]["clocks_event_reasons"] == ["gpu_idle"]
+    assert items["H3"].status == "PASS"
+
+
+def test_xml_temperatures(tmp_path):
+    out, items = _import(tmp_path, "netdata-10362-temps.xml")
+    g = read_health(out)["samples"][0]["gpus"][0]
+    assert (g["temperature_c"], g["temperature_slowdown_c"], g["temperature_shutdown_c"]) == (42, 96, 101)
+    assert items["H4"].status == "PASS" and "42 C, slowdown at 96 C" in items["H4"].value
+    assert items["H2"].status == "SKIP"
+
+
+def test_xml_throttle_reasons(tmp_path):
+    out, items = _import(tmp_path, "telegraf-15279-throttle-xml.xml")
+    assert read_health(out)["samples"][0]["gpus"][0]["clocks_event_reasons"] == ["gpu_idle"]
+    assert items["H3"].status == "PASS"
+
+
+def test_throttle_active_in_one_sample_is_a_warn(tmp_path):
+    # the kubeflow excerpt with HW Slowdown set Active: one sample, load unknown -> WARN naming the GPU
+    text = open(os.path.join(DATA, "kubeflow-68-throttle-idle.txt")).read().replace(
+        "HW Slowdown                 : Not Active", "HW Slowdown                 : Active")
+    p = tmp_path / "q.txt"
+    p.write_text(text)
+    out = str(tmp_path / "imp")
+    assert run(ImportConfig(kind="nvidia-smi-q", paths=[str(p)], out=out)) == 0
+    items = {i.id: i for i in health_items(_Ev(out), load_thresholds())}
+    assert items["H3"].status == "WARN" and "GPU 0: hw_slowdown" in items["H3"].value
+
+
+@pytest.mark.parametrize("body,msg", [("hello\nworld\n", "not 'nvidia-smi -q' output"),
+                                      ("<?xml version='1.0'?><foo/>", "not nvidia-smi -q -x output"),
+                                      ("<?xml version='1.0'?><nvidia_smi_log><gpu", "not well-formed XML")])
+def test_bad_input_is_one_line(tmp_path, body, msg):
+    p = tmp_path / "bad"
+    p.write_text(body)
+    with pytest.raises(UsageError, match=msg):
+        parse_nvidia_smi_q(str(p))
+
+
+def test_box_fields_and_two_gpus(tmp_path):
+    p = tmp_path / "q.txt"
+    p.write_text("==============NVSMI LOG==============\n\nTimestamp : x\nDriver Version : 535.104.05\n"
+                 "CUDA Version : 12.2\n\nAttached GPUs : 2\nGPU 00000000:0A:00.0\n    Product Name : NVIDIA H100 80GB HBM3\n"
+                 "    Persistence Mode : Disabled\n    MIG Mode\n        Current : Enabled\n"
+                 "GPU 00000000:18:00.0\n    Product Name : NVIDIA H100 80GB HBM3\n    Persistence Mode : Enabled\n")
+    d = parse_nvidia_smi_q(str(p))
+    assert d["box"] == {"driver_version": "535.104.05", "cuda_version": "12.2", "gpu_count": 2, "format": "text"}
+    assert [g["pci_bus_id"] for g in d["gpus"]] == ["00000000:0A:00.0", "00000000:18:00.0"]
+    assert d["gpus"][0]["mig_mode"] == "enabled" and d["gpus"][0]["persistence_mode"] == "disabled"
+    assert d["gpus"][1]["mig_mode"] == "n/a" and d["gpus"][1]["persistence_mode"] == "enabled"
