@@ -105,3 +105,15 @@ def test_box_fields_and_two_gpus(tmp_path):
     assert [g["pci_bus_id"] for g in d["gpus"]] == ["00000000:0A:00.0", "00000000:18:00.0"]
     assert d["gpus"][0]["mig_mode"] == "enabled" and d["gpus"][0]["persistence_mode"] == "disabled"
     assert d["gpus"][1]["mig_mode"] == "n/a" and d["gpus"][1]["persistence_mode"] == "enabled"
+
+
+def test_show_reads_the_imported_health(tmp_path, capsys):
+    from commprof.results import load
+    from commprof.views.show import show
+
+    out, _ = _import(tmp_path, "hami-332-pcie-gen4-x16.txt")
+    res = load(out)
+    assert res.docs["health"]["source"] == "nvidia-smi -q"
+    show(res, charts=False)
+    text = capsys.readouterr().out
+    assert "GPU health from nvidia-smi -q: 1 sample(s) (given)" in text and "PCIe Gen4 x16 of Gen4 x16" in text
