@@ -118,3 +118,16 @@ def test_show_reads_the_imported_health(tmp_path, capsys):
     show(res, charts=False)
     text = capsys.readouterr().out
     assert "GPU health from nvidia-smi -q: 1 sample(s) (given)" in text and "PCIe Gen4 x16 of Gen4 x16" in text
+
+
+def test_check_judges_an_imported_dir_alone(tmp_path):
+    from commprof.verbs.check import CheckConfig, run as check_run
+
+    out, _ = _import(tmp_path, "gpud-80-remapped-pending.txt")
+    rc = check_run(CheckConfig(dirs=[out], out=str(tmp_path / "chk")))
+    import json
+
+    doc = json.load(open(tmp_path / "chk" / "check.json"))
+    items = {i["id"]: i for i in doc["items"]}
+    assert items["H2"]["status"] == "FAIL"
+    assert rc != 0
