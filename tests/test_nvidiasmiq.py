@@ -131,3 +131,37 @@ def test_check_judges_an_imported_dir_alone(tmp_path):
     items = {i["id"]: i for i in doc["items"]}
     assert items["H2"]["status"] == "FAIL"
     assert rc != 0
+
+
+def test_xml_memory_errors_and_link(tmp_path):
+    # element names as nvidia-smi -q -x prints them (nvsmi_device_v12.dtd); values hand-set
+    p = tmp_path / "q.xml"
+    p.write_text("<?xml version='1.0' ?>\n<!DOCTYPE nvidia_smi_log SYSTEM 'nvsmi_device_v12.dtd'>\n<nvidia_smi_log>"
+                 "<driver_version>550.54.15</driver_version><cuda_version>12.4</cuda_version>"
+                 "<attached_gpus>1</attached_gpus><gpu id='00000000:18:00.0'>"
+                 "<product_name>NVIDIA H100 80GB HBM3</product_name><persistence_mode>Enabled</persistence_mode>"
+                 "<ecc_mode><current_ecc>Enabled</current_ecc></ecc_mode><ecc_errors><volatile>"
+                 "<sram_correctable>0</sram_correctable><sram_uncorrectable_parity>0</sram_uncorrectable_parity>"
+                 "<sram_uncorrectable_secded>2</sram_uncorrectable_secded><dram_correctable>3</dram_correctable>"
+                 "<dram_uncorrectable>1</dram_uncorrectable></volatile></ecc_errors>"
+                 "<remapped_rows><remapped_row_corr>0</remapped_row_corr><remapped_row_unc>2</remapped_row_unc>"
+                 "<remapped_row_pending>No</remapped_row_pending><remapped_row_failure>Yes</remapped_row_failure>"
+                 "</remapped_rows><pci><pci_gpu_link_info><pcie_gen><max_link_gen>5</max_link_gen>"
+                 "<current_link_gen>4</current_link_gen></pcie_gen><link_widths><max_link_width>16x</max_link_width>"
+                 "<current_link_width>8x</current_link_width></link_widths></pci_gpu_link_info>"
+                 "<replay_counter>7</replay_counter></pci><fabric><state>Completed</state></fabric>"
+                 "</gpu></nvidia_smi_log>\n")
+    d = parse_nvidia_smi_q(str(p))
+    g = d["gpus"][0]
+    assert d["box"]["driver_version"] == "550.54.15" and d["box"]["format"] == "xml"
+    assert g["name"] == "NVIDIA H100 80GB HBM3" and g["pci_bus_id"] == "00000000:18:00.0"
+    assert g["ecc_volatile_uncorrected"] == 3 and g["ecc_volatile_corrected"] == 3      # 0+2 SRAM + 1 DRAM
+    assert g["remapped_rows_uncorrectable"] == 2 and g["remapped_rows_failure"] is True
+    assert (g["pcie_link_gen_current"], g["pcie_link_gen_max"], g["pcie_link_width_current"],
+            g["pcie_link_width_max"], g["pcie_replay_count"]) == (4, 5, 8, 16, 7)
+    assert g["fabric_state"] == "completed" and g["persistence_mode"] == "enabled"
+    out = str(tmp_path / "imp")
+    assert run(ImportConfig(kind="nvidia-smi-q", paths=[str(p)], out=out)) == 0
+    items = {i.id: i for i in health_items(_Ev(out), load_thresholds())}
+    assert items["H1"].status == "FAIL" and items["H2"].status == "FAIL" and "row remap failed" in items["H2"].value
+    assert items["H7"].status == "PASS"

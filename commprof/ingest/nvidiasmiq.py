@@ -101,8 +101,10 @@ def _sum(*vals):
 
 def _ecc(d: dict, kind: str, err: str):
     # newer drivers: SRAM/DRAM Correctable/Uncorrectable; older: Single Bit / Double Bit ... Total
-    sram = _num(_get(d, f"ecc_errors/{kind}/sram_{err}", f"ecc_errors/{kind}/sram_{err}_parity",
-                     f"ecc_errors/{kind}/sram_{err}_secded"))
+    sram = _num(_get(d, f"ecc_errors/{kind}/sram_{err}"))
+    if sram is NA:      # drivers 550+: the SRAM count split into parity and SEC-DED
+        sram = _sum(_num(_get(d, f"ecc_errors/{kind}/sram_{err}_parity")),
+                    _num(_get(d, f"ecc_errors/{kind}/sram_{err}_secded")))
     dram = _num(_get(d, f"ecc_errors/{kind}/dram_{err}"))
     if sram is not NA or dram is not NA:
         return _sum(sram, dram)
