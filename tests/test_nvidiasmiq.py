@@ -165,3 +165,33 @@ def test_xml_memory_errors_and_link(tmp_path):
     items = {i.id: i for i in health_items(_Ev(out), load_thresholds())}
     assert items["H1"].status == "FAIL" and items["H2"].status == "FAIL" and "row remap failed" in items["H2"].value
     assert items["H7"].status == "PASS"
+
+
+def test_deep_xml_is_refused(tmp_path):
+    p = tmp_path / "deep.xml"
+    p.write_text("<?xml version='1.0'?><nvidia_smi_log><gpu id='x'>" + "<a>" * 3000 + "1" + "</a>" * 3000
+                 + "</gpu></nvidia_smi_log>")
+    with pytest.raises(UsageError, match="nested deeper|not well-formed"):
+        parse_nvidia_smi_q(str(p))
+
+
+hyp = pytest.importorskip("hypothesis")
+
+
+@hyp.settings(max_examples=150, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(hyp.HealthCheck))
+@hyp.given(data=hyp.strategies.binary(max_size=400)
+           | hyp.strategies.lists(hyp.strategies.sampled_from(
+               ["GPU 00000000:0B:00.0", "    ECC Mode", "        Current : Enabled", "    Remapped Rows",
+                "        Pending : Yes", "<?xml version='1.0'?>", "<nvidia_smi_log>", "<gpu id='1'>", "</gpu>",
+                "<temperature><gpu_temp>9e9 C</gpu_temp></temperature>", "    Temperature",
+                "        GPU Current Temp : -5 C", "Attached GPUs : x"]), max_size=12).map(
+               lambda ls: "\n".join(ls).encode()))
+def test_any_input_parses_or_is_refused(data, tmp_path_factory):
+    p = tmp_path_factory.mktemp("fz") / "q"
+    p.write_bytes(data)
+    try:
+        d = parse_nvidia_smi_q(str(p))
+    except UsageError:
+        return
+    assert d["gpus"]

@@ -167,12 +167,17 @@ def _gpu_from_flat(i: int, d: dict, xml: bool) -> dict:
 
 
 # --- XML ----------------------------------------------------------------------------------------
-def _flatten(el, prefix="", out=None) -> dict:
+MAX_DEPTH = 16                         # nvidia-smi's XML nests 5 deep
+
+
+def _flatten(el, prefix="", out=None, depth=0) -> dict:
     out = {} if out is None else out
+    if depth > MAX_DEPTH:
+        raise UsageError(f"XML nested deeper than {MAX_DEPTH} levels at <{prefix}>: not nvidia-smi -q -x output")
     for c in el:
         k = f"{prefix}/{c.tag}" if prefix else c.tag
         if len(c):
-            _flatten(c, k, out)
+            _flatten(c, k, out, depth + 1)
         else:
             out[k] = (c.text or "").strip()
     return out
