@@ -31,15 +31,29 @@ class AcceptConfig:
     steps: list = field(default_factory=list)     # tests: the steps to run (default: all)
 
 
-def _gpu_present() -> tuple[bool, str]:
+def _gpu_present() -> tuple[int, str]:
+    """-> (the number of NVIDIA GPUs NVML sees, why none)."""
     s = HealthSampler()
     if not s.available:
-        return False, s.why
+        return 0, s.why
+    try:
+        n = int(s.nvml.nvmlDeviceGetCount())
+    except s.nvml.NVMLError:
+        n = 0
     try:
         s.nvml.nvmlShutdown()
     except s.nvml.NVMLError:
         pass
-    return True, ""
+    return n, "" if n else "no NVIDIA GPU (NVML sees none): health not judged"
+
+
+def default_tp(n_gpus: int) -> str:
+    """The TP degrees a box of ``n_gpus`` GPUs runs: powers of two from 2 up to the count (8 -> "2,4,8")."""
+    tps, t = [], 2
+    while t <= n_gpus:
+        tps.append(str(t))
+        t *= 2
+    return ",".join(tps)
 
 
 def plan_steps(out: str, gpu: bool, cfg: AcceptConfig) -> tuple[list, list]:
@@ -47,13 +61,16 @@ def plan_steps(out: str, gpu: bool, cfg: AcceptConfig) -> tuple[list, list]:
     d = lambda name: os.path.join(out, name)            # noqa: E731
     model = ["--model", cfg.model] if cfg.model else []
     steps, could_not = [], []
-    if gpu:
-        tp = cfg.tp or "2,4,8"
+    if gpu >= 2 or (gpu and cfg.tp):
+        tp = cfg.tp or default_tp(gpu)
         steps += [("topo", ["topo", "--out", d("topo")], d("topo")),
                   ("p2p", ["p2p", "--out", d("p2p")], d("p2p")),
                   ("sweep", ["sweep", "--tp", tp, "--sizes", "decode", "--modes", "graph,eager", *model,
                              "--no-charts", "--out", d("sweep")], d("sweep")),
                   ("trace", ["trace", "--tp", tp, *model, "--no-charts", "--out", d("trace")], d("trace"))]
+    elif gpu == 1:
+        could_not += ["p2p, sweep and trace: one GPU: no communication to measure (TP=1)"]
+        steps.append(("topo", ["topo", "--out", d("topo")], d("topo")))
     else:
         no = "no NVIDIA GPU/driver"
         could_not += [f"topo and health: {no}: not judged", f"p2p: {no}: not measured",
@@ -113,7 +130,7 @@ def run(cfg: AcceptConfig, *, echo=print) -> int:
         else:
             failed.append(f"{name}: {'exit ' + str(rc) if rc is not None else 'timed out'}: {tail[0]}")
             echo(f"[{n}/{total}] {name}: failed in {took:.0f} s: {tail[0]}")
-    if not gpu and os.path.join(out, "sweep") in dirs:
+    if gpu == 0 and os.path.join(out, "sweep") in dirs:
         write_json(os.path.join(out, "sweep", "health.json"),
                    {"kind": "health", "source": "nvml", "samples": [], "not_judged": why})
     report = None
@@ -132,7 +149,7 @@ def run(cfg: AcceptConfig, *, echo=print) -> int:
     nccl_logs = sorted(os.listdir(os.path.join(out, "nccl")))
     if not nccl_logs:
         could_not.append("NCCL's own account (NCCL_DEBUG=INFO): no NCCL ran, no log")
-    summary = {"kind": "accept", "gpu": gpu, "budget_s": cfg.budget_s,
+    summary = {"kind": "accept", "gpus": gpu, "budget_s": cfg.budget_s,
                "elapsed_s": round(time.monotonic() - t0, 1), "ran": ran, "failed": failed,
                "could_not": could_not, "dirs": dirs, "report": report, "nccl_logs": nccl_logs}
     write_json(os.path.join(out, "accept.json"), summary)
