@@ -152,3 +152,22 @@ def test_topo_on_a_topology_only_fixture_samples_na(tmp_path):
     assert run(TopoConfig(out=str(tmp_path)), nvml=FakeNVML(TOPO)) == 0
     g = read_health(str(tmp_path))["samples"][0]["gpus"][0]
     assert g["ecc_mode"] == "n/a" and g["pcie_link_gen_max"] == 5
+
+
+def test_sweep_records_health_before_during_after(cli_inproc, tmp_path, monkeypatch):
+    # the sweep's sampler answering from the recorded H100 (a gloo sweep on CPU; NVML faked)
+    import commprof.verbs.sweep as sweep_verb
+
+    fake = FakeNVML(with_health(TOPO, "h100-healthy.json"))
+    monkeypatch.setattr(sweep_verb, "HealthSampler", lambda: HealthSampler(nvml=fake, period_s=0.05))
+    monkeypatch.setattr(sweep_verb, "save_topology", lambda out: False)
+    out = str(tmp_path / "sw")
+    res = cli_inproc("sweep", "--tp", "2", "--sizes", "4K", "--iters", "4", "--warmup", "1", "--timeout", "60",
+                     "--no-charts", "--out", out)
+    assert res.returncode == 0, res.stderr
+    doc = read_health(out)
+    phases = [s["phase"] for s in doc["samples"]]
+    assert phases[0] == "before" and phases[-1] == "after"
+    assert len(doc["samples"][0]["gpus"]) == 8
+    items = {i.id: i.status for i in health_items(_Ev(out), load_thresholds())}
+    assert items["H1"] == "PASS" and items["H3"] == "PASS"
