@@ -309,6 +309,22 @@ def serve(
         profile=profile, client_cpus=client_cpus)))
 
 
+# --- accept (issue 33: one acceptance run on a box; a separate block) --------------------------
+@app.command()
+def accept(
+    out: Optional[str] = typer.Option(None, "--out", help="The results dir tree (default results/<timestamp>-accept/)."),
+    budget: float = typer.Option(900.0, "--budget", help="Time budget of the whole run in seconds."),
+    url: Optional[str] = typer.Option(None, "--url", help="The buyer's engine (OpenAI-compatible base URL): serve runs against it."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model of the sweep's decode sizes and the trace."),
+    tp: Optional[str] = typer.Option(None, "--tp", help="TP degrees (default 2,4,8 on GPUs, 2 on CPU)."),
+):
+    """One acceptance run: topo and GPU health, p2p, sweep (graph and eager), trace, NCCL's log, serve (--url), the report."""
+    from commprof.verbs.accept import AcceptConfig, run
+
+    _exit_with(run, AcceptConfig(out=out, budget_s=budget, url=url, model=model, tp=tp))
+
+
+
 def _is(exc: BaseException, name: str) -> bool:
     """Match click's exception classes by name: typer ships click itself or a vendored copy."""
     return any(cls.__name__ == name for cls in type(exc).__mro__)

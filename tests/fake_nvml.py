@@ -211,3 +211,79 @@ class FakeNVML:
             raise TypeError(f"argument 3: wrong type {type(p2p_index).__name__}")
         return self._pair("nvmlDeviceGetP2PStatus", h1, h2,
                           self.fx["pairs"]["nvmlDeviceGetP2PStatus"][str(p2p_index)])
+
+    # --- health calls (commprof.capture.nvmlhealth) ------------------------------------------
+    # A call with arguments past the handle answers from a dict keyed by the arguments joined by ","
+    # ("1,0" for nvmlDeviceGetTotalEccErrors(h, UNCORRECTED, VOLATILE)).
+    # A health call a topology-only fixture does not record answers Not Supported (as on a GPU that
+    # lacks the field), so commprof topo --out on those fixtures samples health as "n/a".
+    def _health(self, h, call):
+        if call not in self.fx["gpus"][h.index] and call not in self.fx.get("all_gpus", {}):
+            _raise("NotSupported")
+        return self._gpu(h, call)
+
+    def _gpu_args(self, h, call, *args):
+        a = self._health(h, call)
+        if not args:
+            return a
+        key = ",".join(str(x) for x in args)
+        if not isinstance(a, dict) or key not in a:
+            raise AssertionError(f"fixture records no answer for {call}({key}) on GPU {h.index}")
+        return self._value(a[key])
+
+    def nvmlDeviceGetEccMode(self, h):
+        return self._health(h, "nvmlDeviceGetEccMode")
+
+    def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
+        return self._gpu_args(h, "nvmlDeviceGetTotalEccErrors", error_type, counter_type)
+
+    def nvmlDeviceGetRetiredPages(self, h, cause):
+        return self._gpu_args(h, "nvmlDeviceGetRetiredPages", cause)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
+        return self._health(h, "nvmlDeviceGetRetiredPagesPendingStatus")
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        return tuple(self._health(h, "nvmlDeviceGetRemappedRows"))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._health(h, "nvmlDeviceGetCurrentClocksEventReasons")
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return self._gpu_args(h, "nvmlDeviceGetTemperature", sensor)
+
+    def nvmlDeviceGetTemperatureThreshold(self, h, kind):
+        return self._gpu_args(h, "nvmlDeviceGetTemperatureThreshold", kind)
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return self._health(h, "nvmlDeviceGetPowerUsage")
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return self._health(h, "nvmlDeviceGetEnforcedPowerLimit")
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h, link, counter):
+        self._health(h, "nvmlDeviceGetNvLinkErrorCounter")
+        per_link = self._link(h, "nvmlDeviceGetNvLinkErrorCounter", link)
+        return self._value(per_link[counter])
+
+    def nvmlDeviceGetGpuFabricInfo(self, h):
+        return SimpleNamespace(**self._health(h, "nvmlDeviceGetGpuFabricInfo"))
+
+    def nvmlDeviceGetMigMode(self, h):
+        return tuple(self._health(h, "nvmlDeviceGetMigMode"))
+
+    def nvmlDeviceGetPersistenceMode(self, h):
+        return self._health(h, "nvmlDeviceGetPersistenceMode")
+
+
+def with_health(topo_fixture: str, health_fixture: str) -> dict:
+    """A topology fixture with a health overlay (``tests/data/nvml/health/*.json``) merged in: its
+    ``all_gpus`` and per-GPU ``gpus`` entries add to or replace the topology fixture's."""
+    fx = load_fixture(topo_fixture)
+    with open(os.path.join(DATA, "health", health_fixture), encoding="utf-8") as f:
+        h = json.load(f)
+    fx.setdefault("all_gpus", {}).update(h.get("all_gpus", {}))
+    for i, g in h.get("gpus", {}).items():
+        fx["gpus"][int(i)].update(g)
+    fx["_health_source"] = h.get("_source")
+    return fx

@@ -60,6 +60,8 @@ def _absorb(ev: Evidence, r, d: str) -> bool:
         ev.topo, ev.topo_meta, found = r.docs["topo"], r.meta, True
     if "hostbw" in r.docs:
         ev.hostbw, found = r.docs["hostbw"], True
+    if "health" in r.docs:             # GPU health samples: judged by checkitems_health from ev.dirs
+        found = True
     if "sweep" in r.tables:
         df = r.tables["sweep"]
         base = df[df["impl"] != "custom"]
@@ -132,7 +134,7 @@ def gather_boxes(dirs: list[str], labels=None) -> list[Evidence]:
             before = [owner[k] for k in sorted(owner) if k < i]
             box = before[-1] if before else boxes[0]
         if not _absorb(box, r, d):
-            raise UsageError(f"results dir '{d}': holds no topo.json, sweep.csv, trace_summary.csv, p2p.csv, "
+            raise UsageError(f"results dir '{d}': holds no topo.json, health.json, sweep.csv, trace_summary.csv, p2p.csv, "
                              "moe_steps.csv or serve_levels.csv")
     if len(names_given) > len(boxes):
         raise UsageError(f"--label: {len(names_given)} names for {len(boxes)} box(es) (every dir with a sweep is "

@@ -36,6 +36,7 @@ TABLES = {
 }
 #: JSON documents a dir can hold beside its tables: file name -> key in Results.docs.
 DOCS = {"topo.json": "topo", "hostbw.json": "hostbw", "plan.json": "plan", "check.json": "check"}
+DOCS["health.json"] = "health"           # GPU health samples (commprof topo/sweep, import nvidia-smi-q)
 
 #: The verb of a dir written before ``meta.json`` named it, from the files it holds (first match).
 _VERB_BY_FILE = (("sweep.csv", None), ("trace_summary.csv", "trace"), ("moe_steps.csv", "moe"),

@@ -69,13 +69,17 @@ def _dispatch(kind: str, paths, out: str, in_place: bool = False, step_marker: s
     """One importer by ``kind``: import, print one line, return the exit code (0).
     ``step_marker``, ``model`` and ``tp`` are for ``kineto`` only."""
     given = [f for f, v in (("--step-marker", step_marker), ("--model", model), ("--tp", tp)) if v is not None]
-    if given and kind in ("nvidia-smi-topo", "nccl-tests"):
+    if given and kind in ("nvidia-smi-topo", "nccl-tests", "nvidia-smi-q"):
         raise UsageError(f"import {kind}: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for "
                          "'import kineto' only; drop it")
     if kind == "nvidia-smi-topo":
         from commprof.ingest.smitopo import run_import_smi_topo     # each importer loads only when asked for
 
         return run_import_smi_topo(list(paths), out or default_import_dir(kind))
+    if kind == "nvidia-smi-q":
+        from commprof.ingest.nvidiasmiq import run_import_nvidia_smi_q     # nvidia-smi -q text or -q -x XML
+
+        return run_import_nvidia_smi_q(list(paths), out or default_import_dir(kind))
     if kind == "kineto":
         from commprof.ingest.kineto import run_import_kineto
 
@@ -84,7 +88,7 @@ def _dispatch(kind: str, paths, out: str, in_place: bool = False, step_marker: s
     if step_marker is not None or model is not None or tp is not None:
         raise UsageError(f"import {kind}: --step-marker, --model and --tp are for 'import kineto' only")
     if kind != "nccl-tests":
-        raise UsageError(f"import: unknown kind '{kind}' (known: nccl-tests, nccl-debug, nvidia-smi-topo, kineto)")
+        raise UsageError(f"import: unknown kind '{kind}' (known: nccl-tests, nccl-debug, nvidia-smi-topo, nvidia-smi-q, kineto)")
     out_dir = out or default_import_dir(kind)
     import_nccl_tests(list(paths), out_dir, in_place=in_place)
     rows = results.read_rows(out_dir)

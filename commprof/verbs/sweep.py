@@ -14,6 +14,7 @@ from commprof.model.sweepconfig import BACK_TO_BACK, CUSTOM, CUSTOM_OPS, IMPLS, 
 from commprof.model.units import parse_int_list
 from commprof.results.sweep import resume_state
 from commprof.capture.nvmltopo import save_topology
+from commprof.capture.nvmlhealth import HealthSampler, save_health
 from commprof.model.units import human_bytes
 from commprof.model.errors import EXIT_WRONG
 from commprof.capture.launch import shared_core_note, torchrun_env
@@ -134,11 +135,13 @@ def oneshot_test_hook() -> bool:
 
 def run_ranks(cfg: SweepRunConfig) -> SweepOutcome | None:
     """Run the sweep; returns what was written on the process that holds the results."""
+    health = HealthSampler().start()        # GPU health before, during and after (nothing without NVML)
     try:
         if not launch.run_ranks(cfg, "microbench.collective_bench:run_rank"):
             return None
     finally:
         save_topology(cfg.out_dir)          # beside the rows whenever NVML answers, also after a failure
+        save_health(cfg.out_dir, health.stop())
     rows = results.read_rows(cfg.out_dir)
     refused = results.read_meta(cfg.out_dir).get("custom_refused") or []
     return SweepOutcome(cfg.out_dir, len(rows), sum(1 for r in rows if r.get("status") == "WRONG"), refused)

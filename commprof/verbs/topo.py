@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from commprof import results
 from commprof.model.errors import EXIT_OK, UsageError
 from commprof.capture.nvmltopo import collect_topology
+from commprof.capture.nvmlhealth import sample_once, save_health
 from commprof.results.topo import TOPO_JSON, write_topology
 from commprof.views.console import emit
 from commprof.views.topo import render_topology
@@ -30,6 +31,7 @@ def run(cfg: TopoConfig, *, nvml=None, console=None) -> int:
     if out:
         try:
             path = write_topology(topo, os.path.join(out, TOPO_JSON))
+            save_health(out, sample_once(nvml))          # the GPUs' health now (health.json/.csv)
             results.stamp(out, results.provenance(
                 "topo", "measured", "NVML topology, P2P and link state (commprof topo)", status="complete",
                 hosts=[topo.get("host") or socket.gethostname()],

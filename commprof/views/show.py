@@ -107,6 +107,12 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
 
         shown = True
         render_topology(res.docs["topo"])
+    if "health" in res.docs:                                  # GPU health samples (views/health.py)
+        from commprof.views.health import health_lines
+
+        shown = True
+        for line in health_lines(res.docs["health"]):
+            echo(line)
     if verb == "report":
         shown = True
         for name in ("report.html", "report.md"):
