@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from commprof.capture.nvmlhealth import HealthSampler
 from commprof.model.errors import UsageError
 from commprof.model.fileio import write_json
+from commprof.results.meta import RUNS_DIR
 
 MIN_STEP_S = 5.0                       # a step with less budget left than this is not started
 
@@ -95,7 +96,7 @@ def run(cfg: AcceptConfig, *, echo=print) -> int:
     """The whole acceptance run; the exit code (0 when every step ran; the report's verdict is in it)."""
     if not cfg.budget_s or cfg.budget_s <= 0:
         raise UsageError(f"--budget {cfg.budget_s}: give the run's time budget in seconds (> 0)")
-    out = cfg.out or os.path.join("results", time.strftime("%Y%m%d-%H%M%S") + "-accept")
+    out = cfg.out or os.path.join(RUNS_DIR, time.strftime("%Y%m%d-%H%M%S") + "-accept")
     if os.path.exists(out) and os.listdir(out):
         raise UsageError(f"--out '{out}': not empty; give a new dir")
     os.makedirs(os.path.join(out, "nccl"), exist_ok=True)
@@ -147,11 +148,26 @@ def run(cfg: AcceptConfig, *, echo=print) -> int:
         except subprocess.TimeoutExpired:
             failed.append("report: timed out")
     nccl_logs = sorted(os.listdir(os.path.join(out, "nccl")))
+    nccl_account = None
     if not nccl_logs:
         could_not.append("NCCL's own account (NCCL_DEBUG=INFO): no NCCL ran, no log")
+    else:                                  # NCCL's own account of the run, with its check items
+        acct = os.path.join(out, "nccl-account")
+        try:
+            p = subprocess.run([sys.executable, "-m", "commprof", "import", "nccl-debug",
+                                *[os.path.join(out, "nccl", f) for f in nccl_logs], "--out", acct],
+                               timeout=120, capture_output=True, text=True)
+            if os.path.exists(os.path.join(acct, "meta.json")):
+                nccl_account = acct
+                echo(f"NCCL's own account: {acct} (exit {p.returncode})")
+            else:
+                failed.append(f"import nccl-debug: exit {p.returncode}: {(p.stderr or '').strip().splitlines()[-1:]}")
+        except subprocess.TimeoutExpired:
+            failed.append("import nccl-debug: timed out")
     summary = {"kind": "accept", "gpus": gpu, "budget_s": cfg.budget_s,
                "elapsed_s": round(time.monotonic() - t0, 1), "ran": ran, "failed": failed,
-               "could_not": could_not, "dirs": dirs, "report": report, "nccl_logs": nccl_logs}
+               "could_not": could_not, "dirs": dirs, "report": report, "nccl_logs": nccl_logs,
+               "nccl_account": nccl_account}
     write_json(os.path.join(out, "accept.json"), summary)
     with open(os.path.join(out, "accept.md"), "w", encoding="utf-8") as f:
         f.write("# Acceptance run\n\n" + f"ran: {', '.join(ran) or 'nothing'}\n\n"
