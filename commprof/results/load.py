@@ -6,37 +6,17 @@ from dataclasses import dataclass, field
 
 from commprof.model.errors import UsageError
 from commprof.model.fileio import read_json_object
+from commprof.model.registry import doc_files, table_files
 from commprof.results.meta import META_JSON, normalize, read_meta, require_results_dir, run_state
 from commprof.results.table import read_table_rows
 from commprof.results.sweep import cells_done
 from commprof.results.sweep import load_frame
 
-#: Every table a verb writes: file name -> (key in Results.tables, required columns).
-TABLES = {
-    "sweep.csv": ("sweep", ("op", "tp", "size_bytes", "mode", "latency_us_p50")),
-    "trace_summary.csv": ("trace_summary", ("tp", "batch", "comm_share_pct", "ms_per_token")),
-    "trace_tokens.csv": ("trace_tokens", ("tp", "batch", "token", "rank", "latency_us")),
-    "trace_layers.csv": ("trace_layers", ("tp", "batch", "layer", "rank")),
-    "moe_steps.csv": ("moe_steps", ("ep", "tokens", "skew", "imbalance")),
-    "moe_ranks.csv": ("moe_ranks", ("ep", "tokens", "skew", "rank")),
-    "p2p.csv": ("p2p", ("src_device", "dst_device", "probe", "gbps", "oneway_us")),
-    "kineto_steps.csv": ("kineto_steps", ("step", "rank", "window_us")),
-    "kineto_collectives.csv": ("kineto_collectives", ("step", "index", "rank", "duration_us")),
-    "kineto_ranks.csv": ("kineto_ranks", ("rank", "comm_kernel_us", "compute_kernel_us")),
-    "plan.csv": ("plan", ()),
-    "gap.csv": ("gap", ()),
-    "predict.csv": ("predict", ("box", "tp", "batch", "ms_per_token", "comm_ms")),
-    "gap_boxes.csv": ("gap_boxes", ()),
-    "gap_predict.csv": ("gap_predict", ("tp", "batch", "box", "ms_per_token", "comm_ms")),
-    "serve_levels.csv": ("serve_levels", ("level", "mode", "concurrency", "ttft_ms_p99", "tpot_ms_p99")),
-    "serve_requests.csv": ("serve_requests", ("level", "status", "ttft_ms", "tpot_ms")),
-    "nccl_comms.csv": ("nccl_comms", ("comm", "nranks", "summary")),
-    "nccl_pairs.csv": ("nccl_pairs", ("comm", "src_rank", "dst_rank", "transport")),
-    "nccl_verdict.csv": ("nccl_verdict", ("id", "verdict", "what_now")),
-}
+#: Every table a verb writes: file name -> (key in Results.tables, required columns); from the
+#: result kinds of :data:`commprof.model.registry.RESULT_KINDS`, read again at each :func:`load`.
+TABLES = table_files()
 #: JSON documents a dir can hold beside its tables: file name -> key in Results.docs.
-DOCS = {"topo.json": "topo", "hostbw.json": "hostbw", "plan.json": "plan", "check.json": "check"}
-DOCS["health.json"] = "health"           # GPU health samples (commprof topo/sweep, import nvidia-smi-q)
+DOCS = doc_files()
 
 #: The verb of a dir written before ``meta.json`` named it, from the files it holds (first match).
 _VERB_BY_FILE = (("sweep.csv", None), ("trace_summary.csv", "trace"), ("moe_steps.csv", "moe"),
@@ -79,16 +59,6 @@ class Results:
     def __contains__(self, name: str) -> bool:
         return name in self.tables or name in self.docs
 
-    def __repr__(self) -> str:
-        """One line: the dir, its verb and kind, its state, what it holds (tables with their row
-        counts, documents); ``.meta`` holds the whole provenance."""
-        held = [f"{k} ({len(v)} rows)" if hasattr(v, "__len__") and not isinstance(v, dict) else k
-                for k, v in self.tables.items()] + list(self.docs)
-        return (f"<commprof.Results {self.path!r}: {self.verb}, {self.kind or '?'}, {self.state}; "
-                f"{', '.join(held) or 'nothing'}>")
-
-    __str__ = __repr__
-
 
 def _verb_of(path: str, meta: dict, names: set) -> str:
     if meta.get("verb"):
@@ -123,7 +93,7 @@ def load(path: str) -> Results:
     raw = read_meta(path) if META_JSON in names else {}
     verb = _verb_of(path, raw, names)
     res = Results(path=path, verb=verb, meta=normalize(raw, verb))
-    for fname, (key, required) in TABLES.items():
+    for fname, (key, required) in table_files().items():
         if fname in names:
             if fname == "sweep.csv":
                 df = load_frame(path, impl="all")
@@ -139,7 +109,7 @@ def load(path: str) -> Results:
         done = cells_done(res.tables["sweep"].astype(str).to_dict("records"))
     if raw:
         res.state, res.unfinished = run_state(path, raw, done)
-    for fname, key in DOCS.items():
+    for fname, key in doc_files().items():
         if fname in names:
             res.docs[key] = read_json_object(os.path.join(path, fname), f"'{os.path.join(path, fname)}'")
     return res

@@ -21,12 +21,20 @@ from commprof.model.errors import CommprofError, UsageError, shown
 from commprof.model.fileio import TMP_SUFFIX, remove_quietly, shown_path, write_json  # noqa: F401 (shown_path: re-exported)
 from commprof.model.fileio import read_json_object
 from commprof.model.machine import machine, nccl_env, now_iso, run_env, versions
+from commprof.model import registry
 
 META_JSON = "meta.json"
 SCHEMA_VERSION = 2
 
-#: The verbs that write results dirs, and the kinds of figures a dir can hold.
-VERBS = ("sweep", "trace", "moe", "p2p", "topo", "plan", "import", "reference", "check", "report", "gap", "serve", "predict")
+def writing_verbs() -> tuple:
+    """The verbs that write results dirs (those of :data:`commprof.model.registry.VERBS` with a
+    result kind), and ``reference`` (an analytic profile written as a sweep dir)."""
+    return tuple(v.name for v in registry.VERBS if v.kinds) + ("reference",)
+
+
+#: The verbs that write results dirs (at import; :func:`writing_verbs` reads the registry now), and
+#: the kinds of figures a dir can hold.
+VERBS = writing_verbs()
 KINDS = ("measured", "imported", "modelled", "predicted", "checklist")
 
 BASE_KEYS = ("schema_version", "verb", "kind", "what", "status", "start_time", "end_time", "command",
@@ -55,8 +63,8 @@ def provenance(verb: str, kind: str, what: str, *, command=None, hosts=None, gpu
 
     ``hosts`` defaults to this host (pass ``[]`` when the hosts are unknown); ``gpus`` is a list
     of GPU names (empty when none)."""
-    if verb not in VERBS:
-        raise ValueError(f"verb {verb!r}: use one of {VERBS}")
+    if verb not in writing_verbs():
+        raise ValueError(f"verb {verb!r}: use one of {writing_verbs()}")
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r}: use one of {KINDS}")
     start = now_iso()

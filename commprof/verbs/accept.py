@@ -21,15 +21,7 @@ from commprof.results.meta import RUNS_DIR
 MIN_STEP_S = 5.0                       # a step with less budget left than this is not started
 
 
-@dataclass
-class AcceptConfig:
-    """``commprof accept``'s flags."""
-    out: str | None = None
-    budget_s: float = 900.0
-    url: str | None = None
-    model: str | None = None
-    tp: str | None = None
-    steps: list = field(default_factory=list)     # tests: the steps to run (default: all)
+from commprof.model.registry import AcceptConfig  # noqa: E402,F401 - the flags, declared once
 
 
 def _gpu_present() -> tuple[int, str]:

@@ -18,6 +18,8 @@ wires them: flags -> evidence (or, with no dir, a measuring run: :func:`measure`
 """
 from __future__ import annotations
 
+from commprof.model.registry import CheckConfig  # noqa: F401 - the flags, declared once
+
 import os
 import sys
 from dataclasses import dataclass, field
@@ -132,14 +134,6 @@ def measure(root: str, model: str) -> list[str]:
     return [sweep_dir, trace_dir]
 
 
-@dataclass
-class CheckConfig:
-    """``commprof check``'s flags."""
-    dirs: list = field(default_factory=list)
-    thresholds: str | None = None
-    model: str | None = None
-    out: str | None = None
-    interconnect: str | None = None
 
 
 def run(cfg: CheckConfig, console=None) -> int:

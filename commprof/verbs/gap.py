@@ -3,6 +3,8 @@ other (the comparison is :mod:`commprof.analysis.boxgap`), printed and (``--out`
 ``gap_boxes.csv``, ``gap.md`` and ``gap.png``."""
 from __future__ import annotations
 
+from commprof.model.registry import GapConfig  # noqa: F401 - the flags, declared once
+
 import os
 import sys
 from dataclasses import dataclass, field
@@ -63,14 +65,6 @@ def write_gap(g: Gap, out_dir: str, dirs: list[str]) -> list[str]:
     return paths
 
 
-@dataclass
-class GapConfig:
-    """``commprof gap``'s flags."""
-    dirs: list = field(default_factory=list)
-    reference: str | None = None
-    interconnect: str | None = None
-    out: str | None = None
-    labels: str | None = None      # --label: one name per box, comma-separated
 
 
 def run(cfg: GapConfig) -> int:

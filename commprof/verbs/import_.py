@@ -4,6 +4,8 @@
 (:mod:`commprof.ingest.kineto`, a trace dir)."""
 from __future__ import annotations
 
+from commprof.model.registry import ImportConfig  # noqa: F401 - the flags, declared once
+
 import os
 import sys
 from dataclasses import dataclass, field
@@ -13,6 +15,8 @@ from commprof import results
 from commprof.model.errors import UsageError
 from commprof.ingest.nccltests import EXIT_WRONG_RESULTS, import_nccl_tests, wrong_summary
 from commprof.results.meta import check_writable
+from commprof.model.registry import IMPORT_KINDS, import_kind
+from commprof.model.spec import load_object
 
 
 def default_import_dir(kind: str, root: str = results.RUNS_DIR) -> str:
@@ -20,19 +24,6 @@ def default_import_dir(kind: str, root: str = results.RUNS_DIR) -> str:
     return os.path.join(root, f"{stamp}-import-{kind}")
 
 
-@dataclass
-class ImportConfig:
-    """``commprof import``'s arguments and flags (``step_marker``, ``model``, ``tp``: kineto only)."""
-    kind: str = "nccl-tests"
-    paths: list = field(default_factory=list)
-    out: str | None = None
-    in_place: bool = False
-    step_marker: str | None = None
-    model: str | None = None
-    tp: int | None = None
-    label: str | None = None        # --label: the box's short name in gap, check and report
-    expect_gpus: int | None = None  # nccl-debug: what the box was sold with
-    expect_nodes: int | None = None
 
 
 def run(cfg: ImportConfig) -> int:
@@ -44,19 +35,16 @@ def run(cfg: ImportConfig) -> int:
             raise UsageError(f"--out: {e}") from None
     if cfg.label is not None and not cfg.label.strip():
         raise UsageError("--label '': give the box a name (e.g. --label 'A100 DGX')")
-    if cfg.label is not None and cfg.kind not in ("nccl-tests", "kineto"):
-        raise UsageError(f"import {cfg.kind}: --label is for 'import nccl-tests' and 'import kineto'")
-    given = [f for f, v in (("--expect-gpus", cfg.expect_gpus), ("--expect-nodes", cfg.expect_nodes)) if v is not None]
-    if given and cfg.kind != "nccl-debug":
-        raise UsageError(f"import {cfg.kind}: {', '.join(given)} is for 'import nccl-debug' only; drop it")
+    spec = import_kind(cfg.kind)
+    if cfg.label is not None and spec is not None and not spec.label:
+        takers = [k.name for k in IMPORT_KINDS if k.label]
+        raise UsageError(f"import {cfg.kind}: --label is for {' and '.join(repr('import ' + t) for t in takers)}")
+    out = cfg.out or default_import_dir(cfg.kind)
     for f, v in (("--expect-gpus", cfg.expect_gpus), ("--expect-nodes", cfg.expect_nodes)):
         if v is not None and v < 1:
             raise UsageError(f"{f} {v}: give a count of 1 or more")
-    out = cfg.out or default_import_dir(cfg.kind)
-    if cfg.kind == "nccl-debug":
-        return _import_nccl_debug(list(cfg.paths), out, cfg.expect_gpus, cfg.expect_nodes)
-    rc = _dispatch(cfg.kind, list(cfg.paths), out, in_place=cfg.in_place, step_marker=cfg.step_marker,
-                   model=cfg.model, tp=cfg.tp)
+    rc = _dispatch(cfg.kind, list(cfg.paths), out, step_marker=cfg.step_marker, model=cfg.model, tp=cfg.tp,
+                   expect_gpus=cfg.expect_gpus, expect_nodes=cfg.expect_nodes)
     if cfg.label and rc == 0:
         meta = results.read_meta(out)
         meta["label"] = cfg.label.strip()
@@ -64,33 +52,31 @@ def run(cfg: ImportConfig) -> int:
     return rc
 
 
-def _dispatch(kind: str, paths, out: str, in_place: bool = False, step_marker: str | None = None,
-              model: str | None = None, tp: int | None = None) -> int:
-    """One importer by ``kind``: import, print one line, return the exit code (0).
-    ``step_marker``, ``model`` and ``tp`` are for ``kineto`` only."""
-    given = [f for f, v in (("--step-marker", step_marker), ("--model", model), ("--tp", tp)) if v is not None]
-    if given and kind in ("nvidia-smi-topo", "nccl-tests", "nvidia-smi-q"):
-        raise UsageError(f"import {kind}: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for "
-                         "'import kineto' only; drop it")
-    if kind == "nvidia-smi-topo":
-        from commprof.ingest.smitopo import run_import_smi_topo     # each importer loads only when asked for
+_FLAG = {"step_marker": "--step-marker", "model": "--model", "tp": "--tp", "expect_gpus": "--expect-gpus",
+         "expect_nodes": "--expect-nodes"}
 
-        return run_import_smi_topo(list(paths), out or default_import_dir(kind))
-    if kind == "nvidia-smi-q":
-        from commprof.ingest.nvidiasmiq import run_import_nvidia_smi_q     # nvidia-smi -q text or -q -x XML
 
-        return run_import_nvidia_smi_q(list(paths), out or default_import_dir(kind))
-    if kind == "kineto":
-        from commprof.ingest.kineto import run_import_kineto
+def _dispatch(kind: str, paths, out: str, **options) -> int:
+    """One importer of :data:`commprof.model.registry.IMPORT_KINDS` by ``kind``: import, print one
+    line, return the exit code. An option the kind does not take is refused, naming the kinds that do."""
+    spec = import_kind(kind)
+    if spec is None:
+        raise UsageError(f"import: unknown kind '{kind}' (known: {', '.join(k.name for k in IMPORT_KINDS)})")
+    given = [k for k, v in options.items() if v is not None]
+    extra = [_FLAG.get(k, k) for k in given if k not in spec.options]
+    if extra:
+        takers = [k.name for k in IMPORT_KINDS if set(given) & set(k.options)]
+        raise UsageError(f"import {kind}: {', '.join(extra)} {'is' if len(extra) == 1 else 'are'} for "
+                         f"{' and '.join(repr('import ' + t) for t in takers)} only; drop it")
+    importer = load_object(spec.importer)          # each importer loads only when asked for
+    return importer(list(paths), out or default_import_dir(kind),
+                    **{k: v for k, v in options.items() if k in spec.options})
 
-        return run_import_kineto(list(paths), out or default_import_dir(kind), step_marker=step_marker,
-                                 model=model, tp=tp)
-    if step_marker is not None or model is not None or tp is not None:
-        raise UsageError(f"import {kind}: --step-marker, --model and --tp are for 'import kineto' only")
-    if kind != "nccl-tests":
-        raise UsageError(f"import: unknown kind '{kind}' (known: nccl-tests, nccl-debug, nvidia-smi-topo, nvidia-smi-q, kineto)")
-    out_dir = out or default_import_dir(kind)
-    import_nccl_tests(list(paths), out_dir, in_place=in_place)
+
+def import_nccl_tests_dir(paths, out_dir: str) -> int:
+    """``commprof import nccl-tests``: the logs as a sweep dir, one line saying what came in; exit
+    code 1 (EXIT_WRONG_RESULTS) when a log reports wrong results."""
+    import_nccl_tests(list(paths), out_dir)
     rows = results.read_rows(out_dir)
     ops = sorted({r["op"] for r in rows})
     tps = sorted({int(r["tp"]) for r in rows})
@@ -106,7 +92,7 @@ def _dispatch(kind: str, paths, out: str, in_place: bool = False, step_marker: s
     return 0
 
 
-def _import_nccl_debug(paths, out: str, expect_gpus, expect_nodes) -> int:
+def import_nccl_debug_dir(paths, out: str, expect_gpus=None, expect_nodes=None) -> int:
     """``import nccl-debug``: the account, its lines, and the exit code (9: no NCCL line at all;
     8: an item FAILed; 0 otherwise)."""
     from commprof.ingest.nccldebug import import_nccl_debug

@@ -7,6 +7,8 @@ module validates the flags, starts the ranks (``microbench.moe_rank``) and shows
 """
 from __future__ import annotations
 
+from commprof.model.registry import MoeConfig  # noqa: F401 - the flags, declared once
+
 from dataclasses import dataclass, field
 
 
@@ -77,23 +79,6 @@ def run_ranks(cfg: MoeRunConfig) -> bool:
     return launch.run_ranks(cfg, "microbench.moe_rank:run_rank")
 
 
-@dataclass
-class MoeConfig:
-    """``commprof moe``'s flags, before validation (:func:`build_config`) turns them into the
-    :class:`~commprof.analysis.moeroute.MoeRunConfig` every rank receives."""
-    model: str | None = None
-    ep: str = "2,4,8"
-    tokens: str = "1,64,512"
-    skew: str = "uniform,zipf:1.0,hot:4"
-    iters: int | None = None
-    warmup: int | None = None
-    rebalance: int | None = None
-    seed: int = 0
-    backend: str = "auto"
-    timeout_s: float = 120.0
-    out: str | None = None
-    argv: list = field(default_factory=list)
-    charts: bool = True
 
 
 def run(flags: MoeConfig, echo=print) -> int:

@@ -7,6 +7,8 @@ orders the probes, writes the results dir and prints the matrices. Needs CUDA GP
 """
 from __future__ import annotations
 
+from commprof.model.registry import P2pConfig  # noqa: F401 - the flags, declared once
+
 from dataclasses import dataclass
 
 import os
@@ -62,12 +64,6 @@ def host_staged_bandwidth(src_device: int, dst_device: int, nbytes: int, iters: 
 MAX_P2P_ROUNDS = 10_000_000
 
 
-@dataclass
-class P2pConfig:
-    """``commprof p2p``'s flags: ``size`` as given (binary suffixes), ``rounds``, ``out``."""
-    size: str = "64M"
-    rounds: int = 10000
-    out: str | None = None
 
 
 def run(cfg: P2pConfig) -> int:

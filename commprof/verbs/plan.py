@@ -2,6 +2,8 @@
 batch, printed and (``--out``) written as ``plan.json`` + ``plan.csv``; nothing runs."""
 from __future__ import annotations
 
+from commprof.model.registry import PlanConfig  # noqa: F401 - the flags, declared once
+
 import os
 from dataclasses import dataclass
 
@@ -49,23 +51,6 @@ def write_plan(plan: Plan, out_dir: str) -> list[str]:
     return [json_path, csv_path]
 
 
-@dataclass
-class PlanConfig:
-    """``commprof plan``'s flags."""
-    model: str = "Qwen2.5-32B"
-    tp: int = 8
-    batch: int = 1
-    context: int = 4096
-    gpu_mem: str | None = None
-    mem_util: float = 0.9
-    dtype: str = "bf16"
-    sp: bool = False
-    moe: str = "tp"
-    out: str | None = None
-    as_json: bool = False
-    phase: str = "decode"
-    prompt: int | None = None
-    chunk: int | None = None
 
 
 def run(cfg: PlanConfig, console=None) -> int:

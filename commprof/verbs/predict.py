@@ -6,6 +6,8 @@ this verb writes ``predict.csv``, ``meta.json`` and ``predict.png`` and prints t
 """
 from __future__ import annotations
 
+from commprof.model.registry import PredictConfig  # noqa: F401 - the flags, declared once
+
 import os
 from dataclasses import dataclass, field
 
@@ -22,25 +24,6 @@ from commprof.results.predict import PREDICT_CSV
 PREDICT_CHART = "predict.png"
 
 
-@dataclass
-class PredictConfig:
-    """``commprof predict``'s flags."""
-    model: str = DEFAULT_MODEL
-    gpus: list = field(default_factory=lambda: ["rtx5090"])
-    comms: list = field(default_factory=list)       # empty: each GPU's class default
-    tps: list = field(default_factory=lambda: [2, 4, 8])
-    batches: list = field(default_factory=lambda: [1, 8, 32])
-    context: int = 4096
-    prompt: int | None = None
-    dtype: str = "bf16"
-    weights: str = "bf16"
-    mode: str = "graph"
-    mem_util: float = 0.9
-    out: str | None = None
-    charts: bool = True
-    as_json: bool = False
-    calibration: dict = field(default_factory=dict)
-    serve: str | None = None        # a commprof serve dir: the measured scheduling account
 
 
 def write_predict(out_dir: str, rows: list[dict], meta_extra: dict, columns: list[str] = CSV_COLUMNS) -> list[str]:

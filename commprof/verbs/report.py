@@ -4,6 +4,8 @@ the checklist, topology, sweep, trace breakdown, gap and MoE sections, from resu
 numbers come from ``check`` and ``gap``; ``commprof.views.report`` renders."""
 from __future__ import annotations
 
+from commprof.model.registry import ReportConfig  # noqa: F401 - the flags, declared once
+
 from dataclasses import dataclass, field
 
 import os
@@ -119,17 +121,6 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
     return paths
 
 
-@dataclass
-class ReportConfig:
-    """``commprof report``'s flags."""
-    dirs: list = field(default_factory=list)
-    out: str | None = None
-    thresholds: str | None = None
-    model: str | None = None
-    reference: str | None = None
-    interconnect: str | None = None
-    tp: int | None = None           # the served TP degree: the serve section ties back to it
-    labels: str | None = None       # --label: one name per box, comma-separated
 
 
 def served_comm(box, model: str | None, tp: int | None) -> dict | None:

@@ -13,6 +13,10 @@ and each request after ``--timeout`` seconds, so a dead, stalled or broken serve
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
+from commprof.model.registry import ServeFlags
+
 import asyncio
 import math
 import os
@@ -292,6 +296,11 @@ def _csv_row(row: dict) -> dict:
 def _slo_text(slo: dict) -> str:
     return ",".join(f"{k.replace('_ms_', '_')}={v:g}ms" if k != "error_pct" else f"error_pct={v:g}"
                     for k, v in slo.items())
+
+
+def run_flags(flags: ServeFlags) -> int:
+    """``commprof serve``: check the flags (:func:`build_config`), then :func:`run`."""
+    return run(build_config(**asdict(flags)))
 
 
 def run(cfg: ServeConfig) -> int:

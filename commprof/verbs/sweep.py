@@ -2,6 +2,8 @@
 ``max(tp)`` ranks (see ``commprof.capture.launch``); the per-rank side is ``microbench.collective_bench``."""
 from __future__ import annotations
 
+from commprof.model.registry import SweepConfig  # noqa: F401 - the flags, declared once
+
 from dataclasses import asdict, dataclass, field
 
 from commprof.capture import launch
@@ -163,33 +165,6 @@ def cells_count(cfg: SweepRunConfig) -> int:
     return len(plan_cells(cfg))
 
 
-@dataclass
-class SweepConfig:
-    """``commprof sweep``'s flags, before validation (:func:`build_config`) turns them into the
-    :class:`~commprof.model.sweepconfig.SweepRunConfig` every rank receives."""
-    tp: str = "2,4,8"
-    ops: str | None = None
-    sizes: str = "decode"
-    model: str | None = None
-    batch: str = "1,8,32,128"
-    dtype: str = "bf16"
-    backend: str = "auto"
-    modes: str | None = None
-    iters: int | None = None
-    warmup: int | None = None
-    concurrent: bool = False
-    timeout_s: float = 120.0
-    out: str | None = None
-    resume: bool = False
-    argv: list = field(default_factory=list)
-    progress: bool = True
-    impl: str | None = None
-    verify: bool = False
-    timing: str = PER_CALL
-    loop: int = 20
-    prompt: str | None = None
-    chunk: str | None = None
-    charts: bool = True
 
 
 def run(cfg: SweepConfig) -> int:

@@ -2,6 +2,8 @@
 printed and (``--out``) written as ``topo.json``."""
 from __future__ import annotations
 
+from commprof.model.registry import TopoConfig  # noqa: F401 - the flags, declared once
+
 import os
 import socket
 from dataclasses import dataclass
@@ -15,11 +17,6 @@ from commprof.views.console import emit
 from commprof.views.topo import render_topology
 
 
-@dataclass
-class TopoConfig:
-    """``commprof topo``'s flags."""
-    as_json: bool = False
-    out: str | None = None
 
 
 def run(cfg: TopoConfig, *, nvml=None, console=None) -> int:

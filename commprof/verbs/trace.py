@@ -8,6 +8,8 @@ This module validates the flags, guards memory, starts the ranks, and predicts a
 """
 from __future__ import annotations
 
+from commprof.model.registry import TraceConfig  # noqa: F401 - the flags, declared once
+
 import os
 import sys
 from dataclasses import asdict, dataclass, field
@@ -330,30 +332,6 @@ def run_prediction(cfg: TraceRunConfig, comm_from: str) -> None:
 
 # --- the verb --------------------------------------------------------------------------------------
 
-@dataclass
-class TraceConfig:
-    """``commprof trace``'s flags, before validation (:func:`build_config`) turns them into the
-    :class:`~commprof.model.traceconfig.TraceRunConfig` every rank receives."""
-    model: str = "Qwen2.5-32B"
-    tp: str = "2,4,8"
-    batch: str = "1,8"
-    context: int = 2048
-    tokens: int = 32
-    warmup: int = 3
-    layers: int | None = None
-    dtype: str = "bf16"
-    backend: str = "auto"
-    modes: str | None = None
-    timeout_s: float = 120.0
-    out: str | None = None
-    argv: list = field(default_factory=list)
-    predict: bool = False
-    seed: int = 0
-    phase: str = "decode"
-    prompt: int | None = None
-    chunk: int | None = None
-    comm_from: str | None = None
-    charts: bool = True
 
 
 def run(cfg: TraceConfig) -> int:

@@ -8,13 +8,129 @@ import time
 
 def stdout_console(width: int = 160):
     """A rich console on stdout: the terminal's width, or when piped ``$COLUMNS`` if set, else
-    ``width`` columns (so tables in logs and tests are not squeezed to 80)."""
+    ``width`` columns (so tables in logs and tests are not squeezed to 80). Under :func:`tables_as`
+    (``--format csv|json``) a console whose tables are kept for stdout and whose other lines go to stderr."""
     import os
 
     from rich.console import Console
 
     cols = os.environ.get("COLUMNS", "")
-    return Console(width=None if sys.stdout.isatty() else int(cols) if cols.isdigit() and int(cols) > 0 else width)
+    if not sys.stdout.isatty() and cols.isdigit() and int(cols) > 0:
+        width = int(cols)
+    if _SINK["format"] is not None:
+        return _sink_console(width)
+    return Console(width=None if sys.stdout.isatty() else width)
+
+
+#: ``--format``: the format while a verb runs under :func:`tables_as`, the real stdout, the tables kept.
+_SINK: dict = {"format": None, "stdout": None, "tables": []}
+
+
+def _sink_console(width: int):
+    from rich.console import Console
+    from rich.table import Table
+
+    class _Sink(Console):
+        def print(self, *objects, **kwargs):
+            rest = [o for o in objects if not isinstance(o, Table)]
+            for o in objects:
+                if isinstance(o, Table):
+                    record_table(o)
+            if rest:
+                super().print(*rest, **kwargs)
+
+    return _Sink(file=sys.stderr, width=width)
+
+
+def _plain(cell) -> str:
+    from rich.text import Text
+
+    if isinstance(cell, Text):
+        return cell.plain
+    if isinstance(cell, str):
+        return Text.from_markup(cell).plain
+    return str(cell)
+
+
+def record_table(table) -> bool:
+    """Keep a rich ``Table`` for ``--format csv|json`` (True), or do nothing (False: print it)."""
+    if _SINK["format"] is None:
+        return False
+    cols = [c for c in table.columns]
+    header = [_plain(c.header) for c in cols]
+    cells = [[_plain(v) for v in c.cells] for c in cols]
+    rows = [dict(zip(header, vals)) for vals in zip(*cells)] if cells else []
+    _SINK["tables"].append({"title": _plain(table.title or ""), "columns": header, "rows": rows})
+    return True
+
+
+def record_frame(df, title: str = "") -> bool:
+    """Keep a DataFrame's raw rows for ``--format csv|json`` (True), or do nothing (False)."""
+    if _SINK["format"] is None:
+        return False
+    _SINK["tables"].append({"title": title, "columns": [str(c) for c in df.columns],
+                            "rows": df.to_dict("records"), "raw": True})
+    return True
+
+
+def _json_value(v):
+    """A cell as JSON: numbers as numbers (thousands separators dropped), NaN as null."""
+    if isinstance(v, float):
+        return None if v != v else v
+    if isinstance(v, (int, bool)) or v is None:
+        return v
+    if hasattr(v, "item"):                                  # a numpy scalar
+        return _json_value(v.item())
+    text = str(v)
+    try:
+        f = float(text.replace(",", "")) if text.strip() else None
+    except ValueError:
+        return text
+    if f is None or f != f:
+        return text or None
+    return int(f) if f.is_integer() and "." not in text and "e" not in text.lower() else f
+
+
+def _write_tables(fmt: str, tables: list, out) -> None:
+    import csv
+    import json
+
+    if fmt == "json":
+        docs = [{"title": t["title"], "rows": [{k: _json_value(v) for k, v in r.items()} for r in t["rows"]]}
+                for t in tables]
+        json.dump(docs[0] if len(docs) == 1 else docs, out, indent=2)
+        out.write("\n")
+        return
+    for i, t in enumerate(tables):                          # csv: one header + rows per table, a blank line between
+        if i:
+            out.write("\n")
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(t["columns"])
+        for r in t["rows"]:
+            w.writerow(["" if (v := _json_value(r.get(c, ""))) is None else v for c in t["columns"]])
+
+
+class tables_as:
+    """``--format csv|json``: while a verb runs, every line it prints goes to stderr and every
+    table it shows is kept; on the way out the tables go to stdout in ``fmt``, and nothing else."""
+
+    def __init__(self, fmt: str):
+        self.fmt = fmt
+
+    def __enter__(self):
+        _SINK.update(format=self.fmt, stdout=sys.stdout, tables=[])
+        sys.stdout = sys.stderr
+        return self
+
+    def __exit__(self, *exc):
+        out = _SINK["stdout"]
+        sys.stdout = out
+        tables = _SINK["tables"]
+        _SINK.update(format=None, stdout=None, tables=[])
+        if tables:
+            _write_tables(self.fmt, tables, out)
+            out.flush()
+        return False
 
 
 def emit(data: dict, as_json: bool, draw, paths: list[str], console=None, width: int = 160) -> None:

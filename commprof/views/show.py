@@ -3,130 +3,168 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
-
 from commprof.analysis.verdict import Item
-from commprof.views.console import frame_table, stdout_console
+from commprof.model.registry import RESULT_KINDS, ShowConfig
+from commprof.model.spec import load_object
+from commprof.views.console import frame_table, record_frame, stdout_console
 
 
 def show(res, charts: bool = True, echo=print, note=lambda line: print(line, file=sys.stderr)) -> None:
     """Print what ``res`` (:class:`commprof.results.Results`) holds and redraw its charts into its
-    dir. ``echo`` takes result lines, ``note`` the lines about files."""
-    verb, meta, t = res.verb, res.meta, res.tables
-    shown = False
+    dir. ``echo`` takes result lines, ``note`` the lines about files. Each result kind of
+    :data:`commprof.model.registry.RESULT_KINDS` with a view shows its part, in that order."""
     if getattr(res, "unfinished", None):
         note(f"commprof: warning: '{res.path}': {res.unfinished}")
-    if "sweep" in t:
-        from commprof.views.sweep import charts as sweep_charts
-        from commprof.views.sweep import print_table
+    shown = False
+    for kind in RESULT_KINDS:
+        if kind.view is None:
+            continue
+        if load_object(kind.view)(res, charts=charts, echo=echo, note=note, shown=shown):
+            shown = True
+    if not shown:
+        stdout_console().print(f"{res.path}: a {res.verb} results dir with nothing to show")
 
-        shown = True
-        if t["sweep"].empty:
-            note(f"commprof: {res.path} holds no rows yet")
-        else:
-            print_table(t["sweep"], meta)
-            if charts:
-                for p in sweep_charts(t["sweep"], meta, res.path):
-                    note(f"chart: {p}")
-    if "trace_summary" in t:
-        from commprof.views.trace import summary_lines, trace_charts
 
-        shown = True
-        for line in summary_lines(t["trace_summary"]):
-            echo(line)
-        if charts and "trace_tokens" in t and "trace_layers" in t:
-            for p in trace_charts(t["trace_tokens"], t["trace_layers"], t["trace_summary"], meta, res.path):
-                note(f"chart: {p}")
-    if "moe_steps" in t:
-        from commprof.views.moe import charts as moe_charts
-        from commprof.views.moe import summary_lines
+def show_sweep(res, charts, echo, note, shown) -> bool:
+    t = res.tables
+    if "sweep" not in t:
+        return False
+    from commprof.views.sweep import charts as sweep_charts
+    from commprof.views.sweep import print_table
 
-        shown = True
-        for line in summary_lines(t["moe_steps"]):
-            echo(line)
-        if charts and "moe_ranks" in t:
-            for p in moe_charts(t["moe_steps"], t["moe_ranks"], meta, res.path):
-                note(f"chart: {p}")
-    if "nccl_comms" in t:
-        from commprof.views.nccldebug import account_lines
+    if t["sweep"].empty:
+        note(f"commprof: {res.path} holds no rows yet")
+        return True
+    if not record_frame(t["sweep"], "sweep"):
+        print_table(t["sweep"], res.meta)
+    if charts:
+        for p in sweep_charts(t["sweep"], res.meta, res.path):
+            note(f"chart: {p}")
+    return True
 
-        shown = True
-        items = t["nccl_verdict"].astype(object).where(t["nccl_verdict"].notna(), "").to_dict("records") if "nccl_verdict" in t else []
-        for line in account_lines(meta, t["nccl_comms"].astype(object).where(t["nccl_comms"].notna(), "").to_dict("records"), items):
-            echo(line)
-    if "p2p" in t:
-        from commprof.views.p2p import render_p2p
 
-        shown = True
-        rows = t["p2p"].to_dict("records")
-        n = int(max([r["src_device"] for r in rows] + [r["dst_device"] for r in rows], default=-1)) + 1
-        render_p2p(rows, n)
-    if "check" in res.docs:
-        from commprof.views.check import render
+def show_trace(res, charts, echo, note, shown) -> bool:
+    t = res.tables
+    if "trace_summary" not in t:
+        return False
+    from commprof.views.trace import summary_lines, trace_charts
 
-        shown = True
-        render([Item(**{k: str(v) for k, v in i.items() if k in Item.__dataclass_fields__})
-                for i in res.docs["check"].get("items", [])])
-    if "plan" in t:
-        shown = True
-        doc = res.docs.get("plan", {})
-        title = (f"commprof plan: {doc.get('model', '?')} TP={doc.get('tp', '?')} batch={doc.get('batch', '?')} "
-                 f"context={doc.get('context', '?')} ({doc.get('kind', 'modelled')})")
-        frame_table(t["plan"], title)
-        for k, v in (doc.get("counts") or {}).items():
-            echo(f"{k}: {v}")
+    record_frame(t["trace_summary"], "trace_summary")
+    for line in summary_lines(t["trace_summary"]):
+        echo(line)
+    if charts and "trace_tokens" in t and "trace_layers" in t:
+        for p in trace_charts(t["trace_tokens"], t["trace_layers"], t["trace_summary"], res.meta, res.path):
+            note(f"chart: {p}")
+    return True
+
+
+def show_moe(res, charts, echo, note, shown) -> bool:
+    t = res.tables
+    if "moe_steps" not in t:
+        return False
+    from commprof.views.moe import charts as moe_charts
+    from commprof.views.moe import summary_lines
+
+    record_frame(t["moe_steps"], "moe_steps")
+    for line in summary_lines(t["moe_steps"]):
+        echo(line)
+    if charts and "moe_ranks" in t:
+        for p in moe_charts(t["moe_steps"], t["moe_ranks"], res.meta, res.path):
+            note(f"chart: {p}")
+    return True
+
+
+def show_p2p(res, charts, echo, note, shown) -> bool:
+    if "p2p" not in res.tables:
+        return False
+    from commprof.views.p2p import render_p2p
+
+    rows = res.tables["p2p"].to_dict("records")
+    n = int(max([r["src_device"] for r in rows] + [r["dst_device"] for r in rows], default=-1)) + 1
+    render_p2p(rows, n)
+    return True
+
+
+def show_check(res, charts, echo, note, shown) -> bool:
+    if "check" not in res.docs:
+        return False
+    from commprof.views.check import render
+
+    render([Item(**{k: str(v) for k, v in i.items() if k in Item.__dataclass_fields__})
+            for i in res.docs["check"].get("items", [])])
+    return True
+
+
+def show_plan(res, charts, echo, note, shown) -> bool:
+    if "plan" not in res.tables:
+        return False
+    doc = res.docs.get("plan", {})
+    title = (f"commprof plan: {doc.get('model', '?')} TP={doc.get('tp', '?')} batch={doc.get('batch', '?')} "
+             f"context={doc.get('context', '?')} ({doc.get('kind', 'modelled')})")
+    frame_table(res.tables["plan"], title)
+    for k, v in (doc.get("counts") or {}).items():
+        echo(f"{k}: {v}")
+    return True
+
+
+def show_gap(res, charts, echo, note, shown) -> bool:
+    found = False
     for name, title in (("gap", "commprof gap: this box / the reference"), ("gap_boxes", "commprof gap: box / box"),
                         ("gap_predict", "commprof gap: predicted per token, box / the first box")):
-        if name in t:
-            shown = True
-            frame_table(t[name], f"{title} ({meta.get('kind', '?')}; {res.path})")
-    if "predict" in t:
-        from commprof.views.predict import predict_chart, predict_line
+        if name in res.tables:
+            found = True
+            frame_table(res.tables[name], f"{title} ({res.meta.get('kind', '?')}; {res.path})")
+    return found
 
-        shown = True
-        rows = t["predict"].to_dict("records")
+
+def show_predict(res, charts, echo, note, shown) -> bool:
+    if "predict" not in res.tables:
+        return False
+    from commprof.views.predict import predict_chart, predict_line
+
+    record_frame(res.tables["predict"], "predict")
+    rows = res.tables["predict"].to_dict("records")
+    for r in rows:
+        r["weights_fit"] = str(r.get("weights_fit")).lower() in ("true", "1", "1.0")
+        if r["weights_fit"]:
+            r["kv_max_sequences"] = int(r["kv_max_sequences"])
+        echo(predict_line(r))
+    if rows and "served_tpot_ms_p50" in rows[0]:          # predicted with --serve: the measured account
+        from commprof.analysis.predictserve import serve_line
+
         for r in rows:
-            r["weights_fit"] = str(r.get("weights_fit")).lower() in ("true", "1", "1.0")
-            if r["weights_fit"]:
-                r["kv_max_sequences"] = int(r["kv_max_sequences"])
-            echo(predict_line(r))
-        if rows and "served_tpot_ms_p50" in rows[0]:          # predicted with --serve: the measured account
-            from commprof.analysis.predictserve import serve_line
-
-            for r in rows:
-                echo(serve_line(r))
-        if charts and rows:
-            note(f"chart: {predict_chart(rows, os.path.join(res.path, 'predict.png'), meta)}")
-    if "serve_levels" in t:
-        from commprof.views.serve import render as serve_render
-
-        shown = True
-        serve_render(t["serve_levels"], meta, res.path, charts=charts, echo=echo, note=note)
-    if "topo" in res.docs and (verb == "topo" or not shown):
-        from commprof.views.topo import render_topology
-
-        shown = True
-        render_topology(res.docs["topo"])
-    if "health" in res.docs:                                  # GPU health samples (views/health.py)
-        from commprof.views.health import health_lines
-
-        shown = True
-        for line in health_lines(res.docs["health"]):
-            echo(line)
-    if verb == "report":
-        shown = True
-        for name in ("report.html", "report.md"):
-            if os.path.exists(os.path.join(res.path, name)):
-                echo(f"report: {os.path.join(res.path, name)}")
-    if not shown:
-        stdout_console().print(f"{res.path}: a {verb} results dir with nothing to show")
+            echo(serve_line(r))
+    if charts and rows:
+        note(f"chart: {predict_chart(rows, os.path.join(res.path, 'predict.png'), res.meta)}")
+    return True
 
 
-@dataclass
-class ShowConfig:
-    """``commprof show``'s argument and flag."""
-    results_dir: str = "."
-    charts: bool = True
+def show_serve(res, charts, echo, note, shown) -> bool:
+    if "serve_levels" not in res.tables:
+        return False
+    from commprof.views.serve import render as serve_render
+
+    serve_render(res.tables["serve_levels"], res.meta, res.path, charts=charts, echo=echo, note=note)
+    return True
+
+
+def show_topo(res, charts, echo, note, shown) -> bool:
+    """The topology, where the dir is a topo dir or shows nothing else."""
+    if "topo" not in res.docs or (res.verb != "topo" and shown):
+        return False
+    from commprof.views.topo import render_topology
+
+    render_topology(res.docs["topo"])
+    return True
+
+
+def show_report(res, charts, echo, note, shown) -> bool:
+    if res.verb != "report":
+        return False
+    for name in ("report.html", "report.md"):
+        if os.path.exists(os.path.join(res.path, name)):
+            echo(f"report: {os.path.join(res.path, name)}")
+    return True
 
 
 def run(cfg: ShowConfig) -> int:
@@ -135,3 +173,29 @@ def run(cfg: ShowConfig) -> int:
 
     show(load(cfg.results_dir), charts=cfg.charts)
     return 0
+
+
+def show_nccl_debug(res, charts, echo, note, shown) -> bool:
+    """NCCL's own account of a box (``import nccl-debug``): its communicators, overrides and items."""
+    if "nccl_comms" not in res.tables:
+        return False
+    from commprof.views.nccldebug import account_lines
+
+    def records(df):
+        return df.astype(object).where(df.notna(), "").to_dict("records")
+
+    items = records(res.tables["nccl_verdict"]) if "nccl_verdict" in res.tables else []
+    for line in account_lines(res.meta, records(res.tables["nccl_comms"]), items):
+        echo(line)
+    return True
+
+
+def show_health(res, charts, echo, note, shown) -> bool:
+    """GPU health samples (``topo``, ``sweep``, ``import nvidia-smi-q``)."""
+    if "health" not in res.docs:
+        return False
+    from commprof.views.health import health_lines
+
+    for line in health_lines(res.docs["health"]):
+        echo(line)
+    return True

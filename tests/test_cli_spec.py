@@ -1,0 +1,79 @@
+"""What every verb's spec gives its command line (issue 34's CLI parts): ``-h`` is ``--help``, a
+switch shows no ``<bool>`` placeholder, and every verb that prints a table takes
+``--format table|csv|json`` (csv/json alone on stdout)."""
+import csv
+import io
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from helpers import REPO, run_cli
+
+from commprof import cli
+from commprof.model import registry
+
+LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_8xA100.log")
+VERBS = [v.name for v in registry.VERBS]
+TABLE_VERBS = [v.name for v in registry.VERBS if v.table]
+
+
+def _help(args):
+    r = CliRunner().invoke(cli.make_app(), args)
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_dash_h_is_help_everywhere():
+    assert _help(["-h"]) == _help(["--help"])
+    for verb in VERBS:
+        assert _help([verb, "-h"]) == _help([verb, "--help"]), verb
+        assert "Usage:" in _help([verb, "-h"])
+
+
+@pytest.mark.parametrize("verb", [None, *VERBS])
+def test_switches_show_no_value_placeholder(verb):
+    text = _help([verb, "--help"] if verb else ["--help"])
+    assert "<bool>" not in text
+    assert "Show this message and exit." in text
+
+
+def test_no_charts_takes_no_value():
+    line = next(ln for ln in _help(["sweep", "--help"]).splitlines() if "--no-charts" in ln)
+    assert "Skip chart rendering." in line and "<" not in line
+
+
+def test_every_table_verb_takes_format():
+    assert {"sweep", "trace", "plan", "predict", "check", "gap", "show", "serve", "moe", "p2p", "topo"} <= set(TABLE_VERBS)
+    for verb in TABLE_VERBS:
+        assert "--format" in _help([verb, "--help"]) and "table|csv|json" in _help([verb, "--help"]), verb
+
+
+def test_format_csv_is_alone_on_stdout(tmp_path):
+    r = run_cli(["plan", "--tp", "4", "--format", "csv"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    # Qwen2.5-32B at TP=4: the embedding's all-reduce, 64 attention-out, 64 MLP-out, the logits' all-gather
+    assert [row["site"] for row in rows] == ["embedding", "layers 0-63 attention-out", "layers 0-63 MLP-out", "logits"]
+    assert [row["count"] for row in rows] == ["x1", "x64", "x64", "x1"]
+    assert "commprof plan" in r.stderr         # the lines around the table went to stderr
+
+
+def test_format_json_of_an_imported_sweep(tmp_path):
+    imp = str(tmp_path / "imp")
+    assert run_cli(["import", "nccl-tests", LOG, "--out", imp], cwd=tmp_path).returncode == 0
+    r = run_cli(["show", imp, "--no-charts", "--format", "json"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    first = doc["rows"][0]
+    # the log's first line: 2048 bytes, out-of-place time 55.42 us, 8 ranks
+    assert (first["op"], first["tp"], first["size_bytes"], first["latency_us_p50"]) == ("all_reduce", 8, 2048, 55.42)
+    assert len(doc["rows"]) == 12
+    table = run_cli(["show", imp, "--no-charts"], cwd=tmp_path)
+    assert table.returncode == 0 and "┃" in table.stdout    # the default is still the table
+
+
+def test_format_refuses_an_unknown_value(tmp_path):
+    r = run_cli(["plan", "--format", "xml"], cwd=tmp_path)
+    assert r.returncode == 2 and "--format 'xml'" in r.stderr and r.stdout == ""
