@@ -59,6 +59,16 @@ class Results:
     def __contains__(self, name: str) -> bool:
         return name in self.tables or name in self.docs
 
+    def __repr__(self) -> str:
+        """One line: the dir, its verb and kind, its state, what it holds (tables with their row
+        counts, documents); ``.meta`` holds the whole provenance."""
+        held = [f"{k} ({len(v)} rows)" if hasattr(v, "__len__") and not isinstance(v, dict) else k
+                for k, v in self.tables.items()] + list(self.docs)
+        return (f"<commprof.Results {self.path!r}: {self.verb}, {self.kind or '?'}, {self.state}; "
+                f"{', '.join(held) or 'nothing'}>")
+
+    __str__ = __repr__
+
 
 def _verb_of(path: str, meta: dict, names: set) -> str:
     if meta.get("verb"):
