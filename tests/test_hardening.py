@@ -431,15 +431,15 @@ SERVE_SMALL = ["--model", "m", "--concurrency", "1", "--requests", "2", "--promp
 
 def test_a_dripping_profiler_endpoint_ends_at_its_deadline(hostile):
     """serve --profile's POST /start_profile and /stop_profile have a deadline on the whole answer."""
-    from commprof.verbs import serve
+    from commprof.capture import serveload
 
     srv = hostile("drip-profile")
     t0 = time.monotonic()
-    err = serve._post(srv.url, "/start_profile", 2.0)
+    err = serveload.post(srv.url, "/start_profile", 2.0)
     took = time.monotonic() - t0
     assert took < 10, took          # 2 s and a byte, not the 200 s the drip would take
     assert err.startswith("POST /start_profile: no whole answer within 2s"), err
-    assert serve._post(hostile("ok").url, "/start_profile", 5.0) == ""      # a 2xx answer is no error
+    assert serveload.post(hostile("ok").url, "/start_profile", 5.0) == ""      # a 2xx answer is no error
 
 
 def test_serve_against_a_dripping_models_endpoint_ends_at_its_timeout(hostile, cli, tmp_path):

@@ -704,17 +704,17 @@ def test_request_rows_round_trip_through_the_csv_and_load(fake_server, cli_inpro
 
     import commprof
     from commprof.model.serveconfig import REQUEST_COLUMNS
-    from commprof.verbs import serve
+    from commprof.capture import serveload
 
     made = []
-    real = serve.stream_request
+    real = serveload.stream_request
 
     async def recording(*args, **kwargs):
         row = await real(*args, **kwargs)
         made.append(row)
         return row
 
-    monkeypatch.setattr(serve, "stream_request", recording)
+    monkeypatch.setattr(serveload, "stream_request", recording)
     srv = fake_server()
     res = cli_inproc("serve", "--url", srv.url, "--model", "http500", "--concurrency", "1,2", "--requests", "4",
                      "--warmup", "0", "--output-tokens", "4", "--prompt-tokens", "4", "--out", "out", "--no-charts")
