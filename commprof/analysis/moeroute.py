@@ -332,10 +332,6 @@ def start_meta(cfg: MoeRunConfig, infos: list) -> None:
     ))
 
 
-def _fmt(v):
-    return f"{v:.6g}" if isinstance(v, float) else v
-
-
 def write_tables(out_dir: str, steps: list[dict], ranks: list[dict]) -> None:
     """Add slowdown (vs uniform at the same ep, tokens, placement) and write both tables."""
     base = {(r["ep"], r["tokens"], r["placement"]): r["latency_us_p50"] for r in steps if r["skew"] == "uniform"}

@@ -130,7 +130,7 @@ def served_comm(box, model: str | None, tp: int | None) -> dict | None:
     if box.sweep_dir is None or not model or not tp or tp < 2:
         return None
 
-    table = CommTable(box.sweep_dir)
+    table = CommTable(box.sweep_dir, flag="")
     try:
         us = sum(table.latency_us(s.op, tp, "graph", s.size_bytes) for s in decode_collectives(get_model(model), tp, 1))
     except UsageError as e:
