@@ -33,6 +33,7 @@ from commprof.capture.nvmltopo import save_topology
 from commprof.model.machine import rank_info
 from commprof.capture.launch import shared_core_note, torchrun_env
 from commprof.views.show import show
+from commprof.views.console import progress_bar
 from commprof.model.models import BUILTIN
 
 
@@ -245,7 +246,7 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
 def run_ranks(cfg: TraceRunConfig) -> bool:
     """Run the live trace; True on the process that holds the results."""
     try:
-        return launch.run_ranks(cfg, "microbench.trace_rank:run_trace_rank")
+        return launch.run_ranks(cfg, "microbench.trace_rank:run_trace_rank", progress=progress_bar)
     finally:
         save_topology(cfg.out_dir)          # beside the rows whenever NVML answers, also after a failure
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from commprof.analysis.moeroute import PLACEMENTS
+from commprof.model.moeconfig import PLACEMENTS
 from commprof.views.charts import chart_provenance, save_chart, plain_log_ticks
 
 LOAD_PNG = "moe_rank_load.png"
