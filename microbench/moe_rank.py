@@ -19,6 +19,7 @@ from commprof.results.moe import start_moe_meta, write_moe_tables
 from commprof.analysis.stats import summarize_us
 from microbench.collective_bench import make_groups
 from microbench.rank import rank_session
+from commprof import results
 
 
 def _step_fn(torch, dist, group, inp, out, back, send, recv, cuda):
@@ -109,7 +110,6 @@ def run_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None
                 write_moe_tables(cfg.out_dir, moe.add_slowdown(steps), rank_rows)
                 hb.row_written(1)
         if rank == 0:
-            from commprof import results
             results.finish_meta(cfg.out_dir, "complete")
 
 

@@ -158,8 +158,6 @@ def verdict_lines(out_dir: str) -> list[str]:
 def run(cfg: ReportConfig) -> int:
     """``commprof report``: the page and its Markdown twin into ``out`` (else the first dir,
     checked writable before anything is read); the exit code."""
-    from commprof.results.meta import check_writable, shown_path
-
     dirs, out = list(cfg.dirs), cfg.out
     thresholds, model, reference, interconnect = cfg.thresholds, cfg.model, cfg.reference, cfg.interconnect
     target = out or (dirs[0] if dirs and os.path.isdir(dirs[0]) else None)

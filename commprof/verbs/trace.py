@@ -35,6 +35,8 @@ from commprof.capture.launch import shared_core_note, torchrun_env
 from commprof.views.show import show
 from commprof.views.console import progress_bar
 from commprof.model.models import BUILTIN
+from commprof.capture.launch import check_counts, choose_world, parse_modes, resolve_backend
+from commprof.analysis.costmodel import resolve_comm_source
 
 
 # --- shapes, memory -------------------------------------------------------------------------------
@@ -204,7 +206,6 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
     if comm_from and not predict:
         raise UsageError("--comm-from is only used with --predict")
     source = comm_source(comm_from) if comm_from else None
-    from commprof.capture.launch import check_counts, choose_world, parse_modes, resolve_backend, torchrun_env
     phase, prompt, chunk = check_phase(phase, prompt, chunk)
     shape = get_model(model).to_dict()
     tps = parse_int_list(tp, "--tp")
@@ -380,8 +381,6 @@ def measure(cfg: TraceRunConfig, charts: bool = True) -> int:
 def comm_source(spec: str) -> str:
     """``--comm-from``: a results dir, or ``reference:<profile>`` written as a modelled sweep dir;
     a bad one fails here, before anything runs."""
-    from commprof.analysis.costmodel import resolve_comm_source
-
     path = resolve_comm_source(spec)
     results.load_frame(path)
     results.read_meta(path)
