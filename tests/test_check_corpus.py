@@ -9,7 +9,7 @@ import sys
 import tomllib
 
 import pytest
-from helpers import REPO
+from helpers import REPO, corpus_log
 
 from commprof.analysis.checkitems import run_items
 from commprof.analysis.evidence import gather
@@ -47,7 +47,7 @@ EXPECTED = {
 
 def _import(tmp_path, box, name="box"):
     out = str(tmp_path / name)
-    import_nccl_tests([os.path.join(CORPUS, box["file"])], out)
+    import_nccl_tests([corpus_log(box["file"])], out)
     return out
 
 
