@@ -111,3 +111,17 @@ def test_the_function_level_import_check_finds_one(tmp_path):
     (pkg / "x.py").write_text("import os\n\ndef f():\n    import json\n    from commprof.model import units\n")
     (tmp_path / "commprof" / "cli.py").write_text("def main():\n    from commprof.verbs import sweep\n")
     assert function_level_imports(str(tmp_path)) == ["commprof/analysis/x.py:5: from commprof.model import units"]
+
+
+def test_ruff_finds_nothing():
+    """``ruff check`` with pyproject.toml's rules (the test extra installs ruff; .ci/run runs it too)."""
+    import shutil
+
+    import pytest
+
+    ruff = os.path.join(os.path.dirname(sys.executable), "ruff")
+    ruff = ruff if os.path.exists(ruff) else shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed (pip install -e .[test] installs it)")
+    res = subprocess.run([ruff, "check", "--no-cache", "."], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]

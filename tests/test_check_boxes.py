@@ -9,7 +9,6 @@ the rank-line GPU names are the products' real names."""
 import csv
 import json
 import os
-import re
 
 import pytest
 from helpers import REPO, corpus_log, nccl_log, one_line_error, write_sweep_dir

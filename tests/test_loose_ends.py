@@ -1,10 +1,7 @@
 """Loose ends of issue 34, each with a test that fails on the old behaviour."""
-import json
 import os
 import subprocess
-import sys
 
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -3,7 +3,6 @@ count vs size, busbw/algbw), one-GPU logs as TP=1, algbw cross-checked against s
 file that is not nccl-tests output refused before it is read whole (issue 33; issue 34's 10 M rows)."""
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys

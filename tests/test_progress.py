@@ -6,7 +6,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from commprof.views.console import Eta, clock, progress_bar
 

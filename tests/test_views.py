@@ -129,8 +129,6 @@ def _captured_figures(monkeypatch, module):
 
 
 def _tick_texts(axis):
-    import matplotlib.pyplot as plt
-
     axis.axes.figure.canvas.draw()
     return [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
 

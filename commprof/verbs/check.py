@@ -22,7 +22,6 @@ from commprof.model.registry import CheckConfig  # noqa: F401 - the flags, decla
 
 import os
 import sys
-from dataclasses import dataclass, field
 
 from commprof import results
 from commprof.analysis.checkitems import run_items

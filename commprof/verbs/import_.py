@@ -8,7 +8,6 @@ from commprof.model.registry import ImportConfig  # noqa: F401 - the flags, decl
 
 import os
 import sys
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from commprof import results

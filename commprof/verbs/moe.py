@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from commprof.model.registry import MoeConfig  # noqa: F401 - the flags, declared once
 
-from dataclasses import dataclass, field
 
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from commprof.model.registry import ReportConfig  # noqa: F401 - the flags, declared once
 
-from dataclasses import dataclass, field
 
 import os
 import sys

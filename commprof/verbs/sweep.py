@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from commprof.model.registry import SweepConfig  # noqa: F401 - the flags, declared once
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from commprof.capture import launch
 from commprof import results

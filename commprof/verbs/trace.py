@@ -12,7 +12,7 @@ from commprof.model.registry import TraceConfig  # noqa: F401 - the flags, decla
 
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 from commprof import results
 from commprof.analysis.attribution import attribute_tokens
