@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from commprof import results
-from commprof.capture.launch import cuda_device_count
+from commprof.capture import launch
 from commprof.capture.nvmltopo import try_collect_topology
 from commprof.model.errors import CommprofError
 from commprof.model.fileio import write_json
@@ -55,7 +55,7 @@ def measure(root: str, model: str) -> list[str]:
     scaled trace, host-GPU bandwidth. Each step is the CLI in a subprocess; returns the dirs."""
     results.check_out_dir(root, resume=False)
     os.makedirs(root, exist_ok=True)
-    gpus = cuda_device_count()
+    gpus = launch.cuda_device_count()
     tps = [t for t in (2, 4, 8) if t <= gpus] if gpus >= 2 else [2, 4, 8]
     sweep_dir, trace_dir = os.path.join(root, "sweep"), os.path.join(root, "trace")
     for args in (["sweep", "--tp", ",".join(map(str, tps)), "--model", model, "--out", sweep_dir],

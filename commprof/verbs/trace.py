@@ -35,7 +35,6 @@ from commprof.capture.launch import shared_core_note, torchrun_env
 from commprof.views.show import show
 from commprof.views.console import progress_bar
 from commprof.model.models import BUILTIN
-from commprof.capture.launch import check_counts, choose_world, parse_modes, resolve_backend
 from commprof.analysis.costmodel import resolve_comm_source
 
 
@@ -217,18 +216,18 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
         raise UsageError(f"--layers {layers}: must be between 1 and the model's {shape['layers']} layers")
     if dtype not in DTYPE_BYTES:
         raise UsageError(f"--dtype '{dtype}': use {', '.join(DTYPE_BYTES)}")
-    check_counts(timeout_s, warmup=warmup)
+    launch.check_counts(timeout_s, warmup=warmup)
     check_shapes(shape, tps)
     if predict:
         trun = torchrun_env()
         # one GPU (or CPU); nccl without a CUDA GPU is one line and exit 3, as for a live run
-        name, reason = resolve_backend(backend, 1, None)
+        name, reason = launch.resolve_backend(backend, 1, None)
         if name == "nccl" and backend == "nccl":
             reason = "predict: compute on one GPU"
         world = 1
     else:
-        world, name, reason, trun = choose_world(backend, max(tps), "--tp")
-    mode_list = parse_modes(modes, name)
+        world, name, reason, trun = launch.choose_world(backend, max(tps), "--tp")
+    mode_list = launch.parse_modes(modes, name)
     # predict: one device runs one rank's shard of each TP degree in turn (the largest is min(tp))
     ranks_on_node = 1 if predict else (trun["local_world"] if trun else world)
     n_layers, mem = memory_guard(shape, [min(tps)] if predict else tps, [0] if phase == "prefill" else batches,
