@@ -315,7 +315,7 @@ def test_graph_mode_label_only_for_graph_runs(tmp_path):
     assert "measured without CUDA graphs" not in by["C10"].hint
 
 
-# --- thresholds files (issue 14) -------------------------------------------------------------------------
+# --- thresholds files -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("content,needle", [
     (b"[busbw]\npass_fraction = -0.5\n", "key 'busbw.pass_fraction' = -0.5: must be a finite number >= 0"),

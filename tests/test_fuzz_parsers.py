@@ -275,7 +275,7 @@ def test_server_metrics_any_text(before, after):
     F.check_metrics((before, after))
 
 
-# --- serve --url, --workload FILE, a results dir (issue 24) -----------------------------------------
+# --- serve --url, --workload FILE, a results dir -----------------------------------------
 
 @CI
 @given(RANDOMS)

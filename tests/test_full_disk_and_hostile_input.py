@@ -1,4 +1,4 @@
-"""Hardening, second pass (issue 24): a full disk, a hostile path, a run that did not finish.
+"""A full disk, a hostile path, a run that did not finish, a hostile server or input file.
 
 A full disk is met two ways: injected (``os.fsync`` fails with ENOSPC inside a real ``commprof``
 process: every atomic write fsyncs its temporary before the rename) and, where this process may

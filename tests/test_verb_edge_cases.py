@@ -1,4 +1,6 @@
-"""Loose ends of issue 34, each with a test that fails on the old behaviour."""
+"""Edge cases of the verbs (a hung gloo rank, the default dirs, one-line results, chart titles and
+bars, refusals before a dir is made, the all-gather stand-in), each with a test that fails on the
+old behaviour."""
 import os
 import subprocess
 
