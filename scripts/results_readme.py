@@ -64,7 +64,14 @@ def _date(meta: dict) -> str:
     return str(meta.get("start_time") or meta.get("created") or meta.get("end_time") or "")[:10]
 
 
-def _provenance(meta: dict) -> str:
+def _file(path: str, checkout: str) -> str:
+    """An imported file's path; one that is not in the checkout (a real file out of a fetched
+    repository snapshot: tests/data/*/SOURCE.md names its public source) says so."""
+    here = os.path.isabs(path) or os.path.exists(os.path.join(checkout, path))
+    return f"`{_cell(path)}`" + ("" if here else " (not committed: see its folder's SOURCE.md)")
+
+
+def _provenance(meta: dict, checkout: str = REPO) -> str:
     """Where a dir's figures come from: the box (hosts, GPUs), the files imported, the machine that ran it."""
     parts = []
     hosts = [h for h in meta.get("hosts") or [] if h]
@@ -75,7 +82,7 @@ def _provenance(meta: dict) -> str:
         parts.append("GPUs " + ", ".join(_cell(g) for g in gpus))
     files = [f.get("path") for f in meta.get("source_files") or [] if isinstance(f, dict) and f.get("path")]
     if files:
-        parts.append("imported from " + ", ".join(f"`{_cell(p)}`" for p in files) + " (sha256 in meta.json)")
+        parts.append("imported from " + ", ".join(_file(p, checkout) for p in files) + " (sha256 in meta.json)")
     ran = _machine(meta.get("machine"))
     if ran:
         parts.append(f"run on {ran}")
@@ -128,7 +135,7 @@ def render(root: str = RESULTS) -> str:
         name = f"[`{e['name']}/`]({e['name']}/{README})" if e["readme"] else f"`{e['name']}/`"
         lines.append(f"| {name} | {_cell(m.get('verb', ''))} | {_cell(m.get('kind', ''))} | "
                      f"{_cell(m.get('status', ''))} | {_date(m)} | {_cell(_short(m.get('what', '')))} | "
-                     f"{_provenance(m)} | {_command(m.get('command'))} |")
+                     f"{_provenance(m, os.path.dirname(os.path.abspath(root)))} | {_command(m.get('command'))} |")
     counts: dict[str, int] = {}
     for e in dirs:
         counts[e["meta"].get("verb", "?")] = counts.get(e["meta"].get("verb", "?"), 0) + 1

@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 import sys
 from commprof.analysis.verdict import Item
-from commprof.model.registry import RESULT_KINDS, ShowConfig
+from commprof.model import registry
+from commprof.model.registry import ShowConfig
 from commprof.model.spec import load_object
 from commprof.views.console import frame_table, record_frame, stdout_console
 
@@ -16,7 +17,7 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
     if getattr(res, "unfinished", None):
         note(f"commprof: warning: '{res.path}': {res.unfinished}")
     shown = False
-    for kind in RESULT_KINDS:
+    for kind in registry.RESULT_KINDS:       # read at each call: a kind added to the registry shows too
         if kind.view is None:
             continue
         if load_object(kind.view)(res, charts=charts, echo=echo, note=note, shown=shown):
