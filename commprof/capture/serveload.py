@@ -187,6 +187,9 @@ def profile_round(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list[Re
 
 
 def level_plan(cfg: ServeConfig) -> list[dict]:
+    """The levels in order: one closed loop per ``--concurrency`` (at least
+    ``MIN_REQUESTS_FOR_P99`` or 4 per client), then one open loop per ``--rate`` (in flight at most
+    the highest concurrency, 64 or more)."""
     plan = []
     for c in cfg.concurrency:
         plan.append({"level": len(plan), "mode": "closed", "concurrency": c, "rate_rps": math.nan,
