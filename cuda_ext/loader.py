@@ -114,10 +114,6 @@ def installed_cupy_distributions() -> list[str]:
     return sorted(found)
 
 
-#: The hint when torch's CUDA is not known (kept for callers of the old constant).
-GPU_EXTRA_HINT = gpu_install_hint(None)
-
-
 class CudaUnavailable(DeviceError):
     """The CUDA kernels cannot be built or loaded here; the message names what is missing and the fix."""
 

@@ -30,6 +30,7 @@ from commprof.model.sweepconfig import BACK_TO_BACK, CUSTOM, Cell, SweepRunConfi
 from microbench.heartbeat import Heartbeat, TextProgress
 from microbench.rank import rank_session
 from microbench.timing import CLOCK, CLOCK_OUTER, DeviceTimer
+from commprof import results
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 NO_COMM = "none (1 rank)"
@@ -369,8 +370,6 @@ def _aggregate(torch, dist, s: Samples, group, n: int) -> dict:
 
 def run_rank(cfg: SweepRunConfig, rank: int, world: int, local_rank: int, store=None, slots=None):
     """Body of one sweep rank. Raises on failure (the launcher reports it)."""
-    from commprof import results
-
     with rank_session(cfg, rank, world, local_rank, store, slots) as env:
         torch, dist, hb, world_ctrl = env.torch, env.dist, env.hb, env.world_ctrl
         hb.stage("init: groups")

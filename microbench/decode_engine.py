@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from commprof.model.collectives import all_gather_fn
 from microbench.timing import timing_event
+from commprof.model.models import ModelShape, is_sliding
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,6 @@ def sliding_layers(shape: dict, n_layers: int) -> list[bool]:
     if not window:
         return [False] * n_layers
     try:
-        from commprof.model.models import ModelShape, is_sliding
-
         fields = {k: v for k, v in shape.items() if k in ModelShape.__dataclass_fields__}
         m = ModelShape(**fields)
         return [bool(is_sliding(m, i)) for i in range(n_layers)]

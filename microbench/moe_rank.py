@@ -13,10 +13,13 @@ import time
 
 import numpy as np
 
-from commprof.analysis import moeroute as moe   # the MoE step: routing, placement, rank 0's tables
+from commprof.analysis import moeroute as moe   # the MoE step: routing, placement, slowdown
+from commprof.model.moeconfig import DTYPE_BYTES
+from commprof.results.moe import start_moe_meta, write_moe_tables
 from commprof.analysis.stats import summarize_us
 from microbench.collective_bench import make_groups
 from microbench.rank import rank_session
+from commprof import results
 
 
 def _step_fn(torch, dist, group, inp, out, back, send, recv, cuda):
@@ -35,7 +38,7 @@ def run_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None
         hb.stage("init: groups")
         sets = make_groups(dist, cfg.eps, world, cfg.backend)
         if rank == 0:
-            moe.start_meta(cfg, env.infos)
+            start_moe_meta(cfg, env.infos)
         cells = cfg.cells()
         if slots is not None and rank == 0:
             slots.cells_total.value = len(cells)
@@ -63,7 +66,7 @@ def run_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None
                 step()
                 expect = torch.cat([torch.full((n, hidden), float(s + 1), dtype=torch.bfloat16)
                                     for s, n in enumerate(recv)]) if sum(recv) else out.cpu()
-                ok = (out.numel() * out.element_size() == sum(recv) * hidden * moe.DTYPE_BYTES
+                ok = (out.numel() * out.element_size() == sum(recv) * hidden * DTYPE_BYTES
                       and bool(torch.equal(out.cpu(), expect)) and bool(torch.equal(back, inp)))
                 hb.stage(f"{label}: warm-up")
                 for _ in range(cfg.warmup):
@@ -88,7 +91,7 @@ def run_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None
                 payload = {"rank": rank, "lat": t.numpy() if rank == 0 else None, "ok": ok,
                            "tokens_recv": out.shape[0], "bytes_recv": out.numel() * out.element_size(),
                            "bytes_sent": inp.numel() * inp.element_size(),
-                           "bytes_recv_expected": sum(recv) * hidden * moe.DTYPE_BYTES,
+                           "bytes_recv_expected": sum(recv) * hidden * DTYPE_BYTES,
                            "experts_held": len(placement.experts_on(rank))}
                 if rank == 0:
                     payload["plan"] = (routing, placement)
@@ -104,10 +107,9 @@ def run_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None
                                "bytes_recv": g["bytes_recv"], "bytes_recv_expected": g["bytes_recv_expected"]}
                               for g in got]
                 # rewritten (atomically) after every cell, so a run that dies keeps its finished rows
-                moe.write_tables(cfg.out_dir, steps, rank_rows)
+                write_moe_tables(cfg.out_dir, moe.add_slowdown(steps), rank_rows)
                 hb.row_written(1)
         if rank == 0:
-            from commprof import results
             results.finish_meta(cfg.out_dir, "complete")
 
 

@@ -15,6 +15,9 @@ from datetime import timedelta
 
 from microbench import faults
 from microbench.heartbeat import Heartbeat, start_self_watchdog
+from commprof.model import machine as runinfo
+from commprof.model.targets import resolve_target
+from commprof.model.errors import CommprofError
 
 
 @dataclass
@@ -52,8 +55,6 @@ def rank_session(cfg, rank: int, world: int, local_rank: int, store=None, slots=
     """Initialise this rank (device, process group, control group, environment) and tear down."""
     import torch
     import torch.distributed as dist
-
-    from commprof.model import machine as runinfo
 
     host = socket.gethostname()
     if cfg.backend == "gloo" and slots is not None:
@@ -111,8 +112,6 @@ def worker_main(cfg, target: str, rank: int, world: int, port: int, slots, errq)
     """Entry of a rank started by commprof itself (spawned). Errors go to the parent as one line."""
     import torch.distributed as dist
 
-    from commprof.model.targets import resolve_target
-
     _die_with_parent()
     if os.environ.get("COMMPROF_DEBUG") != "1":
         import warnings
@@ -134,8 +133,6 @@ def worker_main(cfg, target: str, rank: int, world: int, port: int, slots, errq)
 
 
 def _is_commprof_error(e: BaseException) -> bool:
-    from commprof.model.errors import CommprofError
-
     return isinstance(e, CommprofError)
 
 

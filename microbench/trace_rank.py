@@ -10,6 +10,9 @@ import numpy as np
 
 from microbench.decode_engine import CpuStamps, CudaStamps, DecodeEngine, no_mark
 from microbench.rank import rank_session
+from commprof.analysis.attribution import attribute_tokens
+from commprof.results.trace import open_trace
+from commprof.model.traceconfig import plan_runs
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -77,10 +80,6 @@ def _release(torch, device):
 
 def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None):
     """Body of one trace rank. Raises on failure (the launcher reports it)."""
-    from commprof.analysis.attribution import attribute_tokens
-    from commprof.results.trace import open_trace
-    from commprof.model.traceconfig import plan_runs
-
     with rank_session(cfg, rank, world, local_rank, store, slots) as env:
         torch, dist, hb = env.torch, env.dist, env.hb
         dtype = getattr(torch, TORCH_DTYPES[cfg.dtype])

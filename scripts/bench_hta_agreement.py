@@ -30,8 +30,10 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests"))
 
 from benchfile import measured, write_result
+from helpers import SHARED_DATA       # HTA's traces lie beside the checkout (never committed)
 
 SETS = {
     "trace_filter (2 ranks)": ["trace_filter__sampled_rank-0.json.gz", "trace_filter__sampled_rank-1.json.gz"],
@@ -87,7 +89,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis "
                                          "(default: .venv-hta, made by scripts/hta_venv.sh)")
-    ap.add_argument("--traces", default=os.path.join(REPO, "tests", "data", "kineto"))
+    ap.add_argument("--traces", default=os.path.join(SHARED_DATA, "kineto"),
+                    help="the folder of HTA's test traces (default: the one beside the checkout, helpers.SHARED_DATA)")
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     args = ap.parse_args()
     args.hta_python = args.hta_python or hta_venv_python()

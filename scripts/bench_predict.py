@@ -169,7 +169,6 @@ def _shape(f: dict):
 def commprof_ms(f: dict, cal: dict | None = None) -> dict:
     from commprof.model.gpus import get_gpu
     from commprof.analysis.predictmodel import predict_point
-    from commprof.analysis.commsource import comm_source
 
     ctx = f["isl"] + f["osl"] // 2
     e2e = f["metric"] == "e2e / osl"

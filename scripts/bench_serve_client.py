@@ -2,7 +2,7 @@
 
 A stand-in server (a separate process, asyncio on 127.0.0.1) streams OpenAI completion chunks as
 fast as it can, one token per chunk (and, for a second set of rows, with ``--pace-us`` between
-tokens, so that each token arrives in its own read as from a real server); commprof's load loop (``commprof.verbs.serve._run_level``, the code
+tokens, so that each token arrives in its own read as from a real server); commprof's load loop (``commprof.capture.serveload.run_level``, the code
 ``commprof serve`` runs) drives it at several concurrencies. The client's CPU time (this process's
 user + system time over the level) divided by the tokens streamed is the client's cost per token.
 It must stay far below a real server's inter-token latency (10-50 ms per token on a GPU serving
@@ -83,6 +83,7 @@ def main() -> None:
 
     from benchfile import measured, write_result
 
+    from commprof.capture import serveload
     from commprof.verbs import serve
     from commprof.model.machine import now_iso
 
@@ -103,11 +104,11 @@ def main() -> None:
             model = f"paced-{pace}" if pace else "fast"
             cfg = serve.build_config(url=url, model=model, concurrency=str(conc), requests=args.requests,
                                      prompt_tokens=8, output_tokens=args.tokens, duration=120, timeout=60)
-            level = serve.level_plan(cfg)[0]
-            asyncio.run(serve._run_level(cfg, level, False, [], lambda: None))      # warm-up
-            got: list = []                      # the RequestRows _run_level makes
+            level = serveload.level_plan(cfg)[0]
+            asyncio.run(serveload.run_level(cfg, level, False, [], lambda: None))      # warm-up
+            got: list = []                      # the RequestRows run_level makes
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            asyncio.run(serve._run_level(cfg, level, False, got, lambda: None))
+            asyncio.run(serveload.run_level(cfg, level, False, got, lambda: None))
             cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
             ok = [r for r in got if r.status == "ok"]
             tokens = sum(r.tokens_out for r in ok)

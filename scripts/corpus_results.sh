@@ -6,12 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 C=.venv/bin/commprof
 D=tests/data/nccl-tests
+# the logs out of fetched repository snapshots are never committed: they lie beside the checkout
+log() { .venv/bin/python -c 'import sys; sys.path.insert(0, "tests"); from helpers import corpus_log; print(corpus_log(sys.argv[1], skip=False))' "$1"; }
 declare -A LOGS=(
-  [import-a100x8-nvswitch]=$D/a100x8_dgx_allreduce_superbench_legacy.txt
+  [import-a100x8-nvswitch]=$(log a100x8_dgx_allreduce_superbench_legacy.txt)
   [import-a100x8-nvswitch-cs244c]=$D/all_reduce_perf_8xA100.log
   [import-h100x8-nvls]=$D/h100x8_sxm_nvls_allreduce_nccltests290.txt
   [import-rtx4090x8-pcie]=$D/rtx4090x8_pcie_allreduce_chlc_blog.txt
-  [import-rtx4090x2-pcie]=$D/rtx4090x2_pcie_allreduce_kalavai.txt
+  [import-rtx4090x2-pcie]=$(log rtx4090x2_pcie_allreduce_kalavai.txt)
   [import-rtx5090x8-pcie5-p2p]=$D/rtx5090x8_pcie5_p2p_allreduce_aikitoria.txt
   [import-rtx5090x4-pcie5-nop2p]=$D/rtx5090x4_pcie5_nop2p_allreduce_nccltests287.txt
   [import-rtx4090x6-pcie4-p2p]=$D/rtx4090x6_pcie4_p2p_allreduce_tinygrad.txt

@@ -107,7 +107,7 @@ def main():
 def _write(args, F, start, runs, REPO, parts: int = 1):
     seeds = ([os.path.relpath(p, REPO) for p in F.real_log_paths()]
              + ["tests/data/nccl-tests/all_reduce_perf_8xA100_v3.json", "tests/data/toy-dense-config.json",
-                *[os.path.relpath(p, REPO) for p in F.KINETO_REAL],
+                *F.KINETO_REAL,
                 "tests/data/nccl-tests/all_reduce_perf_8xA100.log imported as a results dir",
                 "the built-in models of commprof/model/models.py written as config.json"])
     result = {

@@ -17,6 +17,8 @@ import tomllib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(REPO, "tests", "data", "nccl-tests")
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from helpers import corpus_log  # noqa: E402  (a log out of a repository snapshot lies beside the checkout)
 OUT = os.path.join(REPO, "commprof", "data", "healthy_boxes.toml")
 DECODE_MAX_BYTES = 65536
 BUSBW_MIN_BYTES = 64 << 20
@@ -49,10 +51,11 @@ def entries(exclude: tuple | frozenset = ()) -> tuple[list[dict], list[dict]]:
     for b in corpus["box"]:
         if b["file"] in exclude:
             continue
-        rows = _log_rows(os.path.join(CORPUS, b["file"]))
+        rows = _log_rows(corpus_log(b["file"]))
         common = {"name": b["name"], "class": b["class"], "link": b["link"], "tp": b["tp"],
                   "method": b["method"], "kind": "log",
-                  "source": f"{b['source']} (tests/data/nccl-tests/{b['file']} in the commprof repository)"}
+                  "source": b["source"] + (f" (tests/data/nccl-tests/{b['file']} in the commprof repository)"
+                                           if os.path.exists(os.path.join(CORPUS, b["file"])) else "")}
         cap = b.get("decode_max_bytes", DECODE_MAX_BYTES)
         small = [(s, t) for s, t, _ in rows if s <= cap]
         if b["decode_ref"] and small:

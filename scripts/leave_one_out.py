@@ -23,6 +23,8 @@ import tomllib
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 CORPUS = os.path.join(REPO, "tests", "data", "nccl-tests")
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from helpers import corpus_log  # noqa: E402  (a log out of a repository snapshot lies beside the checkout)
 NAME = "leave_one_out"
 FLAG = {"nvswitch": "{link}", "nvlink": "{link}", "pcie-p2p": "{link}-p2p", "pcie-no-p2p": "{link}-no-p2p"}
 
@@ -68,7 +70,7 @@ def judge(box: dict, table: dict, factor: float = 1.0) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         d = os.path.join(tmp, "box")
-        import_nccl_tests([os.path.join(CORPUS, box["file"])], d)
+        import_nccl_tests([corpus_log(box["file"])], d)
         if factor != 1.0:
             slower(d, factor)
         with healthy_table(table):

@@ -21,6 +21,8 @@ import tomllib
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 CORPUS = os.path.join(REPO, "tests", "data", "nccl-tests")
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from helpers import corpus_log  # noqa: E402  (a log out of a repository snapshot lies beside the checkout)
 NAME = "profile_calibration"
 
 
@@ -40,7 +42,7 @@ def rows() -> list[dict]:
         boxes = tomllib.load(f)["box"]
     out = []
     for b in boxes:
-        pts = [(s, t) for s, t, _ in _log_rows(os.path.join(CORPUS, b["file"]))]
+        pts = [(s, t) for s, t, _ in _log_rows(corpus_log(b["file"]))]
         own = set(_profiles(b["class"], b["link"]))
         for name in _profiles("pcie" if b["class"].startswith("pcie") else b["class"], b["link"]):
             prof = PROFILES[name]

@@ -21,7 +21,7 @@ if [ -z "$PY312" ]; then
 fi
 FILES=(tests/test_api.py tests/test_architecture.py tests/test_bad_input.py tests/test_check_thresholds.py
        tests/test_costmodel.py tests/test_cuda_ext.py tests/test_docs.py tests/test_fuzz_parsers.py
-       tests/test_cupy_host_code.py tests/test_import.py tests/test_import_nccl_tests.py tests/test_plan.py
+       tests/test_cupy_host_code.py tests/test_package_loads_without_gpu.py tests/test_import_nccl_tests.py tests/test_plan.py
        tests/test_prefill_plan.py tests/test_results.py tests/test_results_layer.py tests/test_sizes_models.py
        tests/test_smitopo.py tests/test_topo.py)
 [ -x .venv312/bin/python ] || "$PY312" -m venv .venv312 || { echo "py312: skipped: cannot make .venv312"; exit 0; }

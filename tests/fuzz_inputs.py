@@ -629,15 +629,20 @@ KINETO_KEYS = ["ph", "cat", "name", "ts", "dur", "pid", "tid", "args", "traceEve
                "world_size", "In msg nelems", "Collective name"]
 
 
-KINETO_REAL = [os.path.join(DATA, "kineto", f"hta_trace_filter_rank{r}_subsampled.json.gz") for r in (0, 1)]
+#: What the real Kineto seeds are (HTA's test data, out of a fetched snapshot of its repository: read
+#: beside the checkout, never committed; :func:`helpers.hta_subsampled`).
+KINETO_REAL = [f"facebookresearch/HolisticTraceAnalysis tests/data/trace_filter/sampled_rank-{r}.json.gz, subsampled"
+               for r in (0, 1)]
 
 
 @functools.cache
-def _real_kineto() -> tuple[str, str]:
-    """The two real (subsampled) HTA traces as JSON text (tests/data/kineto/SOURCE.md)."""
-    import gzip
+def _real_kineto() -> tuple[str, ...]:
+    """The two real HTA traces, subsampled, as JSON text; () where they are not beside the checkout
+    (the generator then makes synthetic traces only)."""
+    from helpers import hta_subsampled, shared_path
 
-    return tuple(gzip.open(p, "rt", encoding="utf-8").read() for p in KINETO_REAL)
+    paths = [shared_path("kineto", f"trace_filter__sampled_rank-{r}.json.gz") for r in (0, 1)]
+    return tuple(hta_subsampled(r, p) for r, p in enumerate(paths)) if all(paths) else ()
 
 
 #: Values that break an event's physics or types: huge, negative, far-future or non-finite times,
@@ -685,7 +690,7 @@ def gen_kineto(rnd: random.Random) -> tuple[bytes, bytes]:
     """Two ranks' traces: the real (subsampled) HTA traces half the time, else the synthetic
     decode-shaped ones; one or both mutated in their JSON values (hostile times, types and labels
     among them), structure or bytes (a corrupt gzip stream too)."""
-    real = rnd.random() < 0.5
+    real = rnd.random() < 0.5 and bool(_real_kineto())
     docs = [json.loads(t) for t in _real_kineto()] if real else [_kineto_doc(0), _kineto_doc(1)]
     if rnd.random() < 0.5:
         i = rnd.randrange(2)

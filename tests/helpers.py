@@ -23,6 +23,72 @@ def shared_data(kind: str, name: str = "") -> str:
         pytest.skip(f"needs shared/data/{kind}/{name} beside the checkout (a real file out of a repository "
                     "snapshot, never committed)")
     return path
+
+
+def shared_path(kind: str, name: str) -> str | None:
+    """``shared/data/<kind>/<name>`` beside the checkout, or None where it is absent (for scripts
+    and generators, which go on without it; a test calls :func:`shared_data`, which skips)."""
+    path = os.path.join(SHARED_DATA, kind, name)
+    return path if os.path.exists(path) else None
+
+
+def corpus_log(name: str, skip: bool | None = None) -> str:
+    """A log of the real-box corpus (``tests/data/nccl-tests/corpus.toml``): the committed copy
+    (transcribed from a public page or issue), else the one beside the checkout (out of a fetched
+    repository snapshot, never committed); absent, a test skips naming it, a script (``skip``
+    False; the default is whether a test is running) stops naming it."""
+    here = os.path.join(REPO, "tests", "data", "nccl-tests", name)
+    if os.path.exists(here):
+        return here
+    if skip is None:
+        skip = "PYTEST_CURRENT_TEST" in os.environ
+    if skip:
+        return shared_data("nccl-tests", name)
+    path = shared_path("nccl-tests", name)
+    if path is None:
+        raise SystemExit(f"needs shared/data/nccl-tests/{name} beside the checkout (a real log out of a repository "
+                         "snapshot, never committed)")
+    return path
+
+
+#: The subsample of HTA's trace_filter pair the fuzzer mutates: every metadata event, NCCL kernel,
+#: ProfilerStep# annotation, memcpy/memset and the Trace event, and of the other events every 12th.
+SUBSAMPLE_EVERY = 12
+
+
+def hta_subsampled(rank: int, path: str | None = None) -> str:
+    """Rank ``rank`` (0 or 1) of HTA's trace_filter pair (``shared/data/kineto``), subsampled
+    (:data:`SUBSAMPLE_EVERY`) so a fuzzer can mutate it thousands of times, as compact JSON text; no
+    kept event is changed. ``path``: the trace (else the shared one; a test skips without it)."""
+    import gzip
+    import json
+
+    path = path or shared_data("kineto", f"trace_filter__sampled_rank-{rank}.json.gz")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        doc = json.load(f)
+
+    def kept(i: int, e: dict) -> bool:
+        name, cat = str(e.get("name", "")), str(e.get("cat", ""))
+        return (e.get("ph") == "M" or cat in ("gpu_memcpy", "gpu_memset", "Trace") or name.startswith("ProfilerStep#")
+                or (cat == "kernel" and "nccl" in name.lower()) or i % SUBSAMPLE_EVERY == SUBSAMPLE_EVERY - 1)
+
+    doc["traceEvents"] = [e for i, e in enumerate(doc.get("traceEvents", [])) if kept(i, e)]
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def hta_subsampled_files(out_dir) -> list[str]:
+    """Both ranks of :func:`hta_subsampled` written as ``.json.gz`` files into ``out_dir``."""
+    import gzip
+
+    paths = []
+    for rank in (0, 1):
+        path = os.path.join(str(out_dir), f"hta_trace_filter_rank{rank}_subsampled.json.gz")
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(hta_subsampled(rank))
+        paths.append(path)
+    return paths
+
+
 #: the toy dense model every CPU trace and sweep test runs: 8 layers, hidden 1024, 16/4 heads, vocab 8192
 TOY_MODEL = os.path.join(REPO, "tests", "data", "toy-dense-config.json")
 

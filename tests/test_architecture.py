@@ -61,3 +61,67 @@ def test_import_floors_do_not_grow():
     chain = floors.longest_chain("commprof")
     assert len(chain) >= 3 and all(m.startswith("commprof") for m in chain)
     assert len(chain) <= MAX_FLOORS, f"{len(chain)} floors: " + " -> ".join(chain)
+
+
+#: Where commprof's own modules may be imported inside a function: the lazy dispatchers, which load
+#: only the command's, the API call's or the results dir's module (docs/architecture.md, Imports).
+LAZY_DISPATCHERS = {"commprof/cli.py", "commprof/api.py", "commprof/views/show.py", "commprof/views/report.py"}
+
+
+def function_level_imports(root: str, packages=("commprof", "microbench", "cuda_ext")) -> list[str]:
+    """``path:line: import`` of every import of a ``commprof`` module made inside a function, in
+    ``packages``, outside :data:`LAZY_DISPATCHERS`. (The rank side and the kernels, ``microbench``
+    and ``cuda_ext``, load each other inside functions on purpose: those modules import torch or
+    cupy at the top.)"""
+    import ast
+
+    found = []
+    for pkg in packages:
+        for dirpath, _, names in os.walk(os.path.join(root, pkg)):
+            for name in sorted(names):
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, root).replace(os.sep, "/")
+                if rel in LAZY_DISPATCHERS:
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    tree = ast.parse(f.read(), rel)
+                for fn in ast.walk(tree):
+                    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        continue
+                    for node in ast.walk(fn):
+                        mods = [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else \
+                            [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                        if any(m.split(".")[0] == "commprof" for m in mods):
+                            found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(set(found))
+
+
+def test_commprofs_own_modules_are_imported_at_the_top():
+    """A function-level ``from commprof...`` hides a layer's dependency from the reader (and a cycle
+    from the tests); only the lazy dispatchers import commprof's modules inside functions."""
+    found = function_level_imports(REPO)
+    assert not found, "import these at the top of the module:\n" + "\n".join(found)
+
+
+def test_the_function_level_import_check_finds_one(tmp_path):
+    pkg = tmp_path / "commprof" / "analysis"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text("import os\n\ndef f():\n    import json\n    from commprof.model import units\n")
+    (tmp_path / "commprof" / "cli.py").write_text("def main():\n    from commprof.verbs import sweep\n")
+    assert function_level_imports(str(tmp_path)) == ["commprof/analysis/x.py:5: from commprof.model import units"]
+
+
+def test_ruff_finds_nothing():
+    """``ruff check`` with pyproject.toml's rules (the test extra installs ruff; .ci/run runs it too)."""
+    import shutil
+
+    import pytest
+
+    ruff = os.path.join(os.path.dirname(sys.executable), "ruff")
+    ruff = ruff if os.path.exists(ruff) else shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed (pip install -e .[test] installs it)")
+    res = subprocess.run([ruff, "check", "--no-cache", "."], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]

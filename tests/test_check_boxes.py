@@ -9,10 +9,9 @@ the rank-line GPU names are the products' real names."""
 import csv
 import json
 import os
-import re
 
 import pytest
-from helpers import REPO, nccl_log, one_line_error, write_sweep_dir
+from helpers import REPO, corpus_log, nccl_log, one_line_error, write_sweep_dir
 
 from commprof.analysis.checkitems import run_items
 from commprof.analysis.evidence import gather
@@ -22,9 +21,9 @@ from commprof.model.errors import UsageError
 from commprof.ingest.nccltests import import_nccl_tests
 
 LOGS = os.path.join(REPO, "tests", "data", "nccl-tests")
-A100 = os.path.join(LOGS, "a100x8_dgx_allreduce_superbench_legacy.txt")
+A100_LOG = "a100x8_dgx_allreduce_superbench_legacy.txt"     # out of a repository snapshot: corpus_log
 RTX8 = os.path.join(LOGS, "rtx4090x8_pcie_allreduce_chlc_blog.txt")
-RTX2 = os.path.join(LOGS, "rtx4090x2_pcie_allreduce_kalavai.txt")
+RTX2_LOG = "rtx4090x2_pcie_allreduce_kalavai.txt"
 
 
 def imported(tmp_path, name, *logs):
@@ -44,7 +43,7 @@ def test_real_a100_nvswitch_box_is_judged_on_nvlink(tmp_path):
     """37.8 us at 64 KiB FAILed under one NVLink threshold anchored on H100 graph figures; judged
     against the healthy NVLink 3 NVSwitch boxes measured the same way (nccl-tests, eager) it passes,
     and the verdict says what it compared."""
-    d = imported(tmp_path, "a100", A100)
+    d = imported(tmp_path, "a100", corpus_log(A100_LOG))
     by, ev = items_of(d)
     ic = ev.interconnect
     assert (ic.cls, ic.link) == ("nvswitch", "nvlink3")
@@ -70,13 +69,13 @@ def test_real_4090_boxes_are_judged_on_pcie(tmp_path):
     assert by8["C10"].value.startswith("45.7 us avg (nccl-tests, eager)")
     assert by8["C9"].status == "PASS" and by8["C9"].value.startswith("TP=8: 14.8 GB/s busbw")
     assert by8["C16"].status == "PASS" and by8["C16"].value == "0 wrong elements in 25 checked rows"
-    by2, _ = items_of(imported(tmp_path, "r2", RTX2))
+    by2, _ = items_of(imported(tmp_path, "r2", corpus_log(RTX2_LOG)))
     assert by2["C9"].status == "FAIL" and by2["C9"].value.startswith("TP=2: 2.2 GB/s busbw")
     assert by2["C10"].status == "PASS" and "sizes <= 4KiB" in by2["C10"].value      # its decode reference stops at 4 KiB
 
 
 def test_real_logs_exit_codes_and_check_json(cli_inproc, tmp_path):
-    a, r8 = imported(tmp_path, "a100", A100), imported(tmp_path, "r8", RTX8)
+    a, r8 = imported(tmp_path, "a100", corpus_log(A100_LOG)), imported(tmp_path, "r8", RTX8)
     res = cli_inproc("check", r8, "--out", str(tmp_path / "c1"))
     assert res.returncode == 0, res.stderr
     slow = imported(tmp_path, "slow", nccl_log(str(tmp_path), "NVIDIA A100-SXM4-80GB", alpha_us=160.0, busbw_gbps=230.0))
@@ -252,7 +251,7 @@ def test_import_refuses_logs_of_different_boxes(tmp_path):
 
 
 def test_real_logs_of_two_boxes_are_refused_in_one_dir(cli_inproc, tmp_path):
-    res = cli_inproc("import", "nccl-tests", A100, RTX8, "--out", str(tmp_path / "o"))
+    res = cli_inproc("import", "nccl-tests", corpus_log(A100_LOG), RTX8, "--out", str(tmp_path / "o"))
     assert res.returncode == 2
     line = one_line_error(res)
     assert "8x A100-SXM4-40GB on localhost" in line and "8x NVIDIA GeForce RTX 4090 on <REDACTED>" in line
@@ -261,7 +260,7 @@ def test_real_logs_of_two_boxes_are_refused_in_one_dir(cli_inproc, tmp_path):
 # --- several boxes side by side ------------------------------------------------------------------------
 
 def test_gap_of_two_real_boxes_side_by_side(cli_inproc, tmp_path):
-    a, r8 = imported(tmp_path, "a100", A100), imported(tmp_path, "r8", RTX8)
+    a, r8 = imported(tmp_path, "a100", corpus_log(A100_LOG)), imported(tmp_path, "r8", RTX8)
     out = tmp_path / "gap"
     res = cli_inproc("gap", a, r8, "--out", str(out))
     assert res.returncode == 0, res.stderr
@@ -283,7 +282,7 @@ def test_gap_of_two_real_boxes_side_by_side(cli_inproc, tmp_path):
 
 
 def test_report_of_two_real_boxes(cli_inproc, tmp_path):
-    a, r8 = imported(tmp_path, "a100", A100), imported(tmp_path, "r8", RTX8)
+    a, r8 = imported(tmp_path, "a100", corpus_log(A100_LOG)), imported(tmp_path, "r8", RTX8)
     out = tmp_path / "rep"
     res = cli_inproc("report", a, r8, "--out", str(out))
     assert res.returncode == 0, res.stderr
@@ -316,7 +315,7 @@ def test_graph_mode_label_only_for_graph_runs(tmp_path):
     assert "measured without CUDA graphs" not in by["C10"].hint
 
 
-# --- thresholds files (issue 14) -------------------------------------------------------------------------
+# --- thresholds files -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("content,needle", [
     (b"[busbw]\npass_fraction = -0.5\n", "key 'busbw.pass_fraction' = -0.5: must be a finite number >= 0"),

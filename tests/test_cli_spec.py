@@ -1,4 +1,4 @@
-"""What every verb's spec gives its command line (issue 34's CLI parts): ``-h`` is ``--help``, a
+"""What every verb's spec gives its command line: ``-h`` is ``--help``, a
 switch shows no ``<bool>`` placeholder, and every verb that prints a table takes
 ``--format table|csv|json`` (csv/json alone on stdout)."""
 import csv

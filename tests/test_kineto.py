@@ -1,7 +1,8 @@
 """commprof import kineto: PyTorch profiler (Kineto) traces attributed per step, and commprof
 trace's own trace.json (Trace Event format) read back with the same attribution.
 
-Real traces: tests/data/kineto/ (HTA's test data, GPU training jobs; see its SOURCE.md),
+Real traces: HTA's test data (GPU training jobs), read beside the checkout (``helpers.shared_data``:
+out of a fetched snapshot of facebookresearch/HolisticTraceAnalysis, never committed; skipped without),
 and a decode-shaped one made here with torch.profiler around a 2-rank gloo decode loop.
 Bad inputs are small synthetic files: one line each, exit 2.
 """
@@ -16,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import REPO, TOY_MODEL, cli_env, hta_figures, one_line_error
+from helpers import SHARED_DATA, TOY_MODEL, cli_env, hta_figures, one_line_error, shared_data
 
-KINETO = os.path.join(REPO, "tests", "data", "kineto")
+KINETO = os.path.join(SHARED_DATA, "kineto")
 NCCL_DATA = os.path.join(KINETO, "nccl_parser_config__nccl_data.json.gz")
 RANK0 = os.path.join(KINETO, "trace_filter__sampled_rank-0.json.gz")
 RANK1 = os.path.join(KINETO, "trace_filter__sampled_rank-1.json.gz")
@@ -26,9 +27,9 @@ RESOLVER = os.path.join(KINETO, "df_index_resolver__df_index_resolver.json.gz")
 
 
 def need(*paths):
-    missing = [p for p in paths if not os.path.exists(p)]
-    if missing:
-        pytest.skip(f"real Kineto traces not here: {', '.join(os.path.basename(p) for p in missing)}")
+    """Skip, naming the file, where a real trace is not beside the checkout."""
+    for p in paths:
+        shared_data("kineto", os.path.basename(p))
 
 
 # --- a small synthetic Kineto trace ----------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""commprof import nccl-debug: NCCL's own account of a box (issue 32). The real logs are read from
+"""commprof import nccl-debug: NCCL's own account of a box. The real logs are read from
 shared/data beside the checkout (skipped, named, when absent); each expectation below was counted
 in the log with grep and checked against its source's description, not taken from the reader."""
 import json

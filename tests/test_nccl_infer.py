@@ -1,9 +1,8 @@
 """nccl-tests logs under any file name: the collective told from the table itself (redop, root,
 count vs size, busbw/algbw), one-GPU logs as TP=1, algbw cross-checked against size / time, and a
-file that is not nccl-tests output refused before it is read whole (issue 33; issue 34's 10 M rows)."""
+file that is not nccl-tests output refused before it is read whole (10 M rows too)."""
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -180,7 +179,7 @@ def _gen(path, n):
 
 
 def test_a_million_row_log_is_refused_early_in_bounded_memory_and_time(tmp_path):
-    """Issue 34: 1 M rows took 92 s and 3.5 GB. Now refused at row MAX_ROWS + 1, read line by line."""
+    """Once 1 M rows took 92 s and 3.5 GB. Now refused at row MAX_ROWS + 1, read line by line."""
     p = tmp_path / "big.log"
     _gen(p, 1_000_000)
     code = ("import resource, sys\n"

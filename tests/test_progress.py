@@ -1,4 +1,4 @@
-"""Progress that tells the truth (issue 34): the start-up phase at once, an ETA from the cells'
+"""Progress that tells the truth: the start-up phase at once, an ETA from the cells'
 measured times, and lines on stderr when it is not a terminal."""
 import os
 import re
@@ -6,7 +6,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from commprof.views.console import Eta, clock, progress_bar
 

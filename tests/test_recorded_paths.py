@@ -5,7 +5,7 @@ import json
 import os
 import shutil
 
-from helpers import REPO, TOY_MODEL
+from helpers import REPO, TOY_MODEL, hta_subsampled_files
 
 from commprof.analysis.moeroute import parse_skew
 
@@ -19,8 +19,7 @@ def _inputs(tmp_path):
     d.mkdir()
     shutil.copy(os.path.join(DATA, "nccl-tests", "all_reduce_perf_8xA100.log"), d / "ar8.log")
     shutil.copy(os.path.join(DATA, "nvidia-smi", "a100x4-nvlink-topo-m.txt"), d / "topo-m.txt")
-    for name in KINETO:
-        shutil.copy(os.path.join(DATA, "kineto", name), d / name)
+    hta_subsampled_files(d)             # HTA's pair beside the checkout (the test skips without it)
     shutil.copy(TOY_MODEL, d / "toy.json")
 
 

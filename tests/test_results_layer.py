@@ -6,9 +6,9 @@ import pytest
 
 from commprof import results
 from commprof.model.errors import UsageError
-from helpers import REPO
+from helpers import REPO, corpus_log
 
-NCCL_LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "a100x8_dgx_allreduce_superbench_legacy.txt")
+NCCL_LOG = "a100x8_dgx_allreduce_superbench_legacy.txt"     # out of a repository snapshot: corpus_log
 
 
 def _committed_results_dirs():
@@ -85,7 +85,7 @@ def test_load_reads_what_each_verb_writes(tmp_path, cli_inproc):
     plan = str(tmp_path / "plan")
     assert cli_inproc("plan", "--model", "Qwen2.5-32B", "--tp", "8", "--out", plan).returncode == 0
     imp = str(tmp_path / "imp")
-    res = cli_inproc("import", "nccl-tests", NCCL_LOG, "--out", imp)
+    res = cli_inproc("import", "nccl-tests", corpus_log(NCCL_LOG), "--out", imp)
     assert res.returncode == 0, res.stderr
     os.environ["COMMPROF_CACHE_DIR"] = str(tmp_path / "cache")
     try:

@@ -704,17 +704,17 @@ def test_request_rows_round_trip_through_the_csv_and_load(fake_server, cli_inpro
 
     import commprof
     from commprof.model.serveconfig import REQUEST_COLUMNS
-    from commprof.verbs import serve
+    from commprof.capture import serveload
 
     made = []
-    real = serve.stream_request
+    real = serveload.stream_request
 
     async def recording(*args, **kwargs):
         row = await real(*args, **kwargs)
         made.append(row)
         return row
 
-    monkeypatch.setattr(serve, "stream_request", recording)
+    monkeypatch.setattr(serveload, "stream_request", recording)
     srv = fake_server()
     res = cli_inproc("serve", "--url", srv.url, "--model", "http500", "--concurrency", "1,2", "--requests", "4",
                      "--warmup", "0", "--output-tokens", "4", "--prompt-tokens", "4", "--out", "out", "--no-charts")
@@ -734,3 +734,45 @@ def test_request_rows_round_trip_through_the_csv_and_load(fake_server, cli_inpro
                 assert got == pytest.approx(v, rel=1e-5), k
             else:
                 assert got == v, (k, got, v)
+
+
+def test_the_load_loop_runs_from_capture_without_the_verb(fake_server):
+    """serve's levels are capture's (commprof.capture.serveload): run with a plain progress callback,
+    no verb and no view: a closed level of 3 requests and an open one, each summarised, every row
+    written, each bar moved once per request and closed."""
+    from commprof.capture import serveload
+    from commprof.capture.servescrape import scrape
+    from commprof.verbs.serve import build_config
+
+    srv = fake_server()
+    cfg = build_config(url=srv.url, model="ok", concurrency="1", rate="50", requests=3, warmup=0,
+                       prompt_tokens=4, output_tokens=3, duration=10, timeout=10)
+    plan = serveload.level_plan(cfg)
+    assert [(lv["mode"], lv["requests"]) for lv in plan] == [("closed", 3), ("open", 3)]
+
+    class Bar:
+        def __init__(self):
+            self.n, self.closed = 0, False
+
+        def advance(self):
+            self.n += 1
+
+        def close(self):
+            self.closed = True
+
+    bars, rows = [], []
+
+    class Table:
+        def write(self, got):
+            rows.extend(got)
+
+    def progress(level):
+        bars.append(Bar())
+        return bars[-1]
+
+    acc = serveload.LoadRun()
+    serveload.run_levels(cfg, plan, False, scrape(cfg.url, 5.0), Table(), acc, progress)
+    assert acc.status == "complete" and acc.error is None
+    assert [lv["mode"] for lv in acc.done_levels] == ["closed", "open"]
+    assert acc.done_levels[0]["ok"] == 3 and len(rows) == 6
+    assert [b.n for b in bars] == [3, 3] and all(b.closed for b in bars)

@@ -1,4 +1,4 @@
-"""Every verb's table at 80, 120 and 200 columns: no number is ever cut (issue 34).
+"""Every verb's table at 80, 120 and 200 columns: no number is ever cut.
 
 The tables are drawn from the committed results dirs under results/ and the fixtures under
 tests/data; the numbers they must show whole are read from the dirs' own CSV files (formatted as

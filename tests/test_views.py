@@ -40,7 +40,7 @@ def test_progress_is_plain_lines_on_stderr_when_it_is_not_a_terminal(monkeypatch
 
 
 def test_each_verb_that_starts_ranks_labels_its_own_progress():
-    from commprof.analysis.moeroute import MoeRunConfig
+    from commprof.model.moeconfig import MoeRunConfig
     from commprof.model.sweepconfig import SweepRunConfig
     from commprof.model.traceconfig import TraceRunConfig
 
@@ -129,8 +129,6 @@ def _captured_figures(monkeypatch, module):
 
 
 def _tick_texts(axis):
-    import matplotlib.pyplot as plt
-
     axis.axes.figure.canvas.draw()
     return [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from commprof.model.errors import UsageError
 from commprof.analysis.latency import PREDICT_STATS, loglog_lookup, stand_in_op
 from commprof.analysis.interconnect import resolve_interconnect
-from commprof.analysis.costmodel import get_profile, profile_latency_us
+from commprof.analysis.costmodel import get_profile, profile_latency_us, fit_sweep, list_profiles
 from commprof.analysis.checkitems import stat_label
 from commprof.model.collectives import COLLECTIVES
 from commprof.analysis.evidence import gather
@@ -185,8 +185,6 @@ def _this_box(ev) -> str:
 def _box_gap(ev, reference: str | None):
     import pandas as pd
 
-    from commprof.analysis.costmodel import fit_sweep, get_profile
-
     ic = ev.interconnect
     kind = box_kind(ev)
     ref = (reference or default_reference(kind, ic)).removeprefix("reference:")
@@ -239,8 +237,6 @@ def _box_gap(ev, reference: str | None):
 def check_reference(reference: str | None) -> None:
     """``--reference NAME`` (or ``reference:NAME``) must name a reference profile: one line listing
     them otherwise."""
-    from commprof.analysis.costmodel import get_profile, list_profiles
-
     if reference is not None:
         try:
             get_profile(reference.removeprefix("reference:"))
@@ -412,7 +408,6 @@ def _per_token(ev, ref: str):
             "ref_ms_per_token"]
     if ev.trace is None:
         return pd.DataFrame(columns=cols)
-    from commprof.model.models import ModelShape, get_model
     model = (ev.trace_meta or {}).get("model") or {}
     try:
         shape = ModelShape(**{k: v for k, v in model.items() if k in ModelShape.__dataclass_fields__}) \
@@ -523,8 +518,6 @@ def _ttft(ev, ref: str) -> dict | None:
     (the same collectives priced by the profile), and the chunk size each favours. The prompt is
     the trace's, else ``[ttft_comm] prompt`` of the thresholds file; the model the trace's or the
     sweep's. None when neither names a model."""
-    from commprof.analysis.stepmodel import prefill_comm_us
-
     th = load_thresholds()["ttft_comm"]
     rows = [] if ev.trace is None else [r for r in ev.trace.to_dict("records") if is_prefill_row(r)
                                         and int(r["tp"]) > 1]

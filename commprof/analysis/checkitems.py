@@ -731,10 +731,6 @@ def item_evidence(items: list[Item], th) -> Item:
                 "add " + "; ".join(dict.fromkeys(add)))
 
 
-ORDER = ("inventory", "interconnect", "p2p", "pcie", "nvlink", "host_bw", "correctness", "allreduce_latency",
-         "busbw", "multinode", "comm_share", "ttft_comm", "serve", "kv", "numa")
-
-
 def box_items(ev: Evidence, th: dict, model: str | None = None) -> list[Item]:
     """One box's checklist in the buyer's acceptance order (wrong results before any speed), then
     E1: whether the measured items judged are enough for a verdict."""

@@ -96,7 +96,7 @@ class DirComm(CommSource):
         if not os.path.isdir(spec):
             raise UsageError(f"--comm {shown(spec)}: not a results dir nor reference:<profile> "
                              "(e.g. reference:pcie5-nop2p, or a dir written by commprof sweep or commprof import)")
-        self.table = CommTable(spec)
+        self.table = CommTable(spec, flag="--comm")
         meta = self.table.meta
         self.kind = meta.get("kind") if meta.get("kind") in ("modelled", "imported", "measured") else \
             _KIND_OF_VERB.get(meta.get("verb"), "measured")

@@ -67,14 +67,17 @@ class CommTable:
     The statistic is the *mean*: a token sums 2L+2 collectives, so its expected time is the sum of
     their expected latencies, and small-message latency is skewed (p50 below the mean). It is the
     average rank's time in the op (``latency_us_rankavg_mean``), as a rank of a decode step
-    spends it; sweeps older than that column give the slowest rank's (``latency_us_mean``)."""
+    spends it; sweeps older than that column give the slowest rank's (``latency_us_mean``).
+    ``flag`` is the option that named the dir, for the one-line refusals (``trace --comm-from``,
+    ``predict --comm``; empty where no flag named it, as report's box sweep)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, flag: str = "--comm-from"):
         self.path = path
+        self.flag = f"{flag} " if flag else "sweep dir "
         self.meta = results.read_meta(path)
         df = results.load(path)["sweep"] if os.path.exists(os.path.join(path, results.SWEEP_CSV)) else None
         if df is None or df.empty:
-            raise UsageError(f"--comm-from '{path}': holds no sweep rows")
+            raise UsageError(f"{self.flag}'{path}': holds no sweep rows")
         # One timing method: per-call rows are what a decode step pays (one collective at a time);
         # a dir with only back-to-back averages (nccl-tests' method, e.g. imported logs) is used as
         # it is, and every lookup says so.
@@ -91,7 +94,7 @@ class CommTable:
         missing = sorted(t for t in set(tps) if t > 1 and ("all_reduce", t) not in self.have)
         if missing:
             have = sorted(self.have)
-            raise UsageError(f"--comm-from '{self.path}': no all_reduce rows at tp={','.join(map(str, missing))} "
+            raise UsageError(f"{self.flag}'{self.path}': no all_reduce rows at tp={','.join(map(str, missing))} "
                              f"(it has {', '.join(f'{o} tp={t}' for o, t in have)})")
 
     def latency_us(self, op: str, tp: int, mode: str, size_bytes: int) -> float:
@@ -106,7 +109,7 @@ class CommTable:
         sub = df[(df["op"] == op) & (df["tp"] == tp) & (df["group"] == 0)]
         if sub.empty:
             have = sorted({(o, int(t)) for o, t in zip(df["op"], df["tp"])})
-            raise UsageError(f"--comm-from '{self.path}': no {op} rows at tp={tp} "
+            raise UsageError(f"{self.flag}'{self.path}': no {op} rows at tp={tp} "
                              f"(it has {', '.join(f'{o} tp={t}' for o, t in have)})")
         if mode in set(sub["mode"]):
             sub = sub[sub["mode"] == mode]
@@ -116,7 +119,7 @@ class CommTable:
         val, how = loglog_lookup([float(x) for x in sub["size_bytes"]], [float(y) for y in sub[self.stat]],
                                  float(size_bytes))
         if val is None:
-            raise UsageError(f"--comm-from '{self.path}': {op} at tp={tp} has a latency <= 0 us in {self.stat}; "
+            raise UsageError(f"{self.flag}'{self.path}': {op} at tp={tp} has a latency <= 0 us in {self.stat}; "
                              "no size can be priced from it")
         self.lookups.append({"op": op, "tp": tp, "mode": mode, "size_bytes": size_bytes,
                              self.stat: val, "how": how, "timing": self.timing})

@@ -2,9 +2,9 @@
 
 Routing distributions and draws (numpy, seeded, no torch), expert placement on ranks, imbalance,
 the rebalancing what-if (replicate the hottest experts, pack replicas by load), the send matrix
-each placement implies, the run's config, and the tables rank 0 writes (``moe_steps.csv``: one row
-per ep x tokens x skew x placement; ``moe_ranks.csv``: per rank load, tokens and bytes). The
-measured part runs in every rank (``microbench.moe_rank``).
+each placement implies, and each row's slowdown against uniform routing. The run's config is
+:mod:`commprof.model.moeconfig`, the tables rank 0 writes :mod:`commprof.results.moe`; the measured
+part runs in every rank (``microbench.moe_rank``).
 
 One hidden vector travels per (token, chosen expert): a token whose k experts live on one rank
 is sent k times (no per-rank de-duplication), so bytes scale with tokens x top_k.
@@ -14,20 +14,15 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from commprof import results
 from commprof.model.errors import UsageError
 from commprof.model.fileio import read_user_bytes, shown_path
-from commprof.model.runconfig import RunConfig
-from commprof.results.moe import write_moe_tables
+from commprof.model.moeconfig import MoeRunConfig
 
-PLACEMENTS = ("contiguous", "rebalanced")
 HOT_SHARE_DEFAULT = 0.5
-DTYPE = "bf16"
-DTYPE_BYTES = 2
 
 
 
@@ -279,32 +274,6 @@ def hot_list(loads, top: int = 3) -> str:
     return ";".join(f"{i}:{int(a[i])}" for i in order)
 
 
-@dataclass
-class MoeRunConfig(RunConfig):
-    VERB = "moe"
-    model: dict
-    eps: list
-    tokens: list
-    skews: list            # list[Skew]
-    iters: int
-    warmup: int
-    rebalance: int | None  # redundant slots; None = ep per degree
-    seed: int
-    extra: dict = field(default_factory=dict)
-
-    def redundant(self, ep: int) -> int:
-        return ep if self.rebalance is None else self.rebalance
-
-    def cells(self) -> list[tuple]:
-        return [(ep, t, s, p) for ep in self.eps for t in self.tokens for s in range(len(self.skews))
-                for p in PLACEMENTS]
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["skews"] = [s.spec for s in self.skews]
-        return d
-
-
 def plan(cfg: MoeRunConfig, ep: int, tokens: int, skew_index: int, placement: str):
     """(routing, Placement) of one cell; every rank computes the same plan from the seed."""
     m = cfg.model
@@ -314,32 +283,11 @@ def plan(cfg: MoeRunConfig, ep: int, tokens: int, skew_index: int, placement: st
     return routing, rebalance(routing, m["experts"], ep, cfg.redundant(ep))
 
 
-def start_meta(cfg: MoeRunConfig, infos: list) -> None:
-    m = cfg.model
-    results.start(cfg.out_dir, results.provenance(
-        "moe", "measured", "MoE expert-parallel dispatch/combine all-to-all (commprof moe)", command=cfg.argv,
-        **results.rank_fields(infos),
-        backend=cfg.backend, backend_reason=cfg.backend_reason, launch=cfg.launch,
-        model={k: m[k] for k in ("name", "hidden", "experts", "top_k", "dense_layers") if k in m},
-        dtype=DTYPE, seed=cfg.seed, config=cfg.to_dict(),
-        columns={
-            "latency_us_*": "one dispatch + combine step (two all_to_all_single); each iteration's sample "
-                            "is the max across the EP group's ranks",
-            "imbalance": "max / mean tokens received per rank (dispatch)",
-            "slowdown": "latency_us_p50 / the uniform-routing latency_us_p50 at the same ep, tokens, placement",
-            "bytes_*": f"hidden x {DTYPE_BYTES} bytes ({DTYPE}) per (token, chosen expert), dispatch direction",
-            "wrong": "ranks whose received bytes or contents differ from what the routing sent them"},
-    ))
-
-
-def _fmt(v):
-    return f"{v:.6g}" if isinstance(v, float) else v
-
-
-def write_tables(out_dir: str, steps: list[dict], ranks: list[dict]) -> None:
-    """Add slowdown (vs uniform at the same ep, tokens, placement) and write both tables."""
+def add_slowdown(steps: list[dict]) -> list[dict]:
+    """Each step row's slowdown: its p50 over the uniform-routing p50 at the same ep, tokens and
+    placement (empty where there is none); the rows, changed in place."""
     base = {(r["ep"], r["tokens"], r["placement"]): r["latency_us_p50"] for r in steps if r["skew"] == "uniform"}
     for r in steps:
         b = base.get((r["ep"], r["tokens"], r["placement"]))
         r["slowdown"] = r["latency_us_p50"] / b if b else ""
-    write_moe_tables(out_dir, steps, ranks)
+    return steps

@@ -65,16 +65,14 @@ SOURCES = {
                  "all_reduce_perf -g 8 without CUDA graph: 42-43 us at 8 B",
     "tinygrad#17": "tinygrad/open-gpu-kernel-modules #17: 5x RTX 4090 (PCIe 4.0) with the P2P-enabling "
                    "driver, NCCL_P2P_LEVEL=SYS: all-reduce busbw 24.7 GB/s at 32 MB",
-    "superbench-a100": "microsoft/superbenchmark tests/data/nccl_allreduce.log (commit 700d6501), copied as "
-                       "tests/data/nccl-tests/a100x8_dgx_allreduce_superbench_legacy.txt: 8x A100-SXM4-40GB on "
+    "superbench-a100": "microsoft/superbenchmark tests/data/nccl_allreduce.log (commit 700d6501): 8x A100-SXM4-40GB on "
                        "NVSwitch, nccl-tests all_reduce_perf, no CUDA graph: average 34.5-36.1 us from 4 B to 4 KiB "
                        "(median 34.94), busbw 235.26 GB/s at 8 GiB",
     "chlc-4090x8": "blog.chlc.cc/p/rtx4090-gpudirect-p2p-unlocked, 'Test the original performance', copied as "
                    "tests/data/nccl-tests/rtx4090x8_pcie_allreduce_chlc_blog.txt: 8x RTX 4090, PCIe 4.0, two "
                    "sockets (every pair SYS), stock driver (P2P off), nccl-tests all_reduce_perf, no CUDA graph: "
                    "average 38.7-44.0 us from 8 B to 4 KiB (median 42.495), busbw peak 15.04 GB/s at 32 MiB",
-    "kalavai-4090x2": "kalavai-net/kalavai-client scripts/README.md (commit 9588f6d8), copied as "
-                      "tests/data/nccl-tests/rtx4090x2_pcie_allreduce_kalavai.txt: 2x RTX 4090 on PCIe, "
+    "kalavai-4090x2": "kalavai-net/kalavai-client scripts/README.md (commit 9588f6d8): 2x RTX 4090 on PCIe, "
                       "nccl-tests all_reduce_perf, no CUDA graph: average 8.97-12.01 us from 8 B to 4 KiB "
                       "(median 10.065), busbw 2.24 GB/s from 256 MiB to 2 GiB",
     "aikitoria-5090x8": "aikitoria/open-gpu-kernel-modules README.md ('Sample nccl-tests all_reduce_perf output', "

@@ -1,7 +1,7 @@
 """What one decode step does to the interconnect and to GPU memory, without running anything.
 
 This module is the one place the decode step (and a prefill's chunk steps) and its memory are
-modelled: ``commprof plan`` (``planner.py``) prints it, the trace engine imports
+modelled: ``commprof plan`` (``verbs/plan.py``) prints it, the trace engine imports
 :func:`decode_collectives` to know which collectives a step must contain, and gap, report, predict
 and the Kineto importer price the same step.
 

@@ -22,7 +22,6 @@ from commprof.results.meta import remove_temp_files
 from commprof.model.errors import CommprofError, DeviceError, RankDied, RankFailed, RankHung, UsageError, where
 from commprof.model.machine import supports_graph_events
 from commprof.model.targets import resolve_target
-from commprof.views.console import progress_bar
 
 STARTUP_GRACE_S = 60.0
 GLOO_MAX_LOCAL_RANKS = 64
@@ -180,15 +179,18 @@ def check_fault_env() -> None:
         raise UsageError(f"{ENV}={spec!r}: {e} (a variable for commprof's own tests: unset it)") from None
 
 
-def run_ranks(cfg, target: str) -> bool:
+def run_ranks(cfg, target: str, progress=None) -> bool:
     """Run ``target`` on every rank (local launch, or as this torchrun rank). Returns True on the
-    process that holds the results (the local parent, or torchrun rank 0). Raises CommprofError."""
+    process that holds the results (the local parent, or torchrun rank 0). Raises CommprofError.
+    ``progress``: what draws the local launch's bar, called as ``progress(None, label,
+    starting=...)`` (the verbs pass :func:`commprof.views.console.progress_bar`; None: no bar), so
+    the launcher imports no view."""
     check_fault_env()
     trun = torchrun_env()
     if trun:
         _run_as_torchrun_rank(cfg, target, trun)
         return trun["rank"] == 0
-    _run_local(cfg, target)
+    _run_local(cfg, target, progress)
     return True
 
 
@@ -226,9 +228,10 @@ def _run_as_torchrun_rank(cfg, target: str, trun: dict) -> None:
                          f"{(str(e).strip().splitlines() or [''])[0]}", code) from e
 
 
-def _run_local(cfg, target: str) -> None:
+def _run_local(cfg, target: str, progress=None) -> None:
     # within a second of start, before torch loads: the ranks are starting (imports, rendezvous)
-    bar = progress_bar(None, cfg.VERB or "run", starting=f"starting {cfg.world_size} rank(s)") if cfg.progress else None
+    bar = progress(None, cfg.VERB or "run", starting=f"starting {cfg.world_size} rank(s)") \
+        if cfg.progress and progress is not None else None
     try:
         _run_local_ranks(cfg, target, bar)
     finally:

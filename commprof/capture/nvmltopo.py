@@ -27,9 +27,7 @@ imported ``nvidia-smi topo`` text).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-import json
 import os
 import socket
 from collections import Counter

@@ -71,12 +71,6 @@ def scrape(url: str, timeout_s: float = 5.0) -> Scrape:
     return Scrape(h, servermetrics.latency_histograms(text), note)
 
 
-def scrape_queue(url: str, timeout_s: float = 5.0) -> tuple[servermetrics.Histogram | None, str]:
-    """The server's queue-time histogram now, and a note on where it came from or why there is none."""
-    got = scrape(url, timeout_s)
-    return got.queue, got.note
-
-
 def _queue_of(url: str, text: str) -> tuple[servermetrics.Histogram | None, str]:
     h = servermetrics.queue_histogram(text)
     if h is None:

@@ -17,7 +17,7 @@ from commprof.results.kineto import write_kineto_tables
 from commprof.ingest.kinetoread import MAX_TP, read_file
 from commprof.ingest.kinetosteps import attribute_steps, check_ranks
 from commprof.analysis.attribution import summarize
-from commprof.model.models import get_model
+from commprof.model.models import get_model, ModelShape
 from commprof.analysis.stepmodel import decode_collectives
 
 
@@ -182,8 +182,6 @@ def _producer_shape(ranks, shape):
     given) and how many of its layers the engine ran. Returns (shape, layers run or None, a note
     when the timeline holds fewer layers than the model: its per-step figures are of those layers,
     not scaled to the whole model)."""
-    from commprof.model.models import ModelShape, get_model
-
     head = next((r.producer for r in ranks if r.producer), {})
     if shape is None and head.get("model"):
         try:

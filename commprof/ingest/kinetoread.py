@@ -43,7 +43,6 @@ COMM_KERNEL_RE = re.compile(r"nccl|rccl|cross_device_reduce|allreduce_fusion|one
 #: ``shm_gather`` in vllm/distributed/device_communicators/cpu_communicator.py, vLLM v0.32.0).
 CPU_COMM_RE = re.compile(r"^(?:gloo:|c10d::|nccl:|_C::shm_(?:all_?reduce|all_?gather|gather))(?!.*barrier)",
                          re.IGNORECASE)
-_SHM_RE = re.compile(r"^_C::shm_", re.IGNORECASE)
 #: vLLM's per-iteration mark (vllm/v1/worker/gpu_worker.py, ``annotate_profile``; the CPU worker
 #: inherits it): ``execute_context_N(T)_generation_M(K)``: N requests in their context (prefill)
 #: phase with T tokens scheduled, M in generation (decode) with K tokens; with

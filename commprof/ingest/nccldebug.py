@@ -30,6 +30,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from commprof.model.errors import UsageError
+from commprof import results
+from commprof.analysis.ncclverdict import engine_items
+from commprof.model.fileio import shown_path
+from commprof.results.nccldebug import write_nccl_tables
 
 #: the longest line kept (NCCL's lines are short; an engine's config dump may be long)
 MAX_LINE = 1 << 16
@@ -414,11 +418,6 @@ def import_nccl_debug(paths: list[str], out_dir: str, expect_gpus: int | None = 
     UsageError (nothing written) for a file that cannot be read or is binary; a log with no NCCL
     line is written (its account says so) and ``meta['nccl_lines']`` is 0."""
     import sys
-
-    from commprof import results
-    from commprof.analysis.ncclverdict import engine_items
-    from commprof.model.fileio import shown_path
-    from commprof.results.nccldebug import write_nccl_tables
 
     if not paths:
         raise UsageError("import nccl-debug: give one or more log files")

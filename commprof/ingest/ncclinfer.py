@@ -131,7 +131,7 @@ def infer_collective(rows: list[dict], has_redop_column: bool, has_root_column: 
     if not cands:
         return "", "the table's columns fit no nccl-tests collective (" + ", ".join(how) + ")"
     return "", ("the table fits " + " or ".join(cands) + (" (" + ", ".join(how) + ")" if how else "")
-                + (f"; the rank count is unknown" if not n else ""))
+                + ("; the rank count is unknown" if not n else ""))
 
 
 def _half_ulp(tok: str) -> float:

@@ -29,7 +29,6 @@ from commprof.ingest import ncclinfer
 # nccl-tests binary (without _perf / _mpi) -> commprof op
 NCCL_TESTS_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
                   "alltoall": "all_to_all", "broadcast": "broadcast"}
-_OTHER_TESTS = ("sendrecv", "reduce", "gather", "scatter", "hypercube", "alltoallv")
 NCCL_TYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16", "double": "fp64", "int8": "int8",
               "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
               "f8e4m3": "fp8e4m3", "f8e5m2": "fp8e5m2", "int": "int32"}

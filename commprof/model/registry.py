@@ -198,7 +198,7 @@ class P2pConfig:
 @dataclass
 class MoeConfig:
     """``commprof moe``'s flags, before validation (``verbs.moe.build_config``) turns them into the
-    :class:`~commprof.analysis.moeroute.MoeRunConfig` every rank receives."""
+    :class:`~commprof.model.moeconfig.MoeRunConfig` every rank receives."""
     model: str | None = flag(None, "--model", help="MoE model: Qwen3-30B-A3B (default), Qwen3-235B-A22B, DeepSeek-V3 or a config.json.")
     ep: str = flag("2,4,8", "--ep", help="Expert-parallel degrees; one launch of max(ep) ranks.")
     tokens: str = flag("1,64,512", "--tokens", help="Tokens per step (split over the EP ranks).")

@@ -107,7 +107,6 @@ WORDS = tuple("the of and to in is was for on as with by at from his an were are
 
 MAX_CONCURRENCY = 4096
 MAX_REQUESTS = 100_000
-SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
 
 
 class EndpointError(CommprofError):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from commprof.model.moeconfig import DTYPE, DTYPE_BYTES, MoeRunConfig
+from commprof.results.meta import provenance, rank_fields, start
 from commprof.results.table import write_table
 
 STEPS_CSV = "moe_steps.csv"
@@ -23,3 +25,22 @@ def write_moe_tables(out_dir: str, steps: list[dict], ranks: list[dict]) -> None
     """Both tables, each written whole."""
     for name, cols, rows in ((STEPS_CSV, STEP_COLUMNS, steps), (RANKS_CSV, RANK_COLUMNS, ranks)):
         write_table(os.path.join(out_dir, name), cols, rows)
+
+
+def start_moe_meta(cfg: MoeRunConfig, infos: list) -> None:
+    """Rank 0's ``meta.json`` as the run starts: the ranks, the model's MoE shape, the config."""
+    m = cfg.model
+    start(cfg.out_dir, provenance(
+        "moe", "measured", "MoE expert-parallel dispatch/combine all-to-all (commprof moe)", command=cfg.argv,
+        **rank_fields(infos),
+        backend=cfg.backend, backend_reason=cfg.backend_reason, launch=cfg.launch,
+        model={k: m[k] for k in ("name", "hidden", "experts", "top_k", "dense_layers") if k in m},
+        dtype=DTYPE, seed=cfg.seed, config=cfg.to_dict(),
+        columns={
+            "latency_us_*": "one dispatch + combine step (two all_to_all_single); each iteration's sample "
+                            "is the max across the EP group's ranks",
+            "imbalance": "max / mean tokens received per rank (dispatch)",
+            "slowdown": "latency_us_p50 / the uniform-routing latency_us_p50 at the same ep, tokens, placement",
+            "bytes_*": f"hidden x {DTYPE_BYTES} bytes ({DTYPE}) per (token, chosen expert), dispatch direction",
+            "wrong": "ranks whose received bytes or contents differ from what the routing sent them"},
+    ))

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 
 from commprof.capture.nvmlhealth import HealthSampler
 from commprof.model.errors import UsageError

@@ -7,7 +7,6 @@ from commprof.model.registry import GapConfig  # noqa: F401 - the flags, declare
 
 import os
 import sys
-from dataclasses import dataclass, field
 
 from commprof import results
 from commprof.analysis.boxgap import Gap, compute_gap

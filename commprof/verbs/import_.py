@@ -8,15 +8,17 @@ from commprof.model.registry import ImportConfig  # noqa: F401 - the flags, decl
 
 import os
 import sys
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from commprof import results
-from commprof.model.errors import UsageError
+from commprof.model.errors import UsageError, EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE
 from commprof.ingest.nccltests import EXIT_WRONG_RESULTS, import_nccl_tests, wrong_summary
 from commprof.results.meta import check_writable
 from commprof.model.registry import IMPORT_KINDS, import_kind
 from commprof.model.spec import load_object
+from commprof.ingest.nccldebug import import_nccl_debug
+from commprof.results.nccldebug import NCCL_COMMS_CSV, NCCL_VERDICT_CSV
+from commprof.views.nccldebug import account_lines
 
 
 def default_import_dir(kind: str, root: str = results.RUNS_DIR) -> str:
@@ -95,11 +97,6 @@ def import_nccl_tests_dir(paths, out_dir: str) -> int:
 def import_nccl_debug_dir(paths, out: str, expect_gpus=None, expect_nodes=None) -> int:
     """``import nccl-debug``: the account, its lines, and the exit code (9: no NCCL line at all;
     8: an item FAILed; 0 otherwise)."""
-    from commprof.ingest.nccldebug import import_nccl_debug
-    from commprof.model.errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE
-    from commprof.results.nccldebug import NCCL_COMMS_CSV, NCCL_VERDICT_CSV
-    from commprof.views.nccldebug import account_lines
-
     meta = import_nccl_debug(paths, out, expect_gpus=expect_gpus, expect_nodes=expect_nodes)
     _, comms = results.read_table_rows(os.path.join(out, NCCL_COMMS_CSV))
     _, items = results.read_table_rows(os.path.join(out, NCCL_VERDICT_CSV))

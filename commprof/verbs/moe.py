@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from commprof.model.registry import MoeConfig  # noqa: F401 - the flags, declared once
 
-from dataclasses import dataclass, field
 
 
 
@@ -17,10 +16,12 @@ from commprof.capture import launch
 from commprof import results
 from commprof.model.errors import UsageError
 from commprof.capture.launch import torchrun_env
-from commprof.analysis.moeroute import MoeRunConfig, parse_skew
+from commprof.analysis.moeroute import parse_skew
+from commprof.model.moeconfig import MoeRunConfig
 from commprof.results.moe import STEPS_CSV
 from commprof.model.units import parse_int_list
 from commprof.views import moe as views
+from commprof.views.console import progress_bar
 from commprof.model.models import get_model
 from commprof.model.errors import EXIT_WRONG
 
@@ -76,7 +77,7 @@ def build_config(*, model: str | None, ep: str, tokens: str, skew: str, iters: i
 
 def run_ranks(cfg: MoeRunConfig) -> bool:
     """Measure every cell; True on the process that holds the results."""
-    return launch.run_ranks(cfg, "microbench.moe_rank:run_rank")
+    return launch.run_ranks(cfg, "microbench.moe_rank:run_rank", progress=progress_bar)
 
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from commprof.model.registry import P2pConfig  # noqa: F401 - the flags, declared once
 
-from dataclasses import dataclass
 
 import os
 

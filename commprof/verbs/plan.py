@@ -5,7 +5,6 @@ from __future__ import annotations
 from commprof.model.registry import PlanConfig  # noqa: F401 - the flags, declared once
 
 import os
-from dataclasses import dataclass
 
 from commprof.model.errors import EXIT_OK, UsageError
 from commprof.model.fileio import all_or_none, write_json

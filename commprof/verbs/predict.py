@@ -9,12 +9,10 @@ from __future__ import annotations
 from commprof.model.registry import PredictConfig  # noqa: F401 - the flags, declared once
 
 import os
-from dataclasses import dataclass, field
 
 from commprof import results
 from commprof.analysis.predictmodel import CSV_COLUMNS, COLUMN_DOCS, COLUMN_KINDS, predict_table
 from commprof.model.errors import EXIT_OK
-from commprof.model.models import DEFAULT_MODEL
 from commprof.views.console import emit, stdout_console
 from commprof.views.predict import predict_chart, render_predict
 from commprof.analysis.predictserve import (SERVE_COLUMN_DOCS, SERVE_COLUMN_KINDS, SERVE_COLUMNS, ServeAccount,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from commprof.model.registry import ReportConfig  # noqa: F401 - the flags, declared once
 
-from dataclasses import dataclass, field
 
 import os
 import sys
@@ -130,7 +129,7 @@ def served_comm(box, model: str | None, tp: int | None) -> dict | None:
     if box.sweep_dir is None or not model or not tp or tp < 2:
         return None
 
-    table = CommTable(box.sweep_dir)
+    table = CommTable(box.sweep_dir, flag="")
     try:
         us = sum(table.latency_us(s.op, tp, "graph", s.size_bytes) for s in decode_collectives(get_model(model), tp, 1))
     except UsageError as e:
@@ -158,8 +157,6 @@ def verdict_lines(out_dir: str) -> list[str]:
 def run(cfg: ReportConfig) -> int:
     """``commprof report``: the page and its Markdown twin into ``out`` (else the first dir,
     checked writable before anything is read); the exit code."""
-    from commprof.results.meta import check_writable, shown_path
-
     dirs, out = list(cfg.dirs), cfg.out
     thresholds, model, reference, interconnect = cfg.thresholds, cfg.model, cfg.reference, cfg.interconnect
     target = out or (dirs[0] if dirs and os.path.isdir(dirs[0]) else None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from commprof.model.registry import SweepConfig  # noqa: F401 - the flags, declared once
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from commprof.capture import launch
 from commprof import results
@@ -21,6 +21,7 @@ from commprof.model.units import human_bytes
 from commprof.model.errors import EXIT_WRONG
 from commprof.capture.launch import shared_core_note, torchrun_env
 from commprof.views.show import show
+from commprof.views.console import progress_bar
 
 #: The longest prompt (and chunk) --sizes prefill takes, in tokens: the plan's --context bound.
 MAX_PROMPT_TOKENS = 1 << 24
@@ -139,7 +140,7 @@ def run_ranks(cfg: SweepRunConfig) -> SweepOutcome | None:
     """Run the sweep; returns what was written on the process that holds the results."""
     health = HealthSampler().start()        # GPU health before, during and after (nothing without NVML)
     try:
-        if not launch.run_ranks(cfg, "microbench.collective_bench:run_rank"):
+        if not launch.run_ranks(cfg, "microbench.collective_bench:run_rank", progress=progress_bar):
             return None
     finally:
         save_topology(cfg.out_dir)          # beside the rows whenever NVML answers, also after a failure

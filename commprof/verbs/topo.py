@@ -6,7 +6,6 @@ from commprof.model.registry import TopoConfig  # noqa: F401 - the flags, declar
 
 import os
 import socket
-from dataclasses import dataclass
 
 from commprof import results
 from commprof.model.errors import EXIT_OK, UsageError

@@ -12,7 +12,7 @@ from commprof.model.registry import TraceConfig  # noqa: F401 - the flags, decla
 
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 from commprof import results
 from commprof.analysis.attribution import attribute_tokens
@@ -33,7 +33,9 @@ from commprof.capture.nvmltopo import save_topology
 from commprof.model.machine import rank_info
 from commprof.capture.launch import shared_core_note, torchrun_env
 from commprof.views.show import show
+from commprof.views.console import progress_bar
 from commprof.model.models import BUILTIN
+from commprof.analysis.costmodel import resolve_comm_source
 
 
 # --- shapes, memory -------------------------------------------------------------------------------
@@ -203,7 +205,6 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
     if comm_from and not predict:
         raise UsageError("--comm-from is only used with --predict")
     source = comm_source(comm_from) if comm_from else None
-    from commprof.capture.launch import check_counts, choose_world, parse_modes, resolve_backend, torchrun_env
     phase, prompt, chunk = check_phase(phase, prompt, chunk)
     shape = get_model(model).to_dict()
     tps = parse_int_list(tp, "--tp")
@@ -215,18 +216,18 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
         raise UsageError(f"--layers {layers}: must be between 1 and the model's {shape['layers']} layers")
     if dtype not in DTYPE_BYTES:
         raise UsageError(f"--dtype '{dtype}': use {', '.join(DTYPE_BYTES)}")
-    check_counts(timeout_s, warmup=warmup)
+    launch.check_counts(timeout_s, warmup=warmup)
     check_shapes(shape, tps)
     if predict:
         trun = torchrun_env()
         # one GPU (or CPU); nccl without a CUDA GPU is one line and exit 3, as for a live run
-        name, reason = resolve_backend(backend, 1, None)
+        name, reason = launch.resolve_backend(backend, 1, None)
         if name == "nccl" and backend == "nccl":
             reason = "predict: compute on one GPU"
         world = 1
     else:
-        world, name, reason, trun = choose_world(backend, max(tps), "--tp")
-    mode_list = parse_modes(modes, name)
+        world, name, reason, trun = launch.choose_world(backend, max(tps), "--tp")
+    mode_list = launch.parse_modes(modes, name)
     # predict: one device runs one rank's shard of each TP degree in turn (the largest is min(tp))
     ranks_on_node = 1 if predict else (trun["local_world"] if trun else world)
     n_layers, mem = memory_guard(shape, [min(tps)] if predict else tps, [0] if phase == "prefill" else batches,
@@ -245,7 +246,7 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
 def run_ranks(cfg: TraceRunConfig) -> bool:
     """Run the live trace; True on the process that holds the results."""
     try:
-        return launch.run_ranks(cfg, "microbench.trace_rank:run_trace_rank")
+        return launch.run_ranks(cfg, "microbench.trace_rank:run_trace_rank", progress=progress_bar)
     finally:
         save_topology(cfg.out_dir)          # beside the rows whenever NVML answers, also after a failure
 
@@ -379,8 +380,6 @@ def measure(cfg: TraceRunConfig, charts: bool = True) -> int:
 def comm_source(spec: str) -> str:
     """``--comm-from``: a results dir, or ``reference:<profile>`` written as a modelled sweep dir;
     a bad one fails here, before anything runs."""
-    from commprof.analysis.costmodel import resolve_comm_source
-
     path = resolve_comm_source(spec)
     results.load_frame(path)
     results.read_meta(path)

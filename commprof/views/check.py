@@ -3,7 +3,7 @@ headed by the interconnect it was judged by and the evidence that decided it."""
 from __future__ import annotations
 
 from commprof.analysis.verdict import Item, verdict
-from commprof.views.console import stdout_console
+from commprof.views.console import stdout_console, Col, fit_table
 
 
 def counts(items: list[Item]) -> str:
@@ -60,8 +60,6 @@ def render(items: list[Item], console=None, boxes=None) -> None:
     On a terminal narrower than :data:`WIDE` columns: per box the judged items (#, status, item,
     value), a WARN/FAIL item's hint under it, the skipped items one line each."""
     from rich.text import Text
-
-    from commprof.views.console import Col, fit_table
 
     console = console or stdout_console(200)
     colors = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim", "INSUFFICIENT": "bold magenta"}

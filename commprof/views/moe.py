@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import os
 
-from commprof.analysis.moeroute import PLACEMENTS
+from commprof.model.moeconfig import PLACEMENTS
 from commprof.views.charts import chart_provenance, save_chart, plain_log_ticks
+from commprof.views.console import Col, fit_table
 
 LOAD_PNG = "moe_rank_load.png"
 LATENCY_PNG = "moe_latency_vs_skew.png"
@@ -53,8 +54,6 @@ def summary_lines(steps, width: int = 160) -> list[str]:
     import io
 
     from rich.console import Console
-
-    from commprof.views.console import Col, fit_table
 
     df = summary_table(steps)
     c = Console(file=io.StringIO(), width=width, record=True)

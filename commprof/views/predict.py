@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from commprof.views.console import Col, fit_table, fmt_cell, stdout_console
+from commprof.views.charts import save_chart
 
 
 def predict_line(r: dict) -> str:
@@ -45,8 +46,6 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from commprof.views.charts import save_chart
 
     boxes = list(dict.fromkeys(r["box"] for r in rows))
     tallest = 0.0

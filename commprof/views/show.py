@@ -17,7 +17,7 @@ def show(res, charts: bool = True, echo=print, note=lambda line: print(line, fil
     if getattr(res, "unfinished", None):
         note(f"commprof: warning: '{res.path}': {res.unfinished}")
     shown = False
-    for kind in registry.RESULT_KINDS:        # read at each call: a kind added later is shown
+    for kind in registry.RESULT_KINDS:       # read at each call: a kind added to the registry shows too
         if kind.view is None:
             continue
         if load_object(kind.view)(res, charts=charts, echo=echo, note=note, shown=shown):

@@ -1,4 +1,4 @@
-"""Hardening, second pass (issue 24): a full disk, a hostile path, a run that did not finish.
+"""A full disk, a hostile path, a run that did not finish, a hostile server or input file.
 
 A full disk is met two ways: injected (``os.fsync`` fails with ENOSPC inside a real ``commprof``
 process: every atomic write fsyncs its temporary before the rename) and, where this process may
@@ -21,7 +21,8 @@ from commprof import results
 from commprof.model.errors import UsageError
 from commprof.results import meta as meta_mod
 
-from helpers import REPO, TOY_MODEL, cli_env, one_line_error, results_meta, write_sweep_dir
+from helpers import (REPO, TOY_MODEL, cli_env, hta_subsampled, hta_subsampled_files, one_line_error, results_meta,
+                     write_sweep_dir)
 from test_serve import _FakeHandler
 
 A100_LOG = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_8xA100.log")
@@ -431,15 +432,15 @@ SERVE_SMALL = ["--model", "m", "--concurrency", "1", "--requests", "2", "--promp
 
 def test_a_dripping_profiler_endpoint_ends_at_its_deadline(hostile):
     """serve --profile's POST /start_profile and /stop_profile have a deadline on the whole answer."""
-    from commprof.verbs import serve
+    from commprof.capture import serveload
 
     srv = hostile("drip-profile")
     t0 = time.monotonic()
-    err = serve._post(srv.url, "/start_profile", 2.0)
+    err = serveload.post(srv.url, "/start_profile", 2.0)
     took = time.monotonic() - t0
     assert took < 10, took          # 2 s and a byte, not the 200 s the drip would take
     assert err.startswith("POST /start_profile: no whole answer within 2s"), err
-    assert serve._post(hostile("ok").url, "/start_profile", 5.0) == ""      # a 2xx answer is no error
+    assert serveload.post(hostile("ok").url, "/start_profile", 5.0) == ""      # a 2xx answer is no error
 
 
 def test_serve_against_a_dripping_models_endpoint_ends_at_its_timeout(hostile, cli, tmp_path):
@@ -497,14 +498,9 @@ def test_serve_malformed_url_is_one_line_exit_2(cli_inproc, url):
 
 # --- parsers refuse what is not physical ---------------------------------------------------------
 
-KINETO_REAL = [os.path.join(REPO, "tests", "data", "kineto", f"hta_trace_filter_rank{r}_subsampled.json.gz")
-               for r in (0, 1)]
-
-
 def _kineto_docs():
-    import gzip
-
-    return [json.load(gzip.open(p)) for p in KINETO_REAL]
+    """HTA's trace_filter pair, subsampled (read beside the checkout: the test skips without it)."""
+    return [json.loads(hta_subsampled(r)) for r in (0, 1)]
 
 
 def _write_kineto(tmp_path, docs, raw=None):
@@ -525,7 +521,7 @@ def _is_nccl(e):
 
 
 def test_real_kineto_traces_import(cli_inproc, tmp_path):
-    res = cli_inproc("import", "kineto", *KINETO_REAL, "--out", str(tmp_path / "k"))
+    res = cli_inproc("import", "kineto", *hta_subsampled_files(tmp_path), "--out", str(tmp_path / "k"))
     assert res.returncode == 0, res.stderr
     assert results.load(str(tmp_path / "k")).state == "complete"
 
@@ -605,7 +601,8 @@ def test_kineto_wrong_types_are_not_a_crash(cli_inproc, tmp_path, case):
 def test_kineto_corrupt_gzip_and_tp_bounds(cli_inproc, tmp_path):
     import gzip
 
-    data = bytearray(open(KINETO_REAL[0], "rb").read())
+    real = hta_subsampled_files(tmp_path)
+    data = bytearray(open(real[0], "rb").read())
     for i in range(200, 260):
         data[i] ^= 0x5A                      # the deflate stream corrupt, the gzip header intact
     p = tmp_path / "rank0.json.gz"
@@ -613,7 +610,7 @@ def test_kineto_corrupt_gzip_and_tp_bounds(cli_inproc, tmp_path):
     res = cli_inproc("import", "kineto", str(p), "--out", str(tmp_path / "o"))
     assert res.returncode == 2 and "rank0.json.gz" in one_line_error(res), res.stderr
     for tp in ("99999999999", "3000000", "0", "-2"):
-        res = cli_inproc("import", "kineto", KINETO_REAL[0], "--tp", tp, "--out", str(tmp_path / f"t{tp}"))
+        res = cli_inproc("import", "kineto", real[0], "--tp", tp, "--out", str(tmp_path / f"t{tp}"))
         assert res.returncode == 2 and "--tp" in one_line_error(res), (tp, res.stderr)
         assert len(res.stderr) < 400
     gzip.open(tmp_path / "z.json.gz", "wb").write(b"{" + b" " * 10)

@@ -1,10 +1,9 @@
-"""Loose ends of issue 34, each with a test that fails on the old behaviour."""
-import json
+"""Edge cases of the verbs (a hung gloo rank, the default dirs, one-line results, chart titles and
+bars, refusals before a dir is made, the all-gather stand-in), each with a test that fails on the
+old behaviour."""
 import os
 import subprocess
-import sys
 
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -113,7 +112,7 @@ def test_single_panel_chart_title_fits_the_figure(tmp_path):
 def test_predict_chart_draws_no_bar_where_the_weights_do_not_fit(monkeypatch, tmp_path):
     import csv
 
-    from commprof.views import charts
+    from commprof.views import predict as predict_view
     from commprof.views.predict import predict_chart
 
     rows = list(csv.DictReader(open(os.path.join(ROOT, "results", "predict-seed-rtx5090x8-qwen2-5-32b",
@@ -129,7 +128,7 @@ def test_predict_chart_draws_no_bar_where_the_weights_do_not_fit(monkeypatch, tm
         got["fig"] = fig
         return path
 
-    monkeypatch.setattr(charts, "save_chart", keep)
+    monkeypatch.setattr(predict_view, "save_chart", keep)
     predict_chart(rows, str(tmp_path / "p.png"), {})
     ax = got["fig"].axes[0]
     at0 = [p.get_height() for p in ax.patches if abs(p.get_x() + p.get_width() / 2) < 1e-9]
