@@ -182,4 +182,5 @@ def test_gap_across_hosts_says_so_and_one_gpu_per_host_is_the_network(tmp_path):
     from commprof.analysis.thresholds import load_thresholds
 
     c2 = {i.id: i for i in run_items(gather([d]), load_thresholds())}["C2"]
-    assert c2.value.startswith("network: its largest TP group has one GPU per host (2 hosts: nodea, nodeb)")
+    assert c2.value.startswith("multinode, network: its largest TP group has one GPU per host (2 ranks on 2 hosts: "
+                               "nodea, nodeb)")

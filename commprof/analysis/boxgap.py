@@ -50,7 +50,7 @@ def box_kind(ev) -> str:
     ic = ev.interconnect or resolve_interconnect(ev)
     if ic.nodes > 1 and ev.sweep is not None and len(ev.sweep) and int(ev.sweep["tp"].max()) <= ic.nodes:
         return "network"
-    fam = ic.family
+    fam = ic.within_node().family
     return {"mixed": "pcie"}.get(fam, fam)
 
 
@@ -77,11 +77,12 @@ def default_reference(kind: str, ic=None) -> str:
     (the common 8-GPU consumer-card box); a CPU or unknown box with NVLink 4. A multi-node box
     with one node of its own class (what crossing the network costs)."""
     if ic is not None and ic.nodes > 1:
-        link = ic.link or ""
+        inside = ic.within_node()
+        link = inside.link or ""
         if link.startswith("nvlink") and link[:7] in ("nvlink3", "nvlink4", "nvlink5"):
             return link[:7]
         if link in ("pcie4", "pcie5"):
-            return f"{link}-{'p2p' if ic.cls == 'pcie-p2p' else 'nop2p'}"
+            return f"{link}-{'p2p' if inside.cls == 'pcie-p2p' else 'nop2p'}"
         return "nvlink4"
     return "pcie5-nop2p" if kind == "nvlink" else "nvlink4"
 

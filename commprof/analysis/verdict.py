@@ -20,6 +20,9 @@ class Item:
         return asdict(self)
 
 
+MULTINODE = "multinode"      # the class of a box whose ranks sit on more than one host
+
+
 @dataclass
 class Interconnect:
     """How a box's GPUs talk to each other, and which evidence said so.
@@ -37,6 +40,19 @@ class Interconnect:
     nodes: int = 1
     hosts: list = field(default_factory=list)
     conflict: str = ""        # evidence that contradicts what decided (e.g. SXM names, no NVLink in topo)
+    # A box whose ranks sit on more than one host is class ``multinode`` (link ``network``: the network
+    # between the nodes decides); the link inside each node stays beside it in ``intra_*``.
+    ranks: int = 0            # ranks of its largest group (0: not known)
+    intra_cls: str = ""
+    intra_link: str = ""
+    intra_evidence: str = ""
+
+    def within_node(self) -> "Interconnect":
+        """The link inside one node (itself for a one-node box): what the intra-node items judge."""
+        if self.cls != MULTINODE:
+            return self
+        return Interconnect(cls=self.intra_cls or "unknown", link=self.intra_link, evidence=self.intra_evidence,
+                            detail=self.detail, nodes=1, hosts=self.hosts, conflict=self.conflict, ranks=self.ranks)
 
     @property
     def family(self) -> str:
@@ -45,18 +61,32 @@ class Interconnect:
             return "nvlink"
         if self.cls.startswith("pcie"):
             return "pcie"
-        return self.cls if self.cls in ("mixed", "cpu") else "unknown"
+        return self.cls if self.cls in ("mixed", "cpu", MULTINODE) else "unknown"
 
     @property
     def known(self) -> bool:
-        return self.family in ("nvlink", "pcie", "mixed")
+        return self.family in ("nvlink", "pcie", "mixed", MULTINODE)
 
     def describe(self) -> str:
         """'nvswitch (nvlink3), from GPU names in the nccl-tests header (A100-SXM4-40GB)'."""
+        if self.cls == "single-gpu":
+            return "one GPU per node (no link inside a node carries the collectives)"
         if not self.known:
             return "unknown (" + (self.detail or "no evidence") + ")"
+        if self.cls == MULTINODE:
+            inside = self.within_node()
+            return (f"{MULTINODE}: {self.ranks or '?'} ranks on {self.nodes} nodes, from {self.evidence}; the network "
+                    f"between the nodes decides; inside a node: {inside.describe()}")
         link = f" ({self.link})" if self.link else ""
         return f"{self.cls}{link}, from {self.evidence}" + (f"; {self.detail}" if self.detail else "")
+
+    def short(self) -> str:
+        """'nvswitch (nvlink3)'; 'multinode, 16 ranks on 2 nodes (inside a node: nvswitch (nvlink4))'."""
+        if self.cls == MULTINODE:
+            inside = self.within_node()
+            return (f"{MULTINODE}, {self.ranks or '?'} ranks on {self.nodes} nodes (inside a node: {inside.cls}"
+                    f"{f' ({inside.link})' if inside.link else ''})")
+        return f"{self.cls}{f' ({self.link})' if self.link else ''}"
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -23,6 +23,11 @@ def interconnect_line(ic: dict | None) -> str:
         return ""
     if ic.get("family") == "cpu":
         return "interconnect: none judged (CPU ranks, gloo)"
+    if ic.get("cls") == "multinode":
+        link = f" ({ic['intra_link']})" if ic.get("intra_link") else ""
+        inside = f"{ic.get('intra_cls') or 'unknown'}{link}"
+        return (f"interconnect: multinode, {ic.get('ranks') or '?'} ranks on {ic.get('nodes')} nodes (the network "
+                f"between the nodes decides; inside a node {inside}), decided by {ic.get('evidence') or '?'}")
     if ic.get("family") not in ("nvlink", "pcie", "mixed"):
         return f"interconnect: unknown ({ic.get('detail') or 'no evidence'}); link items SKIP"
     link = f" ({ic['link']})" if ic.get("link") else ""

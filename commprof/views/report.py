@@ -50,7 +50,7 @@ def box_headline(label: str, items, meta: dict | None = None, interconnect=None)
     meta = meta or {}
     v = _verdict(items)
     gpus = ", ".join(dict.fromkeys(g for g in meta.get("gpus") or [] if g)) or "GPUs not named"
-    ic = f", {interconnect.cls}" + (f" ({interconnect.link})" if interconnect.link else "") if interconnect else ""
+    ic = f", {interconnect.short()}" if interconnect else ""
     parts = [f"{label}: {v} ({counts(items)}); {gpus}, {meta.get('kind', '?')}{ic}"]
     for status in ("FAIL", "INSUFFICIENT", "WARN"):
         bad = [i for i in items if i.status == status]
@@ -346,7 +346,7 @@ def side_by_side_section(boxes, items, gap, gap_error, out_dir: str) -> Section:
         meta = b.sweep_meta or b.trace_meta or {}
         ic = b.interconnect
         rows.append((b.label, ", ".join(meta.get("gpus") or ["?"]), ", ".join(meta.get("hosts") or ["?"]),
-                     meta.get("kind", "?"), f"{ic.cls}{f' ({ic.link})' if ic.link else ''}" if ic else "?",
+                     meta.get("kind", "?"), ic.short() if ic else "?",
                      (ic.evidence or ic.detail or "none") if ic else "?", _verdict(mine), counts(mine)))
     tables = [Table(("box", "GPUs", "hosts", "kind", "interconnect", "decided by", "verdict", "items"), rows,
                     status_col=6)]
