@@ -14,6 +14,7 @@ from commprof.model.units import human_bytes
 from commprof.model.models import get_model
 from commprof.analysis.stepmodel import build_plan
 from commprof.analysis.checkitems_health import health_items
+from commprof.analysis.whatnow import annotate
 
 # Per-direction link ceilings in GB/s: PCIe x16 per direction (PCI-SIG: 8/16/32/64 GT/s per lane,
 # 128b/130b; Gen6 PAM4 with FLIT), NVLink per GPU per direction (NVIDIA A100/H100/B200 datasheets:
@@ -318,7 +319,7 @@ def _latency_vs_healthy(ev, t, sub, label, ic) -> Item | None:
         hint = ("; ".join(x for x in (hint, "measured without CUDA graphs; serving engines replay decode in graphs "
                                       "(nccl-tests -G, or commprof sweep --modes graph on the box)") if x))
     return Item("C10", f"all-reduce latency at decode sizes ({_mode_phrase(mode, label)})", status, value, threshold,
-                f"{_refs_prefix(exp)}: {refs}", hint)
+                f"{_refs_prefix(exp)}: {refs}", hint, basis=evidence_phrase(exp))
 
 
 def item_allreduce_latency(ev, th) -> Item:
@@ -372,7 +373,7 @@ def item_allreduce_latency(ev, th) -> Item:
     if status != "PASS":
         hint += "a custom one-shot all-reduce or NVLink cuts small-message latency"
     return Item("C10", name, status, value, f"{fabric}: PASS <= {p} us, WARN <= {w} us ({why})", t["source"],
-                hint.rstrip("; "))
+                hint.rstrip("; "), basis=why)
 
 
 def item_busbw(ev, th) -> Item:
@@ -431,17 +432,19 @@ def item_busbw(ev, th) -> Item:
                         f"(1/{pr:g}), WARN >= {exp.lo / fr:.1f} GB/s (1/{fr:g}), FAIL below",
                         f"{_refs_prefix(exp)}: {refs}",
                         "" if status == "PASS" else f"{ratio:.1f}x below the lowest {evidence_phrase(exp, one=True)}: check "
-                        "NCCL_P2P_LEVEL, ACS/IOMMU, link training (C6) and NCCL_ALGO overrides")
+                        "NCCL_P2P_LEVEL, ACS/IOMMU, link training (C6) and NCCL_ALGO overrides", basis=evidence_phrase(exp))
         if nvls:
             return Item("C9", name, "PASS", f"TP={tp}: {best:.1f} GB/s{above}",
                         f"no NVLS-capable healthy {ic.link} box at TP={tp} to compare with; above the link ceiling "
-                        "cannot come from a slow link", f"{t['source']}; {LINK_CEILING_SOURCE}")
+                        "cannot come from a slow link", f"{t['source']}; {LINK_CEILING_SOURCE}",
+                        basis=f"a physical bound: the {ic.link} per-direction link ceiling")
     status = "PASS" if frac >= t["pass_fraction"] else "WARN" if frac >= t["warn_fraction"] else "FAIL"
     why = "your --thresholds file" if fixed else "fixed, proposed: no healthy box or reference profile of the class"
     return Item("C9", name, status, f"TP={tp}: {best:.1f} GB/s = {frac:.0%} of {ic.link} {ceiling:g} GB/s{above}",
                 f"PASS >= {t['pass_fraction']:.0%}, WARN >= {t['warn_fraction']:.0%} of the ceiling ({why})",
                 f"{t['source']}; {LINK_CEILING_SOURCE}",
-                "" if status == "PASS" else "check NCCL_P2P_LEVEL, ACS/IOMMU and link training")
+                "" if status == "PASS" else "check NCCL_P2P_LEVEL, ACS/IOMMU and link training",
+                basis=f"{why}: a fraction of the {ic.link} per-direction ceiling (a physical bound)")
 
 
 MULTINODE_FAIL_MIN_BOXES = 2    # C10n FAILs only against this many healthy multi-node boxes (or a physical bound)
@@ -477,6 +480,7 @@ def _multinode_items(ev, th) -> list[Item]:
         healthy = None if user else _latency_vs_healthy(ev, tl, small, label, _NETWORK)
         if healthy is not None:
             healthy.id, healthy.item = "C10n", f"{base} ({_mode_phrase(mode, label)})"
+            healthy.basis = healthy.basis.replace("of its class", "of multi-node boxes (TP groups across hosts)")
             healthy.hint = "" if healthy.status == "PASS" else ("keep TP groups inside a node; decode across nodes "
                                                                  "pays the network's latency on every collective")
             refs = _multinode_refs(tl, small)
@@ -503,7 +507,9 @@ def _multinode_items(ev, th) -> list[Item]:
         if status is not None:
             out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
                             f"network: PASS <= {p} us, WARN <= {w} us{capped}", t["source"],
-                            "" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
+                            basis="your --thresholds file" if user else
+                            "fixed proposed thresholds anchored on one published figure (2 nodes x 8 H20)",
+                            hint="" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
                             "network's latency on every collective"))
     big = sub[(sub["op"] == "all_reduce") & (sub["size_bytes"] >= th["busbw"]["min_bytes"])]
     name = f"large-message busbw between nodes ({nodes} hosts)"
@@ -799,4 +805,4 @@ def run_items(ev: Evidence, th: dict, model: str | None = None, interconnect=Non
             if len(boxes) > 1:
                 i.box = b.label
             items.append(i)
-    return items
+    return annotate(items)

@@ -15,6 +15,8 @@ class Item:
     source: str
     hint: str = ""
     box: str = ""             # which box (results dirs) the item judges; "" with one box
+    basis: str = ""           # what the box was compared with, named (analysis/whatnow.py fills the defaults)
+    what_now: str = ""        # what a buyer does next: accept, reject, ask the seller for X, re-test this way
 
     def to_dict(self) -> dict:
         return asdict(self)

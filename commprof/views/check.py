@@ -47,9 +47,10 @@ def markdown(items: list[Item], data: dict) -> str:
         ic = interconnect_line(b.get("interconnect"))
         if ic:
             lines += [ic[0].upper() + ic[1:] + ".", ""]
-        lines += ["| # | item | status | value | threshold | source | hint |", "|---|---|---|---|---|---|---|"]
+        lines += ["| # | item | status | value | threshold | against | source | hint | what now |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for i in mine:
-            cells = [i.id, i.item, i.status, i.value, i.threshold, i.source, i.hint]
+            cells = [i.id, i.item, i.status, i.value, i.threshold, i.basis, i.source, i.hint, i.what_now]
             lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -88,9 +89,12 @@ def render(items: list[Item], console=None, boxes=None) -> None:
         if wide:
             cols = [Col("#", "left", None), Col("item", "left", None), Col("status", "left", None),
                     Col("value", "left", None), Col("threshold", "left", 2), Col("source", "left", 0),
-                    Col("hint", "left", 1)]
-            fit_table(head, cols, [[i.id, i.item, status(i), i.value, i.threshold, i.source, i.hint] for i in mine],
-                      console=console)
+                    Col("against", "left", 2), Col("hint", "left", 1), Col("what now", "left", 3)]
+            fit_table(head, cols, [[i.id, i.item, status(i), i.value, i.threshold, i.source, i.basis, i.hint,
+                                    i.what_now] for i in mine], console=console)
+            for i in mine:
+                if i.status in ("WARN", "FAIL", "INSUFFICIENT"):
+                    console.print(Text(f"{i.id} {i.status} what now: ", style=colors[i.status]) + Text(i.what_now))
             if ic is not None:
                 console.print(interconnect_line(ic.to_dict()), style="dim")
             continue
@@ -100,11 +104,21 @@ def render(items: list[Item], console=None, boxes=None) -> None:
                            Col("value", "left", None)], [[i.id, status(i), i.item, i.value] for i in judged],
                       console=console)
             for i in judged:
-                if i.status in ("WARN", "FAIL", "INSUFFICIENT") and i.hint:
-                    console.print(Text(f"{i.id} {i.status}: ", style=colors[i.status]) + Text(f"hint: {i.hint}"))
+                if i.status in ("WARN", "FAIL", "INSUFFICIENT"):
+                    against = f"against {i.basis}" if i.basis else ""
+                    note = "; ".join(x for x in (against, f"hint: {i.hint}" if i.hint else "") if x)
+                    if note:
+                        console.print(Text(f"{i.id} {i.status}: ", style=colors[i.status]) + Text(note))
+                    console.print(Text(f"{i.id} {i.status} what now: ", style=colors[i.status]) + Text(i.what_now))
+            passed = [i.id for i in judged if i.status == "PASS"]
+            if passed:
+                console.print(Text("PASS ", style="green") + Text(f"{', '.join(passed)} what now: accept on "
+                                                                  f"{'these items' if len(passed) > 1 else 'this item'}"))
         for i in mine:
             if i.status == "SKIP":
                 console.print(Text("SKIP ", style="dim") + Text(f"{i.id} {i.item}: {i.value}"))
+                if i.what_now:
+                    console.print(Text(f"     what now: {i.what_now}", style="dim"))
     if not wide and items:
         console.print(f"(at {console.width} columns: each item's threshold, source and hint are in check.md and "
                       f"check.json, or on a terminal of {WIDE}+ columns)", style="dim")
