@@ -353,10 +353,12 @@ def side_by_side_section(boxes, items, gap, gap_error, out_dir: str) -> Section:
     paras = []
     images = boxes_charts(boxes, out_dir)
     if gap is not None and len(gap.pairs):
-        paras += gapviews.pair_lines(gap) + gapviews.token_box_lines(gap)
+        paras += gapviews.pair_lines(gap) + gapviews.apart_lines(gap) + gapviews.token_box_lines(gap)
         for box_b, sub in gap.pairs.groupby("box_b", sort=False):
             tables.append(Table(("B",) + gapviews.PAIR_HEADERS, [(box_b, *r) for r in gapviews.pair_rows(sub)]))
         images.append(gapviews.gap_chart(gap, os.path.join(out_dir, gapviews.GAP_PNG), gapviews.provenance_line(gap)))
+    elif gap is not None and gapviews.apart_lines(gap):
+        paras += gapviews.apart_lines(gap)
     elif gap_error:
         paras.append(f"gap not computed: {gap_error}")
     else:
