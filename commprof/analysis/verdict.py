@@ -131,3 +131,37 @@ def verdict(items: list[Item]) -> str:
     if "INSUFFICIENT" in s:
         return INSUFFICIENT
     return "WARN" if "WARN" in s else "PASS" if "PASS" in s else "SKIP"
+
+
+#: What a checklist can judge, by area, and the items that judge each (C11p and S1-S3 are listed
+#: only with a prefill trace or a serve dir: an area without items is "not judged" all the same).
+SCOPE_AREAS = (
+    ("interconnect", ("C2", "C3", "C5", "C6", "C7", "C9", "C10", "C9n", "C10n", "C12", "C16")),
+    ("GPU inventory", ("C1",)),
+    ("GPU health", ("H1", "H2", "H3", "H4", "H5", "H6", "H7", "H8")),
+    ("decode communication share", ("C11",)),
+    ("TTFT", ("C11p",)),
+    ("serving SLOs", ("S1", "S2", "S3")),
+    ("KV-cache headroom", ("KV",)),
+)
+
+
+def scope(items: list[Item]) -> dict:
+    """How much of the checklist the verdict stands on: items judged (PASS/WARN/FAIL) of those
+    listed (E1 aside), the areas judged and those not judged."""
+    listed = [i for i in items if i.id != "E1"]
+    judged = [i for i in listed if i.status in ("PASS", "WARN", "FAIL")]
+    ids = {i.id for i in judged}
+    areas = [a for a, members in SCOPE_AREAS if ids & set(members)]
+    return {"judged": len(judged), "items": len(listed), "areas": areas,
+            "not_judged": [a for a, _ in SCOPE_AREAS if a not in areas]}
+
+
+def headline(items: list[Item]) -> str:
+    """'PASS on 3 of 15 items (interconnect only; not judged: GPU health, TTFT, ...)': the verdict
+    with the scope it stands on."""
+    v, sc = verdict(items), scope(items)
+    areas = (f"{sc['areas'][0]} only" if len(sc["areas"]) == 1 else ", ".join(sc["areas"])) if sc["areas"] else \
+        "nothing judged"
+    rest = f"; not judged: {', '.join(sc['not_judged'])}" if sc["not_judged"] else ""
+    return f"{v} on {sc['judged']} of {sc['items']} items ({areas}{rest})"

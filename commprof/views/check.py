@@ -2,7 +2,7 @@
 headed by the interconnect it was judged by and the evidence that decided it."""
 from __future__ import annotations
 
-from commprof.analysis.verdict import Item, verdict
+from commprof.analysis.verdict import Item, headline, verdict
 from commprof.views.console import stdout_console
 
 
@@ -36,14 +36,14 @@ def interconnect_line(ic: dict | None) -> str:
 
 
 def markdown(items: list[Item], data: dict) -> str:
-    lines = [f"# commprof check: {data['verdict']} ({counts(items)})", "",
+    lines = [f"# commprof check: {headline(items)} ({counts(items)})", "",
              f"Thresholds version {data['thresholds_version']}; evidence: {', '.join(data['evidence_dirs'])}; "
              f"{data['created']}.", ""]
     boxes = data.get("boxes") or [{"box": "", "items": [i.to_dict() for i in items], "verdict": data["verdict"]}]
     for b in boxes:
         mine = [i for i in items if i.box == b["box"]] if len(boxes) > 1 else items
         if len(boxes) > 1:
-            lines += [f"## {b['box']}: {b['verdict']} ({counts(mine)})", ""]
+            lines += [f"## {b['box']}: {headline(mine)} ({counts(mine)})", ""]
         ic = interconnect_line(b.get("interconnect"))
         if ic:
             lines += [ic[0].upper() + ic[1:] + ".", ""]
@@ -53,6 +53,8 @@ def markdown(items: list[Item], data: dict) -> str:
             cells = [i.id, i.item, i.status, i.value, i.threshold, i.basis, i.source, i.hint, i.what_now]
             lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
         lines.append("")
+    if data.get("could_not"):
+        lines += ["## Not measured", ""] + [f"- could not: {c}" for c in data["could_not"]] + [""]
     return "\n".join(lines)
 
 
@@ -75,11 +77,11 @@ def render(items: list[Item], console=None, boxes=None) -> None:
     groups = _by_box(items)
     wide = console.width >= WIDE
     if len(groups) > 1:
-        console.print(f"commprof check over {len(groups)} boxes: {verdict(items)} ({counts(items)})")
+        console.print(f"commprof check over {len(groups)} boxes: {headline(items)} ({counts(items)})")
     for box, mine in groups:
-        head = f"commprof check: {verdict(mine)} ({counts(mine)})"
+        head = f"commprof check: {headline(mine)} ({counts(mine)})"
         if box:
-            head = f"commprof check, box '{box}': {verdict(mine)} ({counts(mine)})"
+            head = f"commprof check, box '{box}': {headline(mine)} ({counts(mine)})"
         ic = ics.get(box) if box else (next(iter(ics.values())) if len(ics) == 1 else None)
         if not wide:
             console.print(head, style="bold", soft_wrap=False)

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 
 from commprof.model.fileio import write_atomic
-from commprof.analysis.verdict import verdict as _verdict
+from commprof.analysis.verdict import headline, verdict as _verdict
 from commprof.model.units import human_bytes
 from commprof.views import gap as gapviews
 from commprof.views.check import counts, interconnect_line
@@ -48,10 +48,9 @@ def box_headline(label: str, items, meta: dict | None = None, interconnect=None)
     """One box's verdict in a line: its status and counts, what it is (GPUs, kind, interconnect)
     and the items that did not pass, by id and name (up to three of each)."""
     meta = meta or {}
-    v = _verdict(items)
     gpus = ", ".join(dict.fromkeys(g for g in meta.get("gpus") or [] if g)) or "GPUs not named"
     ic = f", {interconnect.short()}" if interconnect else ""
-    parts = [f"{label}: {v} ({counts(items)}); {gpus}, {meta.get('kind', '?')}{ic}"]
+    parts = [f"{label}: {headline(items)} ({counts(items)}); {gpus}, {meta.get('kind', '?')}{ic}"]
     for status in ("FAIL", "INSUFFICIENT", "WARN"):
         bad = [i for i in items if i.status == status]
         if bad:
