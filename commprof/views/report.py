@@ -19,7 +19,7 @@ REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
 SWEEP_CHARTS = ("latency_vs_size.png", "busbw_vs_size.png")
 TRACE_CHARTS = ("trace_tokens.png", "trace_layers_heatmap.png", "trace_share_vs_tp.png")
-CHECK_HEADERS = ("#", "item", "status", "value", "threshold", "source", "hint")
+CHECK_HEADERS = ("#", "item", "status", "value", "threshold", "source", "hint", "against", "what now")
 
 
 @dataclass
@@ -79,7 +79,7 @@ def prov_line(meta: dict | None, what: str) -> str:
 
 
 def checklist_section(items, verdict: str, interconnect=None, level: int = 2, prefix: str = "") -> Section:
-    rows = [(i.id, i.item, i.status, i.value, i.threshold, i.source, i.hint) for i in items]
+    rows = [(i.id, i.item, i.status, i.value, i.threshold, i.source, i.hint, i.basis, i.what_now) for i in items]
     paras = []
     if interconnect is not None:
         line = interconnect_line(interconnect.to_dict())
