@@ -259,7 +259,7 @@ def _size_text(n: int) -> str:
 
 
 def _refs_prefix(exp) -> str:
-    return (f"{evidence_phrase(exp)} (commprof/data/healthy_boxes.toml)" if exp.kind == "healthy boxes" else
+    return ("healthy boxes of the class (commprof/data/healthy_boxes.toml)" if exp.kind == "healthy boxes" else
             "modelled: no healthy box of the class measured this way")
 
 
