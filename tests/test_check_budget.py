@@ -39,13 +39,21 @@ def test_check_with_no_dirs_on_a_cpu_machine_takes_seconds_and_says_what_it_coul
     assert "commprof check: INSUFFICIENT EVIDENCE on 0 of" in res.stdout
 
 
-def test_the_budget_stops_a_step_and_says_so(monkeypatch, tmp_path, cli_inproc):
-    """A CPU sweep started with 6 s of budget is stopped with its ranks, the trace is not started, and
-    both are said."""
+def test_the_budget_stops_a_step_with_its_children_and_says_so(monkeypatch, tmp_path, cli_inproc):
+    """A step still running when the budget runs out (here: the CPU sweep, stood in for by a process
+    that starts a child and sleeps, as a sweep starts its ranks) is stopped with its whole process
+    group; the trace is not started; both are said."""
     _no_gpu_here()
+    import sys
+
     from commprof.verbs import check
 
+    pidfile = tmp_path / "child.pid"
+    slow = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; "
+            f"time.sleep(120)']); open({str(pidfile)!r}, 'w').write(str(c.pid)); time.sleep(120)")
+    real_run = check._run_within
     monkeypatch.setattr(check, "GLOO_SWEEP_MIN_S", 1.0)
+    monkeypatch.setattr(check, "_run_within", lambda cmd, seconds: real_run([sys.executable, "-c", slow], seconds))
     t0 = time.monotonic()
     res = cli_inproc("check", "--budget", "6", "--out", str(tmp_path / "chk"))
     took = time.monotonic() - t0
@@ -54,7 +62,23 @@ def test_the_budget_stops_a_step_and_says_so(monkeypatch, tmp_path, cli_inproc):
     lines = data["could_not"]
     assert any(x.startswith("sweep: stopped when the 6 s budget ran out") for x in lines), lines
     assert any(x.startswith("trace: not started: the 6 s budget was spent") for x in lines), lines
-    assert res.returncode in (8, 9)
+    assert res.returncode == 9
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        try:
+            with open(f"/proc/{child}/stat") as f:      # a zombie waiting for its reaper is dead too
+                if f.read().split()[2] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"the step's child {child} outlived the budget")
 
 
 @pytest.mark.parametrize("budget", ["0", "-5", "nan"])
