@@ -172,8 +172,11 @@ def test_two_node_h100_run_is_judged_by_the_network_and_gap_answers(cli_inproc, 
     d = imported(tmp_path, "two", log)
     by, ev = items_of(d)
     ic = ev.interconnect
-    assert ic.nodes == 2 and ic.hosts == ["node1", "node2"] and ic.link == "nvlink4" and ic.cls == "nvlink"
-    assert "spans 2 hosts" in by["C2"].value and "between nodes the network decides" in by["C2"].value
+    # its own class: the network between the nodes, the link inside a node beside it (never "nvlink")
+    assert ic.nodes == 2 and ic.hosts == ["node1", "node2"] and (ic.cls, ic.link) == ("multinode", "network")
+    assert (ic.ranks, ic.intra_cls, ic.intra_link) == (16, "nvswitch", "nvlink4")
+    assert "16 ranks on 2 nodes" in by["C2"].value and "the network between the nodes decides" in by["C2"].value
+    assert "inside a node: nvswitch (nvlink4)" in by["C2"].value
     assert by["C10"].status == "SKIP" and "spans hosts" in by["C10"].value          # no PCIe/NVLink guess
     assert by["C9"].status == "SKIP"
     assert by["C10n"].status == "PASS" and "healthy multi-node (TP group across hosts) boxes at TP=16" in by["C10n"].threshold

@@ -21,6 +21,7 @@ This box's values are measured (or imported); the reference's are modelled from 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from commprof.model.errors import UsageError
@@ -50,7 +51,7 @@ def box_kind(ev) -> str:
     ic = ev.interconnect or resolve_interconnect(ev)
     if ic.nodes > 1 and ev.sweep is not None and len(ev.sweep) and int(ev.sweep["tp"].max()) <= ic.nodes:
         return "network"
-    fam = ic.family
+    fam = ic.within_node().family
     return {"mixed": "pcie"}.get(fam, fam)
 
 
@@ -77,11 +78,12 @@ def default_reference(kind: str, ic=None) -> str:
     (the common 8-GPU consumer-card box); a CPU or unknown box with NVLink 4. A multi-node box
     with one node of its own class (what crossing the network costs)."""
     if ic is not None and ic.nodes > 1:
-        link = ic.link or ""
+        inside = ic.within_node()
+        link = inside.link or ""
         if link.startswith("nvlink") and link[:7] in ("nvlink3", "nvlink4", "nvlink5"):
             return link[:7]
         if link in ("pcie4", "pcie5"):
-            return f"{link}-{'p2p' if ic.cls == 'pcie-p2p' else 'nop2p'}"
+            return f"{link}-{'p2p' if inside.cls == 'pcie-p2p' else 'nop2p'}"
         return "nvlink4"
     return "pcie5-nop2p" if kind == "nvlink" else "nvlink4"
 
@@ -151,6 +153,7 @@ class Gap:
     pairs: object
     summaries: list = field(default_factory=list)    # pair_summaries(pairs)
     token_boxes: object = None      # per_token_boxes(boxes): one token's collectives per box, in ms
+    apart: list = field(default_factory=list)        # box pairs with no common TP degree for an op (no ratios)
 
     @property
     def first(self) -> BoxGap:
@@ -254,14 +257,16 @@ def compute_gap(dirs: list[str], reference: str | None = None, ev=None, intercon
     if not boxes:
         raise UsageError("gap needs a sweep (or imported nccl-tests) results dir among the dirs")
     gaps = [_box_gap(b, reference) for b in boxes]
-    pairs = box_pairs(boxes)
+    apart: list = []
+    pairs = box_pairs(boxes, apart)
     if all(not len(g.table) for g in gaps) and not len(pairs):
         if all(int(b.sweep["tp"].max()) < 2 for b in boxes if len(b.sweep)):
             raise UsageError("gap: the sweep holds only TP=1 rows: one rank runs no communication, so there is "
                              "nothing to set against a TP >= 2 reference; measure TP >= 2 (or import a multi-GPU log)")
         raise UsageError(f"gap: the reference '{gaps[0].reference}' covers none of the sweep's ops "
                          "(it has all_reduce and all_gather at TP 2/4/8)")
-    return Gap(boxes=gaps, pairs=pairs, summaries=pair_summaries(pairs), token_boxes=per_token_boxes(gaps))
+    return Gap(boxes=gaps, pairs=pairs, summaries=pair_summaries(pairs), token_boxes=per_token_boxes(gaps),
+               apart=apart)
 
 
 #: Batches at which gap prices one token's collectives box by box.
@@ -329,9 +334,22 @@ def _curve(df, op, tp, mode, col):
     return [float(x) for x in g["size_bytes"]], [float(y) for y in g[col]]
 
 
-def box_pairs(boxes) -> "object":
-    """Each later box against the first, per op and TP degree (the same TP where both have it,
-    else each box's largest, said in tp_a/tp_b), in the preferred common mode (graph, else eager)."""
+def _wrong_sizes(ev, op, tp, mode) -> set:
+    """The sizes at which a box's group-0 rows of (op, tp, mode) returned wrong data (#wrong > 0)."""
+    df = ev.sweep
+    if df is None or "status" not in df.columns:
+        return set()
+    bad = df[(df["op"] == op) & (df["tp"] == tp) & (df["mode"] == mode) & (df["group"] == 0)
+             & (df["status"].astype(str) == "WRONG")]
+    return {float(x) for x in bad["size_bytes"]}
+
+
+def box_pairs(boxes, apart: list | None = None) -> "object":
+    """Each later box against the first, per op at the TP degrees both have, in the preferred common
+    mode (graph, else eager). A size where either box returned wrong data (#wrong > 0) is a row
+    left empty (``matched`` says why), never filled by interpolation from its neighbours. An op
+    the two boxes ran at no common TP degree gives no ratio: it is appended to ``apart`` (box_a,
+    box_b, op, tps_a, tps_b) to be listed apart."""
     import pandas as pd
 
     cols = ["box_a", "box_b", "op", "tp_a", "tp_b", "mode_a", "mode_b", "size_bytes", "metric", "unit", "a", "b",
@@ -348,7 +366,12 @@ def box_pairs(boxes) -> "object":
                            for x in (a, b) if x.interconnect is not None and x.interconnect.nodes > 1)
         for op in sorted(set(da["op"]) & set(db["op"])):
             ta, tb = set(da[da["op"] == op]["tp"]), set(db[db["op"] == op]["tp"])
-            tps = [(t, t) for t in sorted(ta & tb)] or [(max(ta), max(tb))]
+            tps = [(t, t) for t in sorted(ta & tb)]
+            if not tps:
+                if apart is not None:
+                    apart.append({"box_a": a.label, "box_b": b.label, "op": op, "tps_a": sorted(int(t) for t in ta),
+                                  "tps_b": sorted(int(t) for t in tb)})
+                continue
             for tp_a, tp_b in tps:
                 ma = set(da[(da["op"] == op) & (da["tp"] == tp_a)]["mode"])
                 mb = set(db[(db["op"] == op) & (db["tp"] == tp_b)]["mode"])
@@ -360,8 +383,19 @@ def box_pairs(boxes) -> "object":
                                                 ("busbw", "busbw_gbps", "GB/s", lambda s: s >= LARGE_MIN_BYTES)):
                     xa, ya = _curve(da, op, tp_a, mode_a, col)
                     xb, yb = _curve(db, op, tp_b, mode_b, col)
+                    wrong_a, wrong_b = _wrong_sizes(a, op, tp_a, mode_a), _wrong_sizes(b, op, tp_b, mode_b)
+                    for x in sorted(wrong_a | wrong_b):
+                        if not keep(x) or not (xa and xa[0] <= x <= xa[-1] or x in wrong_a) \
+                                or not (xb and xb[0] <= x <= xb[-1] or x in wrong_b):
+                            continue
+                        who = " and ".join(n.label for n, w in ((a, wrong_a), (b, wrong_b)) if x in w)
+                        out.append({"box_a": a.label, "box_b": b.label, "op": op, "tp_a": int(tp_a), "tp_b": int(tp_b),
+                                    "mode_a": mode_a, "mode_b": mode_b, "size_bytes": int(x), "metric": metric,
+                                    "unit": unit, "a": math.nan, "b": math.nan, "ratio": math.nan,
+                                    "matched": f"left empty: {who} returned wrong data at this size",
+                                    "stat_a": stat_label(da), "stat_b": stat_label(db), "across_hosts": across})
                     for x, y in zip(xa, ya):
-                        if not keep(x):
+                        if not keep(x) or x in wrong_b:
                             continue
                         v = _measured_at(xb, yb, x)
                         if v is None:
@@ -378,21 +412,25 @@ SMALL_MAX_BYTES = 64 << 10      # the decode sizes check's C10 judges; above it 
 
 
 def pair_summaries(pairs) -> list[dict]:
-    """Per (box_a, box_b, op, tp, band): sizes, median / min / max ratio (b / a). Bands: latency at
-    <= 64 KiB (batch-1 decode payloads), latency above 64 KiB up to 2 MiB (larger batches), busbw at
-    >= 64 MiB."""
+    """Per (box_a, box_b, op, tp, band): sizes, median / min / max ratio (b / a), and how many sizes
+    were left empty (wrong data). Bands: latency at <= 64 KiB (batch-1 decode payloads), latency
+    above 64 KiB up to 2 MiB (larger batches), busbw at >= 64 MiB."""
     out = []
     if pairs is None or not len(pairs):
         return out
     pairs = pairs.assign(band=[("latency" if m == "latency" and s <= SMALL_MAX_BYTES else
                                 "latency-mid" if m == "latency" else m)
                                for m, s in zip(pairs["metric"], pairs["size_bytes"])])
-    for key, g in pairs.groupby(["box_a", "box_b", "op", "tp_a", "tp_b", "mode_a", "mode_b", "band"], sort=False):
+    keys = ["box_a", "box_b", "op", "tp_a", "tp_b", "mode_a", "mode_b", "band"]
+    for key, g in pairs.groupby(keys, sort=False):
+        empty, g = g[g["ratio"].isna()], g[g["ratio"].notna()]
+        if not len(g):
+            continue
         r = g["ratio"]
-        out.append(dict(zip(["box_a", "box_b", "op", "tp_a", "tp_b", "mode_a", "mode_b", "metric"], key),
+        out.append(dict(zip(keys[:-1] + ["metric"], key),
                         n=len(g), median=float(r.median()), lo=float(r.min()), hi=float(r.max()),
                         size_min=int(g["size_bytes"].min()), size_max=int(g["size_bytes"].max()),
-                        interpolated=int((g["matched"] == "interpolated").sum()),
+                        interpolated=int((g["matched"] == "interpolated").sum()), left_empty=len(empty),
                         stat_a=g["stat_a"].iloc[0], stat_b=g["stat_b"].iloc[0],
                         across_hosts=g["across_hosts"].iloc[0] if "across_hosts" in g.columns else ""))
     return out

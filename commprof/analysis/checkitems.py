@@ -9,11 +9,12 @@ from commprof.model.errors import UsageError
 from commprof.analysis.evidence import Evidence
 from commprof.analysis.expect import busbw_expectation, decode_expectation, method_of
 from commprof.analysis.interconnect import gpu_names, resolve_all, resolve_interconnect, row_nodes
-from commprof.analysis.verdict import DECIDING_ITEMS, Interconnect, Item, latency_stat
+from commprof.analysis.verdict import DECIDING_ITEMS, MULTINODE, Interconnect, Item, latency_stat
 from commprof.model.units import human_bytes
 from commprof.model.models import get_model
 from commprof.analysis.stepmodel import build_plan
 from commprof.analysis.checkitems_health import health_items
+from commprof.analysis.whatnow import annotate
 
 # Per-direction link ceilings in GB/s: PCIe x16 per direction (PCI-SIG: 8/16/32/64 GT/s per lane,
 # 128b/130b; Gen6 PAM4 with FLIT), NVLink per GPU per direction (NVIDIA A100/H100/B200 datasheets:
@@ -79,7 +80,7 @@ def item_interconnect(ev, th) -> Item:
     ic = _ic(ev)
     name = "interconnect class"
     multi = (f"; its largest TP group spans {ic.nodes} hosts ({', '.join(ic.hosts[:4])}): between nodes the "
-             "network decides" if ic.nodes > 1 else "")
+             "network decides" if ic.nodes > 1 and ic.cls != MULTINODE else "")
     if ic.family == "cpu":
         return Item("C2", name, "SKIP", ic.detail, "informational", t["source"],
                     "measured on CPU ranks: run on the GPU box")
@@ -89,13 +90,14 @@ def item_interconnect(ev, th) -> Item:
     exp = t["expected_class"]
     value = ic.describe() + multi
     if ic.nodes > 1 and ev.sweep is not None and len(ev.sweep) and int(ev.sweep["tp"].max()) <= ic.nodes:
-        value = (f"network: its largest TP group has one GPU per host ({ic.nodes} hosts: {', '.join(ic.hosts[:4])}), "
-                 f"so every collective crosses the network; the GPUs' own links ({ic.describe()}) carry none of it")
+        value = (f"{MULTINODE}, network: its largest TP group has one GPU per host ({ic.ranks or '?'} ranks on "
+                 f"{ic.nodes} hosts: {', '.join(ic.hosts[:4])}), so every collective crosses the network and no "
+                 f"link inside a node carries any of it ({ic.intra_link or 'GPU link not known'} unused)")
     if ic.conflict:
         return Item("C2", name, "FAIL", f"{value}; but {ic.conflict}", exp or "consistent evidence", t["source"],
                     "NVLink down or the box is not what its GPU names say: check nvidia-smi nvlink -s and "
                     "Fabric Manager")
-    if exp and ic.cls != exp:
+    if exp and exp not in (ic.cls, ic.within_node().cls):
         return Item("C2", name, "FAIL", value, exp, t["source"],
                     "the topology contradicts the quote (e.g. an 'HGX' box without NVLink P2P)")
     return Item("C2", name, "PASS", value, exp or "informational", t["source"])
@@ -162,7 +164,7 @@ def item_nvlink(ev, th) -> Item:
     names = " ".join(n.lower() for n in [str(g.get("name", "")) for g in gpus] + gpu_names(ev))
     exp = next((v for k, v in t.items() if k.startswith("expected_links_") and k[15:] in names), None)
     links = [_num(g.get("nvlink_active_links")) for g in gpus]
-    nvlink_box = _ic(ev).family == "nvlink" or ev.topo.get("interconnect_class") in ("nvswitch", "nvlink")
+    nvlink_box = _ic(ev).within_node().family == "nvlink" or ev.topo.get("interconnect_class") in ("nvswitch", "nvlink")
     if exp is None or all(v in (None, 0) for v in links) and not nvlink_box:
         why = ("no NVLink on this GPU model" if not any(links) else f"{links[0]} links") if exp is not None or \
             any(links) else "GPU model unknown: expected link count not known"
@@ -261,6 +263,25 @@ def _refs_prefix(exp) -> str:
             "modelled: no healthy box of the class measured this way")
 
 
+def evidence_phrase(exp, one: bool = False) -> str:
+    """What a comparison stood on, named: 'the healthy boxes of its class (2 real logs)', 'a
+    published figure of its class', 'the modelled reference profile nvlink4 (no healthy box of its
+    class measured this way)'. ``one``: the singular form ('the slowest healthy box ...')."""
+    if exp.kind != "healthy boxes":
+        names = "/".join(str(r.get("name", "")).removeprefix("reference profile ") for r in exp.refs) or "?"
+        return (f"modelled value of the reference profile {names} (no healthy box of its class measured this way)"
+                if one else f"modelled reference profile {names} (no healthy box of its class measured this way)")
+    n_log = sum(1 for r in exp.refs if r.get("kind") == "log")
+    n_pub = len(exp.refs) - n_log
+    if not n_log:
+        return ("published figure of its class" if one or n_pub == 1 else f"{n_pub} published figures of its class")
+    if not n_pub:
+        return ("healthy box of its class (a real log)" if n_log == 1 else
+                f"healthy box{'' if one else 'es'} of its class ({n_log} real logs)")
+    return f"healthy box{'' if one else 'es'} of its class ({n_log} real log{'s' if n_log != 1 else ''}, {n_pub} " \
+           f"published figure{'s' if n_pub != 1 else ''})"
+
+
 def _judge_ratio(ratio: float, pr: float, fr: float) -> str:
     """PASS within pass_ratio of the healthy bound, WARN within fail_ratio, FAIL beyond."""
     return "PASS" if ratio <= pr else "WARN" if ratio <= fr else "FAIL"
@@ -285,20 +306,20 @@ def _latency_vs_healthy(ev, t, sub, label, ic) -> Item | None:
     ratio = worst / exp.hi
     status = _judge_ratio(ratio, pr, fr)
     value = (f"{worst:.1f} us {stat} at TP={tp}, sizes <= {_size_text(exp.max_bytes)} (worst at {_size_text(at)}): "
-             f"{ratio:.2f}x the slowest {'healthy box' if exp.kind == 'healthy boxes' else 'modelled value'}")
+             f"{ratio:.2f}x the slowest {evidence_phrase(exp, one=True)}")
     threshold = (f"vs {exp.span('us')} for {exp.what} ({exp.logs()}{DERIVED_NOTE if exp.derived else ''}): "
                  f"PASS <= {exp.hi * pr:.1f} us ({pr:g}x), WARN <= {exp.hi * fr:.1f} us ({fr:g}x), FAIL above")
     refs = "; ".join(f"{r['name']}: {r['source']}" if r.get("source") else r["name"] for r in exp.refs)
     hint = ""
     if status != "PASS":
-        hint = (f"{ratio:.1f}x slower than the slowest healthy box of its class: check NCCL_P2P_LEVEL, NCCL_ALGO/"
+        hint = (f"{ratio:.1f}x slower than the slowest {evidence_phrase(exp, one=True)}: check NCCL_P2P_LEVEL, NCCL_ALGO/"
                 "NCCL_PROTO overrides, the NCCL version and the topology; a custom one-shot all-reduce cuts "
                 "small-message latency")
     if mode != "graph":
         hint = ("; ".join(x for x in (hint, "measured without CUDA graphs; serving engines replay decode in graphs "
                                       "(nccl-tests -G, or commprof sweep --modes graph on the box)") if x))
     return Item("C10", f"all-reduce latency at decode sizes ({_mode_phrase(mode, label)})", status, value, threshold,
-                f"{_refs_prefix(exp)}: {refs}", hint)
+                f"{_refs_prefix(exp)}: {refs}", hint, basis=evidence_phrase(exp))
 
 
 def item_allreduce_latency(ev, th) -> Item:
@@ -324,7 +345,7 @@ def item_allreduce_latency(ev, th) -> Item:
     if _cpu_backend(ev.sweep_meta):
         return Item("C10", name, "SKIP", value + " on CPU ranks (gloo)", "GPU thresholds", t["source"],
                     "measured on CPU: thresholds are for GPU boxes")
-    ic = _ic(ev)
+    ic = _ic(ev).within_node()
     if not ic.known:
         return Item("C10", name, "SKIP", value + "; interconnect unknown", "NVLink or PCIe thresholds",
                     t["source"], f"not judged on a guessed fabric; what would decide: {DECIDING_EVIDENCE}")
@@ -352,7 +373,7 @@ def item_allreduce_latency(ev, th) -> Item:
     if status != "PASS":
         hint += "a custom one-shot all-reduce or NVLink cuts small-message latency"
     return Item("C10", name, status, value, f"{fabric}: PASS <= {p} us, WARN <= {w} us ({why})", t["source"],
-                hint.rstrip("; "))
+                hint.rstrip("; "), basis=why)
 
 
 def item_busbw(ev, th) -> Item:
@@ -375,11 +396,11 @@ def item_busbw(ev, th) -> Item:
     best = float(sub["busbw_gbps"].max())
     tp = int(sub.loc[sub["busbw_gbps"].idxmax(), "tp"])
     top = sub[sub["tp"] == int(sub["tp"].max())]        # the healthy boxes are compared at the largest TP
-    if not _cpu_backend(ev.sweep_meta) and _ic(ev).known:
+    if not _cpu_backend(ev.sweep_meta) and _ic(ev).within_node().known:
         best, tp = float(top["busbw_gbps"].max()), int(top["tp"].max())
     if _cpu_backend(ev.sweep_meta):
         return Item("C9", name, "SKIP", f"{best:.2f} GB/s on CPU ranks (gloo)", "GPU link ceilings", t["source"])
-    ic = _ic(ev)
+    ic = _ic(ev).within_node()
     if not ic.known:
         return Item("C9", name, "SKIP", f"{best:.1f} GB/s at TP={tp}; interconnect unknown", "fraction of the link "
                     "ceiling", t["source"], f"what would decide: {DECIDING_EVIDENCE}")
@@ -404,24 +425,38 @@ def item_busbw(ev, th) -> Item:
             refs = "; ".join(f"{r['name']}: {r['source']}" if r.get("source") else r["name"] for r in exp.refs)
             return Item("C9", name, status,
                         f"TP={tp}: {best:.1f} GB/s busbw ({method}, sizes up to {_size_text(largest)}) = "
-                        f"{best / exp.lo:.2f}x the lowest {'healthy box' if exp.kind == 'healthy boxes' else 'modelled value'}"
+                        f"{best / exp.lo:.2f}x the lowest {evidence_phrase(exp, one=True)}"
                         f"{above}",
                         f"vs {exp.span('GB/s')} for {exp.what} ({exp.logs()}{DERIVED_NOTE if exp.derived else ''}): "
                         f"PASS >= {exp.lo / pr:.1f} GB/s "
                         f"(1/{pr:g}), WARN >= {exp.lo / fr:.1f} GB/s (1/{fr:g}), FAIL below",
                         f"{_refs_prefix(exp)}: {refs}",
-                        "" if status == "PASS" else f"{ratio:.1f}x below the healthy boxes of its class: check "
-                        "NCCL_P2P_LEVEL, ACS/IOMMU, link training (C6) and NCCL_ALGO overrides")
+                        "" if status == "PASS" else f"{ratio:.1f}x below the lowest {evidence_phrase(exp, one=True)}: check "
+                        "NCCL_P2P_LEVEL, ACS/IOMMU, link training (C6) and NCCL_ALGO overrides", basis=evidence_phrase(exp))
         if nvls:
             return Item("C9", name, "PASS", f"TP={tp}: {best:.1f} GB/s{above}",
                         f"no NVLS-capable healthy {ic.link} box at TP={tp} to compare with; above the link ceiling "
-                        "cannot come from a slow link", f"{t['source']}; {LINK_CEILING_SOURCE}")
+                        "cannot come from a slow link", f"{t['source']}; {LINK_CEILING_SOURCE}",
+                        basis=f"a physical bound: the {ic.link} per-direction link ceiling")
     status = "PASS" if frac >= t["pass_fraction"] else "WARN" if frac >= t["warn_fraction"] else "FAIL"
     why = "your --thresholds file" if fixed else "fixed, proposed: no healthy box or reference profile of the class"
     return Item("C9", name, status, f"TP={tp}: {best:.1f} GB/s = {frac:.0%} of {ic.link} {ceiling:g} GB/s{above}",
                 f"PASS >= {t['pass_fraction']:.0%}, WARN >= {t['warn_fraction']:.0%} of the ceiling ({why})",
                 f"{t['source']}; {LINK_CEILING_SOURCE}",
-                "" if status == "PASS" else "check NCCL_P2P_LEVEL, ACS/IOMMU and link training")
+                "" if status == "PASS" else "check NCCL_P2P_LEVEL, ACS/IOMMU and link training",
+                basis=f"{why}: a fraction of the {ic.link} per-direction ceiling (a physical bound)")
+
+
+MULTINODE_FAIL_MIN_BOXES = 2    # C10n FAILs only against this many healthy multi-node boxes (or a physical bound)
+
+
+def _multinode_refs(tl, rows) -> int:
+    """How many healthy multi-node boxes (real logs or published figures) stand behind C10n at the
+    rows' TP degree and method."""
+    tp, _, judged = _decode_rows(rows)
+    exp = decode_expectation(_NETWORK.cls, _NETWORK.link, tp, method_of(judged), tl["max_bytes"],
+                             int(judged["size_bytes"].min()))
+    return len(exp.refs) if exp is not None and exp.kind == "healthy boxes" else 0
 
 
 def _multinode_items(ev, th) -> list[Item]:
@@ -445,8 +480,17 @@ def _multinode_items(ev, th) -> list[Item]:
         healthy = None if user else _latency_vs_healthy(ev, tl, small, label, _NETWORK)
         if healthy is not None:
             healthy.id, healthy.item = "C10n", f"{base} ({_mode_phrase(mode, label)})"
+            healthy.basis = healthy.basis.replace("of its class", "of multi-node boxes (TP groups across hosts)")
             healthy.hint = "" if healthy.status == "PASS" else ("keep TP groups inside a node; decode across nodes "
                                                                  "pays the network's latency on every collective")
+            refs = _multinode_refs(tl, small)
+            if healthy.status == "FAIL" and refs < MULTINODE_FAIL_MIN_BOXES:
+                healthy.status = "WARN"
+                healthy.threshold += (f"; FAIL needs {MULTINODE_FAIL_MIN_BOXES} healthy multi-node boxes at this TP "
+                                      f"degree or a physical bound, and {refs} stand{'s' if refs == 1 else ''} behind "
+                                      "this one (the networks between nodes differ: RoCE, InfiniBand, TCP): WARN")
+                healthy.hint = ("slower than the one published multi-node figure, which is another box on another "
+                                "network, so no FAIL; " + healthy.hint)
             out.append(healthy)
             status = None
         elif nodes > MULTINODE_MAX_NODES and not user:
@@ -456,10 +500,16 @@ def _multinode_items(ev, th) -> list[Item]:
                             f"(NVIDIA/nccl#1244); a group over {nodes} hosts pays more steps or tree levels: give the "
                             "vendor's figure in a --thresholds file ([multinode] latency_pass_us / latency_warn_us)"))
             status = None
+        capped = ""
+        if status == "FAIL" and not user:
+            status, capped = "WARN", ("; FAIL only by your --thresholds file: these fixed thresholds stand on one "
+                                      "published figure (2 nodes x 8 H20), not on two healthy boxes or a physical bound")
         if status is not None:
             out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
-                            f"network: PASS <= {p} us, WARN <= {w} us", t["source"],
-                            "" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
+                            f"network: PASS <= {p} us, WARN <= {w} us{capped}", t["source"],
+                            basis="your --thresholds file" if user else
+                            "fixed proposed thresholds anchored on one published figure (2 nodes x 8 H20)",
+                            hint="" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
                             "network's latency on every collective"))
     big = sub[(sub["op"] == "all_reduce") & (sub["size_bytes"] >= th["busbw"]["min_bytes"])]
     name = f"large-message busbw between nodes ({nodes} hosts)"
@@ -688,7 +738,7 @@ def item_numa(ev, th) -> Item:
     n = len(mat)
     cross = [f"{i}-{j}" for g in range(0, n, min(tp, n)) for i in range(g, min(g + tp, n))
              for j in range(i + 1, min(g + tp, n)) if str(mat[i][j]) == "SYS"]
-    if cross and _ic(ev).family in ("pcie", "mixed"):
+    if cross and _ic(ev).within_node().family in ("pcie", "mixed"):
         return Item("C12", name, "WARN", f"{len(cross)} GPU pairs cross sockets (SYS), e.g. {cross[0]}",
                     "no SYS pair inside a TP group", t["source"],
                     "keep a PCIe TP group on one socket, or expect host-memory hops between sockets")
@@ -751,4 +801,4 @@ def run_items(ev: Evidence, th: dict, model: str | None = None, interconnect=Non
             if len(boxes) > 1:
                 i.box = b.label
             items.append(i)
-    return items
+    return annotate(items)

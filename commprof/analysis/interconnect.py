@@ -14,7 +14,7 @@ import re
 
 from commprof.model.errors import UsageError
 from commprof.analysis.evidence import Evidence
-from commprof.analysis.verdict import Interconnect
+from commprof.analysis.verdict import MULTINODE, Interconnect
 from commprof.results.topo import NA
 
 # Interconnect classes a box can have. ``nvswitch``/``nvlink``: GPUs talk over NVLink (all pairs);
@@ -179,7 +179,27 @@ def _names_source(ev: Evidence) -> str:
 
 
 def resolve_interconnect(ev: Evidence, flag: tuple[str, str] | None = None) -> Interconnect:
-    """How this box's GPUs talk, and which evidence decided: the ``--interconnect`` flag, else
+    """How this box's GPUs talk (:func:`_resolve_in_node`); a box whose ranks sit on more than one
+    host (the sweep rows' hosts: nccl-tests' ``# Rank N ... on HOST`` lines, or commprof's ranks) is
+    class ``multinode`` with link ``network``, its rank and node counts, and the link inside a node
+    beside it (``intra_cls``, ``intra_link``): never ``nvlink`` for a group the network joins."""
+    ic = _resolve_in_node(ev, flag)
+    ranks = int(ev.sweep["tp"].max()) if ev.sweep is not None and len(ev.sweep) else 0
+    ic.ranks = ranks
+    if ic.nodes <= 1 or ic.family == "cpu":
+        return ic
+    inside_cls, inside_ev = ic.cls, ic.evidence
+    if ranks and ranks <= ic.nodes:
+        inside_cls = "single-gpu"
+        ic.detail = "; ".join(x for x in (ic.detail, "one GPU per node: no link inside a node is used") if x)
+    ic.intra_cls, ic.intra_link, ic.intra_evidence = inside_cls, ic.link, inside_ev
+    ic.cls, ic.link = MULTINODE, "network"
+    ic.evidence = f"the log's rank lines: {ranks or '?'} ranks on {ic.nodes} hosts ({', '.join(ic.hosts[:4])})"
+    return ic
+
+
+def _resolve_in_node(ev: Evidence, flag: tuple[str, str] | None = None) -> Interconnect:
+    """How this box's GPUs talk inside a node, and which evidence decided: the ``--interconnect`` flag, else
     ``topo.json`` (NVML, or imported ``nvidia-smi topo`` text), else a reference profile's own
     class, else the GPU names in its logs (:func:`class_from_gpu_names`). Nothing
     known: ``unknown``, never PCIe by default. Also how many hosts its TP groups span."""
@@ -239,7 +259,7 @@ def resolve_interconnect(ev: Evidence, flag: tuple[str, str] | None = None) -> I
     if by_name:
         gpus_seen = int(ev.sweep["tp"].max()) if ev.sweep is not None and len(ev.sweep) else 0
         if by_name["family"] == "nvlink":
-            ic.cls = "nvswitch" if gpus_seen >= 8 and nodes == 1 else "nvlink"
+            ic.cls = "nvswitch" if gpus_seen // max(nodes, 1) >= 8 else "nvlink"
         else:
             ic.cls = "pcie"
         ic.link = by_name["link"]

@@ -13,6 +13,9 @@ P2P_BLOCKING_LEVELS = {"0", "LOC", "NVL"}
 
 
 def _item(item_id, title, verdict, evidence, what_now):
+    if not what_now:          # every item says what to do: a PASS or INFO needs nothing more
+        what_now = ("Accept on this item; keep the log with the purchase record." if verdict == "PASS" else
+                    "Nothing to decide on this line alone; keep the log with the purchase record.")
     return {"id": item_id, "item": title, "verdict": verdict, "evidence": evidence, "what_now": what_now}
 
 

@@ -128,6 +128,7 @@ class CheckConfig:
     model: str | None = flag(None, "--model", help="Model for KV-cache headroom (default: the trace's).")
     out: str | None = flag(None, "--out", help="Where check.json/check.md go (default: a new results/runs/<timestamp>-<host>-check/).")
     interconnect: str | None = flag(None, "--interconnect", help="Judge the box(es) as this interconnect: nvswitch, nvlink[2-5], pcie[3-6][-p2p|-no-p2p], mixed; a comma list gives one per box. Default: from topo.json, else the GPU names in the logs, else unknown.")
+    budget_s: float | None = flag(None, "--budget", help="With no dirs: the time the measuring run may take, in seconds (default: 20 s on a machine without GPUs, where a CPU sweep judges no GPU item, so none is run; 900 s on a GPU box). Steps that do not fit are not run and said so.")
 
 
 @dataclass

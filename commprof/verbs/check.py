@@ -29,7 +29,7 @@ from commprof.model.errors import EXIT_CHECK_FAILED, EXIT_INSUFFICIENT_EVIDENCE,
 from commprof.analysis.evidence import Evidence, gather, unfinished_lines
 from commprof.model.fileio import all_or_none, write_atomic, write_json
 from commprof.analysis.interconnect import parse_interconnect, resolve_interconnect
-from commprof.analysis.verdict import INSUFFICIENT, Item, verdict
+from commprof.analysis.verdict import INSUFFICIENT, Item, headline, scope, verdict
 from commprof.results.meta import check_writable, shown_path
 from commprof.analysis.thresholds import load_thresholds
 from commprof.views.check import markdown, render
@@ -37,7 +37,7 @@ from commprof.model.machine import now_iso
 from commprof.capture.checkmeasure import measure
 
 
-def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list[str]:
+def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str, could_not=()) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     boxes = ev.all_boxes()
     per_box = []
@@ -46,10 +46,12 @@ def write_check(items: list[Item], th: dict, ev: Evidence, out_dir: str) -> list
         ic = b.interconnect or resolve_interconnect(b)
         per_box.append({"box": b.label, "dirs": [shown_path(d) for d in b.dirs],
                         "interconnect": ic.to_dict(), "interconnect_evidence": ic.evidence or "none",
-                        "verdict": verdict(mine), "items": [i.to_dict() for i in mine]})
+                        "verdict": verdict(mine), "headline": headline(mine), "scope": scope(mine),
+                        "items": [i.to_dict() for i in mine]})
     data = {"kind": "checklist", "created": now_iso(), "thresholds_version": th.get("version"),
             "evidence_dirs": [shown_path(d) for b in boxes for d in b.dirs],
-            "items": [i.to_dict() for i in items], "verdict": verdict(items), "boxes": per_box,
+            "items": [i.to_dict() for i in items], "verdict": verdict(items), "headline": headline(items),
+            "scope": scope(items), "could_not": list(could_not), "boxes": per_box,
             "unfinished_dirs": [u for b in boxes for u in b.unfinished]}
     if len(boxes) == 1:
         data["interconnect"] = per_box[0]["interconnect"]
@@ -82,9 +84,12 @@ def run(cfg: CheckConfig, console=None) -> int:
     dirs, out, model = list(cfg.dirs), target, cfg.model
     th = load_thresholds(cfg.thresholds)
     flags = parse_interconnect(cfg.interconnect)
+    if cfg.budget_s is not None and not (cfg.budget_s > 0 and cfg.budget_s == cfg.budget_s):
+        raise UsageError(f"--budget {cfg.budget_s:g}: give the measuring run's time in seconds (> 0)")
+    could_not: list[str] = []
     if not dirs:
         root = out or results.default_out_dir().rstrip("/") + "-check"
-        dirs = measure(root, model or "Qwen2.5-32B")
+        dirs, could_not = measure(root, model or "Qwen2.5-32B", cfg.budget_s)
         out = root
     ev = gather(dirs)
     items = run_items(ev, th, model, flags)
@@ -93,7 +98,9 @@ def run(cfg: CheckConfig, console=None) -> int:
         for note in b.notes:
             print(f"commprof: note: {note}", file=sys.stderr)
     partial = unfinished_lines(ev)
-    for p in write_check(items, th, ev, out or dirs[0]):
+    for line in could_not:
+        print(f"commprof check: could not: {line}", file=sys.stderr)
+    for p in write_check(items, th, ev, out or dirs[0], could_not):
         print(f"wrote {p}")
     v = verdict(items)
     if v == INSUFFICIENT:

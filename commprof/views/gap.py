@@ -153,9 +153,18 @@ def _stat_cell(v: float, unit: str, metric: str, stat: str) -> str:
 def pair_rows(pairs) -> list[tuple]:
     return [(r.op, r.tp_a if r.tp_a == r.tp_b else f"{r.tp_a} vs {r.tp_b}",
              r.mode_a if r.mode_a == r.mode_b else f"{r.mode_a} vs {r.mode_b}", human_bytes(int(r.size_bytes)),
-             r.metric, _stat_cell(r.a, r.unit, r.metric, r.stat_a), _stat_cell(r.b, r.unit, r.metric, r.stat_b),
-             f"{r.ratio:.2f}x", r.matched)
+             r.metric, *((_stat_cell(r.a, r.unit, r.metric, r.stat_a), _stat_cell(r.b, r.unit, r.metric, r.stat_b),
+                          f"{r.ratio:.2f}x") if r.ratio == r.ratio else ("", "", "")), r.matched)
             for r in pairs.itertuples()]
+
+
+def apart_lines(g) -> list[str]:
+    """The box pairs that ran an op at no common TP degree: listed apart, never set against each
+    other as ratios (a TP=8 latency over a TP=2 one says nothing about either box)."""
+    return [f"{x['box_b']} and {x['box_a']}, {x['op']}: no common TP degree ({x['box_a']} at TP="
+            f"{', '.join(map(str, x['tps_a']))}; {x['box_b']} at TP={', '.join(map(str, x['tps_b']))}): listed apart, "
+            "not compared as ratios; measure both at one TP degree to compare them"
+            for x in getattr(g, "apart", None) or []]
 
 
 def pair_lines(g) -> list[str]:
@@ -166,6 +175,8 @@ def pair_lines(g) -> list[str]:
         mode = s["mode_a"] if s["mode_a"] == s["mode_b"] else f"{s['mode_a']} vs {s['mode_b']}"
         rng = f"{human_bytes(s['size_min'])}-{human_bytes(s['size_max'])}"
         interp = f", {s['interpolated']} interpolated" if s["interpolated"] else ""
+        if s.get("left_empty"):
+            interp += f", {s['left_empty']} left empty: wrong data"
         across = f"; across hosts: {s['across_hosts']}" if s.get("across_hosts") else ""
         if s["metric"] in ("latency", "latency-mid"):
             stats = s["stat_a"] if s["stat_a"] == s["stat_b"] else f"{s['stat_a']} vs {s['stat_b']}"
@@ -331,6 +342,8 @@ def render_gap(g, console=None) -> None:
                   [Col(h, "left", pkeep.get(h, 1)) for h in ("B",) + PAIR_HEADERS], prow, console=console)
         for line in pair_lines(g):
             console.print(line)
+    for line in apart_lines(g):
+        console.print(line)
     for line in token_box_lines(g):
         console.print(line)
 
@@ -350,6 +363,8 @@ def markdown(g, chart: str | None = None) -> str:
         lines_ += [f"- {x}" for x in pair_lines(g) + token_box_lines(g)] + [""]
         for box_b, sub in g.pairs.groupby("box_b", sort=False):
             lines_ += [f"B = {box_b}:", ""] + _md_table(PAIR_HEADERS, pair_rows(sub)) + [""]
+    if apart_lines(g):
+        lines_ += ["## Boxes listed apart (no common TP degree)", ""] + [f"- {x}" for x in apart_lines(g)] + [""]
     if chart:
         lines_ += [f"![gap]({chart})", ""]
     for b in boxes:

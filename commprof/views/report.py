@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 
 from commprof.model.fileio import write_atomic
-from commprof.analysis.verdict import verdict as _verdict
+from commprof.analysis.verdict import headline, verdict as _verdict
 from commprof.model.units import human_bytes
 from commprof.views import gap as gapviews
 from commprof.views.check import counts, interconnect_line
@@ -19,7 +19,7 @@ REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
 SWEEP_CHARTS = ("latency_vs_size.png", "busbw_vs_size.png")
 TRACE_CHARTS = ("trace_tokens.png", "trace_layers_heatmap.png", "trace_share_vs_tp.png")
-CHECK_HEADERS = ("#", "item", "status", "value", "threshold", "source", "hint")
+CHECK_HEADERS = ("#", "item", "status", "value", "threshold", "source", "hint", "against", "what now")
 
 
 @dataclass
@@ -48,10 +48,9 @@ def box_headline(label: str, items, meta: dict | None = None, interconnect=None)
     """One box's verdict in a line: its status and counts, what it is (GPUs, kind, interconnect)
     and the items that did not pass, by id and name (up to three of each)."""
     meta = meta or {}
-    v = _verdict(items)
     gpus = ", ".join(dict.fromkeys(g for g in meta.get("gpus") or [] if g)) or "GPUs not named"
-    ic = f", {interconnect.cls}" + (f" ({interconnect.link})" if interconnect.link else "") if interconnect else ""
-    parts = [f"{label}: {v} ({counts(items)}); {gpus}, {meta.get('kind', '?')}{ic}"]
+    ic = f", {interconnect.short()}" if interconnect else ""
+    parts = [f"{label}: {headline(items)} ({counts(items)}); {gpus}, {meta.get('kind', '?')}{ic}"]
     for status in ("FAIL", "INSUFFICIENT", "WARN"):
         bad = [i for i in items if i.status == status]
         if bad:
@@ -80,7 +79,7 @@ def prov_line(meta: dict | None, what: str) -> str:
 
 
 def checklist_section(items, verdict: str, interconnect=None, level: int = 2, prefix: str = "") -> Section:
-    rows = [(i.id, i.item, i.status, i.value, i.threshold, i.source, i.hint) for i in items]
+    rows = [(i.id, i.item, i.status, i.value, i.threshold, i.source, i.hint, i.basis, i.what_now) for i in items]
     paras = []
     if interconnect is not None:
         line = interconnect_line(interconnect.to_dict())
@@ -346,17 +345,19 @@ def side_by_side_section(boxes, items, gap, gap_error, out_dir: str) -> Section:
         meta = b.sweep_meta or b.trace_meta or {}
         ic = b.interconnect
         rows.append((b.label, ", ".join(meta.get("gpus") or ["?"]), ", ".join(meta.get("hosts") or ["?"]),
-                     meta.get("kind", "?"), f"{ic.cls}{f' ({ic.link})' if ic.link else ''}" if ic else "?",
+                     meta.get("kind", "?"), ic.short() if ic else "?",
                      (ic.evidence or ic.detail or "none") if ic else "?", _verdict(mine), counts(mine)))
     tables = [Table(("box", "GPUs", "hosts", "kind", "interconnect", "decided by", "verdict", "items"), rows,
                     status_col=6)]
     paras = []
     images = boxes_charts(boxes, out_dir)
     if gap is not None and len(gap.pairs):
-        paras += gapviews.pair_lines(gap) + gapviews.token_box_lines(gap)
+        paras += gapviews.pair_lines(gap) + gapviews.apart_lines(gap) + gapviews.token_box_lines(gap)
         for box_b, sub in gap.pairs.groupby("box_b", sort=False):
             tables.append(Table(("B",) + gapviews.PAIR_HEADERS, [(box_b, *r) for r in gapviews.pair_rows(sub)]))
         images.append(gapviews.gap_chart(gap, os.path.join(out_dir, gapviews.GAP_PNG), gapviews.provenance_line(gap)))
+    elif gap is not None and gapviews.apart_lines(gap):
+        paras += gapviews.apart_lines(gap)
     elif gap_error:
         paras.append(f"gap not computed: {gap_error}")
     else:
