@@ -123,7 +123,7 @@ def test_check_without_dirs_measures_what_it_needs(cli_inproc, tmp_path, monkeyp
     none: tests/test_check_budget.py). The commands it issues are recorded and checked; each then
     runs for real with few iterations (the verdicts below do not depend on the iteration counts)."""
     from commprof.capture import nvmlhealth
-    from commprof.verbs import check
+    from commprof.capture import checkmeasure as check
 
     if nvmlhealth.sample_once().get("samples"):
         pytest.skip("an NVIDIA GPU is here: check measures it with NCCL, not the CPU path this test pins")

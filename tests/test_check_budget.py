@@ -46,7 +46,7 @@ def test_the_budget_stops_a_step_with_its_children_and_says_so(monkeypatch, tmp_
     _no_gpu_here()
     import sys
 
-    from commprof.verbs import check
+    from commprof.capture import checkmeasure as check
 
     pidfile = tmp_path / "child.pid"
     slow = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; "
