@@ -78,3 +78,101 @@ def test_vllm_decode_trace_is_still_decode(cli_inproc, tmp_path):
     summ = pd.read_csv(os.path.join(out, "trace_summary.csv"))
     assert "training" not in set(summ["phase"]) and "decode" in set(summ["phase"])
     assert json.load(open(os.path.join(out, "meta.json")))["runs"][0]["step_kind"] == "inference"
+
+
+# --- 2. wording: what the server sent, what the file is ------------------------------------------------
+
+class _NotHttp:
+    """A TCP server that answers every connection with ``answer`` (not HTTP) and closes it."""
+
+    def __init__(self, answer: bytes):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+        def serve():
+            while True:
+                try:
+                    c, _ = self.sock.accept()
+                except OSError:
+                    return
+                try:
+                    c.settimeout(5)
+                    c.recv(65536)
+                    c.sendall(answer)
+                    import time
+                    time.sleep(0.3)
+                except OSError:
+                    pass
+                finally:
+                    c.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.mark.parametrize("answer", [b"\x01\x02garbage", b"SSH-2.0-OpenSSH_9.6\r\n\r\n", b"HTTP/1.1 abc OK\r\n\r\n"])
+def test_serve_names_a_servers_malformed_status_line(cli_inproc, tmp_path, answer):
+    srv = _NotHttp(answer)
+    try:
+        res = cli_inproc("serve", "--url", srv.url, "--model", "m", "--requests", "1", "--concurrency", "1",
+                         "--warmup", "0", "--no-charts", "--timeout", "5", "--out", str(tmp_path / "o"))
+    finally:
+        srv.close()
+    assert res.returncode != 0
+    line = one_line_error(res)
+    assert "the server sent a malformed HTTP status line" in line, line
+    assert "illegal request line" not in line and "RemoteProtocolError" not in line, line
+
+
+def test_stream_pool_names_a_malformed_status_line():
+    import asyncio
+
+    from commprof.capture import httpstream as hs
+
+    srv = _NotHttp(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+
+    async def go():
+        pool = hs.Pool(srv.url, 5.0)
+        try:
+            await pool.post_json("/v1/completions", {"prompt": "x"})
+        finally:
+            pool.close()
+    try:
+        with pytest.raises(hs.Disconnected, match="the server sent a malformed HTTP status line"):
+            asyncio.run(go())
+    finally:
+        srv.close()
+
+
+def test_moe_skew_file_that_is_a_device_is_not_said_missing(cli_inproc, tmp_path):
+    res = cli_inproc("moe", "--skew", "file:/dev/zero", "--no-charts", "--out", str(tmp_path / "o"))
+    assert res.returncode == 2
+    line = one_line_error(res)
+    assert "does not exist" not in line and "character device, not a regular file" in line, line
+    big = tmp_path / "loads.csv"
+    with open(big, "wb") as f:
+        f.truncate((64 << 20) + 1)                       # sparse: no disk used
+    res = cli_inproc("moe", "--skew", f"file:{big}", "--no-charts", "--out", str(tmp_path / "o2"))
+    assert res.returncode == 2 and "larger than 64 MiB" in one_line_error(res), res.stderr
+    res = cli_inproc("moe", "--skew", f"file:{tmp_path / 'none.csv'}", "--no-charts", "--out", str(tmp_path / "o3"))
+    assert res.returncode == 2 and "does not exist" in one_line_error(res)
+
+
+def test_serve_workload_fifo_is_said_not_a_regular_file(cli_inproc, tmp_path):
+    fifo = tmp_path / "work.jsonl"
+    os.mkfifo(fifo)
+    res = cli_inproc("serve", "--url", "http://127.0.0.1:1", "--model", "m", "--workload", str(fifo),
+                     "--out", str(tmp_path / "o"))
+    assert res.returncode == 2
+    line = one_line_error(res)
+    assert "no such file" not in line and "is a FIFO, not a regular file" in line, line
+    res = cli_inproc("serve", "--url", "http://127.0.0.1:1", "--model", "m", "--workload", str(tmp_path / "nope"),
+                     "--out", str(tmp_path / "o2"))
+    assert res.returncode == 2 and "no such file" in one_line_error(res)

@@ -20,7 +20,7 @@ import numpy as np
 
 from commprof import results
 from commprof.model.errors import UsageError
-from commprof.model.fileio import read_user_bytes, shown_path
+from commprof.model.fileio import check_regular, read_user_bytes, shown_path
 from commprof.model.runconfig import RunConfig
 from commprof.results.moe import write_moe_tables
 
@@ -47,8 +47,9 @@ MAX_LOAD = 1e15
 def _load_file(path: str, experts: int, spec: str) -> np.ndarray:
     """Per-expert load from CSV ``expert,load`` (header optional) or JSON list / dict."""
     label = f"--skew {spec}"
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise UsageError(f"{label}: load file '{path}' does not exist")
+    check_regular(path, f"{label}: load file '{path}'")     # a device, a FIFO, a dir: said as such
     loads = np.zeros(experts, dtype=np.float64)
 
     def put(e, v, at):
