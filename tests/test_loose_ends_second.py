@@ -176,3 +176,87 @@ def test_serve_workload_fifo_is_said_not_a_regular_file(cli_inproc, tmp_path):
     res = cli_inproc("serve", "--url", "http://127.0.0.1:1", "--model", "m", "--workload", str(tmp_path / "nope"),
                      "--out", str(tmp_path / "o2"))
     assert res.returncode == 2 and "no such file" in one_line_error(res)
+
+
+# --- 3. a full disk during a sweep: meta.json says failed, disk full ------------------------------------
+
+class _FullDiskFile:
+    """What a file open for appending does on a full disk: every write fails with ENOSPC."""
+
+    closed = False
+
+    def write(self, text):
+        import errno
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    flush = write
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_sweep_that_fills_the_disk_is_finished_failed_not_killed(tmp_path, monkeypatch, cli_inproc):
+    import errno
+    import socket
+    import types
+
+    from commprof import results
+    from commprof.capture import launch
+    from commprof.model import fileio
+    from commprof.results.sweep import SweepWriter
+    from helpers import results_meta
+    from test_hardening import _dead_pid, a_sweep_dir
+
+    d = a_sweep_dir(str(tmp_path / "full"), status="running", cells_planned=22, config={"tps": [2]})
+    m = results_meta(d)
+    m["writer"] = {"host": socket.gethostname(), "pid": _dead_pid(), "pid_start": 1, "heartbeat": m["start_time"]}
+    json.dump(m, open(os.path.join(d, "meta.json"), "w"), indent=2)
+    before = os.path.getsize(os.path.join(d, "meta.json"))
+    real_open = open
+
+    def full_open(path, mode="r", *a, **k):             # no new file fits: the temporary meta.json.tmp
+        if "w" in mode or "a" in mode:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return real_open(path, mode, *a, **k)
+
+    writer = SweepWriter(d, None, m, set())
+    writer._table._f = _FullDiskFile()
+    monkeypatch.setattr(fileio, "open", full_open, raising=False)
+    with pytest.raises(Exception) as e:
+        writer.write_rows([{"op": "all_reduce", "size_bytes": 8}])
+    assert "No space left on device" in str(e.value)
+    launch._finish(types.SimpleNamespace(out_dir=d), None, "failed", str(e.value))    # rank 0's own path
+    monkeypatch.undo()
+    meta = results_meta(d)
+    assert meta["status"] == "failed" and meta["disk_full"] is True, meta.get("status")
+    assert "disk is full" in meta["error"] and "No space left on device" in meta["error"]
+    assert os.path.getsize(os.path.join(d, "meta.json")) <= before + 4096
+    assert not [f for f in os.listdir(d) if f.endswith(".tmp")]
+    r = results.load(d)
+    assert r.state == "failed" and "killed" not in r.unfinished and "disk is full" in r.unfinished, r.unfinished
+    shown = cli_inproc("show", d, "--no-charts")
+    assert "killed" not in shown.stdout + shown.stderr and "disk is full" in shown.stdout + shown.stderr
+
+
+def test_finish_meta_other_write_errors_still_raise(tmp_path, monkeypatch):
+    import errno
+
+    from commprof import results
+    from commprof.model import fileio
+    from commprof.model.errors import UsageError
+    from test_hardening import a_sweep_dir
+
+    d = a_sweep_dir(str(tmp_path / "ro"), status="running", cells_planned=2, config={"tps": [2]})
+
+    real_open = open
+
+    def ro_open(path, mode="r", *a, **k):
+        if "w" in mode or "a" in mode:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+        return real_open(path, mode, *a, **k)
+
+    monkeypatch.setattr(fileio, "open", ro_open, raising=False)
+    with pytest.raises(UsageError, match="Read-only file system"):
+        results.finish_meta(d, "failed", "x")
+    monkeypatch.undo()
+    assert json.load(open(os.path.join(d, "meta.json")))["status"] == "running"
