@@ -277,9 +277,10 @@ def test_meta_write_on_a_full_disk_names_the_file_and_leaves_no_temp(tmp_path, m
     assert os.path.join(d, "meta.json") in str(info.value) and "No space left on device" in str(info.value)
     assert "\n" not in str(info.value)
     assert os.listdir(d) == ["meta.json"] and results_meta(d)["status"] == "running"
-    with pytest.raises(UsageError, match="meta.json"):
-        results.finish_meta(d, "failed", "x")
+    results.finish_meta(d, "failed", "x")      # no temporary fits: finished in place, saying why (issue 34)
     assert no_temp_files(d)
+    m = results_meta(d)
+    assert m["status"] == "failed" and m["disk_full"] is True and m["error"].startswith("x; the disk is full")
 
 
 def test_table_write_on_a_full_disk_names_the_file(tmp_path, monkeypatch):

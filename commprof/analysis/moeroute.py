@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commprof.model.errors import UsageError
-from commprof.model.fileio import read_user_bytes, shown_path
+from commprof.model.fileio import check_regular, read_user_bytes, shown_path
 from commprof.model.moeconfig import MoeRunConfig
 
 HOT_SHARE_DEFAULT = 0.5
@@ -42,8 +42,9 @@ MAX_LOAD = 1e15
 def _load_file(path: str, experts: int, spec: str) -> np.ndarray:
     """Per-expert load from CSV ``expert,load`` (header optional) or JSON list / dict."""
     label = f"--skew {spec}"
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise UsageError(f"{label}: load file '{path}' does not exist")
+    check_regular(path, f"{label}: load file '{path}'")     # a device, a FIFO, a dir: said as such
     loads = np.zeros(experts, dtype=np.float64)
 
     def put(e, v, at):

@@ -171,11 +171,12 @@ class Pool:
                     from None
             except asyncio.LimitOverrunError:
                 writer.close()
-                raise Disconnected("the answer's status line is too long: not HTTP") from None
+                raise Disconnected("the server sent a malformed HTTP status line (too long): not HTTP") from None
             parts = status_line.decode("latin-1").split(None, 2)
             if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
                 writer.close()
-                raise Disconnected(f"not an HTTP answer: {status_line[:60]!r}")
+                raise Disconnected(f"the server sent a malformed HTTP status line ({status_line[:60]!r}): "
+                                   "not an HTTP answer")
             headers = {}
             try:
                 while True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import random
 import time
 
@@ -178,6 +179,18 @@ async def stream_request(client, cfg: ServeConfig, spec: dict, ignore_eos: bool,
 # Pre-flight: is this an OpenAI-compatible server serving that model?
 
 
+def malformed_answer(detail: str) -> str:
+    """The words for an answer that is not HTTP: the server's status line (or headers) malformed.
+    ``detail`` is the HTTP library's own text (h11 calls a bad status line an "illegal request line"
+    or an "illegal status line: b'...'"); the line itself is kept, the library's wording is not."""
+    m = re.search(r"(?:bytearray\()?(b['\"].*['\"])\)?$", detail)
+    what = "status line" if ("status line" in detail or "request line" in detail or "response line" in detail) \
+        else "header"
+    seen = f" ({m.group(1)[:60]})" if m else ""
+    return (f"the server sent a malformed HTTP {what}{seen}: not an HTTP server (a TLS one wants https://; "
+            "another protocol listens on that port?)")
+
+
 async def preflight(cfg: ServeConfig) -> dict:
     httpx = httpx_module()
     info: dict = {"served_models": None, "ignore_eos": False, "server_header": ""}
@@ -193,6 +206,8 @@ async def preflight(cfg: ServeConfig) -> dict:
             raise EndpointError(f"--url {cfg.url}: cannot connect (no server listening there?)") from None
         except httpx.TimeoutException:
             raise EndpointError(f"--url {cfg.url}: no answer to GET /v1/models within {timeout.read:g}s") from None
+        except httpx.RemoteProtocolError as e:       # h11 names a bad status line "illegal request line"
+            raise EndpointError(f"--url {cfg.url}: {malformed_answer(str(e))}") from None
         except httpx.HTTPError as e:
             raise EndpointError(f"--url {cfg.url}: {type(e).__name__}: {str(e)[:120]}") from None
         info["server_header"] = r.headers.get("server", "")

@@ -93,9 +93,19 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         if not att["tokens"]:
             raise UsageError(f"{', '.join(sorted({os.path.basename(r.path) for r in rs}))}: no step holds kernels or "
                              f"collectives on every rank (steps from {att['step_source']})")
+        training = sum(r.training_ops for r in rs)
+        if training and not any(t["phase"] != "decode" for t in att["tokens"]):
+            # backward and optimizer ops: these steps train a model; no token is generated in them
+            for t in att["tokens"] + att["steps"]:
+                t["phase"] = "training"
+            att["notes"].insert(0, f"training steps, not decode steps: the trace holds {training:,} backward/optimizer "
+                                   "CPU ops (autograd::engine::evaluate_function, Optimizer.step#); figures are per "
+                                   "step, with no tokens/s")
         decode_batch = _median([t["decode_requests"] for t in att["tokens"]
                                 if t["phase"] == "decode" and t["decode_requests"] != ""])
-        batch = int(lab.get("batch", 0)) or decode_batch or _batch_from_sizes(shape, colls, dtype) or 1
+        is_training = any(t["phase"] == "training" for t in att["tokens"])
+        batch = 0 if is_training else (int(lab.get("batch", 0)) or decode_batch
+                                       or _batch_from_sizes(shape, colls, dtype) or 1)
         common = {"kind": "imported", "tp": run_tp, "batch": batch, "mode": mode}
         L = shape.layers if shape else ""
         ran = layers_run or L
@@ -105,13 +115,16 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         for t in att["tokens"]:
             phases.setdefault(t["phase"], []).append(t)
         summs = {}
-        for ph in sorted(phases, key=("decode", "prefill", "mixed").index):
+        for ph in sorted(phases, key=("decode", "prefill", "mixed", "training").index):
             toks = phases[ph]
-            chunk = _median([t["step_tokens"] - (t["decode_requests"] or 0) for t in toks]) if ph != "decode" else 0
-            b = batch if ph == "decode" else (_median([t["decode_requests"] for t in toks]) or 0)
+            chunk = _median([t["step_tokens"] - (t["decode_requests"] or 0) for t in toks]) \
+                if ph in ("prefill", "mixed") else 0
+            b = batch if ph == "decode" else 1 if ph == "training" else (_median([t["decode_requests"] for t in toks]) or 0)
             summs[ph] = summarize(toks, b, att["collectives_per_step"], chunk=chunk or 0, prompt=chunk or 0)
             summs[ph]["phase"] = ph
-            sum_rows.append({**common, "batch": b if ph != "prefill" else 0, "scaled": 0, "layers_run": ran,
+            if ph == "training":            # a training step generates no tokens
+                summs[ph].update({"tokens_per_s": float("nan"), "collectives_per_token": float("nan")})
+            sum_rows.append({**common, "batch": b if ph not in ("prefill", "training") else 0, "scaled": 0, "layers_run": ran,
                              "layers_model": L, **summs[ph]})
         summ = summs.get("decode") or next(iter(summs.values()))
         step_rows += [{**common, **r} for r in att["steps"]]
@@ -119,11 +132,12 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         rank_rows += [{**common, **r} for r in att["ranks"]]
         plan_count = len(plan) if plan else None
         accounts.append({"run": label or "kineto", "tp": run_tp, "batch": batch, "mode": mode,
+                         "step_kind": "training" if "training" in phases else "inference",
                          "ranks": sorted(r.rank for r in rs), "steps": len(att["tokens"]) // len(rs),
                          "steps_by_phase": {ph: len(v) // len(rs) for ph, v in phases.items()},
                          "dropped_steps": att["dropped_steps"],
                          "backend": "+".join(sorted({r.backend for r in rs if r.backend})),
-                         "batch_source": ("run label" if lab.get("batch") else "vLLM iteration marks (decode requests, "
+                         "batch_source": ("none: training steps" if is_training else "run label" if lab.get("batch") else "vLLM iteration marks (decode requests, "
                                           "median over decode steps)" if decode_batch else
                                           "first all-reduce's size / hidden" if batch > 1 else "assumed 1"),
                          "step_source": att["step_source"], "collectives_per_step": att["collectives_per_step"],
@@ -147,7 +161,8 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
         "scaled": False, "scaling": layers_note or "as captured (every layer the engine ran)",
         "step_marker": step_marker, "runs": accounts,
         "phases": "per step from vLLM's iteration marks where the trace has them (execute_context_N(T)_generation_M(K): "
-                  "prefill = context requests only, decode = generation only, mixed = both); else every step decode",
+                  "prefill = context requests only, decode = generation only, mixed = both); else every step decode, "
+                  "or training where the trace holds backward/optimizer ops (figures per step, no tokens)",
         "config": {"dtype": dtype, "tp": tp},
         "columns": {
             "latency_us": "the step's window on the rank: its GPU-side span (first to last kernel, or the "
@@ -235,7 +250,8 @@ def run_import_kineto(paths: list[str], out: str, step_marker: str | None = None
                     f"{'matches' if a['matches_plan'] else 'DIFFERS'})")
         cpu_ops = f" (CPU ops, {a['backend'] or 'backend unknown'})" if a["cpu_only"] else ""
         print(f"imported {a['run']}: rank{'s' if len(a['ranks']) > 1 else ''} {', '.join(map(str, a['ranks']))}; "
-              f"{a['steps']} step{'s' if a['steps'] != 1 else ''} ({a['step_source']}), "
+              f"{a['steps']}{' training' if a.get('step_kind') == 'training' else ''} "
+              f"step{'s' if a['steps'] != 1 else ''} ({a['step_source']}), "
               f"{a['collectives_per_step']} collectives/step{plan}, "
               f"{a['ms_per_step']:.3f} ms/step, communication {a['comm_share_pct']:.1f}% exposed"
               f"{cpu_ops} into {acc['out_dir']}")

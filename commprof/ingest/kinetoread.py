@@ -72,6 +72,9 @@ _DTYPE_BYTES = {"float": 4, "double": 8, "half": 2, "bfloat16": 2, "int": 4, "lo
 _OPS = (("all_reduce", r"all_?reduce"), ("all_gather", r"all_?gather"), ("reduce_scatter", r"reduce_?scatter"),
         ("all_to_all", r"all_?to_?all"), ("broadcast", r"broadcast"), ("sendrecv", r"send_?recv|send|recv"),
         ("all_reduce", r"cross_device_reduce|one_shot|two_shot"))
+#: CPU ops only a training step runs: autograd's backward functions and torch.optim's step and
+#: zero_grad (their names as torch.profiler records them). An inference engine's decode runs none.
+TRAINING_OP_RE = re.compile(r"^(?:autograd::engine::evaluate_function\b|Optimizer\.(?:step|zero_grad)#)")
 _RANK_FILE_RE = re.compile(r"(?:^|[^a-z])(?:rank|tp)[-_]?(\d+)(?!\d)", re.IGNORECASE)
 _WS = re.compile(r"[ \t\n\r]*")
 _DEC = json.JSONDecoder()
@@ -194,6 +197,7 @@ class RankTrace:
     graph: bool = False
     span: tuple = (math.inf, -math.inf)
     kernels: int = 0
+    training_ops: int = 0                           # backward / optimizer ops on the CPU: a training step
     producer: dict = field(default_factory=dict)    # commprof trace.json's own header: model, layers run
 
 
@@ -212,6 +216,17 @@ class _Collector:
         self.cpu_comm: list = []        # (pid, name, ts, dur, args)
         self.span = (math.inf, -math.inf)
         self.step_re = None             # --step-marker, compiled
+        self.training: dict = {}        # pid -> backward/optimizer CPU ops seen
+
+    def _comm_args(self, name: str, args: dict) -> dict:
+        """A collective's size arguments, each checked: a count or size that is no whole number of
+        elements (negative, fractional, over 2^53, not a number) is a corrupt trace, refused."""
+        out = {k: args[k] for k in _COMM_KEYS if k in args}
+        for k in ("In msg nelems", "Out msg nelems", "size_bytes"):
+            if k in out and not _is_count(out[k]):
+                raise UsageError(f"{self.label}: collective {shown(name, 40)} has '{k}' = {shown(out[k], 40)}: not a "
+                                 "count of elements (a whole number from 0 to 2^53); the trace is corrupt")
+        return out
 
     def _keep(self):
         self.kept += 1
@@ -262,7 +277,7 @@ class _Collector:
                 self.gpu_events.append((pid, "memory", None, ts, dur, args.get("correlation"), None))
             elif COMM_KERNEL_RE.search(name) or "Collective name" in args:
                 self.gpu_events.append((pid, "comm", name, ts, dur, args.get("correlation"),
-                                        {k: args[k] for k in _COMM_KEYS if k in args}))
+                                        self._comm_args(name, args)))
             else:
                 self.gpu_events.append((pid, "compute", None, ts, dur, args.get("correlation"), None))
         elif cat in ("cuda_runtime", "cuda_driver"):
@@ -277,7 +292,7 @@ class _Collector:
         elif cat in _CPU_CATS:
             if name == "record_param_comms":
                 self._keep()
-                self.rpc.append((pid, ts, ts + dur, {k: args[k] for k in _COMM_KEYS if k in args}))
+                self.rpc.append((pid, ts, ts + dur, self._comm_args(name, args)))
                 return
             if any(r.match(name) for r, _ in STEP_RES) or (self.step_re and self.step_re.search(name)):
                 self._keep()
@@ -285,8 +300,10 @@ class _Collector:
                 return
             if CPU_COMM_RE.match(name) or "Collective name" in args:
                 self._keep()
-                self.cpu_comm.append((pid, name, ts, dur, {k: args[k] for k in _COMM_KEYS if k in args}))
+                self.cpu_comm.append((pid, name, ts, dur, self._comm_args(name, args)))
                 return
+            if TRAINING_OP_RE.match(name):
+                self.training[pid] = self.training.get(pid, 0) + 1
             if cat == "cpu_op":
                 self._keep()
                 self.by_pid.setdefault(pid, {"marks": [], "cpu": []})["cpu"].append((ts, dur))
@@ -295,6 +312,15 @@ class _Collector:
 def _is_key(v) -> bool:
     """A usable correlation id: a whole number or a short string (not a list, dict, float or bool)."""
     return (isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 63) or (isinstance(v, str) and len(v) < 64)
+
+
+def _is_count(x) -> bool:
+    """A whole number of elements or bytes: an int (or a whole float) from 0 to 2^53."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    if isinstance(x, float) and not (math.isfinite(x) and x == int(x)):
+        return False
+    return 0 <= x <= 2 ** 53
 
 
 def _size_text(label: str) -> str:
@@ -385,6 +411,7 @@ def _events(rd: _Reader, col: _Collector) -> None:
 
 def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
     label = f"'{path}'"
+    _check_header(label, header)
     info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
     props = header.get("deviceProperties")
     gpus = [shown(d.get("name"), 80).strip("'\"") if not isinstance(d.get("name"), str) else d["name"][:120]
@@ -445,6 +472,7 @@ def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
             if own(pid):
                 rt.marks.extend(d["marks"])
                 rt.cpu_ops.extend(d["cpu"])
+        rt.training_ops = sum(n for pid, n in col.training.items() if own(pid))
         if not rt.kernels:                 # CPU-only: the collectives are CPU ops
             rt.colls = _cpu_colls([e for e in col.cpu_comm if own(e[0])], [e for e in col.rpc if own(e[0])])
         else:
@@ -452,6 +480,27 @@ def _split_ranks(path: str, header: dict, col: _Collector) -> list[RankTrace]:
         rt.backend = backend_of_ops(rt) or rt.backend or None   # the ops say which; the process group may not
         out.append(rt)
     return out
+
+
+def _check_header(label: str, header: dict) -> None:
+    """The header entries commprof reads, of the types Kineto writes them: ``distributedInfo`` an
+    object whose ``backend`` is a name and ``world_size`` a whole number >= 1, ``deviceProperties``
+    a list of objects. Another type is a corrupt (or hand-made) trace: refused in one line."""
+    def bad(what, v, want):
+        raise UsageError(f"{label}: {what} = {shown(v, 40)}: expected {want}; not a trace as the PyTorch profiler "
+                         "writes it (the header is corrupt)")
+    info = header.get("distributedInfo")
+    if info is not None:
+        if not isinstance(info, dict):
+            bad("distributedInfo", info, "an object (rank, world_size, backend)")
+        if "backend" in info and info["backend"] is not None and not isinstance(info["backend"], str):
+            bad("distributedInfo.backend", info["backend"], "a backend's name (e.g. \"nccl\")")
+        ws = info.get("world_size")
+        if ws is not None and (isinstance(ws, bool) or not isinstance(ws, int) or not 1 <= ws <= 1_000_000):
+            bad("distributedInfo.world_size", ws, "a whole number from 1 to 1,000,000")
+    props = header.get("deviceProperties")
+    if props is not None and (not isinstance(props, list) or not all(isinstance(d, dict) for d in props)):
+        bad("deviceProperties", props, "a list of objects, one per device")
 
 
 def _outermost(items):

@@ -113,7 +113,9 @@ def atomic_path(path: str):
             os.close(fd)
         os.replace(tmp, path)
     except OSError as e:
-        raise cannot_write(path, e) from None
+        err = cannot_write(path, e)
+        err.errno = e.errno                 # callers may fall back on a full disk (ENOSPC)
+        raise err from None
     finally:
         remove_quietly(tmp)
 
@@ -125,6 +127,27 @@ def write_atomic(path: str, data: str | bytes) -> str:
         with open(tmp, "wb") as f:
             f.write(raw)
             f.flush()
+    return path
+
+
+def write_in_place(path: str, data: bytes) -> str:
+    """Overwrite the existing file ``path`` with ``data`` in place (same inode, its own blocks),
+    then cut it to ``data``'s length: the fallback of a small file's last write when the disk is
+    full and no temporary file fits (not atomic: used only where the atomic write already failed).
+    An OSError is one UsageError naming ``path``."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.ftruncate(fd, len(data))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise cannot_write(path, e) from None
     return path
 
 

@@ -11,6 +11,8 @@ dir: for imported and modelled dirs that is not the box the figures describe (``
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
 import socket
 import sys
@@ -19,7 +21,7 @@ from datetime import datetime
 
 from commprof.model.errors import CommprofError, UsageError, shown
 from commprof.model.fileio import TMP_SUFFIX, remove_quietly, shown_path, write_json  # noqa: F401 (shown_path: re-exported)
-from commprof.model.fileio import read_json_object
+from commprof.model.fileio import read_json_object, write_in_place
 from commprof.model.machine import machine, nccl_env, now_iso, run_env, versions
 from commprof.model import registry
 
@@ -234,7 +236,34 @@ def finish_meta(path: str, status: str, error: str | None = None):
         del meta["error"]
     if meta.get("runs"):
         meta["runs"][-1].update(end_time=meta["end_time"], status=status, **({"error": error} if error else {}))
-    write_meta(path, meta)
+    try:
+        write_meta(path, meta)
+    except UsageError as e:
+        if getattr(e, "errno", None) not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        _finish_in_place(path, meta, e)
+
+
+def _finish_in_place(path: str, meta: dict, cause: UsageError) -> None:
+    """The disk is full: no temporary ``meta.json`` fits, so the finished one is written over the
+    old file's own bytes (compact JSON where the indented text would not fit), saying the disk was
+    full; else a reader later finds "running" and calls the run killed. Raises ``cause`` if even
+    that fails."""
+    meta["disk_full"] = True
+    if meta.get("status") != "complete":
+        meta["status"] = "failed"
+        why = "the disk is full (meta.json finished in place)"
+        meta["error"] = f"{meta['error']}; {why}" if meta.get("error") else why
+        if meta.get("runs"):
+            meta["runs"][-1].update(status="failed", error=meta["error"])
+    mp = os.path.join(path, META_JSON)
+    text = json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n"
+    try:
+        if len(text.encode()) > os.path.getsize(mp):
+            text = json.dumps(meta, separators=(",", ":"), sort_keys=False, default=str) + "\n"
+        write_in_place(mp, text.encode())
+    except (OSError, UsageError):
+        raise cause from None
 
 
 @contextlib.contextmanager

@@ -52,7 +52,7 @@ def build_config(*, url: str, model: str, concurrency: str = "1,4,16", rate: str
     if len(set(levels)) != len(levels):
         raise UsageError(f"--concurrency {shown(concurrency)}: a level is repeated")
     if workload not in WORKLOADS:
-        if not os.path.isfile(workload):
+        if not os.path.lexists(workload):          # there but not a regular file: load_replay says what it is
             raise UsageError(f"--workload {shown(workload)}: use qa, rag, multiturn or a JSONL file of "
                              '{"prompt_tokens": N, "output_tokens": M} lines (no such file)')
         load_replay(workload)                       # refuse a bad file before anything runs

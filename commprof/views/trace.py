@@ -128,6 +128,12 @@ def summary_lines(summary) -> list[str]:
                          f"collectives/step (transfer {num('transfer_share_pct', '.1f')}%, "
                          f"wait {num('wait_share_pct', '.1f')}%) [{label}]")
             continue
+        if phase == "training":       # backward/optimizer ops in the steps: no token is generated
+            lines.append(f"TP={r.get('tp')} {r.get('mode', '?')}: training steps, not decode (backward/optimizer ops "
+                         f"in the trace): {num('ms_per_token', '.3f')} ms/step, {r.get('collectives_per_step', '?')} "
+                         f"collectives/step, communication {num('comm_share_pct', '.1f')}% = {_comm_ms(r)} ms/step "
+                         f"(transfer {num('transfer_share_pct', '.1f')}%, wait {num('wait_share_pct', '.1f')}%) [{label}]")
+            continue
         lines.append(f"TP={r.get('tp')} batch={r.get('batch')} {r.get('mode', '?')}: {num('ms_per_token', '.3f')} "
                      f"ms/token, {num('tokens_per_s', '.1f')} tokens/s, {r.get('collectives_per_step', '?')} "
                      f"collectives/step ({num('collectives_per_token', 'g')}/token), communication "
