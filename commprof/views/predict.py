@@ -17,13 +17,13 @@ def predict_line(r: dict) -> str:
         kind = r.get("error_kind", "?")
         whose = (f"{kind} predictions" if kind in ERROR_BANDS else
                  f"all predictions: no {kind} figure held out yet")
-        band = (f" (band {fmt_cell(r['ms_per_token_lo'], 2)}-{fmt_cell(r['ms_per_token_hi'], 2)}, "
-                f"past error on held-out published figures, {whose})")
+        band = (f"; band {fmt_cell(r['ms_per_token_lo'], 2)}-{fmt_cell(r['ms_per_token_hi'], 2)} ms/token "
+                f"(past error on held-out published figures, {whose})")
     share = (f" (band {fmt_cell(r['comm_share_lo_pct'])}-{fmt_cell(r['comm_share_hi_pct'])}%)"
              if fmt_cell(r.get("comm_share_lo_pct")) != "-" and float(r["comm_ms"]) > 0 else "")
-    return (f"{r['gpu']} TP={r['tp']} batch {r['batch']}: {fmt_cell(r['ms_per_token'], 2)} ms/token{band} = compute "
+    return (f"{r['gpu']} TP={r['tp']} batch {r['batch']}: {fmt_cell(r['ms_per_token'], 2)} ms/token = compute "
             f"{fmt_cell(r['compute_ms'], 2)} ms (modelled) + communication {fmt_cell(r['comm_ms'], 2)} ms "
-            f"({r['comm_kind']}: {r['comm']}), {fmt_cell(r['comm_share_pct'])}% communication{share}; "
+            f"({r['comm_kind']}: {r['comm']}), {fmt_cell(r['comm_share_pct'])}% communication{share}{band}; "
             f"{fmt_cell(r['tokens_s_per_user'])} tok/s per user, {fmt_cell(r['tokens_s_per_box'], 0)} per {r['tp']} GPUs"
             f"{ttft}{kv}")
 
