@@ -76,8 +76,14 @@ def engine_price(comm, gpu, tp: int, mode: str, cal: dict):
     skew = 1.0 + (float(cal.get("pcie_skew_frac", 0.0)) if cls.startswith("pcie") else 0.0)
     nvl, pcie = int(getattr(gpu, "nvlink_gen", 4) or 4), int(getattr(gpu, "pcie_gen", 5) or 5)
 
+    memo: dict = {}
+
     def price(op: str, size_bytes: int) -> float:
-        if op == "all_reduce" and car:
-            return custom_ar_us(size_bytes, tp, cls, nvl, pcie) + per_call
-        return base(op, size_bytes) * skew + per_call
+        key = (op, size_bytes)
+        if key not in memo:         # a step repeats the same few sizes 2L+2 times
+            if op == "all_reduce" and car:
+                memo[key] = custom_ar_us(size_bytes, tp, cls, nvl, pcie) + per_call
+            else:
+                memo[key] = base(op, size_bytes) * skew + per_call
+        return memo[key]
     return price
