@@ -300,7 +300,8 @@ def main() -> int:
         return (f"{name}: median ratio {s['median_ratio']}, median |error| {s['median_abs_err_pct']}%, "
                 f"worst {s['worst_abs_err_pct']}% over {s['n']} figures")
 
-    table += ["", line("Fit figures (the calibration saw them)", fit_s) + ".",
+    table += ["", f"Commit: {result['versions'].get('commprof_commit')}. Constants: {CALIBRATION}.",
+              "", line("Fit figures (the calibration saw them)", fit_s) + ".",
               line("Held-out figures (never used to fit anything)", held_s) + "."]
     for k, s in by_kind.items():
         table.append("- " + line(f"held out, {k}", s))
