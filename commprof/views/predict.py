@@ -97,5 +97,5 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
     prov = (f"predicted: compute modelled from published GPU specs (calibration: {meta.get('calibration_source', '?')}); "
             f"communication per panel as labelled; {meta.get('start_time', '?')}; command: "
             f"{' '.join(meta.get('command', []))}. % above a bar: communication share; whisker: the error band "
-            f"(measured/predicted range over held-out published figures of its kind).")
+            f"(10th-90th percentile of measured/predicted over held-out published figures of its kind).")
     return save_chart(fig, path, prov, top=1.0)
