@@ -2,23 +2,27 @@
 
 Per layer and rank at TP=N, every kernel of the step is priced as a roofline with a floor:
 
-    kernel_us = max(bytes / (bandwidth x bw_frac), flops / (peak x flop_frac), floor_us)
+    kernel_us = max((bytes + half_bytes) / (bandwidth x bw_frac), flops / (peak x flop_frac), floor_us)
 
 * bytes are the weights the kernel reads (one rank's shard, :func:`commprof.analysis.stepmodel.weights_per_rank`
   shapes) and, for attention, the KV cache of every sequence (``batch x context``, GQA heads per
   rank, sliding-window layers capped at their window: :func:`commprof.analysis.stepmodel.kv_bytes_per_sequence_per_rank`);
 * flops are ``2 x tokens x weights`` for a GEMM and ``4 x batch x context x heads x head_dim`` for
   attention (QK^T and PV);
+* ``half_bytes`` makes the achieved bandwidth fall with the bytes a kernel moves: ``bw_frac`` at
+  large kernels, half of it at ``half_bytes`` (a small GEMM of a small model, or a large model's
+  GEMM split 8 ways, is further from the roofline than the big one);
 * ``floor_us`` is the shortest a kernel runs on a GPU (launch, ramp and tail of a tiny kernel); in
-  eager mode each kernel also pays ``eager_gap_us`` of host launch gap, under CUDA graphs it does not;
+  eager mode a kernel shorter than ``eager_gap_us`` (the host's launch time) waits for the next
+  launch, a longer one hides it; under CUDA graphs there is no such wait;
 * the step pays ``step_overhead_us`` of host work (scheduler, sampling, input preparation) once.
 
 Prefill (TTFT) is the same sum over a ``prompt``-token step, compute bound: its GEMMs carry
 ``prompt`` tokens and attention is causal (``prompt^2 / 2`` per head).
 
-The fractions and floors are :data:`CALIBRATION`: ``bw_frac`` and ``step_overhead_us`` fitted on
-published measured decode figures (``scripts/bench_predict.py --fit``, results in
-``results/bench/predict_calibration.*``), the others set; every number this module returns is
+The fractions and floors are :data:`CALIBRATION`, fitted on the ``fit`` figures of the published
+corpus (``scripts/bench_predict_figures.py --fit``; results, fit and held out apart, in
+``results/bench/predict_figures.*``), the others set; every number this module returns is
 *modelled*. Only the standard library is imported here.
 """
 from __future__ import annotations
@@ -29,28 +33,59 @@ from commprof.model.gpus import GpuSpec
 from commprof.model.models import ModelShape, is_moe_layer, is_sliding
 from commprof.analysis.stepmodel import check_tp, dtype_bytes, kv_bytes_per_sequence_per_rank, kv_heads_per_rank
 
-#: The modelled GPU's achievable fractions and floors. ``bw_frac`` and ``step_overhead_us`` are what
-#: ``scripts/bench_predict.py --fit`` printed on the eight published figures of its ``FIGURES`` (NVIDIA
-#: NIM, 2x H100, Llama-3.3-70B fp8 at concurrency 1/5/25; vLLM's performance dashboard, H100 and
-#: A100 SXM, Llama-3.1-8B TP=1 and Llama-3-70B TP=4 at batch 8, bf16); held-out and in-sample errors
-#: in ``results/bench/predict_calibration.md``. One ``bw_frac`` serves HBM and GDDR parts alike: the
-#: only GDDR figure with a stated setup (8x L20, TP=8) is held out, too few to fit a second one.
-#: ``flop_frac``, ``prefill_flop_frac``, ``floor_us`` and ``eager_gap_us`` are set, not fitted.
+#: The modelled GPU's achievable fractions, floors and the engine's per-collective terms.
+#: ``bw_frac``, ``half_bytes``, ``step_overhead_us``, ``eager_gap_us``, ``coll_graph_us``,
+#: ``coll_eager_us`` and ``pcie_skew_frac`` are what ``scripts/bench_predict_figures.py --fit``
+#: printed on the 15 priced ``fit`` figures of ``tests/data/published-decode/figures.csv`` (NVIDIA
+#: NIM 2x H100 fp8; vLLM's dashboard on H100/A100 SXM; Qwen's speed benchmarks on A100 and H20;
+#: 8x L20 eager); the 22 held-out figures were never used. Errors per figure, fit and held out
+#: apart, in ``results/bench/predict_figures.md``. ``flop_frac``, ``prefill_flop_frac``,
+#: ``floor_us`` and ``small_kernels_per_layer`` are set, not fitted.
 CALIBRATION = {
-    "bw_frac": 0.64,            # achieved / datasheet memory bandwidth of a decode GEMM or attention kernel
+    "bw_frac": 0.68,            # best achieved / datasheet memory bandwidth (a large decode GEMM or attention read)
     "flop_frac": 0.60,          # achieved / datasheet dense tensor FLOP/s (decode GEMMs at large batch)
     "prefill_flop_frac": 0.60,  # the same for prefill GEMMs
     "floor_us": 2.5,            # a kernel's shortest run on the GPU (graph replay)
-    "eager_gap_us": 4.0,        # host launch gap per kernel without CUDA graphs
+    "eager_gap_us": 2.0,        # host time to launch one kernel without CUDA graphs (hidden behind longer kernels)
     "small_kernels_per_layer": 5,   # norms, rotary, activation, residual adds: floor-bound
-    "step_overhead_us": 300.0,  # host work per step: scheduler, sampling, input preparation
+    "step_overhead_us": 500.0,  # host work per step: scheduler, sampling, input preparation
+    # Efficiency that falls with the work per kernel: a memory-bound kernel of b bytes runs
+    # (b + half_bytes) / (bandwidth x bw_frac), i.e. it reaches half of its best bandwidth at
+    # b = half_bytes (the bytes in flight a GPU needs to cover its memory latency, by Little's law:
+    # a small GEMM at TP=8 or of a small model never has them). 0 = one bw_frac for every shape.
+    "half_bytes": 3e6,
+    # The collective as the engine pays it (commprof.analysis.enginecomm): per call under CUDA
+    # graphs, more per call in eager mode, and the rank skew of NCCL over PCIe (a fraction).
+    "coll_graph_us": 2.0,
+    "coll_eager_us": 0.0,
+    "pcie_skew_frac": 0.0,
 }
-CALIBRATION_SOURCE = ("bw_frac and step_overhead_us fitted by scripts/bench_predict.py --fit on NVIDIA NIM's "
-                      "published ITL (https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance: Llama-3.3-70B "
-                      "fp8 TP2 on 2x H100 80G) and vLLM's performance dashboard (https://buildkite.com/vllm/"
-                      "performance-benchmark/builds/9555 and /9523: Llama-3.1-8B TP1 and Llama-3-70B TP4, batch 8, "
-                      "on H100 and A100 SXM); the other constants set; see results/bench/predict_calibration.md")
+CALIBRATION_SOURCE = ("bw_frac, half_bytes, step_overhead_us, eager_gap_us and the engine-collective terms "
+                      "(coll_graph_us, coll_eager_us, pcie_skew_frac) fitted by scripts/bench_predict_figures.py --fit "
+                      "on the fit figures of tests/data/published-decode/figures.csv (NVIDIA NIM "
+                      "https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance, vLLM's performance dashboard "
+                      "https://buildkite.com/vllm/performance-benchmark/builds/, Qwen's speed benchmarks "
+                      "https://github.com/QwenLM/Qwen2.5 docs, vLLM issue #4852); custom all-reduce from "
+                      "sgl-project/sglang #2904; the other constants set; see results/bench/predict_figures.md")
 MODES = ("graph", "eager")
+
+#: The datasheet bound: every byte at peak bandwidth, every FLOP at peak, no floors or overheads
+#: (a measured figure faster than this did not run as described).
+IDEAL = {"bw_frac": 1.0, "flop_frac": 1.0, "prefill_flop_frac": 1.0, "floor_us": 0.0, "eager_gap_us": 0.0,
+         "step_overhead_us": 0.0, "half_bytes": 3e6, "coll_graph_us": 2.0, "coll_eager_us": 0.0,
+         "pcie_skew_frac": 0.0}
+
+#: The constants ``scripts/bench_predict_figures.py --fit`` may move, with the values it tries
+#: (fit figures only; everything else is set).
+FIT_GRID = {
+    "bw_frac": [x / 100 for x in range(50, 91, 2)],
+    "step_overhead_us": [0.0, 100.0, 200.0, 300.0, 400.0, 500.0, 700.0, 1000.0, 1500.0],
+    "half_bytes": [0.0, 0.5e6, 1e6, 2e6, 3e6, 4e6, 6e6, 8e6, 12e6],
+    "coll_graph_us": [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 15.0, 20.0, 30.0],
+    "coll_eager_us": [0.0, 5.0, 10.0, 20.0, 30.0, 50.0, 80.0],
+    "pcie_skew_frac": [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0],
+    "eager_gap_us": [2.0, 4.0, 6.0, 8.0, 10.0, 15.0],
+}
 
 
 @dataclass(frozen=True)
@@ -76,7 +111,8 @@ def weight_bytes_per_elem(weights: str, dtype: str) -> float:
 
 
 def _price(name, count, nbytes, flops, gpu: GpuSpec, dtype: str, cal: dict, flop_frac: float) -> Kernel:
-    t_mem = nbytes / (gpu.mem_bandwidth_gbps * 1e3 * cal["bw_frac"])           # GB/s = 1e3 B/us
+    half = float(cal.get("half_bytes", 0.0)) if nbytes > 0 else 0.0
+    t_mem = (nbytes + half) / (gpu.mem_bandwidth_gbps * 1e3 * cal["bw_frac"])  # GB/s = 1e3 B/us
     t_fl = flops / (gpu.peak_tflops(dtype) * 1e6 * flop_frac)                 # TFLOP/s = 1e6 FLOP/us
     us = max(t_mem, t_fl, cal["floor_us"])
     bound = "floor" if us == cal["floor_us"] and us > max(t_mem, t_fl) else ("memory" if t_mem >= t_fl else "compute")
@@ -200,7 +236,11 @@ def _totals(ks: list[Kernel], mode: str, cal: dict) -> dict:
         roof = k.us if k.bound != "floor" else 0.0
         roof_us += k.count * roof
     floor_us = total_us - roof_us
-    gap_us = cal["step_overhead_us"] + (n * cal["eager_gap_us"] if mode == "eager" else 0.0)
+    # Eager mode: the host launches kernel after kernel, eager_gap_us each; a kernel longer than a
+    # launch hides the next launch (the GPU runs behind the host), a shorter one waits for it.
+    # Under CUDA graphs the whole step is one launch.
+    eager_us = sum(k.count * max(0.0, cal["eager_gap_us"] - k.us) for k in ks) if mode == "eager" else 0.0
+    gap_us = cal["step_overhead_us"] + eager_us
     return {"kernel_us": roof_us, "floor_us": floor_us, "gap_us": gap_us, "compute_us": total_us + gap_us,
             "kernels": n, "bytes_read": sum(k.count * k.bytes_read for k in ks),
             "flops": sum(k.count * k.flops for k in ks), "by_kernel": [k.__dict__ for k in ks]}

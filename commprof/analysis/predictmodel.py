@@ -14,6 +14,8 @@ verb adds files, the console and the chart, the API a DataFrame. Standard librar
 from __future__ import annotations
 
 from commprof.analysis.commsource import CommSource, comm_source
+from commprof.analysis.enginecomm import engine_price
+from commprof.analysis.errorband import BAND_SOURCE, ERROR_BANDS, band, error_kind, share_band
 from commprof.analysis.computemodel import (CALIBRATION, CALIBRATION_SOURCE, MODES, WEIGHT_DTYPES, prefill_compute,
                                             step_compute, weight_bytes_per_elem)
 from commprof.analysis.stepmodel import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_tp, dtype_bytes, kv_budget,
@@ -27,7 +29,8 @@ CSV_COLUMNS = ["box", "gpu", "comm", "comm_kind", "comm_timing", "tp", "batch", 
                "compute_ms", "kernel_ms", "floor_ms", "gaps_ms", "comm_ms", "ms_per_token",
                "tokens_s_per_user", "tokens_s_per_box", "tokens_s_per_gpu", "comm_share_pct",
                "collectives_per_step", "prompt", "ttft_ms", "ttft_comm_ms", "weights_gb_per_rank",
-               "kv_gb_per_sequence_per_rank", "kv_max_sequences", "weights_fit", "note"]
+               "kv_gb_per_sequence_per_rank", "kv_max_sequences", "weights_fit", "note",
+               "error_kind", "ms_per_token_lo", "ms_per_token_hi", "comm_share_lo_pct", "comm_share_hi_pct"]
 
 #: What kind of figure each column is: the compute side is modelled, the communication side is
 #: the comm input's own kind (``comm_kind``: modelled, imported or measured), the totals predicted.
@@ -37,6 +40,8 @@ COLUMN_KINDS = {
     "tokens_s_per_user": "predicted", "tokens_s_per_box": "predicted", "tokens_s_per_gpu": "predicted",
     "comm_share_pct": "predicted", "ttft_ms": "predicted", "weights_gb_per_rank": "modelled",
     "kv_gb_per_sequence_per_rank": "modelled", "kv_max_sequences": "modelled",
+    "ms_per_token_lo": "predicted", "ms_per_token_hi": "predicted", "comm_share_lo_pct": "predicted",
+    "comm_share_hi_pct": "predicted",
 }
 COLUMN_DOCS = {
     "compute_ms": "GPU time of one decode step on one rank: kernel_ms + floor_ms + gaps_ms",
@@ -50,6 +55,12 @@ COLUMN_DOCS = {
     "comm_share_pct": "comm_ms / ms_per_token x 100",
     "ttft_ms": "prefill of the prompt in one step (compute bound) + its collectives + one decode step",
     "kv_max_sequences": "sequences of --context tokens whose KV cache fits beside the weights (--mem-util)",
+    "error_kind": "tp1, nvlink or pcie: the kind of prediction whose past error the band carries",
+    "ms_per_token_lo": "ms_per_token x the 10th percentile of measured/predicted over the held-out published "
+                       "figures of its kind (commprof.analysis.errorband)",
+    "ms_per_token_hi": "ms_per_token x the 90th percentile of the same",
+    "comm_share_lo_pct": "the lowest communication share the band allows (the whole difference in compute or comm)",
+    "comm_share_hi_pct": "the highest communication share the band allows",
 }
 
 
@@ -75,7 +86,7 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommSource, tp: int, ba
     cal = {**CALIBRATION, **(cal or {})}
     comp = step_compute(model, gpu, tp, batch, context, dtype, mode, cal, weights, mixed_tokens)
     sites = step_collectives(model, tp, batch + int(mixed_tokens), batch, dtype)
-    price = comm.price(tp, mode) if tp > 1 else (lambda op, s: 0.0)
+    price = engine_price(comm, gpu, tp, mode, cal) if tp > 1 else (lambda op, s: 0.0)
     comm_us = sum(price(s.op, s.size_bytes) for s in sites)
     step_us = comp["compute_us"] + comm_us
     w = int(weights_per_rank(model, tp, dtype)["total"] * weight_bytes_per_elem(weights, dtype) / dtype_bytes(dtype))
@@ -94,6 +105,10 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommSource, tp: int, ba
         "kv_max_sequences": max_seq, "weights_fit": bool(fit),
         "note": "" if fit else f"weights ({w / 1e9:.1f} GB per rank) do not fit in {gpu.memory_gb} GB x {mem_util}",
     }
+    kind = error_kind(tp, comm.label)
+    lo, hi = band(step_us / 1e3, kind)
+    s_lo, s_hi = share_band(comm_us / 1e3, step_us / 1e3, lo, hi)
+    row.update(error_kind=kind, ms_per_token_lo=lo, ms_per_token_hi=hi, comm_share_lo_pct=s_lo, comm_share_hi_pct=s_hi)
     if prompt:
         pre = prefill_compute(model, gpu, tp, prompt, dtype, "eager", cal, weights)
         pc = prefill_comm_us(model, tp, prompt, prompt, price, dtype=dtype) if tp > 1 else 0.0
@@ -202,6 +217,7 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
         "mode": mode, "context": context, "prompt": prompt, "mem_util": mem_util,
         "boxes": [{"box": f"{g.key} + {c.label}", "gpu": g.to_dict(), "comm": c.describe()} for g, c in boxes],
         "calibration": {**CALIBRATION, **calibration}, "calibration_source": CALIBRATION_SOURCE,
+        "error_bands": ERROR_BANDS, "error_band_source": BAND_SOURCE,
         "column_kinds": COLUMN_KINDS, "columns": COLUMN_DOCS, "notes": notes,
     }
     return rows, notes, meta

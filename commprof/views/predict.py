@@ -11,9 +11,20 @@ def predict_line(r: dict) -> str:
     ttft = f"; TTFT {fmt_cell(r['ttft_ms'])} ms (collectives {fmt_cell(r['ttft_comm_ms'])} ms)" if has_ttft else ""
     kv = (f"; KV fits {r['kv_max_sequences']:,} sequences of {r['context']:,} tokens" if r["weights_fit"]
           else "; weights do not fit")
+    band = ""
+    if fmt_cell(r.get("ms_per_token_lo")) != "-":
+        from commprof.analysis.errorband import ERROR_BANDS
+
+        kind = r.get("error_kind", "?")
+        whose = (f"{kind} predictions" if kind in ERROR_BANDS else
+                 f"all predictions: no {kind} figure held out yet")
+        band = (f"; band {fmt_cell(r['ms_per_token_lo'], 2)}-{fmt_cell(r['ms_per_token_hi'], 2)} ms/token "
+                f"(past error on held-out published figures, {whose})")
+    share = (f" (band {fmt_cell(r['comm_share_lo_pct'])}-{fmt_cell(r['comm_share_hi_pct'])}%)"
+             if fmt_cell(r.get("comm_share_lo_pct")) != "-" and float(r["comm_ms"]) > 0 else "")
     return (f"{r['gpu']} TP={r['tp']} batch {r['batch']}: {fmt_cell(r['ms_per_token'], 2)} ms/token = compute "
             f"{fmt_cell(r['compute_ms'], 2)} ms (modelled) + communication {fmt_cell(r['comm_ms'], 2)} ms "
-            f"({r['comm_kind']}: {r['comm']}), {fmt_cell(r['comm_share_pct'])}% communication; "
+            f"({r['comm_kind']}: {r['comm']}), {fmt_cell(r['comm_share_pct'])}% communication{share}{band}; "
             f"{fmt_cell(r['tokens_s_per_user'])} tok/s per user, {fmt_cell(r['tokens_s_per_box'], 0)} per {r['tp']} GPUs"
             f"{ttft}{kv}")
 
@@ -61,6 +72,13 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
             vals = [float(r[key]) if ok else 0.0 for r, ok in zip(sub, fits)]
             ax.bar(range(len(sub)), vals, bottom=bottom, color=color, label=name)
             bottom = [b + v for b, v in zip(bottom, vals)]
+        # the error band of each bar: ms_per_token x the held-out measured/predicted range of its kind
+        for i, r in enumerate(sub):
+            if fits[i] and fmt_cell(r.get("ms_per_token_lo")) != "-":
+                lo, hi = float(r["ms_per_token_lo"]), float(r["ms_per_token_hi"])
+                ax.errorbar(i, bottom[i], yerr=[[max(0.0, bottom[i] - lo)], [max(0.0, hi - bottom[i])]],
+                            fmt="none", ecolor="0.2", elinewidth=0.8, capsize=2)
+                bottom[i] = max(bottom[i], hi)
         tallest = max(tallest, *bottom)
         for i, r in enumerate(sub):
             if fits[i]:
@@ -77,5 +95,6 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
     axes[0][-1].legend(fontsize=7, loc="upper center", ncol=2, frameon=False)
     prov = (f"predicted: compute modelled from published GPU specs (calibration: {meta.get('calibration_source', '?')}); "
             f"communication per panel as labelled; {meta.get('start_time', '?')}; command: "
-            f"{' '.join(meta.get('command', []))}. % above a bar: communication share.")
+            f"{' '.join(meta.get('command', []))}. % above a bar: communication share; whisker: the error band "
+            f"(10th-90th percentile of measured/predicted over held-out published figures of its kind).")
     return save_chart(fig, path, prov, top=1.0)

@@ -1,0 +1,270 @@
+"""predict's model terms against hand-computed cases, the published corpus it is judged on, and the
+error band it carries (commprof/analysis/enginecomm.py, computemodel.py, errorband.py;
+scripts/bench_predict_figures.py)."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "tests", "data", "published-decode")
+
+
+def _bench():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import bench_predict_figures
+
+    return bench_predict_figures
+
+
+# --- (a) the collective as the engine pays it ------------------------------------------------------
+
+
+def test_custom_all_reduce_is_used_where_vllm_uses_it():
+    from commprof.analysis.enginecomm import uses_custom_ar
+
+    assert uses_custom_ar("nvlink", 2) and uses_custom_ar("nvlink", 8)
+    assert uses_custom_ar("pcie-p2p", 2)                    # two PCIe GPUs with P2P
+    assert not uses_custom_ar("pcie-p2p", 4) and not uses_custom_ar("pcie-p2p", 8)   # > 2 PCIe-only GPUs
+    assert not uses_custom_ar("pcie-nop2p", 2)              # no P2P: NCCL
+    assert not uses_custom_ar("measured", 2) and not uses_custom_ar("nvlink", 1)
+
+
+def test_link_class_from_the_comm_spec():
+    from commprof.analysis.commsource import comm_source
+    from commprof.analysis.enginecomm import link_class
+
+    assert link_class(comm_source("reference:nvlink3"), None) == "nvlink"
+    assert link_class(comm_source("reference:pcie5-p2p"), None) == "pcie-p2p"
+    assert link_class(comm_source("reference:pcie4-nop2p"), None) == "pcie-nop2p"
+    assert link_class("some-results-dir", None) == "measured"
+
+
+def test_custom_all_reduce_latency_hand_computed():
+    from commprof.analysis.enginecomm import custom_ar_us
+
+    # 8x H100 (NVLink 4): the published points themselves (sglang #2904)
+    assert custom_ar_us(32768, 8, "nvlink", 4) == pytest.approx(7.8)
+    assert custom_ar_us(1048576, 8, "nvlink", 4) == pytest.approx(33.8)
+    assert custom_ar_us(64, 8, "nvlink", 4) == pytest.approx(5.9)          # below the first point: flat
+    # 2 GPUs pull 1/7 of the 8-GPU peer bytes: 7 x 262144 bytes on 2 GPUs reads like 262144 on 8
+    assert custom_ar_us(7 * 262144, 2, "nvlink", 4) == pytest.approx(16.7)
+    # NVLink 3 (300 GB/s per direction) is 1.5x slower per byte: 262144 x 300/450 bytes read like 262144
+    assert custom_ar_us(262144 * 300 // 450, 8, "nvlink", 3) == pytest.approx(16.7, rel=1e-4)
+    # 2 PCIe 5.0 GPUs with P2P: 7.5 us + bytes at 0.85 x 63 GB/s = 53.55 GB/s
+    assert custom_ar_us(53550, 2, "pcie-p2p", pcie_gen=5) == pytest.approx(7.5 + 1.0)
+
+
+class _FakeComm:
+    def __init__(self, label):
+        self.label = label
+
+    def price(self, tp, mode):
+        return lambda op, size: 10.0 if op == "all_reduce" else 4.0
+
+
+class _Gpu:
+    nvlink_gen, pcie_gen = 0, 5
+
+
+def test_engine_price_hand_computed():
+    from commprof.analysis.enginecomm import engine_price
+
+    cal = {"coll_graph_us": 2.0, "coll_eager_us": 3.0, "pcie_skew_frac": 0.5}
+    p = engine_price(_FakeComm("reference:pcie5-nop2p"), _Gpu(), 8, "graph", cal)
+    assert p("all_reduce", 1024) == pytest.approx(10.0 * 1.5 + 2.0)        # NCCL x (1 + skew) + per call
+    assert p("all_gather", 1024) == pytest.approx(4.0 * 1.5 + 2.0)
+    p = engine_price(_FakeComm("reference:pcie5-nop2p"), _Gpu(), 8, "eager", cal)
+    assert p("all_reduce", 1024) == pytest.approx(10.0 * 1.5 + 2.0 + 3.0)  # eager pays more per call
+    p = engine_price(_FakeComm("a-measured-dir"), _Gpu(), 8, "graph", cal)
+    assert p("all_reduce", 1024) == pytest.approx(10.0 + 2.0)              # its own numbers: no skew added
+    p = engine_price(_FakeComm("reference:pcie5-p2p"), _Gpu(), 2, "graph", cal)
+    assert p("all_reduce", 53550) == pytest.approx(7.5 + 1.0 + 2.0)        # custom all-reduce, then per call
+    assert p("all_gather", 100) == pytest.approx(4.0 * 1.5 + 2.0)          # the logits gather stays on NCCL
+
+
+def test_predict_prices_the_steps_collectives_as_the_engine_pays_them():
+    from commprof.analysis.commsource import comm_source
+    from commprof.analysis.computemodel import CALIBRATION as C
+    from commprof.analysis.enginecomm import custom_ar_us
+    from commprof.analysis.predictmodel import predict_point
+    from commprof.analysis.stepmodel import decode_collectives
+    from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
+
+    m, g, comm = get_model("Llama-3.1-70B"), get_gpu("h100-sxm"), comm_source("reference:nvlink4")
+    r = predict_point(m, g, comm, 4, 1, 2048)
+    sites = decode_collectives(m, 4, 1)
+    base = comm.price(4, "graph")
+    want = sum((custom_ar_us(s.size_bytes, 4, "nvlink", 4) if s.op == "all_reduce" else base(s.op, s.size_bytes))
+               + C["coll_graph_us"] for s in sites)
+    assert r["comm_ms"] * 1e3 == pytest.approx(want)
+
+
+# --- (b) efficiency that falls with the work per kernel ---------------------------------------------
+
+
+def test_bandwidth_falls_with_bytes_per_kernel_hand_computed():
+    from commprof.analysis.computemodel import _price
+    from commprof.model.gpus import get_gpu
+
+    g = get_gpu("a100-sxm")                                  # 2039 GB/s
+    cal = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 4e6}
+    big = _price("k", 1, 400e6, 0.0, g, "bf16", cal, 0.6)
+    half = _price("k", 1, 4e6, 0.0, g, "bf16", cal, 0.6)
+    assert big.us == pytest.approx((400e6 + 4e6) / (2039e3 * 0.8))        # 247.67 us: 99% of 0.8 x datasheet
+    assert half.us == pytest.approx(8e6 / (2039e3 * 0.8))                 # at half_bytes: half the bandwidth
+    assert 4e6 / half.us == pytest.approx(0.5 * 0.8 * 2039e3)
+    flat = _price("k", 1, 4e6, 0.0, g, "bf16", {**cal, "half_bytes": 0.0}, 0.6)
+    assert flat.us == pytest.approx(4e6 / (2039e3 * 0.8))
+
+
+def test_the_same_model_is_further_from_the_roofline_at_tp8_than_at_tp1():
+    from commprof.analysis.computemodel import step_kernels
+    from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
+
+    m, g = get_model("Qwen2.5-32B"), get_gpu("h100-sxm")
+    def achieved(tp):
+        k = {x.name: x for x in step_kernels(m, g, tp, 1, 1, 1024)}["down_proj"]
+        return k.bytes_read / k.us / (g.mem_bandwidth_gbps * 1e3)
+    assert achieved(8) < achieved(1)
+
+
+def test_eager_launches_hide_behind_longer_kernels_hand_computed():
+    from commprof.analysis.computemodel import Kernel, _totals
+
+    ks = [Kernel("long", 10, 0, 0, 50.0, "memory"), Kernel("short", 20, 0, 0, 1.5, "floor")]
+    cal = {"eager_gap_us": 6.0, "step_overhead_us": 100.0}
+    # the 10 long kernels hide their launches; the 20 short ones wait 6 - 1.5 = 4.5 us each
+    assert _totals(ks, "eager", cal)["gap_us"] == pytest.approx(100.0 + 20 * 4.5)
+    assert _totals(ks, "graph", cal)["gap_us"] == pytest.approx(100.0)
+
+
+# --- (c) the error band ------------------------------------------------------------------------------
+
+
+def test_error_kind_and_band_hand_computed():
+    from commprof.analysis.errorband import band, error_kind, share_band
+
+    assert error_kind(1, "reference:nvlink4") == "tp1" and error_kind(8, "reference:nvlink4") == "nvlink"
+    assert error_kind(8, "reference:pcie5-nop2p") == "pcie" and error_kind(2, "import-rtx5090x8") == "pcie"
+    bands = {"nvlink": {"lo": 0.9, "hi": 1.2, "n": 6}, "all": {"lo": 0.8, "hi": 1.5, "n": 18}}
+    assert band(10.0, "nvlink", bands) == pytest.approx((9.0, 12.0))
+    assert band(10.0, "pcie", bands) == pytest.approx((8.0, 15.0))        # no pcie band: all of them
+    assert band(10.0, "tp1", {}) == (10.0, 10.0)
+    # 10 ms with 4 ms of communication, band 8-15 ms: shares from 4/15 = 26.7% (all the extra is compute)
+    # to (4 - 2)/8 = 25% (faster: the comm shrank) ... the lowest, and (4 + 5)/15 = 60% the highest
+    lo, hi = share_band(4.0, 10.0, 8.0, 15.0)
+    assert lo == pytest.approx(25.0) and hi == pytest.approx(60.0)
+
+
+def test_error_bands_in_code_are_the_committed_benchmarks_held_out_bands():
+    from commprof.analysis.errorband import ERROR_BANDS
+
+    doc = json.load(open(os.path.join(ROOT, "results", "bench", "predict_figures.json")))
+    assert doc["held_out_bands"] == ERROR_BANDS and doc["bands_match_code"]
+    b = _bench()
+    assert b.held_out_bands(doc["figures"]) == ERROR_BANDS       # recomputed from the committed rows
+
+
+def test_band_is_drawn_from_held_out_figures_only():
+    b = _bench()
+    rows = [{"role": "fit", "status": "counted", "kind": "tp1", "measured_ms": 100.0, "predicted_ms": 1.0}] + [
+        {"role": "heldout", "status": "counted", "kind": "tp1", "measured_ms": m, "predicted_ms": 10.0}
+        for m in (9.0, 10.0, 11.0, 12.0)]
+    got = b.held_out_bands(rows)["tp1"]
+    assert got["min"] == 0.9 and got["max"] == 1.2 and got["n"] == 4      # the fit row (ratio 100) is ignored
+
+
+def test_predict_rows_carry_the_band_in_csv_console_and_meta(cli_inproc, tmp_path):
+    out = tmp_path / "p"
+    r = cli_inproc("predict", "--model", "Gemma-3-27B", "--gpu", "rtx5090,h100-sxm",
+                   "--comm", "reference:pcie5-nop2p,reference:nvlink4", "--tp", "1,8", "--batch", "1",
+                   "--no-charts", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "band " in r.stdout and "past error on held-out published figures" in r.stdout
+    with open(out / "predict.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    from commprof.analysis.errorband import ERROR_BANDS
+
+    for x in rows:
+        ms, lo, hi = float(x["ms_per_token"]), float(x["ms_per_token_lo"]), float(x["ms_per_token_hi"])
+        b = ERROR_BANDS.get(x["error_kind"]) or ERROR_BANDS["all"]
+        assert lo == pytest.approx(ms * b["lo"], rel=1e-5) and hi == pytest.approx(ms * b["hi"], rel=1e-5)
+        assert float(x["comm_share_lo_pct"]) <= float(x["comm_share_pct"]) <= float(x["comm_share_hi_pct"])
+    assert {x["error_kind"] for x in rows} == {"tp1", "pcie", "nvlink"}
+    meta = json.load(open(out / "meta.json"))
+    assert meta["error_bands"] == ERROR_BANDS and "held-out" in meta["error_band_source"]
+
+
+def test_chart_draws_the_band(tmp_path):
+    from commprof.analysis.predictmodel import predict_table
+    from commprof.views.predict import predict_chart
+
+    rows, _, meta = predict_table("Gemma-3-27B", ["rtx5090"], ["reference:pcie5-nop2p"], [8], [1])
+    path = predict_chart(rows, str(tmp_path / "p.png"), meta)
+    assert os.path.getsize(path) > 1000
+
+
+# --- the corpus and the benchmark --------------------------------------------------------------------
+
+
+def test_corpus_has_30_sourced_figures_at_least_half_held_out():
+    from commprof.model.gpus import get_gpu
+
+    b = _bench()
+    figs = b.load_figures()
+    assert len(figs) >= 30
+    assert sum(f["role"] == "heldout" for f in figs) * 2 >= len(figs)
+    assert {f["role"] for f in figs} == {"fit", "heldout"}
+    assert len({f["id"] for f in figs}) == len(figs)
+    shapes = b.load_shapes()
+    for f in figs:
+        assert f["source_url"].startswith("https://") and f["where"] and f["engine"]
+        assert f["unit"] in ("ms", "ms e2e", "tok/s") and f["metric"] in ("TPOT", "ITL", "e2e/osl", "tok/s")
+        assert f["mode"] in ("graph", "eager") and f["count"] == f["tp"] and 1 <= f["batch"] <= 64
+        assert f["interconnect"] and f["comm"].startswith("reference:")
+        get_gpu(f["gpu"])
+        assert f["model"] in shapes or f["model"] in ("Llama-3.1-70B",)
+    kinds = {(f["tp"] > 1, "nvlink" in f["comm"]) for f in figs}
+    assert (True, True) in kinds and (True, False) in kinds           # NVLink and PCIe boxes at TP > 1
+    assert {"bf16", "fp8"} <= {f["weights"] for f in figs}
+
+
+def test_measured_ms_per_unit():
+    b = _bench()
+    assert b.measured_ms({"id": "x", "value": "50", "unit": "tok/s", "osl": 1}) == pytest.approx(20.0)
+    assert b.measured_ms({"id": "x", "value": "1280", "unit": "ms e2e", "osl": 128}) == pytest.approx(10.0)
+    assert b.measured_ms({"id": "x", "value": "7.5", "unit": "ms", "osl": 9}) == 7.5
+    with pytest.raises(ValueError):
+        b.measured_ms({"id": "x", "value": "1", "unit": "s", "osl": 1})
+
+
+def test_benchmark_rows_and_summary_follow_from_the_corpus():
+    b = _bench()
+    doc = json.load(open(os.path.join(ROOT, "results", "bench", "predict_figures.json")))
+    rows = b.evaluate(b.load_figures())
+    assert [r["id"] for r in rows] == [r["id"] for r in doc["figures"]]
+    counted = [r for r in rows if r["status"] == "counted"]
+    assert b.summary([r["ratio"] for r in counted if r["role"] == "heldout"]) == doc["held_out"]
+    assert b.summary([r["ratio"] for r in counted if r["role"] == "fit"]) == doc["fit"]
+    assert doc["met"] == (doc["held_out"]["median_abs_err_pct"] <= 10 and doc["held_out"]["worst_abs_err_pct"] <= 25
+                          and 0.95 <= doc["held_out"]["median_ratio"] <= 1.05)
+
+
+# --- a fast verb -------------------------------------------------------------------------------------
+
+
+def test_one_model_evaluation_is_well_under_a_second():
+    from commprof.analysis.predictmodel import predict_table
+
+    predict_table("Qwen2.5-32B", ["rtx5090"], ["reference:pcie5-nop2p"], [2, 4, 8], [1, 8, 32])    # warm
+    t0 = time.perf_counter()
+    predict_table("Qwen2.5-32B", ["rtx5090"], ["reference:pcie5-nop2p"], [2, 4, 8], [1, 8, 32])
+    assert time.perf_counter() - t0 < 0.5
