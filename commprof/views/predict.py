@@ -1,6 +1,7 @@
 """What ``commprof predict`` shows: one line per box and TP, a table, and the stacked ms/token chart."""
 from __future__ import annotations
 
+from commprof.analysis.errorband import ERROR_BANDS
 from commprof.views.console import Col, fit_table, fmt_cell, stdout_console
 from commprof.views.charts import save_chart
 
@@ -13,8 +14,6 @@ def predict_line(r: dict) -> str:
           else "; weights do not fit")
     band = ""
     if fmt_cell(r.get("ms_per_token_lo")) != "-":
-        from commprof.analysis.errorband import ERROR_BANDS
-
         kind = r.get("error_kind", "?")
         whose = (f"{kind} predictions" if kind in ERROR_BANDS else
                  f"all predictions: no {kind} figure held out yet")
