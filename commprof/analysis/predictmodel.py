@@ -126,10 +126,10 @@ def default_comm(gpu: GpuSpec) -> tuple[str, str]:
     (SXM) its NVLink generation's profile; a PCIe card its PCIe generation's, with P2P where the card
     allows it (GeForce cards: P2P disabled by NVIDIA's driver, so no P2P; professional and data-center
     PCIe cards: P2P)."""
-    if gpu.nvlink_gen in (3, 4, 5):
+    if gpu.nvlink_gen in (3, 4, 5) and gpu.form_factor != "pcie":    # a PCIe card's NVLink bridge joins pairs only
         return f"reference:nvlink{gpu.nvlink_gen}", f"{gpu.key} has NVLink {gpu.nvlink_gen} (gpus.toml nvlink_gen)"
     gen = 5 if gpu.pcie_gen >= 5 else 4
-    geforce = "geforce" in gpu.name.lower()
+    geforce = "geforce" in gpu.name.lower() if gpu.pcie_p2p is None else not gpu.pcie_p2p   # gpus.toml pcie_p2p
     p2p = "nop2p" if geforce else "p2p"
     why = (f"{gpu.key} is a PCIe {gpu.pcie_gen} card without NVLink; "
            + ("a GeForce card: the driver disables P2P, so no P2P" if geforce else
