@@ -22,6 +22,7 @@ from commprof.analysis.stepmodel import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_t
 from commprof.model.errors import UsageError, shown
 from commprof.model.gpus import GpuSpec, get_gpu
 from commprof.model.models import ModelShape, get_model
+from commprof.analysis.quant import gemm_rate_note, weight_bytes_per_rank as quant_weight_bytes
 
 CSV_COLUMNS = ["box", "gpu", "comm", "comm_kind", "comm_timing", "tp", "batch", "context", "mode",
                "compute_ms", "kernel_ms", "floor_ms", "gaps_ms", "comm_ms", "ms_per_token",
@@ -78,7 +79,7 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommSource, tp: int, ba
     price = comm.price(tp, mode) if tp > 1 else (lambda op, s: 0.0)
     comm_us = sum(price(s.op, s.size_bytes) for s in sites)
     step_us = comp["compute_us"] + comm_us
-    w = int(weights_per_rank(model, tp, dtype)["total"] * weight_bytes_per_elem(weights, dtype) / dtype_bytes(dtype))
+    w = quant_weight_bytes(weights_per_rank(model, tp, dtype), weights, dtype_bytes(dtype))   # analysis/quant.py
     kv_seq = kv_bytes_per_sequence_per_rank(model, tp, context, dtype)
     _, _, fit, max_seq = kv_budget(gpu.memory_bytes, mem_util, w, kv_seq)
     row = {
@@ -196,6 +197,7 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
                                weights)
     comms_used = {id(c): c for _, c in boxes}
     notes[:0] = chosen
+    notes += list(dict.fromkeys(n for g, _ in boxes if (n := gemm_rate_note(weights, g, dtype))))   # quantized weights
     notes += [n for c in comms_used.values() for n in c.notes]
     meta = {
         "gpus": sorted({g.name for g, _ in boxes}), "model": model.to_dict(), "dtype": dtype, "weights": weights,
