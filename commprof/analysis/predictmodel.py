@@ -23,6 +23,8 @@ from commprof.model.errors import UsageError, shown
 from commprof.model.gpus import GpuSpec, get_gpu
 from commprof.model.models import ModelShape, get_model
 from commprof.analysis.quant import gemm_rate_note, weight_bytes_per_rank as quant_weight_bytes
+from commprof.analysis.predictmoe import MOE_COLUMN_DOCS, MOE_COLUMN_KINDS, MOE_COLUMNS, check_ep, ep_rows
+from commprof.analysis.predictload import LOAD_COLUMN_DOCS, LOAD_COLUMN_KINDS, LOAD_COLUMNS, load_rows
 
 CSV_COLUMNS = ["box", "gpu", "comm", "comm_kind", "comm_timing", "tp", "batch", "context", "mode",
                "compute_ms", "kernel_ms", "floor_ms", "gaps_ms", "comm_ms", "ms_per_token",
@@ -171,7 +173,8 @@ def make_boxes(gpus: list, comms: list, notes: list | None = None) -> list[tuple
 
 def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,
                   dtype: str = "bf16", weights: str = "bf16", mode: str = "graph", mem_util: float = 0.9,
-                  calibration: dict | None = None) -> tuple[list[dict], list[str], dict]:
+                  calibration: dict | None = None, ep: int = 1, moe_steps: list | None = None,
+                  load=None) -> tuple[list[dict], list[str], dict]:
     """Validated inputs -> (rows of :data:`CSV_COLUMNS`, notes, the provenance a predict dir's
     meta.json carries). ``model``: a name, a config.json path or a :class:`ModelShape`; ``gpus``
     and ``comms``: as ``--gpu`` and ``--comm`` (specs or :class:`CommSource` objects)."""
@@ -193,8 +196,32 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     if weights not in WEIGHT_DTYPES:
         raise UsageError(f"--weights {shown(weights)}: use one of {', '.join(WEIGHT_DTYPES)}")
     calibration = dict(calibration or {})
-    rows, notes = predict_rows(model, boxes, tps, batches, context, prompt, dtype, mode, mem_util, calibration,
-                               weights)
+    check_ep(model, ep)
+    ep_on, load_notes = ep != 1 or moe_steps is not None, []
+    if load is not None:        # the load decides the batch: analysis/predictload.py
+        def step_row_of(g, c, tp):
+            def step_row(b, m, ctx):
+                r = predict_point(model, g, c, tp, b, ctx, None, dtype, mode, mem_util, calibration, weights, m)
+                if ep_on:
+                    (r,), ns = ep_rows([r], model, [(g, c)], ep, ctx, dtype, mode, calibration, weights, moe_steps,
+                                       tokens_of=lambda _: b + m)
+                    load_notes.extend(n for n in ns if n not in load_notes)
+                return r
+            return step_row
+        rows, notes = load_rows(boxes, tps, load, step_row_of)
+        notes += load_notes
+    else:
+        rows, notes = predict_rows(model, boxes, tps, batches, context, prompt, dtype, mode, mem_util, calibration,
+                                   weights)
+    csv_columns, extra_kinds, extra_docs = list(CSV_COLUMNS), {}, {}
+    if ep_on:      # expert parallelism: analysis/predictmoe.py
+        if load is None:
+            rows, ep_notes = ep_rows(rows, model, boxes, ep, context, dtype, mode, calibration, weights, moe_steps)
+            notes += ep_notes
+        csv_columns, extra_kinds, extra_docs = csv_columns + MOE_COLUMNS, MOE_COLUMN_KINDS, MOE_COLUMN_DOCS
+    if load is not None:
+        csv_columns += LOAD_COLUMNS
+        extra_kinds, extra_docs = {**extra_kinds, **LOAD_COLUMN_KINDS}, {**extra_docs, **LOAD_COLUMN_DOCS}
     comms_used = {id(c): c for _, c in boxes}
     notes[:0] = chosen
     notes += list(dict.fromkeys(n for g, _ in boxes if (n := gemm_rate_note(weights, g, dtype))))   # quantized weights
@@ -206,4 +233,7 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
         "calibration": {**CALIBRATION, **calibration}, "calibration_source": CALIBRATION_SOURCE,
         "column_kinds": COLUMN_KINDS, "columns": COLUMN_DOCS, "notes": notes,
     }
+    if csv_columns != CSV_COLUMNS:       # --ep / load columns (predictmoe.py, predictload.py)
+        meta.update(csv_columns=csv_columns, ep=ep, load=load and load.__dict__, column_kinds={**COLUMN_KINDS, **extra_kinds},
+                    columns={**COLUMN_DOCS, **extra_docs})
     return rows, notes, meta

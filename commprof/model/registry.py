@@ -110,6 +110,13 @@ class PredictConfig:
     charts: bool = flag(True, "--no-charts", invert=True, help="Skip the chart.")
     as_json: bool = flag(False, "--json", help="Print the rows as JSON.")
     serve: str | None = flag(None, "--serve", help="A commprof serve dir: adds the measured queue, TTFT and served TPOT beside the modelled ones.")
+    ep: int = flag(1, "--ep", help="MoE expert parallelism: E/ep whole experts per expert group (each over tp/ep GPUs); each MoE layer's all-reduce becomes a dispatch and a combine all-to-all over ep ranks, priced by --comm. Must divide the experts and each --tp.")
+    moe_skew: str | None = flag(None, "--moe-skew", help="With --ep: a commprof moe dir; its measured max/mean rank load (contiguous placement, the nearest token count, the worst skew) scales the busiest rank's experts and all-to-alls.")
+    concurrency: list = flag([], "--concurrency", parse="list", text="", help="Closed-loop users (comma list): the engine's real decode batch and the prompt tokens chunked into each step follow from --isl/--osl; prints TPOT/ITL and end-to-end / output tokens. Replaces --batch.")
+    qps: list = flag([], "--qps", parse="list", text="", help="Poisson request rates in requests/s (comma list): the batch by Little's law (requests in flight = rate x end-to-end time), solved with the step time. Replaces --batch.")
+    isl: int = flag(1024, "--isl", help="With --concurrency/--qps: input (prompt) tokens per request.")
+    osl: int = flag(256, "--osl", help="With --concurrency/--qps: output tokens per request.")
+    chunk: int = flag(2048, "--chunk", help="With --concurrency/--qps: tokens one step carries at most (the engine's max_num_batched_tokens: decode tokens + a prompt chunk).")
     calibration: dict = field(default_factory=dict)
 
 

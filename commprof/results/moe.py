@@ -2,8 +2,10 @@
 ``moe_ranks.csv`` (per rank of each), written by rank 0 of ``commprof moe`` beside ``meta.json``."""
 from __future__ import annotations
 
+import csv
 import os
 
+from commprof.model.errors import UsageError, shown
 from commprof.results.table import write_table
 
 STEPS_CSV = "moe_steps.csv"
@@ -23,3 +25,16 @@ def write_moe_tables(out_dir: str, steps: list[dict], ranks: list[dict]) -> None
     """Both tables, each written whole."""
     for name, cols, rows in ((STEPS_CSV, STEP_COLUMNS, steps), (RANKS_CSV, RANK_COLUMNS, ranks)):
         write_table(os.path.join(out_dir, name), cols, rows)
+
+
+def read_moe_steps(path: str) -> list[dict]:
+    """The rows of a ``commprof moe`` dir's ``moe_steps.csv`` as dicts of text (for ``predict
+    --moe-skew``); UsageError when ``path`` is not such a dir."""
+    f = os.path.join(path, STEPS_CSV)
+    if not os.path.isfile(f):
+        raise UsageError(f"--moe-skew {shown(path)}: not a commprof moe dir (no {STEPS_CSV})")
+    with open(f, newline="", encoding="utf-8", errors="replace") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows or "imbalance" not in rows[0]:
+        raise UsageError(f"--moe-skew {shown(path)}: {STEPS_CSV} has no rows with an imbalance column")
+    return rows
