@@ -6,28 +6,31 @@ Continuous batching with chunked prefill (vLLM, SGLang, TensorRT-LLM): every ste
 decode token of each running request and, up to ``--chunk`` tokens in all (the engine's
 ``max_num_batched_tokens``), pieces of waiting prompts. A request of ISL prompt and OSL output
 tokens spends ``p`` steps in prefill (the last one gives its first token) and ``OSL - 1`` in
-decode, so a share ``(OSL - 1) / (p + OSL - 1)`` of the requests in flight are decoding. With
-``L`` requests in flight, per step (means):
+decode, so with ``L`` requests in flight (means; :func:`split_in_flight`):
 
-* decode batch ``B = L x (OSL - 1) / (p + OSL - 1)``;
-* prompt tokens ``m = L x ISL / (p + OSL - 1)`` (each request brings ISL tokens once per cycle);
-* ``p = ceil(ISL / chunk)``, raised while ``m > chunk - B`` (the prompts share the step budget).
+* decode batch ``B = L x (OSL - 1) / (p + OSL - 1)`` (the row's batch);
+* prompt tokens per step ``m = L x ISL / (p + OSL - 1)``; a step that carries prefill takes
+  ``c = min(ISL, chunk - B)`` of them, ``p = ceil(ISL / c)``, raised while ``m > chunk - B`` (the
+  prompts then share the room the decode batch leaves);
+* a decoding request meets the others' prompts in a share ``f = min(1, m (L - 1) / L / c)`` of its
+  steps (alone, ``L = 1``, it meets none).
 
 **Closed loop** (``--concurrency N``, e.g. ``benchmark_serving --max-concurrency`` or a fixed pool of
 users): ``L = N``. **Open loop** (``--qps R``, Poisson arrivals): Little's law, ``L = R x E2E``,
-solved with the step time by fixed-point iteration (``B = R x (OSL - 1) x T``, ``m = R x ISL x T``);
-when no fixed point exists within the KV cache and the step budget, the box is over capacity and
-the row says so (queueing is not modelled: continuous batching admits every request while the KV
-cache holds it).
+solved with the step times by a damped fixed-point iteration. ``L`` is capped by the sequences the
+KV cache holds: past it (or with no fixed point) the box is over capacity, requests queue without
+bound, and the row is the box at that limit with a note saying what it serves (queueing itself is
+not modelled).
 
-A step of ``B`` decode tokens and ``m`` prompt tokens costs ``T`` (predict's step model with
-``mixed_tokens = m``, its context the mean ``ISL + OSL / 2``). Then:
+Two steps are priced by predict's step model (context the mean ``ISL + OSL / 2``): a decode step
+``T_d`` of ``B`` tokens and a mixed step ``T_m`` of ``B`` decode and ``c`` prompt tokens
+(``mixed_tokens``). Then:
 
-* ``tpot_ms`` = T: the mean time per output token after the first, what a serving benchmark reports
-  as TPOT (and its mean ITL: every decode step gives each running request one token);
-* ``ttft_load_ms`` = p x T: the prompt's steps (no queue);
-* ``e2e_ms`` = (p + OSL - 1) x T, and ``e2e_per_output_token_ms`` = e2e / OSL: what a latency benchmark
-  reports as ms per token (``benchmark_latency``: the batch's end-to-end time / output tokens);
+* ``tpot_ms`` = ``(1 - f) T_d + f T_m``: the mean time per output token after the first, what a serving
+  benchmark reports as TPOT (and its mean ITL); the row's step columns are that same blend;
+* ``ttft_load_ms`` = ``p x T_m``: the prompt's steps (no queue);
+* ``e2e_ms`` = TTFT + (OSL - 1) x TPOT, and ``e2e_per_output_token_ms`` = e2e / OSL: what a latency
+  benchmark reports as ms per token (``benchmark_latency``: end-to-end time / output tokens);
 * ``requests_s`` = L / e2e, ``output_tokens_s`` = L x OSL / e2e.
 
 Modelled from predict's step; standard library only.
@@ -47,11 +50,12 @@ LOAD_COLUMN_KINDS = {c: "predicted" for c in LOAD_COLUMNS}
 LOAD_COLUMN_DOCS = {
     "requests_in_flight": "requests the engine holds at once: the concurrency (closed loop) or rate x e2e (Little's law)",
     "decode_batch": "sequences each step decodes: requests in flight x (OSL - 1) / (prefill steps + OSL - 1); the row's batch",
+    "chunk": "--chunk: tokens one step carries at most (max_num_batched_tokens)",
     "prefill_tokens_per_step": "prompt tokens of other requests chunked into each decode step (mean)",
     "prefill_steps": "steps one prompt's prefill takes: ceil(ISL / chunk), more while the prompts overrun the step budget",
-    "tpot_ms": "serving benchmark's TPOT (= its mean ITL): one step of decode_batch + prefill_tokens_per_step tokens",
-    "ttft_load_ms": "prefill_steps x the step (no queue)",
-    "e2e_ms": "(prefill_steps + OSL - 1) x the step",
+    "tpot_ms": "serving benchmark's TPOT (= its mean ITL): decode steps and steps carrying others' prompt chunks, blended",
+    "ttft_load_ms": "prefill_steps x the mixed step (no queue)",
+    "e2e_ms": "ttft_load_ms + (OSL - 1) x tpot_ms",
     "e2e_per_output_token_ms": "latency benchmark's per-token figure: e2e_ms / OSL",
     "requests_s": "requests_in_flight / e2e", "output_tokens_s": "requests_in_flight x OSL / e2e, per TP group",
     "load_note": "over capacity, or a batch the KV cache does not hold",
@@ -101,74 +105,110 @@ def load_spec(concurrency, qps, isl: int, osl: int, chunk: int) -> LoadSpec:
                     _whole(chunk, "--chunk", MAX_CONTEXT))
 
 
-def split_in_flight(in_flight: float, spec: LoadSpec) -> tuple[int, int, int]:
-    """(decode batch, prompt tokens per step, prefill steps per prompt) of ``in_flight`` requests."""
+@dataclass(frozen=True)
+class Split:
+    """What ``L`` requests in flight mean per step (means; see the module)."""
+
+    in_flight: float
+    decode_batch: int          # B
+    prompt_tokens: int         # m: prompt tokens per step, over all steps
+    chunk_tokens: int          # c: prompt tokens a step carrying prefill takes, min(ISL, chunk - B)
+    prefill_steps: int         # p: steps one prompt's prefill takes
+    mixed_share: float         # f: share of a decoding request's steps that carry others' prompts
+
+
+def split_in_flight(in_flight: float, spec: LoadSpec) -> Split:
+    """``in_flight`` requests as decode batch, prompt tokens and prefill steps (module docstring):
+    ``B = L (OSL-1) / (p + OSL - 1)``, ``m = L ISL / (p + OSL - 1)``, ``c = min(ISL, chunk - B)``,
+    ``p = ceil(ISL / c)``, raised while ``m > chunk - B``; ``f = min(1, m (L-1)/L / c)``."""
     isl, osl, chunk = spec.isl, spec.osl, spec.chunk
     p = max(1, math.ceil(isl / chunk))
-    for _ in range(64):             # raise p while the prompts overrun the step's budget
-        cycle = p + osl - 1
-        b = in_flight * (osl - 1) / cycle
-        m = in_flight * isl / cycle
-        room = chunk - b
-        if room <= 0 or m <= room + 1e-9:
+    for _ in range(64):             # the least p whose prompts fit the room the decode batch leaves
+        b = max(1, round(in_flight * (osl - 1) / (p + osl - 1)))
+        room = max(1, chunk - b)
+        p_new = max(math.ceil(isl / min(isl, room)), math.ceil(in_flight * isl / room) - osl + 1)
+        if p_new <= p:
             break
-        p = max(p + 1, math.ceil(in_flight * isl / room) - osl + 1)
+        p = p_new
     cycle = p + osl - 1
-    return max(1, round(in_flight * (osl - 1) / cycle)), round(in_flight * isl / cycle), p
+    b = max(1, round(in_flight * (osl - 1) / cycle))
+    m = in_flight * isl / cycle
+    c = max(1, min(isl, chunk - b))
+    others = m * (in_flight - 1) / in_flight if in_flight > 1 else 0.0
+    return Split(in_flight, b, round(m), c, p, min(1.0, others / c))
 
 
-def _figures(row: dict, in_flight: float, p: int, spec: LoadSpec) -> dict:
-    t = row["ms_per_token"]
-    e2e = (p + spec.osl - 1) * t
-    return {"requests_in_flight": in_flight, "prefill_steps": p, "tpot_ms": t, "ttft_load_ms": p * t,
-            "e2e_ms": e2e, "e2e_per_output_token_ms": e2e / spec.osl, "requests_s": in_flight * 1e3 / e2e,
-            "output_tokens_s": in_flight * spec.osl * 1e3 / e2e}
+#: The step columns blended over a decoding request's pure decode and mixed steps.
+_STEP_FIELDS = ("compute_ms", "kernel_ms", "floor_ms", "gaps_ms", "comm_ms", "ms_per_token")
+
+
+def _blend(dec: dict, mixed: dict, f: float) -> dict:
+    out = {**dec}
+    for k in _STEP_FIELDS:
+        out[k] = (1.0 - f) * dec[k] + f * mixed[k]
+    t_us = out["ms_per_token"] * 1e3
+    out.update(tokens_s_per_user=1e6 / t_us, tokens_s_per_box=dec["batch"] * 1e6 / t_us,
+               tokens_s_per_gpu=dec["batch"] * 1e6 / t_us / dec["tp"], comm_share_pct=100.0 * out["comm_ms"] / out["ms_per_token"])
+    return out
+
+
+def evaluate(step_row, sp: Split, spec: LoadSpec, context: int) -> tuple[dict, dict]:
+    """(the row a decoding request sees: pure decode and mixed steps blended by ``f``, the load
+    figures): TPOT the blended step, TTFT ``p`` mixed steps, e2e TTFT + (OSL - 1) TPOT."""
+    dec = step_row(sp.decode_batch, 0, context)
+    mixed = step_row(sp.decode_batch, sp.chunk_tokens, context)
+    row = _blend(dec, mixed, sp.mixed_share)
+    tpot, ttft = row["ms_per_token"], sp.prefill_steps * mixed["ms_per_token"]
+    e2e = ttft + (spec.osl - 1) * tpot
+    return row, {"requests_in_flight": sp.in_flight, "decode_batch": sp.decode_batch,
+                 "prefill_tokens_per_step": sp.prompt_tokens, "prefill_steps": sp.prefill_steps,
+                 "tpot_ms": tpot, "ttft_load_ms": ttft, "e2e_ms": e2e, "e2e_per_output_token_ms": e2e / spec.osl,
+                 "requests_s": sp.in_flight * 1e3 / e2e, "output_tokens_s": sp.in_flight * spec.osl * 1e3 / e2e}
 
 
 def load_point(step_row, spec: LoadSpec, kind: str, level: float) -> dict:
     """One load level on one box and TP: ``step_row(batch, mixed_tokens, context) -> row`` prices a
-    step (predict_point); returns that row with :data:`LOAD_COLUMNS`."""
+    step (predict_point); returns the blended row with :data:`LOAD_COLUMNS`."""
     context = spec.isl + spec.osl // 2
     base = {"load": f"{kind} {level:g}", "concurrency": int(level) if kind == "concurrency" else "",
             "qps": level if kind == "qps" else "", "isl": spec.isl, "osl": spec.osl, "chunk": spec.chunk}
-    note = ""
+    first = step_row(1, 0, context)
+    kv = first.get("kv_max_sequences") if first.get("weights_fit") else None
+    cap = float(min(kv, MAX_BATCH)) if isinstance(kv, (int, float)) and kv >= 1 else float(MAX_BATCH)
+    notes = []
     if kind == "concurrency":
-        in_flight = level
-        b, m, p = split_in_flight(in_flight, spec)
-        row = step_row(b, m, context)
+        in_flight = min(level, cap)
+        if level > cap:
+            notes.append(f"{level:g} users but the KV cache holds {cap:.0f} sequences of {context} tokens: "
+                         "the rest wait in the engine's queue (not modelled)")
+        row, fig = evaluate(step_row, split_in_flight(in_flight, spec), spec, context)
     else:
-        row = step_row(1, 0, context)
-        t = row["ms_per_token"] / 1e3
-        p = max(1, math.ceil(spec.isl / spec.chunk))
-        converged, prev = False, None
+        in_flight, converged, over = level * (spec.isl / spec.chunk + spec.osl) * first["ms_per_token"] / 1e3, False, False
+        prev = None
         for _ in range(MAX_ITER):
-            in_flight = level * (p + spec.osl - 1) * t            # Little's law: L = R x e2e
-            b, m, p = split_in_flight(in_flight, spec)
-            if b > MAX_BATCH:
+            sp = split_in_flight(max(in_flight, 1e-9), spec)
+            row, fig = evaluate(step_row, sp, spec, context)
+            new = level * fig["e2e_ms"] / 1e3              # Little's law: L = R x e2e
+            if new > cap:
+                over = True
                 break
-            if (b, m, p) == prev:                               # the same step again: a fixed point
-                converged = True
+            key = (sp.decode_batch, sp.chunk_tokens, sp.prefill_steps, sp.prompt_tokens)
+            if abs(new - in_flight) <= 1e-3 * max(in_flight, 1.0) or key == prev:
+                converged, in_flight = True, new
                 break
-            prev = (b, m, p)
-            row = step_row(b, m, context)
-            t_new = row["ms_per_token"] / 1e3
-            if abs(t_new - t) <= 1e-4 * t:
-                converged, t = True, t_new
-                break
-            t = 0.5 * (t + t_new)
-        in_flight = level * (p + spec.osl - 1) * row["ms_per_token"] / 1e3
-        if not converged:
-            note = (f"over capacity: at {level:g} requests/s the step time grows without a fixed point (requests "
-                    "pile up); the row is the last iterate")
-    if p > math.ceil(spec.isl / spec.chunk):
-        note = (note + "; " if note else "") + (f"the prompts overrun the {spec.chunk}-token steps: each prefill "
-                                                f"takes {p} steps")
-    kv = row.get("kv_max_sequences")
-    if isinstance(kv, (int, float)) and row.get("weights_fit") and in_flight > kv:
-        note = (note + "; " if note else "") + (f"{in_flight:.0f} requests in flight but the KV cache holds "
-                                                f"{kv} sequences of {context} tokens: the engine would queue the rest")
-    return {**row, **base, "decode_batch": b, "prefill_tokens_per_step": m, **_figures(row, in_flight, p, spec),
-            "load_note": note}
+            prev, in_flight = key, 0.5 * (in_flight + new)
+        if over or not converged:
+            row, fig = evaluate(step_row, split_in_flight(cap, spec), spec, context)
+            notes.append(f"over capacity: {level:g} requests/s is more than the box serves at this shape "
+                         f"(about {fig['requests_s']:.3g} requests/s with {cap:.0f} requests in flight"
+                         f"{', the KV cache full' if cap == kv else ''}); requests queue without bound, the row "
+                         "is the box at that limit")
+        else:
+            fig["requests_in_flight"] = in_flight
+    if fig["prefill_steps"] > math.ceil(spec.isl / spec.chunk) and fig["prefill_steps"] > 1:
+        notes.append(f"each prompt's prefill takes {fig['prefill_steps']} steps (the decode batch leaves "
+                     f"{max(1, spec.chunk - fig['decode_batch'])} of the {spec.chunk} tokens a step)")
+    return {**row, **base, **fig, "load_note": "; ".join(notes)}
 
 
 def load_rows(boxes: list, tps: list, spec: LoadSpec, step_row_of) -> tuple[list[dict], list[str]]:
@@ -197,4 +237,4 @@ def load_line(row: dict) -> str:
          f"{row['decode_batch']} + {row['prefill_tokens_per_step']} prompt tokens a step; TPOT/ITL (serving benchmark) "
          f"{row['tpot_ms']:.2f} ms, end-to-end / output tokens (latency benchmark) {row['e2e_per_output_token_ms']:.2f} ms, "
          f"TTFT {row['ttft_load_ms']:.1f} ms, {row['output_tokens_s']:.0f} output tokens/s")
-    return s + (f" [{row['load_note']}]" if row.get("load_note") else "")
+    return s + (f"; note: {row['load_note']}" if row.get("load_note") else "")
