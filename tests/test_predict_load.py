@@ -117,3 +117,14 @@ def test_bad_load_input_is_one_line_and_exit_2(cli_inproc, args, words):
 def test_load_spec_needs_a_level():
     with pytest.raises(UsageError, match="--concurrency N or --qps R"):
         load_spec([], [], 1024, 256, 2048)
+
+
+def test_the_api_takes_the_load_and_ep():
+    import commprof
+
+    df = commprof.predict("Qwen3-30B-A3B", gpu="h100-sxm", tp=4, ep=4, concurrency=[1, 8], isl=512, osl=64)
+    rows, _, _ = predict_table("Qwen3-30B-A3B", ["h100-sxm"], [], [4], [1], ep=4,
+                               load=load_spec([1, 8], [], 512, 64, 2048))
+    assert list(df["load"]) == ["concurrency 1", "concurrency 8"]
+    assert list(df["tpot_ms"]) == pytest.approx([r["tpot_ms"] for r in rows])
+    assert list(df["ep"]) == [4, 4]
