@@ -135,3 +135,12 @@ def test_ep_skips_tp_it_does_not_divide_and_moe_models_get_realistic_ep_at_large
 def test_bad_ep_input_is_one_line_and_exit_2(cli_inproc, args, words):
     r = cli_inproc("predict", "--gpu", "h100-sxm", "--tp", "4", *args)
     assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_load_with_ep_skips_the_tp_it_does_not_divide_and_skew_needs_ep(tmp_path):
+    from commprof.analysis.predictload import load_spec
+
+    rows, notes, _ = predict_table(Q30, ["h100-sxm"], [], [2, 4], [1], ep=4, load=load_spec([4], [], 256, 32, 2048))
+    assert [r["tp"] for r in rows] == [4] and "tp=2 skipped (--ep 4 does not divide tp=2)" in notes
+    with pytest.raises(UsageError, match="--moe-skew needs --ep"):
+        predict_table(Q30, ["h100-sxm"], [], [4], [1], moe_steps=[{"ep": "4", "tokens": "1", "imbalance": "2"}])

@@ -208,8 +208,11 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
                     load_notes.extend(n for n in ns if n not in load_notes)
                 return r
             return step_row
-        rows, notes = load_rows(boxes, tps, load, step_row_of)
-        notes += load_notes
+        load_tps = [t for t in tps if t % ep == 0]
+        if not load_tps:
+            raise UsageError(f"predict --ep {ep}: it divides no --tp degree ({', '.join(map(str, tps))})")
+        rows, notes = load_rows(boxes, load_tps, load, step_row_of)
+        notes += [f"tp={t} skipped (--ep {ep} does not divide tp={t})" for t in tps if t % ep] + load_notes
     else:
         rows, notes = predict_rows(model, boxes, tps, batches, context, prompt, dtype, mode, mem_util, calibration,
                                    weights)

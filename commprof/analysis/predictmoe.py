@@ -205,6 +205,8 @@ def ep_rows(rows: list[dict], model: ModelShape, boxes: list, ep: int, context: 
     ``moe_steps``: a ``commprof moe`` dir's step rows (the measured imbalance), or None;
     ``tokens_of(row)``: tokens per step (default the row's batch)."""
     check_ep(model, ep)
+    if moe_steps is not None and ep == 1:
+        raise UsageError("--moe-skew needs --ep N (N > 1): the skew is the expert groups' imbalance")
     by_box = {f"{g.key} + {c.label}": (g, c) for g, c in boxes}
     out, notes, skipped = [], [], set()
     said = set()
