@@ -98,3 +98,35 @@ def test_weights_fit_where_their_bytes_say(model, gpu, tp, fits):
     w = weights_per_rank(get_model(model), tp)["total"]
     assert rows[0]["weights_fit"] is (w <= get_gpu(gpu).memory_gb * 1e9 * 0.9)
     assert rows[0]["weights_fit"] is fits
+
+
+# The MoE shapes as their config.json gives them (the keys and values of the published files, named in
+# each built-in entry's source): read offline by load_config, they weigh what the built-in entries weigh.
+CONFIGS = {
+    "GLM-4.5": {"model_type": "glm4_moe", "hidden_size": 5120, "num_hidden_layers": 92, "num_attention_heads": 96,
+                "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+                "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+                "vocab_size": 151552, "tie_word_embeddings": False},
+    "Kimi-K2": {"model_type": "kimi_k2", "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 64,
+                "num_key_value_heads": 64, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+                "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+                "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                "v_head_dim": 128, "vocab_size": 163840, "tie_word_embeddings": False},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_moe_config_json_reads_as_the_builtin_shape(name, tmp_path):
+    import json
+
+    from commprof.model.models import load_config
+    from commprof.analysis.stepmodel import kv_bytes_per_sequence_per_rank
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(CONFIGS[name]))
+    read, built = load_config(str(p)), get_model(name)
+    for tp in (1, 8):
+        assert weights_per_rank(read, tp) == weights_per_rank(built, tp)
+        assert kv_bytes_per_sequence_per_rank(read, tp, 4096) == kv_bytes_per_sequence_per_rank(built, tp, 4096)
+    assert (read.experts, read.top_k, read.dense_layers, read.is_mla) == (built.experts, built.top_k,
+                                                                          built.dense_layers, built.is_mla)
