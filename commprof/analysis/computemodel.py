@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from commprof.model.gpus import GpuSpec
 from commprof.model.models import ModelShape, is_moe_layer, is_sliding
 from commprof.analysis.stepmodel import check_tp, dtype_bytes, kv_bytes_per_sequence_per_rank, kv_heads_per_rank
+from commprof.analysis.quant import FORMATS as QUANT_FORMATS, bytes_per_weight, gemm_dtype as quant_gemm_dtype
 
 #: The modelled GPU's achievable fractions, floors and the engine's per-collective terms.
 #: ``bw_frac``, ``half_bytes``, ``step_overhead_us``, ``eager_gap_us``, ``coll_graph_us``,
@@ -100,14 +101,15 @@ class Kernel:
     bound: str          # "memory", "compute" or "floor"
 
 
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8")
+WEIGHT_DTYPES = tuple(QUANT_FORMATS)       # bf16, fp16, fp8, fp8-block, int4-awq, int4-gptq, w4a16
 
 
 def weight_bytes_per_elem(weights: str, dtype: str) -> float:
-    """Bytes of one weight: 1 for fp8 weights, else the activation dtype's."""
+    """Bytes of one weight of a quantized linear layer, scales and zero points included
+    (:func:`commprof.analysis.quant.bytes_per_weight`); the activation dtype's when not quantized."""
     if weights not in WEIGHT_DTYPES:
         raise ValueError(f"weights {weights!r}: use one of {WEIGHT_DTYPES}")
-    return 1.0 if weights == "fp8" else float(dtype_bytes(dtype))
+    return bytes_per_weight(weights, dtype_bytes(dtype))
 
 
 def _price(name, count, nbytes, flops, gpu: GpuSpec, dtype: str, cal: dict, flop_frac: float) -> Kernel:
@@ -164,7 +166,7 @@ def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: in
     check_tp(model, tp)
     e = dtype_bytes(dtype)
     we = weight_bytes_per_elem(weights, dtype)
-    gemm_dtype = "fp8" if weights == "fp8" else dtype
+    gemm_dtype = quant_gemm_dtype(weights, gpu, dtype)     # fp8 tensor cores, or dequant to the activations'
     ff = cal["prefill_flop_frac"] if prefill else cal["flop_frac"]
     h, L = model.hidden, model.layers
     qkv, o = _attn_proj_elems(model, tp)

@@ -53,9 +53,23 @@ ALL_GATHER_STAND_IN = ("no all_gather rows at tp={tp}: the all-gather is priced 
                        "size (an upper bound: a ring all-reduce moves twice an all-gather's bytes)")
 
 
+#: The rule for a missing all-to-all (predict --ep's MoE dispatch and combine): an all-to-all whose
+#: send buffer is S bytes per rank moves (n-1)/n x S per rank, as an all-gather of S bytes does, so
+#: it is priced as that all-gather (its n-1 peer messages go at once where a ring takes n-1 steps);
+#: without all_gather rows either, as an all-reduce of S (twice the bytes: an upper bound).
+ALL_TO_ALL_STAND_IN = ("no all_to_all rows at tp={tp}: the all-to-all (S bytes sent per rank) is priced as an "
+                       "{op} of the same size ({why})")
+_A2A_WHY = {"all_gather": "the same (n-1)/n x S bytes per rank", "all_reduce": "an upper bound: twice the bytes"}
+
+
 def stand_in_op(op: str, tp: int, have: set) -> tuple[str, str | None]:
     """``(op to price, note)``: ``op`` itself, or all_reduce for an all_gather the rows lack at
-    ``tp`` when they hold all_reduce there (:data:`ALL_GATHER_STAND_IN`); ``have``: (op, tp) pairs."""
+    ``tp`` when they hold all_reduce there (:data:`ALL_GATHER_STAND_IN`); ``have``: (op, tp) pairs.
+    An all_to_all the rows lack: all_gather, else all_reduce, of the same size (:data:`ALL_TO_ALL_STAND_IN`)."""
+    if op == "all_to_all" and (op, tp) not in have:
+        for sub in ("all_gather", "all_reduce"):
+            if (sub, tp) in have:
+                return sub, ALL_TO_ALL_STAND_IN.format(tp=tp, op=sub, why=_A2A_WHY[sub])
     if op == "all_gather" and (op, tp) not in have and ("all_reduce", tp) in have:
         return "all_reduce", ALL_GATHER_STAND_IN.format(tp=tp)
     return op, None

@@ -17,13 +17,16 @@ from commprof.analysis.commsource import CommSource, comm_source
 from commprof.analysis.enginecomm import engine_price
 from commprof.analysis.errorband import BAND_SOURCE, ERROR_BANDS, band, error_kind, share_band
 from commprof.analysis.computemodel import (CALIBRATION, CALIBRATION_SOURCE, MODES, WEIGHT_DTYPES, prefill_compute,
-                                            step_compute, weight_bytes_per_elem)
+                                            step_compute)
 from commprof.analysis.stepmodel import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_tp, dtype_bytes, kv_budget,
                                          kv_bytes_per_sequence_per_rank, prefill_comm_us, step_collectives,
                                          weights_per_rank)
 from commprof.model.errors import UsageError, shown
 from commprof.model.gpus import GpuSpec, get_gpu
 from commprof.model.models import ModelShape, get_model
+from commprof.analysis.quant import gemm_rate_note, weight_bytes_per_rank as quant_weight_bytes
+from commprof.analysis.predictmoe import MOE_COLUMN_DOCS, MOE_COLUMN_KINDS, MOE_COLUMNS, check_ep, ep_rows
+from commprof.analysis.predictload import LOAD_COLUMN_DOCS, LOAD_COLUMN_KINDS, LOAD_COLUMNS, load_rows
 
 CSV_COLUMNS = ["box", "gpu", "comm", "comm_kind", "comm_timing", "tp", "batch", "context", "mode",
                "compute_ms", "kernel_ms", "floor_ms", "gaps_ms", "comm_ms", "ms_per_token",
@@ -89,7 +92,7 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommSource, tp: int, ba
     price = engine_price(comm, gpu, tp, mode, cal) if tp > 1 else (lambda op, s: 0.0)
     comm_us = sum(price(s.op, s.size_bytes) for s in sites)
     step_us = comp["compute_us"] + comm_us
-    w = int(weights_per_rank(model, tp, dtype)["total"] * weight_bytes_per_elem(weights, dtype) / dtype_bytes(dtype))
+    w = quant_weight_bytes(weights_per_rank(model, tp, dtype), weights, dtype_bytes(dtype))   # analysis/quant.py
     kv_seq = kv_bytes_per_sequence_per_rank(model, tp, context, dtype)
     _, _, fit, max_seq = kv_budget(gpu.memory_bytes, mem_util, w, kv_seq)
     row = {
@@ -141,10 +144,10 @@ def default_comm(gpu: GpuSpec) -> tuple[str, str]:
     (SXM) its NVLink generation's profile; a PCIe card its PCIe generation's, with P2P where the card
     allows it (GeForce cards: P2P disabled by NVIDIA's driver, so no P2P; professional and data-center
     PCIe cards: P2P)."""
-    if gpu.nvlink_gen in (3, 4, 5):
+    if gpu.nvlink_gen in (3, 4, 5) and gpu.form_factor != "pcie":    # a PCIe card's NVLink bridge joins pairs only
         return f"reference:nvlink{gpu.nvlink_gen}", f"{gpu.key} has NVLink {gpu.nvlink_gen} (gpus.toml nvlink_gen)"
     gen = 5 if gpu.pcie_gen >= 5 else 4
-    geforce = "geforce" in gpu.name.lower()
+    geforce = "geforce" in gpu.name.lower() if gpu.pcie_p2p is None else not gpu.pcie_p2p   # gpus.toml pcie_p2p
     p2p = "nop2p" if geforce else "p2p"
     why = (f"{gpu.key} is a PCIe {gpu.pcie_gen} card without NVLink; "
            + ("a GeForce card: the driver disables P2P, so no P2P" if geforce else
@@ -185,7 +188,8 @@ def make_boxes(gpus: list, comms: list, notes: list | None = None) -> list[tuple
 
 def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,
                   dtype: str = "bf16", weights: str = "bf16", mode: str = "graph", mem_util: float = 0.9,
-                  calibration: dict | None = None) -> tuple[list[dict], list[str], dict]:
+                  calibration: dict | None = None, ep: int = 1, moe_steps: list | None = None,
+                  load=None) -> tuple[list[dict], list[str], dict]:
     """Validated inputs -> (rows of :data:`CSV_COLUMNS`, notes, the provenance a predict dir's
     meta.json carries). ``model``: a name, a config.json path or a :class:`ModelShape`; ``gpus``
     and ``comms``: as ``--gpu`` and ``--comm`` (specs or :class:`CommSource` objects)."""
@@ -207,10 +211,38 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     if weights not in WEIGHT_DTYPES:
         raise UsageError(f"--weights {shown(weights)}: use one of {', '.join(WEIGHT_DTYPES)}")
     calibration = dict(calibration or {})
-    rows, notes = predict_rows(model, boxes, tps, batches, context, prompt, dtype, mode, mem_util, calibration,
-                               weights)
+    check_ep(model, ep)
+    ep_on, load_notes = ep != 1 or moe_steps is not None, []
+    if load is not None:        # the load decides the batch: analysis/predictload.py
+        def step_row_of(g, c, tp):
+            def step_row(b, m, ctx):
+                r = predict_point(model, g, c, tp, b, ctx, None, dtype, mode, mem_util, calibration, weights, m)
+                if ep_on:
+                    (r,), ns = ep_rows([r], model, [(g, c)], ep, ctx, dtype, mode, calibration, weights, moe_steps,
+                                       tokens_of=lambda _: b + m)
+                    load_notes.extend(n for n in ns if n not in load_notes)
+                return r
+            return step_row
+        load_tps = [t for t in tps if t % ep == 0]
+        if not load_tps:
+            raise UsageError(f"predict --ep {ep}: it divides no --tp degree ({', '.join(map(str, tps))})")
+        rows, notes = load_rows(boxes, load_tps, load, step_row_of)
+        notes += [f"tp={t} skipped (--ep {ep} does not divide tp={t})" for t in tps if t % ep] + load_notes
+    else:
+        rows, notes = predict_rows(model, boxes, tps, batches, context, prompt, dtype, mode, mem_util, calibration,
+                                   weights)
+    csv_columns, extra_kinds, extra_docs = list(CSV_COLUMNS), {}, {}
+    if ep_on:      # expert parallelism: analysis/predictmoe.py
+        if load is None:
+            rows, ep_notes = ep_rows(rows, model, boxes, ep, context, dtype, mode, calibration, weights, moe_steps)
+            notes += ep_notes
+        csv_columns, extra_kinds, extra_docs = csv_columns + MOE_COLUMNS, MOE_COLUMN_KINDS, MOE_COLUMN_DOCS
+    if load is not None:
+        csv_columns += LOAD_COLUMNS
+        extra_kinds, extra_docs = {**extra_kinds, **LOAD_COLUMN_KINDS}, {**extra_docs, **LOAD_COLUMN_DOCS}
     comms_used = {id(c): c for _, c in boxes}
     notes[:0] = chosen
+    notes += list(dict.fromkeys(n for g, _ in boxes if (n := gemm_rate_note(weights, g, dtype))))   # quantized weights
     notes += [n for c in comms_used.values() for n in c.notes]
     meta = {
         "gpus": sorted({g.name for g, _ in boxes}), "model": model.to_dict(), "dtype": dtype, "weights": weights,
@@ -220,4 +252,7 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
         "error_bands": ERROR_BANDS, "error_band_source": BAND_SOURCE,
         "column_kinds": COLUMN_KINDS, "columns": COLUMN_DOCS, "notes": notes,
     }
+    if csv_columns != CSV_COLUMNS:       # --ep / load columns (predictmoe.py, predictload.py)
+        meta.update(csv_columns=csv_columns, ep=ep, load=load and load.__dict__, column_kinds={**COLUMN_KINDS, **extra_kinds},
+                    columns={**COLUMN_DOCS, **extra_docs})
     return rows, notes, meta

@@ -25,6 +25,14 @@ FIGURES = {
     "sm_count": "streaming multiprocessors",
 }
 
+#: Figures an entry may give (each ``{value, source}`` too); absent ones take the default shown.
+OPTIONAL_FIGURES = {
+    "int8_tops": ("dense INT8 tensor TOP/s (0: not given)", 0.0),
+    "form_factor": ("sxm (an NVLink baseboard) or pcie (a card in a PCIe slot; '' not given)", ""),
+    "pcie_p2p": ("true when the card and its driver allow GPU-to-GPU P2P over PCIe", None),
+    "nvlink_bridge_gbps": ("GB/s of an NVLink bridge joining two cards only (0: none; not a fabric)", 0.0),
+}
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -42,6 +50,11 @@ class GpuSpec:
     sm_count: int
     sources: dict = field(default_factory=dict, compare=False)
     aliases: tuple = ()
+    int8_tops: float = 0.0
+    form_factor: str = ""
+    pcie_p2p: bool | None = None
+    nvlink_bridge_gbps: float = 0.0
+    optional_sources: dict = field(default_factory=dict, compare=False)
 
     @property
     def memory_bytes(self) -> int:
@@ -53,7 +66,19 @@ class GpuSpec:
 
     def to_dict(self) -> dict:
         return {"key": self.key, "name": self.name, **{k: getattr(self, k) for k in FIGURES},
-                "sources": dict(self.sources)}
+                **{k: getattr(self, k) for k in OPTIONAL_FIGURES if k in self.optional_sources},
+                "sources": {**self.sources, **self.optional_sources}}
+
+    @property
+    def interconnect_class(self) -> str:
+        """In words: how GPUs of this SKU talk to each other in a box (NVLink fabric, or PCIe with
+        or without P2P, an NVLink bridge joining pairs only)."""
+        if self.form_factor != "pcie" and self.nvlink_gen:
+            return f"SXM, NVLink {self.nvlink_gen} ({self.nvlink_gbps_per_gpu:g} GB/s per GPU)"
+        p2p = {True: ", P2P", False: ", no P2P (driver)", None: ""}[self.pcie_p2p]
+        bridge = (f"; NVLink bridge for pairs only ({self.nvlink_bridge_gbps or self.nvlink_gbps_per_gpu:g} GB/s)"
+                  if self.nvlink_bridge_gbps or self.nvlink_gen else "")
+        return f"PCIe {self.pcie_gen}.0 card{p2p}{bridge}"
 
 
 def _entry(key: str, d: dict) -> GpuSpec:
@@ -63,7 +88,17 @@ def _entry(key: str, d: dict) -> GpuSpec:
         if not isinstance(item, dict) or "value" not in item or not item.get("source"):
             raise UsageError(f"{GPUS_TOML}: gpu '{key}' figure '{fig}' needs {{value, source}}")
         vals[fig], srcs[fig] = item["value"], item["source"]
-    return GpuSpec(key=key, name=str(d.get("name", key)), sources=srcs,
+    opt_srcs = {}
+    for fig, (_, default) in OPTIONAL_FIGURES.items():
+        item = d.get(fig)
+        if item is None:
+            continue
+        if not isinstance(item, dict) or "value" not in item or not item.get("source"):
+            raise UsageError(f"{GPUS_TOML}: gpu '{key}' figure '{fig}' needs {{value, source}}")
+        vals[fig], opt_srcs[fig] = item["value"], item["source"]
+    if vals.get("form_factor", "") not in ("", "sxm", "pcie"):
+        raise UsageError(f"{GPUS_TOML}: gpu '{key}' form_factor must be sxm or pcie")
+    return GpuSpec(key=key, name=str(d.get("name", key)), sources=srcs, optional_sources=opt_srcs,
                    aliases=tuple(str(a).lower() for a in d.get("aliases", ())), **vals)
 
 

@@ -93,6 +93,29 @@ BUILTIN: dict[str, ModelShape] = {m.name.lower(): m for m in [
                expert_ffn=2048, source=_hf("deepseek-ai/DeepSeek-V3"), dense_layers=3, shared_experts=1,
                q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
                v_head_dim=128),
+    # --- more dense models (shapes from each model's config.json on Hugging Face) -----------------
+    ModelShape("Llama-2-70B", 80, 8192, 64, 8, 128, 28672, 32000, source=_hf("meta-llama/Llama-2-70b-hf")),
+    ModelShape("Qwen2.5-72B", 80, 8192, 64, 8, 128, 29568, 152064, source=_hf("Qwen/Qwen2.5-72B")),
+    ModelShape("Qwen3-8B", 36, 4096, 32, 8, 128, 12288, 151936, source=_hf("Qwen/Qwen3-8B")),
+    ModelShape("Llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256, source=_hf("meta-llama/Llama-3.1-8B")),
+    ModelShape("Llama-3.3-70B", 80, 8192, 64, 8, 128, 28672, 128256, source=_hf("meta-llama/Llama-3.3-70B-Instruct")),
+    # --- more MoE models ---------------------------------------------------------------------------
+    # DeepSeek-R1: DeepSeek-V3's architecture and config.json figures (same shapes, other weights).
+    ModelShape("DeepSeek-R1", 61, 7168, 128, 128, 128, 18432, 129280, experts=256, top_k=8,
+               expert_ffn=2048, source=_hf("deepseek-ai/DeepSeek-R1"), dense_layers=3, shared_experts=1,
+               q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+               v_head_dim=128),
+    # GLM-4.5 (model_type glm4_moe): 92 layers, the first 3 dense (first_k_dense_replace 3); 96 query
+    # heads of 128 (head_dim 128, wider than hidden 5120), 8 KV heads; 160 routed experts of 1536, top-8,
+    # 1 shared expert; its multi-token-prediction layer (num_nextn_predict_layers 1) is left out.
+    ModelShape("GLM-4.5", 92, 5120, 96, 8, 128, 12288, 151552, experts=160, top_k=8, expert_ffn=1536,
+               source=_hf("zai-org/GLM-4.5"), dense_layers=3, shared_experts=1, shared_expert_ffn=1536),
+    # Kimi-K2: DeepSeek-V3's MLA architecture with 384 routed experts, 64 heads and one leading dense
+    # layer (first_k_dense_replace 1), vocabulary 163840.
+    ModelShape("Kimi-K2", 61, 7168, 64, 64, 128, 18432, 163840, experts=384, top_k=8, expert_ffn=2048,
+               source=_hf("moonshotai/Kimi-K2-Instruct"), dense_layers=1, shared_experts=1,
+               q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+               v_head_dim=128),
 ]}
 
 DEFAULT_MODEL = "Qwen2.5-32B"

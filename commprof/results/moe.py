@@ -2,8 +2,10 @@
 ``moe_ranks.csv`` (per rank of each), written by rank 0 of ``commprof moe`` beside ``meta.json``."""
 from __future__ import annotations
 
+import csv
 import os
 
+from commprof.model.errors import UsageError, shown
 from commprof.model.moeconfig import DTYPE, DTYPE_BYTES, MoeRunConfig
 from commprof.results.meta import provenance, rank_fields, start
 from commprof.results.table import write_table
@@ -44,3 +46,16 @@ def start_moe_meta(cfg: MoeRunConfig, infos: list) -> None:
             "bytes_*": f"hidden x {DTYPE_BYTES} bytes ({DTYPE}) per (token, chosen expert), dispatch direction",
             "wrong": "ranks whose received bytes or contents differ from what the routing sent them"},
     ))
+
+
+def read_moe_steps(path: str) -> list[dict]:
+    """The rows of a ``commprof moe`` dir's ``moe_steps.csv`` as dicts of text (for ``predict
+    --moe-skew``); UsageError when ``path`` is not such a dir."""
+    f = os.path.join(path, STEPS_CSV)
+    if not os.path.isfile(f):
+        raise UsageError(f"--moe-skew {shown(path)}: not a commprof moe dir (no {STEPS_CSV})")
+    with open(f, newline="", encoding="utf-8", errors="replace") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows or "imbalance" not in rows[0]:
+        raise UsageError(f"--moe-skew {shown(path)}: {STEPS_CSV} has no rows with an imbalance column")
+    return rows

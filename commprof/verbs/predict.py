@@ -18,6 +18,8 @@ from commprof.views.predict import predict_chart, render_predict
 from commprof.analysis.predictserve import (SERVE_COLUMN_DOCS, SERVE_COLUMN_KINDS, SERVE_COLUMNS, ServeAccount,
                                             add_serve_account, serve_line)
 from commprof.results.predict import PREDICT_CSV
+from commprof.results.moe import read_moe_steps
+from commprof.analysis.predictload import load_line, load_spec
 
 PREDICT_CHART = "predict.png"
 
@@ -39,18 +41,24 @@ def write_predict(out_dir: str, rows: list[dict], meta_extra: dict, columns: lis
 
 def run(cfg: PredictConfig, console=None) -> int:
     """``commprof predict``: rows, files, console table and chart; the exit code."""
+    more = dict(ep=cfg.ep, moe_steps=read_moe_steps(cfg.moe_skew) if cfg.moe_skew else None)   # predictmoe.py
+    if cfg.concurrency or cfg.qps:       # the load: predictload.py
+        more.update(load=load_spec(cfg.concurrency, cfg.qps, cfg.isl, cfg.osl, cfg.chunk))
     rows, notes, meta_extra = predict_table(cfg.model, cfg.gpus, cfg.comms, cfg.tps, cfg.batches, cfg.context,
                                             cfg.prompt, cfg.dtype, cfg.weights, cfg.mode, cfg.mem_util,
-                                            cfg.calibration)
+                                            cfg.calibration, **more)
     model_name = meta_extra["model"]["name"]
-    columns, extra_lines = CSV_COLUMNS, None
+    columns, extra_lines = meta_extra.get("csv_columns", CSV_COLUMNS), None
+    if "load" in more:
+        extra_lines = [load_line(r) for r in rows]
     if cfg.serve:       # the fourth account: scheduling, measured by commprof serve
         account = ServeAccount(cfg.serve)
         notes += add_serve_account(rows, account, cfg.prompt)
-        columns = CSV_COLUMNS + SERVE_COLUMNS
-        meta_extra.update(serve=account.describe, column_kinds={**COLUMN_KINDS, **SERVE_COLUMN_KINDS},
-                          columns={**COLUMN_DOCS, **SERVE_COLUMN_DOCS})
-        extra_lines = [serve_line(r) for r in rows]
+        columns = columns + SERVE_COLUMNS
+        meta_extra.update(serve=account.describe, column_kinds={**meta_extra.get("column_kinds", COLUMN_KINDS),
+                                                                **SERVE_COLUMN_KINDS},
+                          columns={**meta_extra.get("columns", COLUMN_DOCS), **SERVE_COLUMN_DOCS})
+        extra_lines = (extra_lines or []) + [serve_line(r) for r in rows]
     paths = []
     if cfg.out:
         paths = write_predict(cfg.out, rows, meta_extra, columns)

@@ -63,7 +63,8 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
     colors = ("#4c72b0", "#8fa8d0", "#c8c8c8", "#dd8452")
     for ax, box in zip(axes[0], boxes):
         sub = [r for r in rows if r["box"] == box]
-        labels = [f"TP{r['tp']}\nB{r['batch']}" for r in sub]
+        labels = [f"TP{r['tp']}\nB{r['batch']}" + (f"\n{r['load'].replace('concurrency', 'conc')}" if r.get("load") else "")
+                  for r in sub]       # a load row (predictload.py) names its level
         bottom = [0.0] * len(sub)
         # a TP degree whose weights do not fit the GPUs runs nothing: no bar, a label in its place
         fits = [str(r.get("weights_fit", True)).lower() in ("true", "1", "1.0") for r in sub]

@@ -1,0 +1,146 @@
+"""``commprof predict --ep N`` (commprof.analysis.predictmoe): active experts per step at the batch,
+their bytes on the busiest expert group, the dispatch/combine all-to-all priced by the box's numbers
+(stand-in by latency.stand_in_op where the numbers have no all_to_all) and the skew of a
+``commprof moe`` dir, against hand-computed figures."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from commprof.analysis.commsource import comm_source
+from commprof.analysis.computemodel import CALIBRATION, experts_touched, step_kernels
+from commprof.analysis.latency import stand_in_op
+from commprof.analysis.predictmodel import predict_table
+from commprof.analysis.predictmoe import (active_experts_per_rank, ep_expert_kernel, expected_max_binomial,
+                                          pick_imbalance)
+from commprof.model.errors import UsageError
+from commprof.model.gpus import get_gpu
+from commprof.model.models import get_model
+
+Q30 = "Qwen3-30B-A3B"      # 48 MoE layers, hidden 2048, 128 experts of 768, top-8
+
+
+def test_active_experts_by_hand():
+    assert experts_touched(128, 8, 1) == pytest.approx(8.0)
+    assert experts_touched(128, 8, 32) == pytest.approx(128 * (1 - (120 / 128) ** 32))     # 111.77
+    # max of two Binomial(2, 1/2): P(max = 0) = 1/16, P(max <= 1) = (3/4)^2 = 9/16 -> E = 8/16 + 2 x 7/16
+    assert expected_max_binomial(2, 0.5, 2) == pytest.approx(22 / 16)
+    assert expected_max_binomial(5, 0.3, 1) == pytest.approx(1.5)               # one group: the mean n x p
+    assert expected_max_binomial(4, 1.0, 3) == 4 and expected_max_binomial(4, 0.0, 3) == 0
+    m = get_model(Q30)
+    # ep 4, batch 1: 32 experts a group, each hit with p = 8/128; the busiest of 4 groups
+    got = active_experts_per_rank(m, 4, 1)
+    assert got == pytest.approx(expected_max_binomial(32, 1 / 16, 4))
+    assert 2.0 < got < 8.0            # above the mean 2 (= 8 / 4), below every choice on one rank
+    # measured skew: imbalance 1.5 -> the hot rank gets 1.5 x 1 x 8 / 4 = 3 choices over its 32 experts
+    assert active_experts_per_rank(m, 4, 1, 1.5) == pytest.approx(32 * (1 - (31 / 32) ** 3))
+
+
+def test_the_busiest_ranks_expert_kernel_by_hand():
+    m, gpu = get_model(Q30), get_gpu("h100-sxm")
+    k = ep_expert_kernel(m, gpu, 4, 4, 1)
+    active = expected_max_binomial(32, 1 / 16, 4)
+    # whole experts (tp / ep = 1): 3 x 2048 x 768 weights each, bf16
+    assert k.count == 48 and k.bytes_read == pytest.approx(active * 3 * 2048 * 768 * 2)
+    assert k.flops == pytest.approx(6.0 * (1 * 8 / 4) * 2048 * 768)
+    want_us = max(k.bytes_read / (3350e3 * CALIBRATION["bw_frac"]), k.flops / (989.5e6 * CALIBRATION["flop_frac"]),
+                  CALIBRATION["floor_us"])
+    assert k.us == pytest.approx(want_us)
+    # tp 8, ep 4: each expert sharded over 2 GPUs, half the bytes per expert
+    assert ep_expert_kernel(m, gpu, 8, 4, 1).bytes_read == pytest.approx(active * 3 * 2048 * 384 * 2)
+    # int4 weights: the same experts at 0.51953125 bytes a weight
+    assert ep_expert_kernel(m, gpu, 4, 4, 1, weights="int4-awq").bytes_read == pytest.approx(
+        active * 3 * 2048 * 768 * 0.51953125)
+
+
+def test_the_all_to_all_stand_in_rule():
+    have = {("all_reduce", 4), ("all_gather", 4), ("all_reduce", 2)}
+    assert stand_in_op("all_to_all", 4, have)[0] == "all_gather"
+    assert stand_in_op("all_to_all", 2, have)[0] == "all_reduce"
+    assert stand_in_op("all_to_all", 4, have | {("all_to_all", 4)}) == ("all_to_all", None)
+
+
+def test_ep_row_swaps_the_moe_all_reduces_for_dispatch_and_combine_by_hand():
+    m, gpu = get_model(Q30), get_gpu("h100-sxm")
+    (tp_row,), _, _ = predict_table(Q30, ["h100-sxm"], ["reference:nvlink4"], [4], [1])
+    (ep_row,), notes, meta = predict_table(Q30, ["h100-sxm"], ["reference:nvlink4"], [4], [1], ep=4)
+    price = comm_source("reference:nvlink4").price(4, "graph")
+    removed = 48 * price("all_reduce", 1 * 2048 * 2)                   # the MLP-out all-reduce of 48 MoE layers
+    added = 48 * 2 * price("all_gather", 1 * 8 * 2048 * 2)             # dispatch + combine, all_gather stand-in
+    assert ep_row["comm_ms"] - tp_row["comm_ms"] == pytest.approx((added - removed) / 1e3)
+    assert ep_row["moe_a2a_ms"] == pytest.approx(added / 1e3)
+    k_tp = {k.name: k for k in step_kernels(m, gpu, 4, 1, 1, 4096)}["moe_experts"]
+    k_ep = ep_expert_kernel(m, gpu, 4, 4, 1)
+    assert ep_row["compute_ms"] - tp_row["compute_ms"] == pytest.approx(48 * (k_ep.us - k_tp.us) / 1e3)
+    assert ep_row["ms_per_token"] == pytest.approx(ep_row["compute_ms"] + ep_row["comm_ms"])
+    assert ep_row["collectives_per_step"] == tp_row["collectives_per_step"] + 48
+    assert ep_row["moe_active_experts"] == pytest.approx(8.0) and ep_row["moe_imbalance"] == 1.0
+    assert any(n.startswith("--ep 4: 32 whole routed experts") for n in notes)
+    assert any("no all_to_all rows at tp=4" in n and "all_gather" in n for n in notes)
+    assert meta["csv_columns"][-6:] == ["ep", "moe_active_experts", "moe_active_experts_per_rank", "moe_expert_ms",
+                                        "moe_a2a_ms", "moe_imbalance"]
+
+
+def _moe_dir(tmp_path, rows):
+    d = tmp_path / "moe"
+    d.mkdir()
+    with open(d / "moe_steps.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, ["ep", "tokens", "skew", "placement", "imbalance"])
+        w.writeheader()
+        w.writerows(rows)
+    return d
+
+
+def test_a_moe_dirs_skew_scales_the_hot_rank(tmp_path, cli_inproc):
+    rows = [{"ep": 4, "tokens": 1, "skew": "uniform", "placement": "contiguous", "imbalance": 1.2},
+            {"ep": 4, "tokens": 1, "skew": "zipf:1.2", "placement": "contiguous", "imbalance": 2.0},
+            {"ep": 4, "tokens": 1, "skew": "zipf:1.2", "placement": "rebalanced", "imbalance": 1.05},
+            {"ep": 4, "tokens": 64, "skew": "zipf:1.2", "placement": "contiguous", "imbalance": 1.4},
+            {"ep": 8, "tokens": 1, "skew": "uniform", "placement": "contiguous", "imbalance": 3.0}]
+    text = [{k: str(v) for k, v in r.items()} for r in rows]
+    assert pick_imbalance(text, 4, 1)[0] == 2.0            # contiguous, nearest tokens, worst skew
+    assert pick_imbalance(text, 4, 48)[0] == 1.4
+    assert pick_imbalance(text, 2, 1) is None
+    (row,), notes, _ = predict_table(Q30, ["h100-sxm"], ["reference:nvlink4"], [4], [1], ep=4, moe_steps=text)
+    price = comm_source("reference:nvlink4").price(4, "graph")
+    assert row["moe_imbalance"] == 2.0
+    assert row["moe_a2a_ms"] == pytest.approx(48 * 2 * price("all_gather", 2 * 8 * 2048 * 2) / 1e3)
+    assert row["moe_active_experts_per_rank"] == pytest.approx(32 * (1 - (31 / 32) ** 4))
+    assert any("measured imbalance 2" in n and "skew zipf:1.2" in n for n in notes)
+    d = _moe_dir(tmp_path, rows)
+    r = cli_inproc("predict", "--model", Q30, "--gpu", "h100-sxm", "--tp", "4", "--batch", "1", "--ep", "4",
+                   "--moe-skew", str(d), "--out", str(tmp_path / "p"), "--no-charts")
+    assert r.returncode == 0, r.stderr
+    with open(tmp_path / "p" / "predict.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert float(got[0]["moe_imbalance"]) == 2.0 and got[0]["ep"] == "4"
+
+
+def test_ep_skips_tp_it_does_not_divide_and_moe_models_get_realistic_ep_at_large_batch():
+    rows, notes, _ = predict_table("DeepSeek-V3", ["h200"], ["reference:nvlink4"], [4, 8], [64], ep=8,
+                                   weights="fp8-block")
+    assert [r["tp"] for r in rows] == [8] and any("tp=4 skipped (--ep 8 does not divide tp=4)" in n for n in notes)
+    r = rows[0]
+    # 64 tokens x top-8 over 256 experts: 222 of them active; the busiest group of 32 holds at least the mean
+    assert r["moe_active_experts"] == pytest.approx(256 * (1 - (248 / 256) ** 64))
+    assert r["moe_active_experts_per_rank"] >= r["moe_active_experts"] / 8
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--model", "Qwen2.5-32B", "--ep", "2"], "has no routed experts"),
+    (["--model", Q30, "--ep", "3"], "does not divide model Qwen3-30B-A3B's 128 routed experts"),
+    (["--model", Q30, "--ep", "4", "--moe-skew", "/nonexistent"], "not a commprof moe dir"),
+])
+def test_bad_ep_input_is_one_line_and_exit_2(cli_inproc, args, words):
+    r = cli_inproc("predict", "--gpu", "h100-sxm", "--tp", "4", *args)
+    assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_load_with_ep_skips_the_tp_it_does_not_divide_and_skew_needs_ep(tmp_path):
+    from commprof.analysis.predictload import load_spec
+
+    rows, notes, _ = predict_table(Q30, ["h100-sxm"], [], [2, 4], [1], ep=4, load=load_spec([4], [], 256, 32, 2048))
+    assert [r["tp"] for r in rows] == [4] and "tp=2 skipped (--ep 4 does not divide tp=2)" in notes
+    with pytest.raises(UsageError, match="--moe-skew needs --ep"):
+        predict_table(Q30, ["h100-sxm"], [], [4], [1], moe_steps=[{"ep": "4", "tokens": "1", "imbalance": "2"}])
