@@ -18,9 +18,9 @@ KINDS = ("tp1", "nvlink", "pcie")
 #: percentile, the extremes (``min``, ``max``) and how many figures (``n``). Copied from results/bench/predict_figures.json
 #: ("held_out_bands"); tests/test_predict_figures.py checks that the two agree.
 ERROR_BANDS: dict = {
-    'tp1': {'lo': 0.775, 'hi': 1.812, 'min': 0.741, 'max': 1.91, 'n': 12},
-    'nvlink': {'lo': 0.886, 'hi': 1.092, 'min': 0.886, 'max': 1.111, 'n': 6},
-    'all': {'lo': 0.847, 'hi': 1.672, 'min': 0.741, 'max': 1.91, 'n': 18},
+    'tp1': {'lo': 0.729, 'hi': 1.779, 'min': 0.703, 'max': 1.998, 'n': 14},
+    'nvlink': {'lo': 0.93, 'hi': 1.101, 'min': 0.93, 'max': 1.118, 'n': 6},
+    'all': {'lo': 0.726, 'hi': 1.591, 'min': 0.703, 'max': 1.998, 'n': 21},
 }
 
 BAND_SOURCE = ("measured / predicted over the held-out published figures of tests/data/published-decode/figures.csv "
