@@ -112,3 +112,43 @@ def test_check_inspector_without_sweep_skips(cli_inproc, dirs, tmp_path):
     cli_inproc("check", dirs[1], "--out", str(out))
     items = {i["id"]: i for i in json.loads((out / "check.json").read_text())["items"]}
     assert items["I1"]["status"] == "SKIP" and "no sweep of this box" in items["I1"]["value"]
+
+
+def _predict(cli_inproc, *args):
+    res = cli_inproc("predict", "--gpu", "a100-sxm", "--tp", "8", "--batch", "1,8", "--json", *args)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_predict_multiplies_the_collectives_by_the_engine_factor(cli_inproc, dirs):
+    sw, insp = dirs
+    plain = _predict(cli_inproc, "--comm", sw)
+    scaled = _predict(cli_inproc, "--comm", sw, "--comm-overhead-from", insp)
+    m16, n16 = _records_mean(16384)
+    m64, n64 = _records_mean(65536)
+    factor = (m16 / 57.38 * n16 + m64 / 58.10 * n64) / (n16 + n64)
+    for a, b in zip(plain["rows"], scaled["rows"]):
+        assert b["comm_ms"] == pytest.approx(a["comm_ms"] * factor, rel=1e-9)
+        assert b["compute_ms"] == a["compute_ms"] and b["comm"].endswith(f"x{factor:.2f} in-engine")
+    assert any(n.startswith(f"--comm-overhead-from: {os.path.basename(sw)}'s collective prices x{factor:.2f}")
+               for n in scaled["notes"])
+    assert scaled["boxes"][0]["comm"]["in_engine_factor"] == pytest.approx(factor)
+
+
+def test_predict_overhead_against_a_reference_profile(cli_inproc, dirs):
+    from commprof.analysis.commsource import comm_source
+    from commprof.analysis.inengine import factor_against, inspector_rows
+
+    ref = comm_source("reference:nvlink3")
+    f, rows = factor_against(inspector_rows(dirs[1]), ref, "graph")
+    price = ref.price(8, "graph")
+    ar = [r for r in rows if r["op"] == "all_reduce"]
+    assert all(r["ratio"] == pytest.approx(r["in_engine_us_mean"] / price("all_reduce", r["size_bytes"])) for r in ar)
+    scaled = _predict(cli_inproc, "--comm", "reference:nvlink3", "--comm-overhead-from", dirs[1])
+    plain = _predict(cli_inproc, "--comm", "reference:nvlink3")
+    assert scaled["rows"][0]["comm_ms"] == pytest.approx(plain["rows"][0]["comm_ms"] * f, rel=1e-9)
+
+
+def test_predict_overhead_from_a_wrong_dir_one_line(cli_inproc, dirs):
+    res = cli_inproc("predict", "--gpu", "a100-sxm", "--comm", dirs[0], "--tp", "8", "--comm-overhead-from", dirs[0])
+    assert res.returncode == 2 and "not an 'import nccl-inspector' dir" in res.stderr

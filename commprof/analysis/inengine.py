@@ -101,3 +101,37 @@ def overhead_factor(rows, op: str | None = None) -> float | None:
     if not calls:
         return None
     return sum(r["ratio"] * r["calls"] for r in use) / calls
+
+
+def _records(df) -> list[dict]:
+    return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def factor_against(insp_rows, comm, mode: str = "graph") -> tuple[float | None, list[dict]]:
+    """(calls-weighted in-engine / ``comm``'s price, the rows compared): a results dir (sweep or
+    imported nccl-tests) by :func:`engine_vs_sweep` (its sizes only, never extrapolated); a
+    reference profile by its modelled latency at the exact size."""
+    table = getattr(comm, "table", None)
+    if table is not None:
+        rows = engine_vs_sweep(insp_rows, _records(table.df), comm.timing)
+        return overhead_factor(rows), rows
+    rows = []
+    for (op, tp, size), e in sorted(pooled(insp_rows).items()):
+        row = {"op": op, "tp": tp, "size_bytes": size, "calls": e["calls"], "in_engine_us_mean": e["mean"],
+               "back_to_back_us": None, "how": "the profile has no such op and TP", "ratio": None}
+        if (op, tp) in comm.have and e["mean"] is not None:
+            val = comm.price(tp, mode)(op, size)
+            row.update(back_to_back_us=val, how="modelled at the exact size", ratio=e["mean"] / val if val else None)
+        rows.append(row)
+    return overhead_factor(rows), rows
+
+
+def inspector_rows(path: str) -> list[dict]:
+    """The rows of an ``import nccl-inspector`` dir (UsageError naming the dir when it is not one)."""
+    from commprof import results
+    from commprof.model.errors import UsageError
+
+    res = results.load(path)
+    if "nccl_inspector" not in res.tables:
+        raise UsageError(f"--comm-overhead-from '{path}': not an 'import nccl-inspector' dir (no nccl_inspector.csv)")
+    return _records(res.tables["nccl_inspector"])

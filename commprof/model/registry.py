@@ -111,6 +111,7 @@ class PredictConfig:
     as_json: bool = flag(False, "--json", help="Print the rows as JSON.")
     serve: str | None = flag(None, "--serve", help="A commprof serve dir: adds the measured queue, TTFT and served TPOT beside the modelled ones.")
     calibration: dict = field(default_factory=dict)
+    comm_overhead_from: str | None = flag(None, "--comm-overhead-from", help="An 'import nccl-inspector' dir: each collective's price times the engine's in-service factor (its mean per call / the --comm source's at the same op, TP and size).")
 
 
 @dataclass

@@ -43,7 +43,7 @@ def run(cfg: PredictConfig, console=None) -> int:
     """``commprof predict``: rows, files, console table and chart; the exit code."""
     rows, notes, meta_extra = predict_table(cfg.model, cfg.gpus, cfg.comms, cfg.tps, cfg.batches, cfg.context,
                                             cfg.prompt, cfg.dtype, cfg.weights, cfg.mode, cfg.mem_util,
-                                            cfg.calibration)
+                                            cfg.calibration, comm_overhead_from=cfg.comm_overhead_from)
     model_name = meta_extra["model"]["name"]
     columns, extra_lines = CSV_COLUMNS, None
     if cfg.serve:       # the fourth account: scheduling, measured by commprof serve
