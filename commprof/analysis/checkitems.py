@@ -15,6 +15,7 @@ from commprof.model.models import get_model
 from commprof.analysis.stepmodel import build_plan
 from commprof.analysis.checkitems_health import health_items
 from commprof.analysis.whatnow import annotate
+from commprof.analysis.checkitems_nccl import nccl_items
 
 # Per-direction link ceilings in GB/s: PCIe x16 per direction (PCI-SIG: 8/16/32/64 GT/s per lane,
 # 128b/130b; Gen6 PAM4 with FLIT), NVLink per GPU per direction (NVIDIA A100/H100/B200 datasheets:
@@ -788,7 +789,7 @@ def box_items(ev: Evidence, th: dict, model: str | None = None) -> list[Item]:
             item_nvlink(ev, th), item_host_bw(ev, th), item_correctness(ev, th), item_allreduce_latency(ev, th),
             item_busbw(ev, th), *_multinode_items(ev, th), item_comm_share(ev, th),
             *[i for i in (item_ttft_comm(ev, th),) if i is not None], *serve_items(ev, th), item_kv(ev, th, model),
-            item_numa(ev, th), *health_items(ev, th)]
+            item_numa(ev, th), *health_items(ev, th), *nccl_items(ev, th)]
     return items + [item_evidence(items, th)]
 
 

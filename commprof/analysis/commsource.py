@@ -125,3 +125,21 @@ def comm_source(spec) -> CommSource:
     if isinstance(spec, str) and spec.startswith(REFERENCE_PREFIX):
         return ProfileComm(spec)
     return DirComm(spec)
+
+
+class ScaledComm(CommSource):
+    """Another source's prices times a factor: the engine's in-service cost per collective
+    (``predict --comm-overhead-from``, :func:`commprof.analysis.inengine.factor_against`)."""
+
+    def __init__(self, base: CommSource, factor: float, why: str):
+        super().__init__(base.spec)
+        self.base, self.factor, self.why = base, float(factor), why
+        self.label = f"{base.label} x{self.factor:.2f} in-engine"
+        self.kind, self.timing, self.have = base.kind, base.timing, base.have
+        self.notes = base.notes
+
+    def _lookup(self, op, tp, mode, size_bytes):
+        return self.base._lookup(op, tp, mode, size_bytes) * self.factor
+
+    def describe(self) -> dict:
+        return {**self.base.describe(), "in_engine_factor": self.factor, "in_engine_factor_source": self.why}

@@ -43,6 +43,9 @@ class Evidence:
     sweep_timing: str = "per-call"  # the one timing method the box's sweep rows are judged by
     notes: list = field(default_factory=list)
     unfinished: list = field(default_factory=list)  # one line per dir whose run did not finish
+    inspector: object = None      # pandas DataFrame (nccl_inspector.csv from import nccl-inspector)
+    inspector_dir: str | None = None
+    nccl_debug: object = None     # the results.Results of an import nccl-debug dir (NCCL's own account)
 
     def all_boxes(self) -> list:
         return self.boxes or [self]
@@ -83,6 +86,10 @@ def _absorb(ev: Evidence, r, d: str) -> bool:
         ev.moe_dir, found = d, True
     if "serve_levels" in r.tables:
         ev.serve, ev.serve_meta, found = r.tables["serve_levels"], r.meta, True
+    if "nccl_inspector" in r.tables:
+        ev.inspector, ev.inspector_dir, found = r.tables["nccl_inspector"], d, True
+    if "nccl_comms" in r.tables:
+        ev.nccl_debug, found = r, True
     return found
 
 
@@ -135,7 +142,7 @@ def gather_boxes(dirs: list[str], labels=None) -> list[Evidence]:
             box = before[-1] if before else boxes[0]
         if not _absorb(box, r, d):
             raise UsageError(f"results dir '{d}': holds no topo.json, health.json, sweep.csv, trace_summary.csv, p2p.csv, "
-                             "moe_steps.csv or serve_levels.csv")
+                             "moe_steps.csv, serve_levels.csv, nccl_comms.csv or nccl_inspector.csv")
     if len(names_given) > len(boxes):
         raise UsageError(f"--label: {len(names_given)} names for {len(boxes)} box(es) (every dir with a sweep is "
                          "one box)")

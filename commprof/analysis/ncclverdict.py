@@ -7,9 +7,14 @@ log: no item here compares with another box.
 """
 from __future__ import annotations
 
+from commprof.analysis.thresholds import load_thresholds
+from commprof.model.errors import UsageError
+
 #: NCCL_P2P_LEVEL values that forbid P2P over PCIe (NCCL's path types: LOC, NVL, PIX, PXB, PHB, SYS;
-#: a level at or below NVL allows P2P only over NVLink)
+#: a level at or below NVL allows P2P only over NVLink); the thresholds file's
+#: ``nccl_debug.p2p_blocking_levels`` is what the items use
 P2P_BLOCKING_LEVELS = {"0", "LOC", "NVL"}
+VERDICT_WORDS = ("PASS", "WARN", "FAIL")
 
 
 def _item(item_id, title, verdict, evidence, what_now):
@@ -29,16 +34,29 @@ def _multi_node(comms):
     return [c for c in comms if (c.get("nnodes") or 0) > 1]
 
 
+def _levels(t: dict) -> dict:
+    """The verdict each finding gets (``[nccl_debug]`` of the thresholds file), checked."""
+    keys = ("shm_with_override", "shm_platform", "socket_multinode", "net_without_gdr", "nvls_unused",
+            "custom_ar_off_supported", "fewer_than_sold", "nccl_warnings")
+    out = {k: str(t[k]).upper() for k in keys}
+    for k, v in out.items():
+        if v not in VERDICT_WORDS:
+            raise UsageError(f"thresholds: nccl_debug.{k} = '{t[k]}': give one of {', '.join(VERDICT_WORDS)}")
+    return out
+
+
 def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: int | None = None,
-                 expect_nodes: int | None = None) -> list[dict]:
-    """The check items of one NCCL_DEBUG account (``acc``: the summary dict)."""
+                 expect_nodes: int | None = None, th: dict | None = None) -> list[dict]:
+    """The check items of one NCCL_DEBUG account (``acc``: the summary dict); verdicts and "what now"
+    texts from ``th`` (the thresholds, default ``commprof/data/thresholds.toml``), ``[nccl_debug]``."""
+    t = (th or load_thresholds())["nccl_debug"]
+    lv = _levels(t)
+    blocking = {str(x).upper() for x in t["p2p_blocking_levels"]}
     items = []
     if not acc.get("nccl_lines"):
         why = ("the log has no NCCL INFO line: NCCL_DEBUG was not set to INFO for this run, or its lines went "
                "to another file (NCCL_DEBUG_FILE)")
-        items.append(_item("N0", "NCCL's own account is in the log", "INSUFFICIENT", why,
-                           "Re-run the engine with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,GRAPH,NET and send "
-                           "the whole log (see docs/nccl-debug.md)."))
+        items.append(_item("N0", "NCCL's own account is in the log", "INSUFFICIENT", why, t["what_now_no_log"]))
     env = acc.get("env_overrides", {})
     # N1: GPUs of one node talking through host memory
     shm = _intra_pairs(comms, pairs, "SHM")
@@ -47,24 +65,24 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
     if any(v in ("1", "true", "True") for v in env.get("NCCL_P2P_DISABLE", [])):
         blockers.append("NCCL_P2P_DISABLE=1")
     for v in env.get("NCCL_P2P_LEVEL", []):
-        if v.upper() in P2P_BLOCKING_LEVELS:
+        if v.upper() in blocking:
             blockers.append(f"NCCL_P2P_LEVEL={v}")
     if shm:
         n = len({(p['comm'], p['src_rank'], p['dst_rank']) for p in shm})
         if blockers:
-            items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory", "FAIL",
+            items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory",
+                               lv["shm_with_override"],
                                f"{n} rank pair(s) inside one node go via SHM (host memory), and the log says "
                                f"{', '.join(blockers)} was set by the environment",
-                               f"Unset {' and '.join(b.split('=')[0] for b in blockers)} and re-test; if the vendor's "
-                               "image sets it, ask why (a platform that cannot do P2P is a different box: ask for "
-                               "`nvidia-smi topo -p2p r` output)."))
+                               t["what_now_shm_override"].format(
+                                   names=" and ".join(b.split("=")[0] for b in blockers))))
         else:
-            items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory", "WARN",
+            items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory",
+                               lv["shm_platform"],
                                f"{n} rank pair(s) inside one node go via SHM (host memory) with no NCCL override "
                                "in the log: the platform refused P2P (PCIe ACS or IOMMU on, a VM without P2P, or "
                                "a GeForce driver that does not allow it)",
-                               "Ask the seller for `nvidia-smi topo -p2p r` and whether ACS/IOMMU can be turned "
-                               "off; if P2P was part of the offer, reject until it works."))
+                               t["what_now_shm_platform"]))
     elif p2p:
         items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory", "PASS",
                            f"{len({(p['comm'], p['src_rank'], p['dst_rank']) for p in p2p})} rank pair(s) inside "
@@ -75,34 +93,31 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
     if multi:
         nets = sorted(acc.get("networks", {}))
         if socket_pairs or nets == ["Socket"]:
-            items.append(_item("N2", "nodes are joined over RDMA (InfiniBand/RoCE/EFA), not TCP sockets", "FAIL",
+            items.append(_item("N2", "nodes are joined over RDMA (InfiniBand/RoCE/EFA), not TCP sockets",
+                               lv["socket_multinode"],
                                f"{len(multi)} communicator(s) span {max(c['nnodes'] for c in multi)} nodes and the "
                                f"log says 'Using network {', '.join(nets) or 'Socket'}'"
                                + (f"; {len(socket_pairs)} pair(s) via NET/Socket" if socket_pairs else ""),
-                               "Ask the seller which RDMA NICs the nodes have and why NCCL did not use them (the "
-                               "pods or containers need the IB devices and NCCL's net plugin); re-test until the "
-                               "log says NET/IB or NET/<plugin> with GDRDMA."))
+                               t["what_now_socket"]))
         else:
             gdr = [p for p in pairs if p["transport_class"].startswith("NET/") and "GDRDMA" in p["transport"]]
             net = [p for p in pairs if p["transport_class"].startswith("NET/")]
-            verdict = "PASS" if gdr or not net else "WARN"
+            verdict = "PASS" if gdr or not net else lv["net_without_gdr"]
             items.append(_item("N2", "nodes are joined over RDMA (InfiniBand/RoCE/EFA), not TCP sockets", verdict,
                                f"network {', '.join(nets) or '?'}; {len(net)} network pair(s), {len(gdr)} with "
                                "GPUDirect RDMA (GDRDMA)",
-                               "" if verdict == "PASS" else "Ask whether GPUDirect RDMA is enabled (nvidia-peermem / "
-                               "dmabuf); without it every message is staged through host memory."))
+                               "" if verdict == "PASS" else t["what_now_no_gdr"]))
     # N3: NVLS available, not used
     nv = acc.get("nvls", {})
     nvls_channels = [c.get("nvls_channels") for c in comms if c.get("nvls_channels") is not None]
     if nv.get("available_on"):
         off = env.get("NCCL_NVLS_ENABLE", [])
         if nvls_channels and max(nvls_channels) == 0:
-            items.append(_item("N3", "NVLink SHARP (NVLS) is used where the switch offers it", "WARN",
+            items.append(_item("N3", "NVLink SHARP (NVLS) is used where the switch offers it", lv["nvls_unused"],
                                f"NVLS multicast is available on {nv['available_on']} GPU(s) but every communicator "
                                "has 0 nvls channels" + (f"; NCCL_NVLS_ENABLE={off[0]} set by the environment" if off
                                                         else ""),
-                               "Re-test with NCCL_NVLS_ENABLE unset (NVLS lowers all-reduce latency on NVSwitch "
-                               "boxes at TP=8); if the vendor's image disables it, ask why."))
+                               t["what_now_nvls"]))
         else:
             items.append(_item("N3", "NVLink SHARP (NVLS) is used where the switch offers it", "PASS",
                                f"NVLS available on {nv['available_on']} GPU(s), nvls channels {max(nvls_channels or [0])}",
@@ -123,12 +138,10 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
         else:
             supports = bool(_intra_pairs(comms, pairs, "P2P")) or bool(blockers)
             items.append(_item("N4", "the engine's custom all-reduce is on where the box supports it",
-                               "WARN" if supports else "INFO",
+                               lv["custom_ar_off_supported"] if supports else "INFO",
                                f"custom all-reduce off ({why})" + ("; the GPUs do P2P (or would, without the "
                                                                    "override), so it could be on" if supports else ""),
-                               "Re-test without --disable-custom-all-reduce (vLLM) / --disable-custom-all-reduce "
-                               "(SGLang): on NVLink and on 2 PCIe GPUs with P2P it is faster than NCCL at decode "
-                               "sizes." if supports else ""))
+                               t["what_now_custom_ar"] if supports else ""))
     elif eng.get("custom_all_reduce") == "on":
         items.append(_item("N4", "the engine's custom all-reduce is on where the box supports it", "PASS",
                            "the engine lists CUSTOM among its all-reduce backends", ""))
@@ -141,13 +154,13 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
             short.append(f"the largest communicator has {most} rank(s), {expect_gpus} GPUs were sold")
         if expect_nodes and nodes < expect_nodes:
             short.append(f"the log shows {nodes} node(s), {expect_nodes} were sold")
-        items.append(_item("N5", "the log shows the GPUs and nodes that were sold", "FAIL" if short else "PASS",
+        items.append(_item("N5", "the log shows the GPUs and nodes that were sold",
+                           lv["fewer_than_sold"] if short else "PASS",
                            "; ".join(short) or f"{most} ranks, {nodes} node(s)",
-                           "Ask the seller to run the engine over every GPU and node sold and send that log."
-                           if short else ""))
+                           t["what_now_fewer"] if short else ""))
     # N6: NCCL's own warnings
     warns = acc.get("warnings", [])
     if warns:
-        items.append(_item("N6", "NCCL printed no warnings", "WARN", f"{len(warns)} NCCL WARN line(s); first: {warns[0]}",
-                           "Send the warning to the vendor with the whole log; re-test once it is explained."))
+        items.append(_item("N6", "NCCL printed no warnings", lv["nccl_warnings"],
+                           f"{len(warns)} NCCL WARN line(s); first: {warns[0]}", t["what_now_warnings"]))
     return items

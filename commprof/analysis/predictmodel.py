@@ -189,7 +189,7 @@ def make_boxes(gpus: list, comms: list, notes: list | None = None) -> list[tuple
 def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,
                   dtype: str = "bf16", weights: str = "bf16", mode: str = "graph", mem_util: float = 0.9,
                   calibration: dict | None = None, ep: int = 1, moe_steps: list | None = None,
-                  load=None) -> tuple[list[dict], list[str], dict]:
+                  load=None, comm_overhead_from: str | None = None) -> tuple[list[dict], list[str], dict]:
     """Validated inputs -> (rows of :data:`CSV_COLUMNS`, notes, the provenance a predict dir's
     meta.json carries). ``model``: a name, a config.json path or a :class:`ModelShape`; ``gpus``
     and ``comms``: as ``--gpu`` and ``--comm`` (specs or :class:`CommSource` objects)."""
@@ -208,6 +208,8 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
         check_tp(model, tp)
     chosen: list[str] = []
     boxes = make_boxes(list(gpus), list(comms), chosen)
+    if comm_overhead_from:
+        boxes = scale_by_engine(boxes, comm_overhead_from, mode, chosen)
     if weights not in WEIGHT_DTYPES:
         raise UsageError(f"--weights {shown(weights)}: use one of {', '.join(WEIGHT_DTYPES)}")
     calibration = dict(calibration or {})
@@ -256,3 +258,29 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
         meta.update(csv_columns=csv_columns, ep=ep, load=load and load.__dict__, column_kinds={**COLUMN_KINDS, **extra_kinds},
                     columns={**COLUMN_DOCS, **extra_docs})
     return rows, notes, meta
+
+
+def scale_by_engine(boxes, inspector_dir: str, mode: str, notes: list) -> list:
+    """``--comm-overhead-from DIR``: each box's collective prices times the engine's in-service
+    factor (NCCL Inspector's in-engine mean / the box's comm source at the same op, TP and size,
+    calls-weighted: :func:`commprof.analysis.inengine.factor_against`); a note per source says it."""
+    from commprof.analysis.commsource import ScaledComm
+    from commprof.analysis.inengine import factor_against, inspector_rows
+    from commprof.results.meta import shown_path
+
+    insp = inspector_rows(inspector_dir)
+    scaled, out = {}, []
+    for g, c in boxes:
+        if id(c) not in scaled:
+            f, rows = factor_against(insp, c, mode)
+            if f is None:
+                raise UsageError(f"--comm-overhead-from '{inspector_dir}': none of the engine's collectives "
+                                 f"({', '.join(sorted({r['op'] + ' tp=' + str(r['tp']) for r in rows})) or 'none'}) "
+                                 f"falls within {c.label}'s ops, TP degrees and sizes")
+            n = sum(r["calls"] for r in rows if r["ratio"] is not None)
+            why = (f"NCCL Inspector in {shown_path(inspector_dir)}: the engine's mean per call / {c.label}'s price at "
+                   f"the same op, TP and size, calls-weighted over {n:,} calls")
+            scaled[id(c)] = ScaledComm(c, f, why)
+            notes.append(f"--comm-overhead-from: {c.label}'s collective prices x{f:.2f} ({why})")
+        out.append((g, scaled[id(c)]))
+    return out

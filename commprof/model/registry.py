@@ -118,6 +118,7 @@ class PredictConfig:
     osl: int = flag(256, "--osl", help="With --concurrency/--qps: output tokens per request.")
     chunk: int = flag(2048, "--chunk", help="With --concurrency/--qps: tokens one step carries at most (the engine's max_num_batched_tokens: decode tokens + a prompt chunk).")
     calibration: dict = field(default_factory=dict)
+    comm_overhead_from: str | None = flag(None, "--comm-overhead-from", help="An 'import nccl-inspector' dir: each collective's price times the engine's in-service factor (its mean per call / the --comm source's at the same op, TP and size).")
 
 
 @dataclass
@@ -174,6 +175,9 @@ IMPORT_KINDS = (
     ImportKind("kineto", "commprof.ingest.kineto:run_import_kineto", label=True,
                options=("step_marker", "model", "tp"),
                help="PyTorch profiler traces of a serving engine (.json/.json.gz), one per rank, as a trace results dir"),
+    ImportKind("nccl-inspector", "commprof.verbs.import_:import_nccl_inspector_dir",
+               help="NCCL Inspector JSON (a file or NCCL_INSPECTOR_DUMP_DIR): every collective the engine ran, "
+                    "as it paid it, per communicator and rank"),
 )
 
 
@@ -292,6 +296,10 @@ RESULT_KINDS = (
         "nccl_verdict.csv": ("nccl_verdict", ("id", "verdict", "what_now"))}, view=f"{_S}:show_nccl_debug"),
     ResultKind("health", docs={"health.json": "health"}, view=f"{_S}:show_health"),
     ResultKind("report", view=f"{_S}:show_report"),
+    ResultKind("nccl-inspector", tables={
+        "nccl_inspector.csv": ("nccl_inspector", ("comm", "rank", "op", "size_bytes", "calls", "time_us_p50")),
+        "nccl_inspector_comms.csv": ("nccl_inspector_comms", ("comm", "nranks", "summary"))},
+               view=f"{_S}:show_nccl_inspector"),
 )
 
 @dataclass
@@ -327,7 +335,7 @@ VERBS = [
     VerbSpec("gap", GapConfig, "commprof.verbs.gap:run", table=True, kinds=("gap",), report_section="gap",
              help="Each box against a reference (PCIe vs NVLink) and, with several boxes (one per dir with a sweep), the boxes against each other."),
     VerbSpec("import", ImportConfig, "commprof.verbs.import_:run",
-             kinds=("sweep", "topo", "trace", "kineto", "nccl-debug", "health"),
+             kinds=("sweep", "topo", "trace", "kineto", "nccl-debug", "health", "nccl-inspector"),
              help="Import another tool's output into the results format (e.g. a vendor's nccl-tests logs)."),
     VerbSpec("p2p", P2pConfig, "commprof.verbs.p2p:run", table=True, kinds=("p2p",), report_section="p2p",
              help="Raw link probes (CUDA): per-pair latency and bandwidth matrix, P2P on and off."),

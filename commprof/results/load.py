@@ -26,7 +26,8 @@ _VERB_BY_FILE = (("sweep.csv", None), ("trace_summary.csv", "trace"), ("moe_step
 _TEXT_COLUMNS = {"op", "mode", "clock", "backend", "impl", "dtype", "ranks", "site", "status", "hosts",
                  "fallback", "comm", "kind", "skew", "placement", "probe", "p2p", "hot_ranks", "hot_experts",
                  "verified", "name", "site_kind", "summary", "transport", "transport_class", "direction", "transports",
-                 "local_ranks", "role", "id", "item", "verdict", "evidence", "what_now"}
+                 "local_ranks", "role", "id", "item", "verdict", "evidence", "what_now",
+                 "comm_name", "host", "coll", "peer", "timing_source", "gpu_timed", "algo", "proto"}
 
 
 @dataclass

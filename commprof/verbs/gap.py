@@ -19,6 +19,9 @@ from commprof.analysis.predictcompare import compare_boxes
 from commprof.model.errors import EXIT_OK
 from commprof.results.predict import GAP_PREDICT_COLUMNS, GAP_PREDICT_CSV, is_predict_dir
 from commprof.views.predictcompare import compare_lines
+from commprof.analysis.checkitems_nccl import in_engine_rows
+from commprof.analysis.inengine import overhead_factor
+from commprof.views.inengine import inengine_lines
 
 def write_gap(g: Gap, out_dir: str, dirs: list[str]) -> list[str]:
     """gap.md, gap.csv (each box against its reference), gap_boxes.csv (box against box), gap.png
@@ -81,6 +84,10 @@ def run(cfg: GapConfig) -> int:
     g = compute_gap(dirs, cfg.reference, interconnect=cfg.interconnect, labels=labels)
     render_gap(g)
     for b in gather_boxes(dirs, labels):
+        ie = in_engine_rows(b)          # an Inspector dir beside the box's sweep: in-engine / sweep
+        if ie:
+            for line in inengine_lines(b.label, ie, overhead_factor(ie)):
+                print(line)
         for note in b.notes:
             print(f"commprof: note: {note}", file=sys.stderr)
         for line in b.unfinished:

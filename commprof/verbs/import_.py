@@ -108,3 +108,26 @@ def import_nccl_debug_dir(paths, out: str, expect_gpus=None, expect_nodes=None) 
               "(docs/nccl-debug.md)", file=sys.stderr)
         return EXIT_INSUFFICIENT_EVIDENCE
     return EXIT_CHECK_FAILED if any(it["verdict"] == "FAIL" for it in items) else 0
+
+
+def import_nccl_inspector_dir(paths, out: str) -> int:
+    """``import nccl-inspector``: the engine's collectives, one line per communicator, and the exit
+    code (9: no Inspector record in the files; 0 otherwise)."""
+    from commprof.ingest.ncclinspector import import_nccl_inspector
+    from commprof.model.errors import EXIT_INSUFFICIENT_EVIDENCE
+    from commprof.results.ncclinspector import NCCL_INSPECTOR_COMMS_CSV, NCCL_INSPECTOR_CSV
+    from commprof.views.ncclinspector import inspector_lines
+
+    meta = import_nccl_inspector(paths, out)
+    _, comms = results.read_table_rows(os.path.join(out, NCCL_INSPECTOR_COMMS_CSV))
+    _, rows = results.read_table_rows(os.path.join(out, NCCL_INSPECTOR_CSV))
+    for line in inspector_lines(meta, comms, rows):
+        print(line)
+    info = meta["nccl_inspector"]
+    print(f"imported {info['records']:,} NCCL Inspector record(s) from {info['files']} file(s) into {out}")
+    if not info["records"]:
+        print(f"commprof: error: no NCCL Inspector record in {', '.join(paths)}: run the engine with "
+              "NCCL_PROFILER_PLUGIN=<libnccl-profiler-inspector.so> NCCL_INSPECTOR_ENABLE=1 (docs/nccl-debug.md)",
+              file=sys.stderr)
+        return EXIT_INSUFFICIENT_EVIDENCE
+    return 0

@@ -27,6 +27,8 @@ from commprof.analysis.latency import CommTable
 from commprof.model.errors import EXIT_CHECK_FAILED
 from commprof.results.predict import is_predict_dir
 from commprof.views.predictcompare import boxes_section, predict_section
+from commprof.analysis.checkitems_nccl import in_engine_rows
+from commprof.analysis.inengine import overhead_factor
 
 
 
@@ -77,6 +79,12 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
         sections.append(views.checklist_section(mine, verdict(mine), b.interconnect, level=level, prefix=prefix))
         if b.topo:
             sections.append(views.topology_section(b.topo, level=level, prefix=prefix))
+        if b.nccl_debug is not None:             # NCCL's own account (import nccl-debug)
+            sections.append(views.nccl_debug_section(b.nccl_debug, mine, level=level, prefix=prefix))
+        ie = in_engine_rows(b)                   # NCCL Inspector beside the box's sweep
+        if ie:
+            sections.append(views.in_engine_section(ie, overhead_factor(ie), results.read_meta(b.inspector_dir),
+                                                    level=level, prefix=prefix))
         if b.sweep is not None:
             sections.append(views.sweep_section(b.sweep, b.sweep_meta, b.sweep_dir, out_dir, level=level, prefix=prefix,
                                                 chart_tag=f"box{k}" if multi else ""))

@@ -411,3 +411,55 @@ def write_report(out_dir: str, title: str, sources: list[str], sections: list[Se
         write_atomic(path, text)
         paths.append(path)
     return paths
+
+
+def nccl_debug_section(res, items, level: int = 2, prefix: str = "") -> Section:
+    """NCCL's own account of the box (an ``import nccl-debug`` dir): one line per communicator (its
+    transports at a glance), the network, versions, overrides and engine lines, then its check
+    items (N0-N6) with what a buyer does next."""
+    info = res.meta.get("nccl_debug", {})
+    from commprof.analysis.checkitems_nccl import records
+
+    rows = [tuple("" if c.get(k) is None else c[k] for k in ("comm", "nranks", "nnodes", "transports", "summary"))
+            for c in records(res.tables["nccl_comms"])]
+    files = ", ".join(f.get("path", "?") for f in res.meta.get("source_files", [])) or "?"
+    paras = []
+    if info.get("nccl_version"):
+        paras.append("NCCL " + ", ".join(info["nccl_version"])
+                     + (f" (CUDA {', '.join(info['cuda_version'])})" if info.get("cuda_version") else "") + ".")
+    if info.get("networks"):
+        paras.append("Network: " + ", ".join(f"{k} ({len(v)} host(s))" for k, v in info["networks"].items()) + ".")
+    if info.get("env_overrides"):
+        paras.append("Set by environment: " + ", ".join(f"{k}={'|'.join(v)}" for k, v in info["env_overrides"].items())
+                     + ".")
+    eng = info.get("engine") or {}
+    if eng:
+        paras.append("Engine: " + "; ".join(f"{k}={'/'.join(v) if isinstance(v, list) else v}"
+                                             for k, v in eng.items()) + ".")
+    if not info.get("nccl_lines"):
+        paras.append("The log holds no NCCL INFO line: NCCL_DEBUG=INFO was not set for this run.")
+    mine = [i for i in items if i.id.startswith("N")]
+    tables = [Table(("communicator", "ranks", "nodes", "transports", "at a glance"), rows)]
+    if mine:
+        tables.append(Table(("#", "item", "status", "evidence", "what now"),
+                            [(i.id, i.item, i.status, i.value, i.hint) for i in mine], status_col=2))
+    return Section(f"{prefix}NCCL's own account (transports)", level=level,
+                   prov=f"imported from NCCL_DEBUG=INFO log(s) {files} (commprof import nccl-debug)",
+                   paragraphs=paras, tables=tables)
+
+
+def in_engine_section(rows, factor, inspector_meta: dict | None, level: int = 2, prefix: str = "") -> Section:
+    """The engine's collectives in service (NCCL Inspector) beside the box's sweep."""
+    src = (inspector_meta or {}).get("source_files", [])
+    files = ", ".join(f.get("path", "?") for f in src[:3]) + (f" (+{len(src) - 3} more)" if len(src) > 3 else "")
+    t = [(r["op"], r["tp"], human_bytes(int(r["size_bytes"])), f"{r['calls']:,}", r["timing"],
+          f"{r['in_engine_us_mean']:.1f}", "" if r["back_to_back_us"] is None else f"{r['back_to_back_us']:.1f}",
+          r["how"], "" if r["ratio"] is None else f"{r['ratio']:.2f}x") for r in rows]
+    paras = [f"In-engine / sweep, calls-weighted: {factor:.2f}x: the factor `predict --comm-overhead-from` "
+             "multiplies the collectives' price by."] if factor is not None else []
+    return Section(f"{prefix}The engine's collectives in service", level=level,
+                   prov=f"imported from NCCL Inspector JSON {files or '?'} (commprof import nccl-inspector); "
+                        "the sweep's figure at the same op, TP degree and size (log-log, never extrapolated)",
+                   paragraphs=paras,
+                   tables=[Table(("op", "TP", "size", "calls", "timing", "in-engine us (mean)", "sweep us", "how",
+                                  "ratio"), t)])

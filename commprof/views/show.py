@@ -200,3 +200,18 @@ def show_health(res, charts, echo, note, shown) -> bool:
     for line in health_lines(res.docs["health"]):
         echo(line)
     return True
+
+
+def show_nccl_inspector(res, charts, echo, note, shown) -> bool:
+    """The engine's collectives as NCCL Inspector recorded them (``import nccl-inspector``)."""
+    if "nccl_inspector" not in res.tables:
+        return False
+    from commprof.views.ncclinspector import inspector_lines
+
+    def records(df):
+        return df.astype(object).where(df.notna(), "").to_dict("records")
+
+    comms = records(res.tables["nccl_inspector_comms"]) if "nccl_inspector_comms" in res.tables else []
+    for line in inspector_lines(res.meta, comms, records(res.tables["nccl_inspector"])):
+        echo(line)
+    return True
