@@ -3,7 +3,6 @@
 from the plugin's format (tests/data/nccl-inspector/SOURCE.md), the sweep a real nccl-tests log:
 the ratios test the arithmetic and the wiring, not a real engine."""
 import json
-import math
 import os
 
 import pytest
@@ -11,6 +10,9 @@ from helpers import REPO
 
 from commprof.analysis.inengine import engine_vs_sweep, overhead_factor, pooled
 from commprof.analysis.latency import loglog_lookup
+from commprof.analysis.computemodel import CALIBRATION
+from commprof.analysis.stepmodel import step_collectives
+from commprof.model.models import get_model
 
 TP8 = os.path.join(REPO, "tests", "data", "nccl-inspector", "a100x8_tp8_written")
 A100 = os.path.join(REPO, "tests", "data", "nccl-tests", "all_reduce_perf_8xA100.log")
@@ -127,8 +129,10 @@ def test_predict_multiplies_the_collectives_by_the_engine_factor(cli_inproc, dir
     m16, n16 = _records_mean(16384)
     m64, n64 = _records_mean(65536)
     factor = (m16 / 57.38 * n16 + m64 / 58.10 * n64) / (n16 + n64)
+    per_call_ms = CALIBRATION["coll_graph_us"] / 1e3     # the engine term a back-to-back sweep gets, not in-service times
     for a, b in zip(plain["rows"], scaled["rows"]):
-        assert b["comm_ms"] == pytest.approx(a["comm_ms"] * factor, rel=1e-9)
+        loop_ms = a["comm_ms"] - a["collectives_per_step"] * per_call_ms
+        assert b["comm_ms"] == pytest.approx(loop_ms * factor, rel=1e-9)
         assert b["compute_ms"] == a["compute_ms"] and b["comm"].endswith(f"x{factor:.2f} in-engine")
     assert any(n.startswith(f"--comm-overhead-from: {os.path.basename(sw)}'s collective prices x{factor:.2f}")
                for n in scaled["notes"])
@@ -145,8 +149,10 @@ def test_predict_overhead_against_a_reference_profile(cli_inproc, dirs):
     ar = [r for r in rows if r["op"] == "all_reduce"]
     assert all(r["ratio"] == pytest.approx(r["in_engine_us_mean"] / price("all_reduce", r["size_bytes"])) for r in ar)
     scaled = _predict(cli_inproc, "--comm", "reference:nvlink3", "--comm-overhead-from", dirs[1])
-    plain = _predict(cli_inproc, "--comm", "reference:nvlink3")
-    assert scaled["rows"][0]["comm_ms"] == pytest.approx(plain["rows"][0]["comm_ms"] * f, rel=1e-9)
+    # in-service prices: the profile's times the factor, no custom all-reduce or per-call term on top
+    row = scaled["rows"][0]
+    sites = step_collectives(get_model(scaled["model"]["name"]), 8, row["batch"], row["batch"], "bf16")
+    assert row["comm_ms"] == pytest.approx(sum(price(s.op, s.size_bytes) for s in sites) * f / 1e3, rel=1e-9)
 
 
 def test_predict_overhead_from_a_wrong_dir_one_line(cli_inproc, dirs):

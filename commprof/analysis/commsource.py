@@ -129,7 +129,11 @@ def comm_source(spec) -> CommSource:
 
 class ScaledComm(CommSource):
     """Another source's prices times a factor: the engine's in-service cost per collective
-    (``predict --comm-overhead-from``, :func:`commprof.analysis.inengine.factor_against`)."""
+    (``predict --comm-overhead-from``, :func:`commprof.analysis.inengine.factor_against`). Its
+    prices are in-service ones, so the engine terms of :mod:`commprof.analysis.enginecomm` (custom
+    all-reduce, per-collective cost, PCIe rank skew) are not added again."""
+
+    in_engine = True
 
     def __init__(self, base: CommSource, factor: float, why: str):
         super().__init__(base.spec)

@@ -25,7 +25,9 @@ named term here:
 
 :func:`engine_price` wraps a :class:`~commprof.analysis.commsource.CommSource`'s ``price`` with
 these terms; a measured dir (``commprof sweep``/``import``) keeps its own NCCL numbers and gets the
-per-collective cost only. Standard library only.
+per-collective cost only; a source already priced in the engine (``predict --comm-overhead-from``:
+NCCL Inspector's in-service times, ``in_engine = True``) gets none of the three, which its
+measurement already holds. Standard library only.
 """
 from __future__ import annotations
 
@@ -70,6 +72,8 @@ def custom_ar_us(size_bytes: int, tp: int, cls: str, nvlink_gen: int = 4, pcie_g
 def engine_price(comm, gpu, tp: int, mode: str, cal: dict):
     """``price(op, size_bytes) -> us`` of one collective inside a decode step on this box."""
     base = comm.price(tp, mode)
+    if getattr(comm, "in_engine", False):      # the engine's own in-service times: nothing to add
+        return base
     cls = link_class(comm, gpu)
     car = uses_custom_ar(cls, tp)
     per_call = float(cal.get("coll_graph_us", 0.0)) + (float(cal.get("coll_eager_us", 0.0)) if mode == "eager" else 0.0)
