@@ -43,10 +43,10 @@ PY
   echo "$SPEC" > "$VENV/.commprof-ready"
 }
 
-model() {   # the tiny Llama of tests/test_serve.py, with head_dim 64 (vLLM's CPU attention needs it)
+model() {   # the tiny Llama of scripts/tiny_llama.py (built in the vLLM venv: it holds torch and transformers), with head_dim 64 (vLLM's CPU attention needs it)
   local dir="$1"
   [ -f "$dir/config.json" ] && { echo "$dir"; return 0; }
-  "${COMMPROF_PY:-$ROOT/.venv/bin/python}" "$ROOT/tests/test_serve.py" "$dir" 256 2 >/dev/null
+  "${COMMPROF_PY:-$VENV/bin/python}" "$ROOT/scripts/tiny_llama.py" "$dir" 256 2 >/dev/null
   echo "$dir"
 }
 

@@ -3,10 +3,11 @@ serve`` with a tiny Llama built here: random weights, a word-level tokenizer wri
 downloaded), and against a small hand-written server for the faults a real one will not produce
 on demand (5xx, malformed chunks, stalls, dropped streams, a server that dies mid-run).
 
-Run ``python tests/test_serve.py DIR`` to write the tiny model into DIR (the committed example
-and the overhead benchmark use it)."""
+The server runs from its own venv (:func:`serve_python`: .venv-serve, made by scripts/serve_venv.sh);
+the tiny model is scripts/tiny_llama.py's (``python tests/test_serve.py DIR`` still writes it into DIR)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -36,46 +37,36 @@ def free_port() -> int:
 # The real server: transformers serve with a tiny model made here
 
 
-def build_tiny_model(out: str, hidden: int = 64, layers: int = 2) -> str:
-    """A tiny Llama with random weights and a word-level tokenizer over commprof serve's prompt
-    words (one token per word, so prompt lengths are exact), written to ``out``. The model never
-    emits a special token (suppressed) and has no EOS, so every request streams max_tokens tokens."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+def serve_python() -> str | None:
+    """The interpreter that runs ``transformers serve``: $COMMPROF_SERVE_PY, else .venv-serve's
+    (scripts/serve_venv.sh), else this one if it holds transformers' server; None when none does."""
+    import shutil
 
-    from commprof.model.serveconfig import WORDS
+    for py in (os.environ.get("COMMPROF_SERVE_PY"), os.path.join(REPO, ".venv-serve", "bin", "python")):
+        if py and os.path.exists(py):
+            return py
+    if all(importlib.util.find_spec(m) for m in ("transformers", "fastapi", "uvicorn")) \
+            and shutil.which("transformers", path=os.path.dirname(sys.executable)):
+        return sys.executable
+    return None
 
-    os.makedirs(out, exist_ok=True)
-    words = ["<unk>", "<s>", "</s>"] + [f"\u2581{w}" for w in WORDS] + [f"\u2581w{i}" for i in range(64)]
-    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    fast.save_pretrained(out)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=8192, bos_token_id=1, eos_token_id=None, pad_token_id=0,
-                      tie_word_embeddings=True)
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    gen_path = os.path.join(out, "generation_config.json")
-    with open(gen_path) as f:
-        gen = json.load(f)
-    gen["suppress_tokens"] = [0, 1, 2]
-    with open(gen_path, "w") as f:
-        json.dump(gen, f, indent=2)
+
+def build_tiny_model(out: str, hidden: int = 64, layers: int = 2, python: str | None = None) -> str:
+    """The tiny Llama of scripts/tiny_llama.py written to ``out`` by ``python`` (a venv with torch and
+    transformers; default :func:`serve_python`)."""
+    py = python or serve_python() or sys.executable
+    subprocess.run([py, os.path.join(REPO, "scripts", "tiny_llama.py"), out, str(hidden), str(layers)], check=True,
+                   stdout=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=REPO))
     return out
 
 
-def start_transformers_serve(model_dir: str, port: int, log_path: str, wait_s: float = 90.0):
-    """``transformers serve MODEL_DIR`` on 127.0.0.1:PORT, offline; returns the process once
-    /health answers (killed and an error raised if it does not within ``wait_s``)."""
+def start_transformers_serve(model_dir: str, port: int, log_path: str, wait_s: float = 90.0,
+                             python: str | None = None):
+    """``transformers serve MODEL_DIR`` on 127.0.0.1:PORT, offline, from ``python``'s venv; returns
+    the process once /health answers (killed and an error raised if it does not within ``wait_s``)."""
     import httpx
 
-    exe = os.path.join(os.path.dirname(sys.executable), "transformers")
+    exe = os.path.join(os.path.dirname(python or serve_python() or sys.executable), "transformers")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")
     log = open(log_path, "w")
     proc = subprocess.Popen([exe, "serve", model_dir, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
@@ -109,13 +100,13 @@ def stop_process(proc) -> None:
 
 @pytest.fixture(scope="module")
 def real_server(tmp_path_factory):
-    pytest.importorskip("transformers")
-    pytest.importorskip("fastapi")
-    pytest.importorskip("uvicorn")
+    py = serve_python()
+    if py is None:
+        pytest.skip("no `transformers serve` here: bash scripts/serve_venv.sh makes .venv-serve (as .ci/run does)")
     d = tmp_path_factory.mktemp("tiny")
-    model = build_tiny_model(str(d / "model"))
+    model = build_tiny_model(str(d / "model"), python=py)
     port = free_port()
-    proc = start_transformers_serve(model, port, str(d / "server.log"))
+    proc = start_transformers_serve(model, port, str(d / "server.log"), python=py)
     try:
         yield f"http://127.0.0.1:{port}", model
     finally:
