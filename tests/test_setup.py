@@ -97,7 +97,7 @@ def test_test_extra_holds_no_engine_server():
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         test = tomllib.load(f)["project"]["optional-dependencies"]["test"]
     names = {d.split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower() for d in test}
-    assert names == {"pytest", "import-linter", "hypothesis"}, names
+    assert names == {"pytest", "import-linter", "hypothesis", "ruff"}, names     # ruff: the linter .ci/run runs
     # ...and no test of the main suite imports transformers itself: the server test runs it from
     # its own venv (tests/test_serve.py's real_server, scripts/serve_venv.sh)
     for name in sorted(os.listdir(os.path.join(REPO, "tests"))):
