@@ -19,7 +19,8 @@ COLUMNS = ["op", "tp", "size_bytes", "calls", "rank_dumps", "timing", "in_engine
            "back_to_back_us", "sweep_stat", "sweep_mode", "sweep_timing", "how", "ratio"]
 
 
-def _f(v):
+def finite_or_none(v) -> float | None:
+    """``v`` as a float, or None when it is missing, not a number or NaN (a CSV's empty cell)."""
     try:
         x = float(v)
     except (TypeError, ValueError):
@@ -43,8 +44,8 @@ def pooled(insp_rows) -> dict:
         timing = "yes" if "yes" in groups else "unknown"
         rows = groups[timing]
         calls = sum(int(float(r["calls"])) for r in rows)
-        mean = sum(_f(r["time_us_mean"]) * int(float(r["calls"])) for r in rows) / calls if calls else None
-        p50s = sorted(x for x in (_f(r.get("time_us_p50")) for r in rows) if x is not None)
+        mean = sum(finite_or_none(r["time_us_mean"]) * int(float(r["calls"])) for r in rows) / calls if calls else None
+        p50s = sorted(x for x in (finite_or_none(r.get("time_us_p50")) for r in rows) if x is not None)
         out[k] = {"calls": calls, "rank_dumps": len(rows), "mean": mean,
                   "p50": p50s[len(p50s) // 2] if p50s else None,
                   "timing": "GPU-timed" if timing == "yes" else "timing unknown"}
@@ -72,13 +73,13 @@ def engine_vs_sweep(insp_rows, sweep_rows, sweep_timing: str = "per-call") -> li
             modes = {str(r.get("mode", "")) for r in sub}
             mode = next((m for m in PREFERRED_MODES if m in modes), sorted(modes)[0])
             sub = [r for r in sub if str(r.get("mode", "")) == mode]
-            stat = next((s for s in PREDICT_STATS if all(_f(r.get(s)) is not None for r in sub)), None)
+            stat = next((s for s in PREDICT_STATS if all(finite_or_none(r.get(s)) is not None for r in sub)), None)
             if stat is None:
                 row["how"] = f"the sweep's rows lack {' and '.join(PREDICT_STATS)}"
             else:
                 by_size = {}
                 for r in sub:
-                    by_size.setdefault(int(float(r["size_bytes"])), []).append(_f(r[stat]))
+                    by_size.setdefault(int(float(r["size_bytes"])), []).append(finite_or_none(r[stat]))
                 xs = sorted(by_size)
                 ys = [sorted(by_size[x])[len(by_size[x]) // 2] for x in xs]
                 val, how = loglog_lookup([float(x) for x in xs], ys, float(size))

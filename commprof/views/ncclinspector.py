@@ -2,18 +2,11 @@
 engine ran most (across ranks: calls, median time, bus bandwidth, how they were timed)."""
 from __future__ import annotations
 
+from commprof.analysis.inengine import finite_or_none as _f
 from commprof.model.units import human_bytes
 
 #: collective lines shown (the most-called first); the table holds them all
 SHOWN = 12
-
-
-def _f(v):
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if x == x else None
 
 
 def collective_lines(rows: list[dict], shown: int = SHOWN) -> list[str]:
