@@ -12,6 +12,8 @@ for each microsecond the benchmark says. Pure: rows in, rows out.
 from __future__ import annotations
 
 from commprof.analysis.latency import PREDICT_STATS, loglog_lookup
+from commprof import results
+from commprof.model.errors import UsageError
 
 #: the sweep's mode an engine's decode runs in (CUDA graphs), else the first the sweep holds
 PREFERRED_MODES = ("graph", "eager")
@@ -129,9 +131,6 @@ def factor_against(insp_rows, comm, mode: str = "graph") -> tuple[float | None, 
 
 def inspector_rows(path: str) -> list[dict]:
     """The rows of an ``import nccl-inspector`` dir (UsageError naming the dir when it is not one)."""
-    from commprof import results
-    from commprof.model.errors import UsageError
-
     res = results.load(path)
     if "nccl_inspector" not in res.tables:
         raise UsageError(f"--comm-overhead-from '{path}': not an 'import nccl-inspector' dir (no nccl_inspector.csv)")

@@ -13,8 +13,10 @@ verb adds files, the console and the chart, the API a DataFrame. Standard librar
 """
 from __future__ import annotations
 
-from commprof.analysis.commsource import CommSource, comm_source
+from commprof.analysis.commsource import CommSource, ScaledComm, comm_source
 from commprof.analysis.enginecomm import engine_price
+from commprof.analysis.inengine import factor_against, inspector_rows
+from commprof.results.meta import shown_path
 from commprof.analysis.errorband import BAND_SOURCE, ERROR_BANDS, band, error_kind, share_band
 from commprof.analysis.computemodel import (CALIBRATION, CALIBRATION_SOURCE, MODES, WEIGHT_DTYPES, prefill_compute,
                                             step_compute)
@@ -264,10 +266,6 @@ def scale_by_engine(boxes, inspector_dir: str, mode: str, notes: list) -> list:
     """``--comm-overhead-from DIR``: each box's collective prices times the engine's in-service
     factor (NCCL Inspector's in-engine mean / the box's comm source at the same op, TP and size,
     calls-weighted: :func:`commprof.analysis.inengine.factor_against`); a note per source says it."""
-    from commprof.analysis.commsource import ScaledComm
-    from commprof.analysis.inengine import factor_against, inspector_rows
-    from commprof.results.meta import shown_path
-
     insp = inspector_rows(inspector_dir)
     scaled, out = {}, []
     for g, c in boxes:

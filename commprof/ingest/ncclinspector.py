@@ -39,6 +39,9 @@ import random
 from dataclasses import dataclass, field
 
 from commprof.model.errors import UsageError
+from commprof import results
+from commprof.model.fileio import shown_path
+from commprof.results.ncclinspector import write_inspector_tables
 
 #: the largest JSON object read as one record (a record is ~200-500 bytes; verbose ones a few KB)
 MAX_OBJECT = 1 << 20
@@ -362,10 +365,6 @@ def import_nccl_inspector(paths: list[str], out_dir: str, command=None) -> dict:
     and meta.json into ``out_dir``; the meta. UsageError, nothing written, for input that is not
     Inspector JSON; files with no record are written (``records`` 0) for the caller to report."""
     import sys
-
-    from commprof import results
-    from commprof.model.fileio import shown_path
-    from commprof.results.ncclinspector import write_inspector_tables
 
     if not paths:
         raise UsageError("import nccl-inspector: give a file or NCCL_INSPECTOR_DUMP_DIR")

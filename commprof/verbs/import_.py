@@ -19,6 +19,9 @@ from commprof.model.spec import load_object
 from commprof.ingest.nccldebug import import_nccl_debug
 from commprof.results.nccldebug import NCCL_COMMS_CSV, NCCL_VERDICT_CSV
 from commprof.views.nccldebug import account_lines
+from commprof.ingest.ncclinspector import import_nccl_inspector
+from commprof.results.ncclinspector import NCCL_INSPECTOR_COMMS_CSV, NCCL_INSPECTOR_CSV
+from commprof.views.ncclinspector import inspector_lines
 
 
 def default_import_dir(kind: str, root: str = results.RUNS_DIR) -> str:
@@ -113,11 +116,6 @@ def import_nccl_debug_dir(paths, out: str, expect_gpus=None, expect_nodes=None) 
 def import_nccl_inspector_dir(paths, out: str) -> int:
     """``import nccl-inspector``: the engine's collectives, one line per communicator, and the exit
     code (9: no Inspector record in the files; 0 otherwise)."""
-    from commprof.ingest.ncclinspector import import_nccl_inspector
-    from commprof.model.errors import EXIT_INSUFFICIENT_EVIDENCE
-    from commprof.results.ncclinspector import NCCL_INSPECTOR_COMMS_CSV, NCCL_INSPECTOR_CSV
-    from commprof.views.ncclinspector import inspector_lines
-
     meta = import_nccl_inspector(paths, out)
     _, comms = results.read_table_rows(os.path.join(out, NCCL_INSPECTOR_COMMS_CSV))
     _, rows = results.read_table_rows(os.path.join(out, NCCL_INSPECTOR_CSV))
