@@ -56,12 +56,14 @@ def _fake_repo(tmp_path, pip_rc: int):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     (tmp_path / "scripts").mkdir()
     shutil.copy(os.path.join(root, "scripts", "setup.sh"), tmp_path / "scripts" / "setup.sh")
+    shutil.copy(os.path.join(root, "pyproject.toml"), tmp_path / "pyproject.toml")   # the setup stamp hashes it
     py = tmp_path / ".venv" / "bin" / "python"
     py.parent.mkdir(parents=True)
     py.write_text("#!/bin/sh\n"
                   'case "$*" in\n'
                   f'  *"pip install"*) echo "ERROR: No matching distribution found for torch==0.0.1" >&2; exit {pip_rc};;\n'
                   '  *"import torch, sys"*) exit 1;;\n'
+                  '  *"version(\'torch\')"*) exit 1;;\n'   # setup.sh asks the installed metadata: no torch
                   '  *) echo "commprof ready";;\n'
                   "esac\n")
     py.chmod(py.stat().st_mode | stat.S_IEXEC)
