@@ -268,3 +268,17 @@ def test_one_model_evaluation_is_well_under_a_second():
     t0 = time.perf_counter()
     predict_table("Qwen2.5-32B", ["rtx5090"], ["reference:pcie5-nop2p"], [2, 4, 8], [1, 8, 32])
     assert time.perf_counter() - t0 < 0.5
+
+
+def test_band_wording_names_why_a_kind_takes_the_all_band():
+    from commprof.analysis.errorband import MIN_FIGURES, band_whose
+
+    bands = {"tp1": {"lo": 0.9, "hi": 1.1, "min": 0.8, "max": 1.2, "n": 5},
+             "all": {"lo": 0.8, "hi": 1.2, "min": 0.7, "max": 1.3, "n": 7}}
+    assert band_whose("tp1", bands) == "tp1 predictions"
+    # one pcie figure held out is not none: the words say fewer than MIN_FIGURES, not "none yet"
+    assert band_whose("pcie", bands) == f"all predictions: fewer than {MIN_FIGURES} pcie figures held out"
+    b = _bench()
+    rows = [{"role": "heldout", "status": "counted", "kind": "pcie", "measured_ms": m, "predicted_ms": 10.0}
+            for m in (9.0, 11.0)][:MIN_FIGURES - 1]
+    assert "pcie" not in b.held_out_bands(rows)        # the bench and the words share MIN_FIGURES

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 KINDS = ("tp1", "nvlink", "pcie")
 
+#: A kind gets its own band from this many held-out figures of it; with fewer it takes ``all``'s.
+MIN_FIGURES = 3
+
 #: measured / predicted over the held-out figures, per kind: the 10th (``lo``) and 90th (``hi``)
 #: percentile, the extremes (``min``, ``max``) and how many figures (``n``). Copied from results/bench/predict_figures.json
 #: ("held_out_bands"); tests/test_predict_figures.py checks that the two agree.
@@ -40,6 +43,15 @@ def band_of(kind: str, bands: dict | None = None) -> dict | None:
     """The band entry of ``kind``, else the ``all`` one, else None."""
     bands = ERROR_BANDS if bands is None else bands
     return bands.get(kind) or bands.get("all")
+
+
+def band_whose(kind: str, bands: dict | None = None) -> str:
+    """Whose past errors the band of ``kind`` is, in words: its own kind's, or every held-out
+    figure's when fewer than :data:`MIN_FIGURES` figures of the kind are held out."""
+    bands = ERROR_BANDS if bands is None else bands
+    if kind in bands:
+        return f"{kind} predictions"
+    return f"all predictions: fewer than {MIN_FIGURES} {kind} figures held out"
 
 
 def band(ms: float, kind: str, bands: dict | None = None) -> tuple[float, float]:
