@@ -124,6 +124,27 @@ def test_bandwidth_falls_with_bytes_per_kernel_hand_computed():
     assert flat.us == pytest.approx(4e6 / (2039e3 * 0.8))
 
 
+def test_a_measured_achievable_bandwidth_below_the_datasheet_sets_the_roofline_hand_computed():
+    import dataclasses
+
+    from commprof.analysis.computemodel import IDEAL, _price
+    from commprof.model.gpus import get_gpu
+
+    h20 = get_gpu("h20")                 # 4000 GB/s datasheet; nvbandwidth #48: 2 x 1116 GB/s of copy traffic
+    assert h20.mem_bandwidth_gbps == 4000 and h20.mem_bandwidth_achievable_gbps == 2232
+    assert h20.roofline_bandwidth_gbps == 2232
+    assert "nvbandwidth/issues/48" in h20.optional_sources["mem_bandwidth_achievable_gbps"]
+    cal = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 4e6}
+    k = _price("k", 1, 400e6, 0.0, h20, "bf16", cal, 0.6)
+    assert k.us == pytest.approx((400e6 + 4e6) / (2232e3 * 0.8))          # 226.25 us, not 126.25 at the datasheet
+    # the datasheet bound (IDEAL) keeps the datasheet: a figure faster than it did not run as described
+    ideal = _price("k", 1, 400e6, 0.0, h20, "bf16", IDEAL, 1.0)
+    assert ideal.us == pytest.approx(400e6 / 4000e3)
+    # a measured figure above the datasheet does not raise the roofline; a GPU without one keeps its datasheet
+    assert dataclasses.replace(h20, mem_bandwidth_achievable_gbps=5000.0).roofline_bandwidth_gbps == 4000
+    assert get_gpu("h100-sxm").roofline_bandwidth_gbps == 3350
+
+
 def test_the_same_model_is_further_from_the_roofline_at_tp8_than_at_tp1():
     from commprof.analysis.computemodel import step_kernels
     from commprof.model.gpus import get_gpu
