@@ -303,3 +303,12 @@ def test_band_wording_names_why_a_kind_takes_the_all_band():
     rows = [{"role": "heldout", "status": "counted", "kind": "pcie", "measured_ms": m, "predicted_ms": 10.0}
             for m in (9.0, 11.0)][:MIN_FIGURES - 1]
     assert "pcie" not in b.held_out_bands(rows)        # the bench and the words share MIN_FIGURES
+
+
+def test_predict_names_the_measured_bandwidth_it_prices_a_gpu_from():
+    from commprof.analysis.predictmodel import achievable_bw_note
+    from commprof.model.gpus import get_gpu
+
+    note = achievable_bw_note(get_gpu("h20"))
+    assert "2232 GB/s" in note and "datasheet 4000 GB/s" in note and "nvbandwidth/issues/48" in note
+    assert achievable_bw_note(get_gpu("h100-sxm")) == ""          # datasheet roofline: nothing to say
