@@ -6,7 +6,8 @@ Per layer and rank at TP=N, every kernel of the step is priced as a roofline wit
 
 * ``bandwidth`` is the datasheet's, or, where ``commprof/data/gpus.toml`` gives a GPU a published
   measured achievable bandwidth below it (``mem_bandwidth_achievable_gbps``, with its source: the
-  H20, whose measured device-local copy moves under half its datasheet), that one
+  H20, from a device-local copy measured on the H20-3e at about 2.2 TB/s, under half that part's
+  4.8 TB/s datasheet), that one
   (:attr:`commprof.model.gpus.GpuSpec.roofline_bandwidth_gbps`); the datasheet bound keeps the datasheet;
 
 * bytes are the weights the kernel reads (one rank's shard, :func:`commprof.analysis.stepmodel.weights_per_rank`
