@@ -178,12 +178,13 @@ def summary(ratios: list[float]) -> dict:
             "median_abs_err_pct": round(statistics.median(errs), 1), "worst_abs_err_pct": round(max(errs), 1)}
 
 
-def held_out_bands(rows: list[dict], min_n: int = 3) -> dict:
+def held_out_bands(rows: list[dict], min_n: int | None = None) -> dict:
     """Per kind, the band of measured / predicted over the held-out figures of that kind (its 10th
     to 90th percentile, with the extremes beside), and ``all`` over every held-out figure: what a
     predicted ms/token of that kind has been off by on figures the model never saw."""
-    from commprof.analysis.errorband import KINDS
+    from commprof.analysis.errorband import KINDS, MIN_FIGURES
 
+    min_n = MIN_FIGURES if min_n is None else min_n
     held = [r for r in rows if r["role"] == "heldout" and r["status"] == "counted"]
     out = {}
     for kind in (*KINDS, "all"):

@@ -124,6 +124,27 @@ def test_bandwidth_falls_with_bytes_per_kernel_hand_computed():
     assert flat.us == pytest.approx(4e6 / (2039e3 * 0.8))
 
 
+def test_a_measured_achievable_bandwidth_below_the_datasheet_sets_the_roofline_hand_computed():
+    import dataclasses
+
+    from commprof.analysis.computemodel import IDEAL, _price
+    from commprof.model.gpus import get_gpu
+
+    h20 = get_gpu("h20")                 # 4000 GB/s datasheet; nvbandwidth #48: 2 x 1116 GB/s of copy traffic
+    assert h20.mem_bandwidth_gbps == 4000 and h20.mem_bandwidth_achievable_gbps == 2232
+    assert h20.roofline_bandwidth_gbps == 2232
+    assert "nvbandwidth/issues/48" in h20.optional_sources["mem_bandwidth_achievable_gbps"]
+    cal = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 4e6}
+    k = _price("k", 1, 400e6, 0.0, h20, "bf16", cal, 0.6)
+    assert k.us == pytest.approx((400e6 + 4e6) / (2232e3 * 0.8))          # 226.25 us, not 126.25 at the datasheet
+    # the datasheet bound (IDEAL) keeps the datasheet: a figure faster than it did not run as described
+    ideal = _price("k", 1, 400e6, 0.0, h20, "bf16", IDEAL, 1.0)
+    assert ideal.us == pytest.approx(400e6 / 4000e3)
+    # a measured figure above the datasheet does not raise the roofline; a GPU without one keeps its datasheet
+    assert dataclasses.replace(h20, mem_bandwidth_achievable_gbps=5000.0).roofline_bandwidth_gbps == 4000
+    assert get_gpu("h100-sxm").roofline_bandwidth_gbps == 3350
+
+
 def test_the_same_model_is_further_from_the_roofline_at_tp8_than_at_tp1():
     from commprof.analysis.computemodel import step_kernels
     from commprof.model.gpus import get_gpu
@@ -268,3 +289,26 @@ def test_one_model_evaluation_is_well_under_a_second():
     t0 = time.perf_counter()
     predict_table("Qwen2.5-32B", ["rtx5090"], ["reference:pcie5-nop2p"], [2, 4, 8], [1, 8, 32])
     assert time.perf_counter() - t0 < 0.5
+
+
+def test_band_wording_names_why_a_kind_takes_the_all_band():
+    from commprof.analysis.errorband import MIN_FIGURES, band_whose
+
+    bands = {"tp1": {"lo": 0.9, "hi": 1.1, "min": 0.8, "max": 1.2, "n": 5},
+             "all": {"lo": 0.8, "hi": 1.2, "min": 0.7, "max": 1.3, "n": 7}}
+    assert band_whose("tp1", bands) == "tp1 predictions"
+    # one pcie figure held out is not none: the words say fewer than MIN_FIGURES, not "none yet"
+    assert band_whose("pcie", bands) == f"all predictions: fewer than {MIN_FIGURES} pcie figures held out"
+    b = _bench()
+    rows = [{"role": "heldout", "status": "counted", "kind": "pcie", "measured_ms": m, "predicted_ms": 10.0}
+            for m in (9.0, 11.0)][:MIN_FIGURES - 1]
+    assert "pcie" not in b.held_out_bands(rows)        # the bench and the words share MIN_FIGURES
+
+
+def test_predict_names_the_measured_bandwidth_it_prices_a_gpu_from():
+    from commprof.analysis.predictmodel import achievable_bw_note
+    from commprof.model.gpus import get_gpu
+
+    note = achievable_bw_note(get_gpu("h20"))
+    assert "2232 GB/s" in note and "datasheet 4000 GB/s" in note and "nvbandwidth/issues/48" in note
+    assert achievable_bw_note(get_gpu("h100-sxm")) == ""          # datasheet roofline: nothing to say

@@ -4,6 +4,12 @@ Per layer and rank at TP=N, every kernel of the step is priced as a roofline wit
 
     kernel_us = max((bytes + half_bytes) / (bandwidth x bw_frac), flops / (peak x flop_frac), floor_us)
 
+* ``bandwidth`` is the datasheet's, or, where ``commprof/data/gpus.toml`` gives a GPU a published
+  measured achievable bandwidth below it (``mem_bandwidth_achievable_gbps``, with its source: the
+  H20, from a device-local copy measured on the H20-3e at about 2.2 TB/s, under half that part's
+  4.8 TB/s datasheet), that one
+  (:attr:`commprof.model.gpus.GpuSpec.roofline_bandwidth_gbps`); the datasheet bound keeps the datasheet;
+
 * bytes are the weights the kernel reads (one rank's shard, :func:`commprof.analysis.stepmodel.weights_per_rank`
   shapes) and, for attention, the KV cache of every sequence (``batch x context``, GQA heads per
   rank, sliding-window layers capped at their window: :func:`commprof.analysis.stepmodel.kv_bytes_per_sequence_per_rank`);
@@ -60,6 +66,9 @@ CALIBRATION = {
     "coll_graph_us": 2.0,
     "coll_eager_us": 5.0,
     "pcie_skew_frac": 0.0,
+    # 1: the roofline starts from a GPU's published measured achievable bandwidth where gpus.toml
+    # gives one lower than the datasheet (mem_bandwidth_achievable_gbps, with its source); 0: the datasheet
+    "achievable_bw": 1.0,
 }
 CALIBRATION_SOURCE = ("bw_frac, half_bytes, step_overhead_us, eager_gap_us and the engine-collective terms "
                       "(coll_graph_us, coll_eager_us, pcie_skew_frac) fitted by scripts/bench_predict_figures.py --fit "
@@ -67,14 +76,16 @@ CALIBRATION_SOURCE = ("bw_frac, half_bytes, step_overhead_us, eager_gap_us and t
                       "https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance, vLLM's performance dashboard "
                       "https://buildkite.com/vllm/performance-benchmark/builds/, Qwen's speed benchmarks "
                       "https://github.com/QwenLM/Qwen2.5 docs, vLLM issue #4852); custom all-reduce from "
-                      "sgl-project/sglang #2904; the other constants set; see results/bench/predict_figures.md")
+                      "sgl-project/sglang #2904; a GPU's measured achievable bandwidth, where gpus.toml gives one "
+                      "(H20: NVIDIA/nvbandwidth #48), in place of its datasheet's; the other constants set; "
+                      "see results/bench/predict_figures.md")
 MODES = ("graph", "eager")
 
 #: The datasheet bound: every byte at peak bandwidth, every FLOP at peak, no floors or overheads
 #: (a measured figure faster than this did not run as described).
 IDEAL = {"bw_frac": 1.0, "flop_frac": 1.0, "prefill_flop_frac": 1.0, "floor_us": 0.0, "eager_gap_us": 0.0,
          "step_overhead_us": 0.0, "half_bytes": 0.0, "coll_graph_us": 0.0, "coll_eager_us": 0.0,
-         "pcie_skew_frac": 0.0}
+         "pcie_skew_frac": 0.0, "achievable_bw": 0.0}
 
 #: The constants ``scripts/bench_predict_figures.py --fit`` may move, with the values it tries
 #: (fit figures only; everything else is set).
@@ -114,7 +125,11 @@ def weight_bytes_per_elem(weights: str, dtype: str) -> float:
 
 def _price(name, count, nbytes, flops, gpu: GpuSpec, dtype: str, cal: dict, flop_frac: float) -> Kernel:
     half = float(cal.get("half_bytes", 0.0)) if nbytes > 0 else 0.0
-    t_mem = (nbytes + half) / (gpu.mem_bandwidth_gbps * 1e3 * cal["bw_frac"])  # GB/s = 1e3 B/us
+    # the roofline starts from the datasheet, or from a published measured achievable bandwidth where
+    # the GPU has one and it is lower (GpuSpec.roofline_bandwidth_gbps); the datasheet bound (IDEAL)
+    # keeps the datasheet
+    bw_gbps = gpu.roofline_bandwidth_gbps if cal.get("achievable_bw", 1.0) else gpu.mem_bandwidth_gbps
+    t_mem = (nbytes + half) / (bw_gbps * 1e3 * cal["bw_frac"])  # GB/s = 1e3 B/us
     t_fl = flops / (gpu.peak_tflops(dtype) * 1e6 * flop_frac)                 # TFLOP/s = 1e6 FLOP/us
     us = max(t_mem, t_fl, cal["floor_us"])
     bound = "floor" if us == cal["floor_us"] and us > max(t_mem, t_fl) else ("memory" if t_mem >= t_fl else "compute")

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 KINDS = ("tp1", "nvlink", "pcie")
 
+#: A kind gets its own band from this many held-out figures of it; with fewer it takes ``all``'s.
+MIN_FIGURES = 3
+
 #: measured / predicted over the held-out figures, per kind: the 10th (``lo``) and 90th (``hi``)
 #: percentile, the extremes (``min``, ``max``) and how many figures (``n``). Copied from results/bench/predict_figures.json
 #: ("held_out_bands"); tests/test_predict_figures.py checks that the two agree.
 ERROR_BANDS: dict = {
-    'tp1': {'lo': 0.729, 'hi': 1.779, 'min': 0.703, 'max': 1.998, 'n': 14},
+    'tp1': {'lo': 0.729, 'hi': 1.253, 'min': 0.703, 'max': 1.304, 'n': 14},
     'nvlink': {'lo': 0.93, 'hi': 1.101, 'min': 0.93, 'max': 1.118, 'n': 6},
-    'all': {'lo': 0.726, 'hi': 1.591, 'min': 0.703, 'max': 1.998, 'n': 21},
+    'all': {'lo': 0.726, 'hi': 1.143, 'min': 0.703, 'max': 1.304, 'n': 21},
 }
 
 BAND_SOURCE = ("measured / predicted over the held-out published figures of tests/data/published-decode/figures.csv "
@@ -40,6 +43,15 @@ def band_of(kind: str, bands: dict | None = None) -> dict | None:
     """The band entry of ``kind``, else the ``all`` one, else None."""
     bands = ERROR_BANDS if bands is None else bands
     return bands.get(kind) or bands.get("all")
+
+
+def band_whose(kind: str, bands: dict | None = None) -> str:
+    """Whose past errors the band of ``kind`` is, in words: its own kind's, or every held-out
+    figure's when fewer than :data:`MIN_FIGURES` figures of the kind are held out."""
+    bands = ERROR_BANDS if bands is None else bands
+    if kind in bands:
+        return f"{kind} predictions"
+    return f"all predictions: fewer than {MIN_FIGURES} {kind} figures held out"
 
 
 def band(ms: float, kind: str, bands: dict | None = None) -> tuple[float, float]:

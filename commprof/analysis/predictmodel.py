@@ -188,6 +188,16 @@ def make_boxes(gpus: list, comms: list, notes: list | None = None) -> list[tuple
 
 
 
+def achievable_bw_note(gpu) -> str:
+    """One line when ``gpu``'s roofline starts from a published measured achievable bandwidth below
+    its datasheet (``mem_bandwidth_achievable_gbps`` in gpus.toml), naming both and the source."""
+    if gpu.roofline_bandwidth_gbps >= gpu.mem_bandwidth_gbps:
+        return ""
+    src = gpu.optional_sources.get("mem_bandwidth_achievable_gbps", "")
+    return (f"{gpu.key}: memory roofline from its measured achievable bandwidth, {gpu.roofline_bandwidth_gbps:g} GB/s "
+            f"(datasheet {gpu.mem_bandwidth_gbps:g} GB/s): {src.split(' ')[0]}")
+
+
 def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,
                   dtype: str = "bf16", weights: str = "bf16", mode: str = "graph", mem_util: float = 0.9,
                   calibration: dict | None = None, ep: int = 1, moe_steps: list | None = None,
@@ -247,6 +257,7 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     comms_used = {id(c): c for _, c in boxes}
     notes[:0] = chosen
     notes += list(dict.fromkeys(n for g, _ in boxes if (n := gemm_rate_note(weights, g, dtype))))   # quantized weights
+    notes += list(dict.fromkeys(n for g, _ in boxes if (n := achievable_bw_note(g))))   # measured bandwidth
     notes += [n for c in comms_used.values() for n in c.notes]
     meta = {
         "gpus": sorted({g.name for g, _ in boxes}), "model": model.to_dict(), "dtype": dtype, "weights": weights,

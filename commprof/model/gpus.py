@@ -31,6 +31,8 @@ OPTIONAL_FIGURES = {
     "form_factor": ("sxm (an NVLink baseboard) or pcie (a card in a PCIe slot; '' not given)", ""),
     "pcie_p2p": ("true when the card and its driver allow GPU-to-GPU P2P over PCIe", None),
     "nvlink_bridge_gbps": ("GB/s of an NVLink bridge joining two cards only (0: none; not a fabric)", 0.0),
+    "mem_bandwidth_achievable_gbps": ("GB/s of DRAM traffic (read + write) a published device-local copy "
+                                      "measured on the SKU, where it falls well short of the datasheet (0: none)", 0.0),
 }
 
 
@@ -54,11 +56,19 @@ class GpuSpec:
     form_factor: str = ""
     pcie_p2p: bool | None = None
     nvlink_bridge_gbps: float = 0.0
+    mem_bandwidth_achievable_gbps: float = 0.0
     optional_sources: dict = field(default_factory=dict, compare=False)
 
     @property
     def memory_bytes(self) -> int:
         return int(self.memory_gb * 1e9)
+
+    @property
+    def roofline_bandwidth_gbps(self) -> float:
+        """The memory bandwidth the compute model's roofline starts from: the datasheet's, or a
+        published measured achievable bandwidth where the SKU has one and it is lower."""
+        a = float(self.mem_bandwidth_achievable_gbps or 0.0)
+        return min(self.mem_bandwidth_gbps, a) if a > 0 else self.mem_bandwidth_gbps
 
     def peak_tflops(self, dtype: str) -> float:
         """Dense tensor TFLOP/s for weights of ``dtype`` (fp8, else the BF16/FP16 rate)."""

@@ -1,7 +1,7 @@
 """What ``commprof predict`` shows: one line per box and TP, a table, and the stacked ms/token chart."""
 from __future__ import annotations
 
-from commprof.analysis.errorband import ERROR_BANDS
+from commprof.analysis.errorband import band_whose
 from commprof.views.console import Col, fit_table, fmt_cell, stdout_console
 from commprof.views.charts import save_chart
 
@@ -15,8 +15,7 @@ def predict_line(r: dict) -> str:
     band = ""
     if fmt_cell(r.get("ms_per_token_lo")) != "-":
         kind = r.get("error_kind", "?")
-        whose = (f"{kind} predictions" if kind in ERROR_BANDS else
-                 f"all predictions: no {kind} figure held out yet")
+        whose = band_whose(kind)
         band = (f"; band {fmt_cell(r['ms_per_token_lo'], 2)}-{fmt_cell(r['ms_per_token_hi'], 2)} ms/token "
                 f"(past error on held-out published figures, {whose})")
     share = (f" (band {fmt_cell(r['comm_share_lo_pct'])}-{fmt_cell(r['comm_share_hi_pct'])}%)"
