@@ -36,3 +36,62 @@ def test_serve_docs_usage_names_every_serve_flag():
     assert "--prompt-tokens" in names and "--output-tokens" in names
     missing = [n for n in names if n not in usage]
     assert not missing, missing
+
+
+VLLM_TP2 = os.path.join(REPO, "tests", "data", "vllm-cpu", "tp2-batch4")
+
+
+def _import_vllm_cpu(tmp_path):
+    import glob
+
+    from commprof.ingest.kineto import import_kineto
+
+    out = str(tmp_path / "imp")
+    import_kineto(sorted(glob.glob(os.path.join(VLLM_TP2, "*.json.gz"))), out, command=["test"])
+    return out
+
+
+def _rows(path):
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_cpu_trace_ranks_say_compute_is_cpu_ops_not_zero_kernels(tmp_path):
+    out = _import_vllm_cpu(tmp_path)
+    ranks = _rows(os.path.join(out, "kineto_ranks.csv"))
+    steps = _rows(os.path.join(out, "kineto_steps.csv"))
+    assert len(ranks) == 2
+    for r in ranks:
+        # no kernels on a CPU trace: not known, so empty (was 0 and 0)
+        assert r["compute_kernels"] == "" and r["compute_kernel_us"] == "" and r["hta_overlap_pct"] == ""
+        assert "CPU-only" in r["na_reason"]
+        assert int(r["compute_cpu_ops"]) > 100
+        busy = float(r["compute_cpu_us"])
+        # the steps compute: the rank's CPU compute covers at least what its steps counted as compute
+        step_compute = sum(float(s["compute_us"]) for s in steps if s["rank"] == r["rank"])
+        assert busy > 0 and busy >= 0.99 * step_compute, (busy, step_compute)
+    with open(os.path.join(out, "meta.json")) as f:
+        import json
+
+        cols = json.load(f)["columns"]
+    assert "empty on a CPU-only trace" in cols["hta_overlap_pct"]
+
+
+def test_trace_summary_remainder_says_what_the_component_medians_leave(tmp_path):
+    out = _import_vllm_cpu(tmp_path)
+    rows = _rows(os.path.join(out, "trace_summary.csv"))
+    assert rows
+    for r in rows:
+        parts = sum(float(r[k]) for k in ("compute_ms", "transfer_ms", "wait_ms", "gaps_ms"))
+        ms = float(r["ms_per_token"])
+        assert float(r["remainder_ms"]) == __import__("pytest").approx(ms - parts, rel=1e-4, abs=1e-5)
+    # on this real vLLM trace the medians do not add up: the remainder is not a rounding error
+    assert any(abs(float(r["remainder_ms"])) > 0.05 * float(r["ms_per_token"]) for r in rows)
+    with open(os.path.join(REPO, "docs", "trace.md")) as f:
+        assert "medians do not add" in f.read()
+    with open(os.path.join(out, "meta.json")) as f:
+        import json
+
+        assert "medians do not add" in json.load(f)["columns"]["remainder_ms"]
