@@ -95,3 +95,114 @@ def test_trace_summary_remainder_says_what_the_component_medians_leave(tmp_path)
         import json
 
         assert "medians do not add" in json.load(f)["columns"]["remainder_ms"]
+
+
+SERVE_VLLM = os.path.join(REPO, "results", "serve-vllm-cpu-tp2")     # a committed real vLLM serve run
+
+
+def _render(levels, meta, tmp_path, width, monkeypatch, capsys):
+    from commprof.views import serve as view
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    view.render(levels, meta, str(tmp_path), charts=False)
+    return capsys.readouterr().out
+
+
+def test_a_burst_level_is_marked_in_its_own_row_of_the_table(tmp_path, monkeypatch, capsys):
+    import json
+
+    import pandas as pd
+
+    levels = pd.read_csv(os.path.join(SERVE_VLLM, "serve_levels.csv"))
+    meta = json.load(open(os.path.join(SERVE_VLLM, "meta.json")))
+    burst = {int(r["concurrency"]): f"{int(r['burst_requests'])}/{int(r['ok'])}"
+             for r in levels.to_dict("records") if r["mode"] == "closed" and r["burst_requests"] > 0}
+    assert burst == {1: "2/33", 4: "2/101"}           # the real run: 2 requests in one burst at 1 and 4
+    for w in (80, 120, 200):
+        text = _render(levels, meta, tmp_path, w, monkeypatch, capsys)
+        table = text.split("latency and throughput per level", 1)[0]
+        assert "burst" in table
+        rows = [ln for ln in table.splitlines() if ln.startswith("│ closed")]
+        for ln in rows:
+            conc = int(ln.split("│")[2])
+            if conc in burst:
+                assert ln.rstrip().rstrip("│").split("│")[-1].strip() == burst[conc], (w, ln)
+            else:
+                assert burst[1] not in ln and burst[4] not in ln
+    from commprof.results import load
+    from commprof.views.report import serve_section
+
+    sec = serve_section(load(SERVE_VLLM), str(tmp_path / "report"))
+    t = sec.tables[0]
+    col = t.headers.index("burst")
+    assert [row[col] for row in t.rows] == ["2/33", "2/101", "", ""]
+
+
+def test_queue_percentiles_in_the_first_bucket_are_bounds_not_values(tmp_path, monkeypatch, capsys):
+    import math
+
+    import pandas as pd
+
+    from commprof.capture.servescrape import queue_figures
+    from commprof.ingest.servermetrics import Histogram
+    from commprof.model.serveconfig import LEVEL_COLUMNS
+    from commprof.views.serve import queue_ms_text
+
+    name = "vllm:request_queue_time_seconds"
+    before = Histogram(name, {0.3: 0.0, 0.5: 0.0, float("inf"): 0.0}, 0.0, 0.0)
+    after = Histogram(name, {0.3: 10.0, 0.5: 10.0, float("inf"): 10.0}, 0.0002, 10.0)   # vLLM's first bucket: 0.3 s
+    got = queue_figures(before, after)
+    for p in ("p50", "p90", "p99"):
+        assert math.isnan(got[f"queue_ms_{p}"])            # not 300: that is a bound
+        assert got[f"queue_ms_{p}_le"] == 300.0
+        assert f"queue_ms_{p}_le" in LEVEL_COLUMNS and f"queue_ms_{p}_ge" in LEVEL_COLUMNS
+    assert got["queue_ms_mean"] == __import__("pytest").approx(0.02)
+    # above the last finite bound: only ">= 500" is known
+    top = queue_figures(before, Histogram(name, {0.3: 0.0, 0.5: 0.0, float("inf"): 10.0}, 9.0, 10.0))
+    assert math.isnan(top["queue_ms_p99"]) and top["queue_ms_p99_ge"] == 500.0
+    # the view and the report read the bound columns as "<= 300" ...
+    row = {"queue_ms_p99": float("nan"), "queue_ms_p99_le": 300, "queue_first_bucket_ms": 300.0}
+    assert queue_ms_text(row, "queue_ms_p99") == "<= 300"
+    assert queue_ms_text({"queue_ms_p99": float("nan"), "queue_ms_p99_ge": 500.0}, "queue_ms_p99") == ">= 500"
+    # ... and a dir written before them (the bound in the value column) reads the same
+    old = pd.read_csv(os.path.join(SERVE_VLLM, "serve_levels.csv"))
+    assert queue_ms_text(old.iloc[0], "queue_ms_p99") == "<= 300"
+    new = old.copy()
+    for p in ("p50", "p90", "p99"):
+        new[f"queue_ms_{p}_le"] = new[f"queue_ms_{p}"].where(new[f"queue_ms_{p}"] <= new["queue_first_bucket_ms"])
+        new[f"queue_ms_{p}"] = float("nan")
+    import json
+
+    meta = json.load(open(os.path.join(SERVE_VLLM, "meta.json")))
+    text = _render(new, meta, tmp_path, 200, monkeypatch, capsys)
+    assert text.count("<= 300") >= 3 and "p99 <= 300 ms: in the first histogram bucket" in text
+
+
+def test_serve_profile_gives_communication_per_step_and_per_token(tmp_path):
+    import glob
+
+    from commprof.analysis.servestats import profile_comm
+    from commprof.ingest.kineto import import_kineto
+    from commprof.views.serve import profile_lines
+
+    got = import_kineto(sorted(glob.glob(os.path.join(VLLM_TP2, "*.json.gz"))), str(tmp_path / "k"), command=["t"])
+    run = got["runs"][0]
+    c = profile_comm(run)
+    assert c["decode_tokens_per_step"] == run["batch"] == 4       # vLLM's marks: 4 decode requests a step
+    assert c["comm_ms_per_step"] == __import__("pytest").approx(run["ms_per_step"] * run["comm_share_pct"] / 100)
+    assert c["comm_ms_per_token"] == __import__("pytest").approx(c["comm_ms_per_step"] / 4)
+    lines = []
+    profile = {"error": "", "concurrency": 4, "kineto_out": "kineto",
+               "runs": [{**{k: run[k] for k in ("tp", "batch", "steps", "steps_by_phase", "collectives_per_step",
+                                                 "backend", "comm_share_pct", "ms_per_step")}, **c}]}
+    profile_lines(profile, str(tmp_path), echo=lines.append)
+    assert f"{c['comm_ms_per_step']:.3f} ms/step" in lines[0]
+    assert f"{c['comm_ms_per_token']:.3f} ms/token over the 4 tokens each decode step decoded" in lines[0]
+    # a meta.json written before the per-token figures reads the same
+    old = {**profile, "runs": [{k: v for k, v in profile["runs"][0].items() if not k.startswith(("comm_ms", "decode_"))}]}
+    again = []
+    profile_lines(old, str(tmp_path), echo=again.append)
+    assert again == lines
+    from commprof.model.serveconfig import LEVEL_COLUMNS
+
+    assert {"comm_ms_per_step", "comm_ms_per_token", "decode_tokens_per_step"} <= set(LEVEL_COLUMNS)
