@@ -206,3 +206,38 @@ def test_serve_profile_gives_communication_per_step_and_per_token(tmp_path):
     from commprof.model.serveconfig import LEVEL_COLUMNS
 
     assert {"comm_ms_per_step", "comm_ms_per_token", "decode_tokens_per_step"} <= set(LEVEL_COLUMNS)
+
+
+def _copy_script(tmp_path, name):
+    """scripts/NAME copied under tmp_path/scripts, so its ROOT is tmp_path (no venv of this checkout)."""
+    import shutil
+
+    d = tmp_path / "root" / "scripts"
+    d.mkdir(parents=True)
+    shutil.copy(os.path.join(REPO, "scripts", name), d / name)
+    return str(d / name)
+
+
+def test_vllm_cpu_model_without_a_venv_says_what_is_missing_in_one_line(tmp_path):
+    import subprocess
+
+    script = _copy_script(tmp_path, "vllm_cpu.sh")
+    env = {k: v for k, v in os.environ.items() if k not in ("COMMPROF_PY", "COMMPROF_VLLM_VENV")}
+    env["COMMPROF_VLLM_VENV"] = str(tmp_path / "no-venv")
+    r = subprocess.run(["bash", script, "model", str(tmp_path / "m")], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 1, (r.returncode, r.stderr)          # was 127 (command not found)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no python with torch and transformers" in lines[0] and "setup" in lines[0]
+    # a python that cannot build it: its last error line, exit 1
+    fake = tmp_path / "py"
+    fake.write_text("#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+                    "echo \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    r = subprocess.run(["bash", script, "model", str(tmp_path / "m")], capture_output=True, text=True,
+                       env={**env, "COMMPROF_PY": str(fake)}, timeout=60)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        f"vllm_cpu.sh model: {fake} scripts/tiny_llama.py failed: ModuleNotFoundError: No module named 'torch'"]
+    r = subprocess.run(["bash", script, "start", str(tmp_path / "m"), "1", "1"], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "no vLLM venv" in r.stderr
