@@ -241,3 +241,51 @@ def test_vllm_cpu_model_without_a_venv_says_what_is_missing_in_one_line(tmp_path
     r = subprocess.run(["bash", script, "start", str(tmp_path / "m"), "1", "1"], capture_output=True, text=True,
                        env=env, timeout=60)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "no vLLM venv" in r.stderr
+
+
+def _bench_module():
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    spec = importlib.util.spec_from_file_location("bench_serve_vllm", os.path.join(REPO, "scripts", "bench_serve_vllm.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_serve_vllm_tp_out_dir_and_one_verdict(tmp_path, capsys):
+    import pytest
+
+    b = _bench_module()
+    ap = b.build_parser()
+    # a running server named by --url: its TP is not known unless --tp names it (was labelled TP=1)
+    args = ap.parse_args(["--url", "http://127.0.0.1:8000"])
+    assert args.tp is None and "TP unknown" in b.tp_text(args) and "TP=1" not in b.tp_text(args)
+    assert b.tp_text(ap.parse_args(["--url", "http://127.0.0.1:8000", "--tp", "2"])) == "TP=2"
+    assert b.tp_text(ap.parse_args([])) == "TP=1"          # the vLLM it starts itself
+    # the default out dir is a new one outside the committed results (was results/bench)
+    assert ap.parse_args([]).out is None
+    out = b.default_out()
+    committed = os.path.join(REPO, "results", "bench")
+    assert os.path.join("results", "runs") in out and not out.startswith(committed)
+    assert os.path.exists(os.path.join(committed, "serve_vs_vllm_bench.md"))
+    with pytest.raises(SystemExit) as e:                   # the committed result is never overwritten by accident
+        b.check_out(committed, overwrite=False)
+    assert "already holds serve_vs_vllm_bench.md" in str(e.value) and "--overwrite" in str(e.value)
+    b.check_out(committed, overwrite=True)
+    b.check_out(str(tmp_path / "fresh"), overwrite=False)
+    # one verdict: "cannot be judged" is not printed beside "NOT met"
+    assert b.verdict(False, True, False) == (b.verdict(True, True, False)[0], 9)
+    assert "cannot be judged" in b.verdict(False, True, False)[0]
+    assert b.verdict(False, True, True) == ("NOT met", 1) and b.verdict(True, False, False) == ("met", 0)
+    from benchfile import write_result
+
+    said, _ = b.verdict(False, True, False)
+    res = {"what": "x", "command": "python scripts/bench_serve_vllm.py", "start_time": "t",
+           "machine": {"host": "h", "cpu": "c", "cpu_cores": 2}, "versions": {"torch": "2"},
+           "target": "within 10%", "met": None, "verdict": said}
+    write_result(str(tmp_path / "o"), "serve_vs_vllm_bench", "t", res, ["| a |"])
+    md = (tmp_path / "o" / "serve_vs_vllm_bench.md").read_text()
+    assert "NOT met" not in md and md.count("Target within 10%: cannot be judged") == 1
+    capsys.readouterr()
