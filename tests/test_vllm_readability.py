@@ -289,3 +289,22 @@ def test_bench_serve_vllm_tp_out_dir_and_one_verdict(tmp_path, capsys):
     md = (tmp_path / "o" / "serve_vs_vllm_bench.md").read_text()
     assert "NOT met" not in md and md.count("Target within 10%: cannot be judged") == 1
     capsys.readouterr()
+
+
+def test_piped_serve_table_cuts_no_status_cell(tmp_path, monkeypatch, capsys):
+    """Without a terminal and without $COLUMNS the serve table of a real vLLM run keeps every cell
+    whole (it showed 'comple…'); already so on this base (views/console.fit_table), kept here."""
+    import json
+
+    import pandas as pd
+
+    from commprof.views import serve as view
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    levels = pd.read_csv(os.path.join(SERVE_VLLM, "serve_levels.csv"))
+    view.render(levels, json.load(open(os.path.join(SERVE_VLLM, "meta.json"))), str(tmp_path), charts=False)
+    text = capsys.readouterr().out
+    table = text.split("latency and throughput per level", 1)[0]
+    assert "…" not in table
+    rows = [ln for ln in table.splitlines() if ln.startswith("│ closed") or ln.startswith("│ profiled")]
+    assert len(rows) == len(levels) and all("complete" in ln for ln in rows)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
+from commprof.analysis.servestats import profile_comm
 from commprof.views.charts import save_chart, plain_log_ticks
 from commprof.views.console import frame_table, progress_bar
 
@@ -139,8 +140,6 @@ def profile_lines(profile: dict, out: str, echo=print) -> None:
     if profile.get("error"):
         echo(f"profile: {profile['error']}")
         return
-    from commprof.analysis.servestats import profile_comm
-
     for r in profile.get("runs", []):
         phases = ", ".join(f"{n} {ph}" for ph, n in r["steps_by_phase"].items())
         c = {**profile_comm(r), **{k: r[k] for k in ("comm_ms_per_step", "comm_ms_per_token") if k in r}}
