@@ -128,3 +128,9 @@ def test_serve_profile_imports_the_servers_traces(vllm, cli_inproc, tmp_path):
     assert res2.returncode == 0, res2.stderr
     assert json.loads(open(os.path.join(tmp_path, "again", "meta.json")).read())["runs"][0]["steps"] == run["steps"]
     assert math.isfinite(run["comm_share_pct"])
+    # the communication per decode step and per token decoded (the batch the marks give)
+    assert run["decode_tokens_per_step"] == run["batch"]
+    assert run["comm_ms_per_token"] == pytest.approx(run["comm_ms_per_step"] / run["batch"])
+    prof_row = levels[levels["mode"] == "profiled"].iloc[0]
+    assert prof_row["comm_ms_per_token"] == pytest.approx(run["comm_ms_per_token"], rel=1e-4)
+    assert "ms/token over the" in res.stdout
