@@ -13,7 +13,12 @@ each read in one burst (>= 4 tokens at TPOT < 0.1 ms: tokens that waited in the 
 the machine's 1-minute load average per round; and an A/A control, vllm bench serve a second time
 in each round, its ratio to its own first run (``--no-aa`` skips it): the spread two runs of the
 same client show on this machine. Target: commprof's output tokens/s and TTFT p50
-within 10% of the peer's at every level (median over rounds of the per-round ratio).
+within 10% of the peer's at every level (median over rounds of the per-round ratio). One verdict:
+met (exit 0), NOT met (1), or cannot be judged where the A/A control shows the peer missing 10% of
+itself (9). The server's TP is the one this script starts (1, or ``--tp``); for ``--url`` it is
+unknown unless ``--tp`` names it (vLLM's API and /metrics do not say it). Results go to a new dir
+under results/runs/ unless ``--out``; a dir that already holds a result (the committed
+results/bench) is refused unless ``--overwrite``.
 
 Both clients run where the kernel puts them unless ``--client-cpus LIST`` (commprof serve's own
 flag) and ``--peer-cpus LIST`` (``taskset -c`` around vllm bench serve) hold them to CPUs, for a
@@ -21,7 +26,8 @@ side-by-side of the placement; ``--server-cpus LIST`` holds the vLLM it starts t
 OMP threads bound there), so that, e.g. ``--server-cpus 0 --client-cpus 1 --peer-cpus 1``, the
 server's busy-polling threads and the client do not share a core.
 
-    python scripts/bench_serve_vllm.py [--concurrency 1,4,16] [--rounds 5] [--url URL --model-dir DIR]
+    python scripts/bench_serve_vllm.py [--concurrency 1,4,16] [--rounds 5] [--url URL --model-dir DIR [--tp N]]
+                                       [--out DIR [--overwrite]]
                                        [--client-cpus any|LIST] [--peer-cpus LIST] [--server-cpus LIST]
 """
 from __future__ import annotations
@@ -123,9 +129,45 @@ def run_peer(url: str, c: int, n: int, args, d: str) -> dict:
             "burst_requests": peer_bursts(res)}
 
 
-def main():
-    from commprof.model.machine import now_iso
+#: The result's file names (NAME.md and NAME.json in the out dir).
+RESULT = "serve_vs_vllm_bench"
 
+
+def default_out() -> str:
+    """A new dir under results/runs/ (ignored by git): never the committed results/bench."""
+    from commprof.results import default_out_dir
+
+    return os.path.join(REPO, default_out_dir(suffix="-bench-serve-vllm"))
+
+
+def check_out(out: str, overwrite: bool) -> None:
+    """Refuse, before anything runs, an out dir that already holds a result of this benchmark (as
+    the committed results/bench does) unless --overwrite."""
+    there = [f"{RESULT}{ext}" for ext in (".md", ".json") if os.path.exists(os.path.join(out, f"{RESULT}{ext}"))]
+    if there and not overwrite:
+        raise SystemExit(f"bench_serve_vllm: {out} already holds {' and '.join(there)}; give another --out, "
+                         "or --overwrite to replace them")
+
+
+def tp_text(args) -> str:
+    """The server's TP as known: the --tp given, the TP of the vLLM this script starts (1 unless
+    --tp), or unknown for a running server (--url) with no --tp: neither its OpenAI API nor its
+    /metrics says it."""
+    if args.tp is not None:
+        return f"TP={args.tp}"
+    return "TP=1" if not args.url else "TP unknown (a running server given by --url; --tp names it)"
+
+
+def verdict(met: bool, aa: bool, aa_met: bool) -> tuple[str, int]:
+    """One verdict on the target and the exit code: met (0), NOT met (1), or cannot be judged (9:
+    the A/A control shows the peer missing 10% of itself, so the machine sets the spread)."""
+    if aa and not aa_met:
+        return ("cannot be judged on this machine: the peer missed 10% of itself at some level "
+                "(A/A control above)", 9)
+    return ("met", 0) if met else ("NOT met", 1)
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--rounds", type=int, default=5)
@@ -135,7 +177,9 @@ def main():
     ap.add_argument("--url", default="", help="a running vLLM (default: start one with scripts/vllm_cpu.sh)")
     ap.add_argument("--model-dir", default="", help="the served model's dir (its tokenizer, for vllm bench serve)")
     ap.add_argument("--served-name", default="tiny")
-    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--tp", type=int, default=None,
+                    help="the server's TP: of the vLLM this script starts (default 1), or of the one --url names "
+                         "(default unknown: the server does not say it)")
     ap.add_argument("--client-cpus", default="any", help="commprof serve's --client-cpus (any, a list)")
     ap.add_argument("--peer-cpus", default="", help="run vllm bench serve under taskset -c LIST (default: as is)")
     ap.add_argument("--server-cpus", default="",
@@ -143,11 +187,23 @@ def main():
                          "e.g. 0 with --client-cpus 1 --peer-cpus 1: each side its own core")
     ap.add_argument("--no-aa", dest="aa", action="store_false",
                     help="skip the A/A control (vllm bench serve a second time per level)")
-    ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=None,
+                    help="results dir (default a new results/runs/<stamp>-<host>-bench-serve-vllm/; the committed "
+                         "results/bench only with --out results/bench --overwrite)")
+    ap.add_argument("--overwrite", action="store_true", help="replace a result already in --out")
+    return ap
+
+
+def main():
+    from commprof.model.machine import now_iso
+
+    args = build_parser().parse_args()
+    args.out = args.out or default_out()
+    check_out(args.out, args.overwrite)
     levels = [int(x) for x in args.concurrency.split(",")]
     print(f"bench_serve_vllm: {args.rounds} rounds at concurrency {args.concurrency}; results go to "
-          f"{os.path.join(args.out, 'serve_vs_vllm_bench')}.md and .json", flush=True)
+          f"{os.path.join(args.out, RESULT)}.md and .json", flush=True)
+    tp = tp_text(args)
     start = now_iso()
     tmp = tempfile.mkdtemp(prefix="bench-serve-vllm-")
     port = None
@@ -163,8 +219,8 @@ def main():
         env = dict(os.environ)
         if args.server_cpus:
             env.update(COMMPROF_VLLM_CPUS=args.server_cpus,
-                       VLLM_CPU_OMP_THREADS_BIND=args.server_cpus.replace(",", "|") if args.tp > 1 else args.server_cpus)
-        subprocess.run(["bash", SCRIPT, "start", args.model_dir, str(port), str(args.tp)], check=True, env=env)
+                       VLLM_CPU_OMP_THREADS_BIND=args.server_cpus.replace(",", "|") if (args.tp or 1) > 1 else args.server_cpus)
+        subprocess.run(["bash", SCRIPT, "start", args.model_dir, str(port), str(args.tp or 1)], check=True, env=env)
         args.url = f"http://127.0.0.1:{port}"
     rows, table = [], ["| concurrency | round | first | commprof tok/s | vllm bench tok/s | ratio | commprof TTFT p50 ms | "
                        "vllm bench TTFT p50 ms | ratio | commprof CPU ms/request | CPU wait ms/request commprof / "
@@ -239,7 +295,7 @@ def main():
                      + (f"{aa['aa_tokens_per_s_ratio_median']:.3f} | {aa['aa_ttft_p50_ratio_median']:.3f} | "
                         f"{'yes' if aa['aa_within_10pct'] else 'NO'} |" if args.aa else "- | - | - |"))
     res = measured(__file__, start, f"commprof serve beside vllm bench serve on the same vLLM "
-                                   f"(vllm-cpu 0.32.0, TP={args.tp}, tiny Llama of tests/test_serve.py), "
+                                   f"(vllm-cpu 0.32.0, {tp}, tiny Llama of tests/test_serve.py), "
                                    f"{args.input_len} tokens in / {args.output_len} out, closed loop, "
                                    f"alternating rounds")
     placement = next((r["commprof"]["client_placement"] for r in rows if r["commprof"].get("client_placement")), None)
@@ -256,14 +312,16 @@ def main():
                       "machine, not the client, sets the spread, and the 10% target cannot be judged on it: "
                       + ("the peer kept within 10% of itself at every level." if aa_met else
                          "the peer missed 10% of itself at some level on this machine.")]
-    res.update(rows=rows, summary=summary, met=bool(met), aa_control=bool(args.aa),
+    said, rc = verdict(bool(met), bool(args.aa), bool(aa_met))
+    res.update(rows=rows, summary=summary, met=bool(met) if rc != 9 else None, verdict=said, tp=args.tp,
+               tp_text=tp, aa_control=bool(args.aa),
                aa_met=bool(aa_met) if args.aa else None, url=args.url, client_cpus=args.client_cpus,
                peer_cpus=args.peer_cpus or None, server_cpus=args.server_cpus or None, client_placement=placement, load_avg_end=list(load_end),
                target="output tokens/s and TTFT p50 within 10% of vllm bench serve's at every level "
                       "(median over rounds of the per-round ratio)")
-    write_result(args.out, "serve_vs_vllm_bench", "commprof serve vs vllm bench serve on a real vLLM", res, table)
-    print(f"bench_serve_vllm: wrote {os.path.join(args.out, 'serve_vs_vllm_bench')}.md and .json")
-    return 0 if met else 1
+    write_result(args.out, RESULT, "commprof serve vs vllm bench serve on a real vLLM", res, table)
+    print(f"bench_serve_vllm: wrote {os.path.join(args.out, RESULT)}.md and .json")
+    return rc
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ def write_result(out_dir: str, name: str, title: str, result: dict, table: list[
     lines = [f"# {title} (measured)", "", result["what"] + ".", "",
              f"Machine: {m['host']}, {m['cpu']}, {m['cpu_cores']} cores; torch {result['versions']['torch']}; "
              f"{result['start_time']}. Command: `{result['command']}`.", "", *table,
-             *(["", f"Target {result['target']}: {'met' if result['met'] else 'NOT met'}."] if result.get("target") else [])]
+             *(["", f"Target {result['target']}: "
+                    f"{result.get('verdict') or ('met' if result['met'] else 'NOT met')}."] if result.get("target") else [])]
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

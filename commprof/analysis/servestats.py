@@ -92,3 +92,17 @@ def judge(levels: list[dict], slo: dict) -> int | None:
         if lv["mode"] == "closed" and lv["meets_slo"] == "yes":
             knee = lv["concurrency"] if knee is None else max(knee, lv["concurrency"])
     return knee
+
+
+def profile_comm(run: dict) -> dict:
+    """``serve --profile``: one imported run's communication per decode step and per token decoded.
+    ``run`` holds the import's ``ms_per_step`` (median decode step), ``comm_share_pct`` (exposed
+    communication's share) and ``batch`` (the tokens each decode step decoded: the median decode
+    requests of vLLM's iteration marks). Per token = per step / those tokens; None where the run
+    decoded none (a training or prefill-only capture)."""
+    step_ms, share = float(run["ms_per_step"]), float(run["comm_share_pct"])
+    tokens = int(run.get("batch") or 0)
+    comm_step = step_ms * share / 100.0
+    return {"decode_tokens_per_step": tokens, "comm_ms_per_step": comm_step,
+            "comm_ms_per_token": comm_step / tokens if tokens > 0 else None,
+            "step_ms_per_token": step_ms / tokens if tokens > 0 else None}

@@ -13,7 +13,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from commprof.analysis.servestats import goodput, level_summary
+from commprof.analysis.servestats import goodput, level_summary, profile_comm
 from commprof.capture import cpuwait
 from commprof.capture.httpstream import Pool
 from commprof.capture.serveclient import httpx_module, stream_request
@@ -181,8 +181,9 @@ def profile_round(cfg: ServeConfig, level: dict, ignore_eos: bool, rows: list[Re
         acc["error"] = f"import kineto: {e}"
         return acc
     acc["kineto_out"] = "kineto"
-    acc["runs"] = [{k: r[k] for k in ("tp", "batch", "steps", "steps_by_phase", "collectives_per_step",
-                                      "backend", "comm_share_pct", "ms_per_step")} for r in got["runs"]]
+    acc["runs"] = [{**{k: r[k] for k in ("tp", "batch", "steps", "steps_by_phase", "collectives_per_step",
+                                         "backend", "comm_share_pct", "ms_per_step")}, **profile_comm(r)}
+                   for r in got["runs"]]
     return acc
 
 
@@ -295,5 +296,9 @@ def run_profiled_level(cfg: ServeConfig, plan: list[dict], ignore_eos: bool, req
     if rows:
         summary = level_summary(level, rows, time.perf_counter() - t_start, "complete")
         goodput(summary, rows, cfg.slo)
+        run = (profile.get("runs") or [{}])[0]      # the communication the server's profiler saw
+        for k in ("comm_ms_per_step", "comm_ms_per_token", "decode_tokens_per_step"):
+            v = run.get(k)
+            summary[k] = math.nan if v is None else v
         acc.done_levels.append(summary)
     return profile

@@ -92,8 +92,15 @@ def queue_figures(before, after) -> dict:
            **{f"queue_ms_{p}": d.quantile(q / 100) * 1e3 for p, q in PCTS},
            "queue_first_bucket_ms": d.first_bound() * 1e3}
     # a histogram that contradicts itself (a sum that fell while the count rose) reports nothing
-    return got if all(math.isfinite(v) and v >= 0 for k, v in got.items() if k != "queue_first_bucket_ms") \
-        else out
+    if not all(math.isfinite(v) and v >= 0 for k, v in got.items() if k != "queue_first_bucket_ms"):
+        return out
+    # a percentile in the first bucket is only known to be <= its bound, one in the +Inf bucket only
+    # >= the last bound: a bound, not a value, so the value stays empty and the bound has its column
+    for p, q in PCTS:
+        kind = d.quantile_bound(q / 100)
+        if kind:
+            got[f"queue_ms_{p}_{kind}"], got[f"queue_ms_{p}"] = got[f"queue_ms_{p}"], math.nan
+    return got
 
 
 def server_latency_figures(before: Scrape | None, after: Scrape | None, level: dict) -> dict:

@@ -176,7 +176,16 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
             "comm_overlapped_us": "a collective runs beside compute (kineto_steps.csv); counted as compute, as in "
                                   "HTA's temporal breakdown",
             "hta_overlap_pct": "HTA's comm/compute overlap: time computing while communicating / time "
-                               "communicating (merged intervals, whole capture)",
+                               "communicating (merged intervals, whole capture); empty on a CPU-only trace "
+                               "(kineto_ranks.csv na_reason)",
+            "compute_kernels": "compute kernels (compute_kernel_us their summed time); empty on a CPU-only "
+                               "trace, which has no kernels: compute_cpu_ops counts its CPU ops instead",
+            "remainder_ms": "trace_summary.csv: ms_per_token minus compute_ms + transfer_ms + wait_ms + gaps_ms. "
+                            "Each is a median over steps and medians do not add (the median of a sum is not the "
+                            "sum of the medians; ms_per_token is the slowest rank's step, the parts the mean over "
+                            "ranks); the shares (comm_share_pct, transfer_share_pct, wait_share_pct) are of the summed time instead",
+            "compute_cpu_us": "CPU-only traces: the union of the CPU ops' intervals outside the collectives "
+                              "(ops nest, so their durations are not summed)",
             "straggler": "this rank arrived last at the collective (its duration is the shortest)"},
     })
     os.makedirs(out_dir, exist_ok=True)

@@ -288,12 +288,23 @@ def rank_totals(rt: RankTrace, cpu: bool, until: float | None = None) -> dict:
     comp = [(ts, ts + d) for ts, d, *_ in (rt.cpu_ops if cpu else compute)]
     U_x, U_c = _merge(comm), _merge(comp)
     lx = _length(U_x)
-    return {"rank": rt.rank, "file": os.path.basename(rt.path), "backend": rt.backend or "",
-            "comm_kernels": len(colls), "comm_kernel_us": float(sum(c.dur for c in colls)),
-            "compute_kernels": 0 if cpu else len(compute),
-            "compute_kernel_us": 0.0 if cpu else float(sum(d for _, d, _ in compute)),
-            "memory_events": len(memory), "memory_us": float(sum(d for _, d, _ in memory)),
-            "hta_overlap_pct": 100.0 * _inter(U_x, U_c) / lx if lx > 0 and not cpu else 0.0}
+    row = {"rank": rt.rank, "file": os.path.basename(rt.path), "backend": rt.backend or "",
+           "comm_kernels": len(colls), "comm_kernel_us": float(sum(c.dur for c in colls)),
+           "compute_kernels": len(compute), "compute_kernel_us": float(sum(d for _, d, _ in compute)),
+           "memory_events": len(memory), "memory_us": float(sum(d for _, d, _ in memory)),
+           "hta_overlap_pct": 100.0 * _inter(U_x, U_c) / lx if lx > 0 else 0.0}
+    if cpu:
+        # a CPU-only trace has no kernels: its compute is CPU ops, nested (an op holds the ops it
+        # calls, the collective among them), so kernel counts and HTA's stream overlap are not
+        # known there (empty, not 0); the CPU ops are counted instead, their time as the union of
+        # their intervals outside the collectives
+        ops = [(ts, ts + d) for ts, d, *_ in rt.cpu_ops if keep(ts)]
+        U_o = _merge(ops)
+        row.update({"compute_kernels": "", "compute_kernel_us": "", "hta_overlap_pct": "",
+                    "compute_cpu_ops": len(ops), "compute_cpu_us": float(_length(U_o) - _inter(U_o, U_x)),
+                    "na_reason": "CPU-only trace: no kernels (compute is CPU ops: compute_cpu_ops, compute_cpu_us); "
+                                 "HTA's overlap is of GPU streams"})
+    return row
 
 
 # --- checks across files -----------------------------------------------------------------------------------

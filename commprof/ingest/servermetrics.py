@@ -87,6 +87,20 @@ class Histogram:
             lower, below = (lower if math.isinf(le) else le), cum
         return lower
 
+    def quantile_bound(self, q: float) -> str:
+        """What :meth:`quantile` returns for q: ``"le"`` where it is the first bucket's upper bound
+        (the quantile is only known to be <= it), ``"ge"`` where it is the highest finite bound (in
+        the +Inf bucket: only known to be >= it), ``""`` where it is a value (interpolated)."""
+        if self.count <= 0 or not self.buckets:
+            return ""
+        rank, below = q * self.count, 0.0
+        for k, le in enumerate(sorted(self.buckets)):
+            cum = max(self.buckets[le], below)
+            if cum >= rank:
+                return "ge" if math.isinf(le) else "le" if k == 0 else ""
+            below = cum
+        return "ge"
+
 
 def _float(text: str, inf_ok: bool = False) -> float | None:
     """A sample value or bucket bound: finite and not negative (a bound may be +Inf), else None."""

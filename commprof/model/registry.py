@@ -191,7 +191,7 @@ class ImportConfig:
     kind: str = arg(default="nccl-tests", help=_import_kind_help())
     paths: list = arg(many=True, help="The files to import (see KIND).")
     out: str | None = flag(None, "--out", help="Results dir to write.")
-    step_marker: str | None = flag(None, "--step-marker", help="kineto: a regex of the annotation that marks one step (default ProfilerStep#N, or vLLM's 'gpu_model_runner: forward').")
+    step_marker: str | None = flag(None, "--step-marker", help="kineto: a regex of the annotation that marks one step (default: the first of these the trace holds: ProfilerStep#N; vLLM's record_function iteration marks 'execute_context_N(T)_generation_M(K)' (vllm/v1/worker/gpu_worker.py), e.g. --step-marker '^execute_context_'; vLLM's 'gpu_model_runner: forward').")
     model: str | None = flag(None, "--model", help="kineto: the served model (built-in name or config.json), to compare collectives per step with the plan's 2L+2 and name each collective's site.")
     tp: int | None = flag(None, "--tp", help="kineto: the TP degree of the traced group (default: the number of rank traces given).")
     label: str | None = flag(None, "--label", help="nccl-tests, kineto: the box's short name in gap, check and report (default: the dir's name).")

@@ -69,7 +69,9 @@ LEVEL_COLUMNS = (["level", "mode", "concurrency", "rate_rps", "status", "request
                  + [f"{m}_ms_{s}" for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "std")]
                  + ["burst_requests", "burst_note", "client_cpu_ms_per_request", "client_cpu_wait_ms_per_request"]
                  + [f"server_{m}_ms_mean" for m in ("ttft", "tpot", "itl", "e2e")]
-                 + [f"{m}_vs_server_pct" for m in ("ttft", "tpot", "itl", "e2e")])
+                 + [f"{m}_vs_server_pct" for m in ("ttft", "tpot", "itl", "e2e")]
+                 + [f"queue_ms_{p}_{b}" for b in ("le", "ge") for p, _ in PCTS]
+                 + ["comm_ms_per_step", "comm_ms_per_token", "decode_tokens_per_step"])
 
 #: A request whose output arrived faster than this per token (e2e - TTFT over tokens - 1) came in
 #: one burst: 0.1 ms a token is 10,000 tokens/s for one request, five times the fastest per-user

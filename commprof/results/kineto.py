@@ -17,7 +17,8 @@ STEP_COLUMNS = ["tp", "batch", "mode", "phase", "step", "token", "rank", "step_t
 COLL_COLUMNS = ["tp", "batch", "mode", "step", "token", "index", "rank", "site", "op", "kernel", "size_bytes",
                 "start_us", "duration_us", "transfer_us", "wait_us", "straggler"]
 RANK_COLUMNS = ["tp", "batch", "mode", "rank", "file", "backend", "comm_kernels", "comm_kernel_us", "compute_kernels",
-                "compute_kernel_us", "memory_events", "memory_us", "hta_overlap_pct"]
+                "compute_kernel_us", "memory_events", "memory_us", "hta_overlap_pct",
+                "compute_cpu_ops", "compute_cpu_us", "na_reason"]
 
 
 def write_kineto_tables(out_dir, tok_rows, lay_rows, sum_rows, step_rows, coll_rows, rank_rows) -> None:

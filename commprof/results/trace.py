@@ -37,7 +37,7 @@ SUMMARY_COLUMNS = ["kind", "scaled", "tp", "batch", "mode", "ms_per_token", "tok
                    "collectives_per_step", "collectives_per_token", "comm_share_pct", "transfer_share_pct",
                    "wait_share_pct", "compute_ms", "transfer_ms", "wait_ms", "gaps_ms", "max_residual_pct",
                    "tokens", "layers_run", "layers_model", "phase", "prompt", "chunk", "ttft_ms", "ttft_comm_ms",
-                   "ttft_comm_share_pct"]
+                   "ttft_comm_share_pct", "remainder_ms"]
 
 
 TRACE_JSON = "trace.json"

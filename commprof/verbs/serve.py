@@ -139,7 +139,8 @@ def run(cfg: ServeConfig) -> int:
                               "GET /metrics before the level and one after it: server-wide (another client's "
                               "requests in that window count too); percentiles interpolated inside buckets as "
                               "Prometheus' histogram_quantile does, except in the first bucket, where a percentile "
-                              "is only known to be <= its bound (queue_first_bucket_ms) and that bound is written; "
+                              "is only known to be <= its bound (queue_first_bucket_ms): its value is left empty and the bound "
+                              "written in queue_ms_<p>_le (in the +Inf bucket, >= the last bound: queue_ms_<p>_ge); "
                               "for finer figures start vLLM with finer buckets (see the serve docs)"},
         server_latency={"histograms": sorted(first.latency) and
                         [servermetrics.SERVER_LATENCY_HISTOGRAMS[m] for m in sorted(first.latency)],
@@ -161,6 +162,12 @@ def run(cfg: ServeConfig) -> int:
                  "burst": f"the request's tokens came in one burst: >= {BURST_MIN_TOKENS} tokens at TPOT < "
                           f"{BURST_TPOT_MS:g} ms (delivery, not decode time)",
                  "server_<metric>_ms_mean": "the server's own mean over the level (server_latency)",
+                 "comm_ms_per_step": "serve --profile, the profiled level: exposed communication per decode step "
+                                     "(the imported trace's median decode step x its communication share)",
+                 "comm_ms_per_token": "comm_ms_per_step / decode_tokens_per_step, the tokens each decode step "
+                                      "decoded (the median decode requests of vLLM's iteration marks)",
+                 "queue_ms_<p>_le": "the percentile lies in the queue histogram's first bucket: only known to be "
+                                    "<= this bound (queue_ms_<p> is then empty); _ge: in its +Inf bucket, >= it",
                  "client_cpu_ms_per_request": "commprof's own CPU time (user + system, all its threads) over the "
                                               "level / requests: what the client costs the machine it shares",
                  "client_cpu_wait_ms_per_request": "time commprof's event loop was runnable but waiting for a CPU "

@@ -268,12 +268,16 @@ def serve_section(res, out_dir: str, trace_res=None, level: int = 2, prefix: str
              _ms(r["requests_per_s"]), _ms(r["jitter_tpot_p99_p50"]), r.get("meets_slo", ""))
             for r in levels.to_dict("records")]
     headers = list(SERVE_HEADERS)
-    if "queue_ms_p99" in levels.columns and levels["queue_ms_p99"].notna().any():   # the server reports it
-        headers.insert(-1, "queue p99 ms")
-        from commprof.views.serve import queue_ms_text
+    from commprof.views.serve import burst_cells, has_queue_p99, queue_ms_text
 
+    if has_queue_p99(levels):   # the server reports it (a value, or the bucket bound it lies under)
+        headers.insert(-1, "queue p99 ms")
         rows = [(*row[:-1], queue_ms_text(r, "queue_ms_p99"), row[-1])
                 for row, r in zip(rows, levels.to_dict("records"))]
+    bursts = burst_cells(levels) if "burst_requests" in levels.columns else []
+    if any(bursts):             # a level whose tokens came in one burst, marked in its own row
+        headers.append("burst")
+        rows = [(*row, b) for row, b in zip(rows, bursts)]
     tie = []
     if trace_res is not None and "trace_summary" in trace_res.tables:
         summ = trace_res.tables["trace_summary"]

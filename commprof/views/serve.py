@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
+from commprof.analysis.servestats import profile_comm
 from commprof.views.charts import save_chart, plain_log_ticks
 from commprof.views.console import frame_table, progress_bar
 
@@ -15,15 +16,17 @@ TABLE_COLUMNS = {"mode": "mode", "concurrency": "conc", "rate_rps": "req/s in", 
                  "tpot_ms_p50": "TPOT p50 ms", "tpot_ms_p99": "TPOT p99 ms", "e2e_ms_p99": "e2e p99 ms",
                  "output_tokens_per_s": "tok/s out", "requests_per_s": "req/s", "jitter_tpot_p99_p50": "jitter",
                  "jitter_growth": "jitter growth", "queue_ms_mean": "queue mean ms", "queue_ms_p99": "queue p99 ms",
-                 "meets_slo": "SLO", "status": "status"}
+                 "meets_slo": "SLO", "status": "status", "burst_requests": "burst",
+                 "comm_ms_per_step": "comm ms/step", "comm_ms_per_token": "comm ms/token"}
 #: Shown only when some level has a value (rate: open-loop levels; queue: the server reports it).
-_OPTIONAL = ("rate_rps", "error_kinds", "queue_ms_mean", "queue_ms_p99")
+_OPTIONAL = ("rate_rps", "error_kinds", "queue_ms_mean", "queue_ms_p99", "burst_requests", "comm_ms_per_step", "comm_ms_per_token")
 
 
 #: How long a column of the level table stays when the terminal is narrow (None: always shown).
 _KEEP = {"mode": None, "conc": None, "ok": None, "err": 6, "TTFT p50": None, "TPOT p50": None, "tok/s out": 8,
          "SLO": 7, "status": None, "TTFT p99": 5, "TPOT p99": 4, "e2e p99": 2, "req/s in": 3, "req/s": 2,
-         "jitter": 1, "jitter growth": 0, "queue mean": 0, "queue p99": 1, "errors by kind": 3}
+         "jitter": 1, "jitter growth": 0, "queue mean": 0, "queue p99": 1, "errors by kind": 3, "burst": 9,
+         "comm ms/step": 2, "comm ms/token": 3}
 
 
 def _unitless(header: str) -> str:
@@ -49,15 +52,29 @@ def _has(levels, col: str) -> bool:
     return col in getattr(levels, "columns", ()) and levels[col].notna().any()
 
 
+def _num(v) -> bool:
+    import numbers
+
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and v == v
+
+
 def queue_ms_text(row, col: str) -> str:
     """A queue percentile as read: "<= B" when it lies in the histogram's first bucket (nothing
-    finer is known there), else the interpolated value."""
+    finer is known there; ``<col>_le`` holds B and the value is empty), ">= B" in its +Inf bucket
+    (``<col>_ge``), else the interpolated value. A dir written before the bound columns (the bound
+    in the value column, ``queue_first_bucket_ms`` beside it) reads the same."""
     v, first = row.get(col), row.get("queue_first_bucket_ms")
-    if v is None or v != v:
-        return ""
-    if first is not None and first == first and v <= first:
+    if not _num(v):
+        le, ge = row.get(f"{col}_le"), row.get(f"{col}_ge")
+        return f"<= {le:.4g}" if _num(le) else f">= {ge:.4g}" if _num(ge) else ""
+    if _num(first) and v <= first:
         return f"<= {first:.4g}"
     return f"{v:.3g}"
+
+
+def has_queue_p99(levels) -> bool:
+    """Whether some level has a queue p99: a value or a bound."""
+    return any(_has(levels, c) for c in ("queue_ms_p99", "queue_ms_p99_le", "queue_ms_p99_ge"))
 
 
 def burst_lines(levels) -> list[str]:
@@ -66,6 +83,17 @@ def burst_lines(levels) -> list[str]:
         return []
     return [f"BURST DELIVERY at {_level_name(r)}: {r['burst_note']}"
             for r in levels.to_dict("records") if (r.get("burst_requests") or 0) > 0]
+
+
+def burst_cells(levels) -> list[str]:
+    """The level table's burst column: "n/ok" where n of the level's ok requests got their output
+    in one burst (their TPOT and ITL are delivery, not decode; BURST DELIVERY lines below), else
+    empty."""
+    out = []
+    for r in levels.to_dict("records"):
+        n = r.get("burst_requests")
+        out.append(f"{int(n)}/{int(r.get('ok') or 0)}" if _num(n) and n > 0 else "")
+    return out
 
 
 def _level_name(r) -> str:
@@ -114,10 +142,14 @@ def profile_lines(profile: dict, out: str, echo=print) -> None:
         return
     for r in profile.get("runs", []):
         phases = ", ".join(f"{n} {ph}" for ph, n in r["steps_by_phase"].items())
+        c = {**profile_comm(r), **{k: r[k] for k in ("comm_ms_per_step", "comm_ms_per_token") if k in r}}
+        per_token = (f", {c['comm_ms_per_token']:.3f} ms/token over the {c['decode_tokens_per_step']} tokens each "
+                     "decode step decoded" if c.get("comm_ms_per_token") is not None else ", per token: no decode tokens")
         echo(f"profile: concurrency {profile['concurrency']} under the server's profiler: TP={r['tp']}, batch {r['batch']}, "
              f"{r['steps']} steps ({phases}), {r['collectives_per_step']} collectives/step "
              f"({r['backend'] or 'backend unknown'}), {r['ms_per_step']:.3f} ms/decode step, communication "
-             f"{r['comm_share_pct']:.1f}% exposed ({r['ms_per_step'] * r['comm_share_pct'] / 100:.3f} ms/step); imported into {os.path.join(out, profile['kineto_out'])}")
+             f"{r['comm_share_pct']:.1f}% exposed ({c['comm_ms_per_step']:.3f} ms/step{per_token}); "
+             f"imported into {os.path.join(out, profile['kineto_out'])}")
 
 
 def summary_lines(levels, meta: dict) -> list[str]:
@@ -165,12 +197,14 @@ def in_seconds(table):
 def render(levels, meta: dict, out: str, charts: bool = True, echo=print,
            note=lambda line: print(line, file=sys.stderr)) -> list[str]:
     """Print the level table and the knee; draw the charts into ``out``; the chart paths."""
-    cols = [c for c in TABLE_COLUMNS if c in levels.columns
-            and not (c in _OPTIONAL and levels[c].isna().all() | (levels[c].astype(str) == "").all())]
-    shown = levels[cols].copy()
-    for c in ("queue_ms_p99",):
-        if c in shown.columns:
-            shown[c] = [queue_ms_text(r, c) for r in levels.to_dict("records")]
+    levels_text = levels.copy()
+    if has_queue_p99(levels):          # read as text: a value, or the bound it is known to lie under
+        levels_text["queue_ms_p99"] = [queue_ms_text(r, "queue_ms_p99") for r in levels.to_dict("records")]
+    if "burst_requests" in levels.columns:    # a level whose tokens came in one burst, marked in its row
+        levels_text["burst_requests"] = burst_cells(levels)
+    cols = [c for c in TABLE_COLUMNS if c in levels_text.columns
+            and not (c in _OPTIONAL and levels_text[c].isna().all() | (levels_text[c].astype(str) == "").all())]
+    shown = levels_text[cols].copy()
     table = in_seconds(shown.rename(columns=TABLE_COLUMNS))
     frame_table(table, f"commprof serve ({meta.get('kind', 'measured')}; {out})",
                 keep={h: _KEEP.get(_unitless(h), 1) for h in table.columns})
