@@ -43,6 +43,7 @@ class SweepConfig:
     timing: str = flag("per-call", "--timing", help="per-call (one barrier-aligned call per sample, what a decode step pays) or back-to-back (nccl-tests' method: a loop of --loop calls timed as one, averaged).")
     loop: int = flag(20, "--loop", help="With --timing back-to-back: calls per timed loop (nccl-tests -n).")
     charts: bool = flag(True, "--no-charts", invert=True, help=_CHARTS_HELP)
+    repeat: int = flag(1, "--repeat", help="Measure each cell N times, the repeats interleaved over the sweep; sweep.csv keeps each repeat's p50 and flags cells whose repeats disagree (column unstable).")
     argv: list = field(default_factory=list)        # the command line, for meta.json (the CLI fills it)
     progress: bool = True
 

@@ -26,6 +26,7 @@ COLUMNS = [
     "enqueue_us_p50", "enqueue_us_p99", "host_us_p50", "host_us_p99", "spin_us", "spin_short",
     "algbw_gbps", "busbw_gbps",
     "wrong", "status", "hosts", "fallback",
+    "repeats", "p50_us_repeats", "repeat_spread", "tail_ratio", "unstable",
 ]
 
 #: What each column of ``sweep.csv`` means, written into every sweep's ``meta.json``.
@@ -68,6 +69,13 @@ COLUMN_DOCS = {
             "copying the input into the shared buffer)",
     "fallback": "why the custom kernel refused this cell, which was then measured with the "
                 "backend's collective (empty otherwise)",
+    "repeats": "times the cell was measured (--repeat; the repeats interleaved over the whole sweep); "
+               "latency_us_* are over every repeat's samples",
+    "p50_us_repeats": "each repeat's p50 in us, ';'-separated (empty for one repeat)",
+    "repeat_spread": "max / min of the repeats' p50s (empty for one repeat)",
+    "tail_ratio": "latency_us_p95 / latency_us_p50",
+    "unstable": "why the cell is unstable (empty when it is not): repeats' p50s more than 2x apart, "
+                "or p95 more than 3x p50 (commprof.analysis.noise)",
 }
 
 #: ``load_frame`` selections: the backend's own collectives (every view's default), commprof's
@@ -143,8 +151,10 @@ def load_frame(path: str, impl: str = "baseline"):
     for c in df.columns:
         if c.startswith(("latency_us", "enqueue_us", "host_us", "skew_us", "spin_", "algbw", "busbw")):
             df[c] = pd.to_numeric(df[c], errors="coerce")
-        elif c == "loop":
+        elif c in ("loop", "repeats", "repeat_spread", "tail_ratio"):
             df[c] = pd.to_numeric(df[c], errors="coerce")
+        elif c in ("unstable", "p50_us_repeats"):
+            df[c] = df[c].fillna("").astype(str)
         elif c == "wrong":              # empty = not checked (imported with validation off): NaN, never 0
             raw = df[c].fillna("").astype(str).str.strip()
             num = pd.to_numeric(raw.where(raw != "", None), errors="coerce")

@@ -140,3 +140,53 @@ def summary_lines(summary) -> list[str]:
                      f"{num('comm_share_pct', '.1f')}% = {_comm_ms(r)} ms (transfer {num('transfer_share_pct', '.1f')}%, "
                      f"wait {num('wait_share_pct', '.1f')}%) [{label}]")
     return lines
+
+
+def token_iqr(tokens) -> dict:
+    """Per (tp, batch, mode, phase) of ``trace_tokens``: the tokens' interquartile range over
+    their median, of each token's slowest rank (the figure ``ms_per_token`` is the median of)."""
+    import numpy as np
+
+    if tokens is None or tokens.empty or "latency_us" not in tokens.columns:
+        return {}
+    keys = [k for k in ("tp", "batch", "mode", "phase") if k in tokens.columns]
+    out = {}
+    for key, g in tokens.groupby(keys):
+        lat = g.groupby("token")["latency_us"].max().to_numpy(float)
+        lat = lat[np.isfinite(lat)]
+        if lat.size < 2:
+            continue
+        p25, p50, p75 = np.percentile(lat, [25, 50, 75])
+        k = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        out[(int(k["tp"]), int(k["batch"]), str(k.get("mode", "")), str(k.get("phase", "decode") or "decode"))] = \
+            float((p75 - p25) / p50) if p50 > 0 else 0.0
+    return out
+
+
+def batch_noise_lines(summary, tokens=None) -> list[str]:
+    """A line per decode run whose ms/token falls as the batch grows by more than the tokens' own
+    spread allows (:func:`commprof.analysis.noise.batch_drops`): a step of more sequences does more
+    work, so a smaller batch that is slower was slowed by something else (a busy machine)."""
+    from commprof.analysis.noise import BATCH_DROP_MIN, batch_drops
+
+    if summary is None or summary.empty or "ms_per_token" not in summary.columns:
+        return []
+    iqr = token_iqr(tokens)
+    rows = []
+    for r in summary.to_dict("records"):
+        phase = str(r.get("phase") or "decode")
+        if phase != "decode":
+            continue
+        try:
+            key = (int(r["tp"]), int(r["batch"]), str(r.get("mode", "")), phase)
+        except (KeyError, TypeError, ValueError):
+            continue
+        rows.append({**r, "phase": phase, "noise": iqr.get(key, 0.0)})
+    lines = []
+    for d in batch_drops(rows, "noise"):
+        lines.append(f"!: unstable: TP={d['tp']} batch={d['batch_large']} at {d['ms_large']:,.3f} ms/token is "
+                     f"{100 * d['drop']:.0f}% below batch={d['batch_small']}'s {d['ms_small']:,.3f} ms/token, beyond "
+                     f"{100 * BATCH_DROP_MIN:.0f}% plus the two runs' token spreads (interquartile range over median); "
+                     "a step of more sequences cannot be cheaper, so the smaller batch was slowed by something else "
+                     "(a busy machine): rerun it on a quiet one")
+    return lines
