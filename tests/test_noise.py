@@ -3,6 +3,7 @@ keeps each repeat's p50, their spread, the tail ratio and an ``unstable`` reason
 unstable rows and says so under the table; ``trace`` flags a batch whose ms/token falls below a
 smaller batch's beyond the tokens' own spread."""
 import io
+import os
 
 import pandas as pd
 import pytest
@@ -16,14 +17,29 @@ from commprof.model.errors import UsageError
 
 def test_spread_tail_and_reason():
     # the issue's three runs of one cell: 61,860 / 130,606 / 274,912 us
-    assert noise.spread([61860, 130606, 274912]) == pytest.approx(274912 / 61860)
+    assert noise.spread([61860, 130606, 274912]) == pytest.approx(274912 / 61860)     # 4.444
     assert noise.spread([5.0]) is None and noise.spread([]) is None
-    assert "repeats' p50 4.4x apart" in noise.unstable_reason([61860, 130606, 274912], 130606, 140000)
+    assert noise.spread([0, -3, float("nan"), 10, 20]) == 2.0          # only positive finite values count
+    why = noise.unstable_reason([61860, 130606, 274912], 130606, 140000)
+    assert why == "repeats' p50 61,860 / 130,606 / 274,912 us, 4.4x apart (limit 2x)"
     assert noise.unstable_reason([100, 150], 120, 200) == ""                 # 1.5x apart, p95 1.7x p50
-    assert noise.unstable_reason([], 100, 350) == "p95 3.5x p50"
+    assert noise.unstable_reason([100, 200], 120, 200) == ""                 # exactly at the limit: steady
+    assert noise.unstable_reason([], 100, 350) == "p95 350.0 us = 3.5x p50 100.0 us (limit 3x)"
     assert noise.unstable_reason([], 100, float("nan")) == ""                # an imported average: no tail
-    assert noise.parse_repeats("61860;130606;274912") == [61860, 130606, 274912]
-    assert noise.parse_repeats("") == [] and noise.parse_repeats(float("nan")) == []
+    both = noise.unstable_reason([100, 300], 150, 600)
+    assert both.startswith("repeats' p50 100.0 / 300.0 us, 3.0x apart") and "; p95 600.0 us = 4.0x p50" in both
+
+
+def test_iqr_ratio_by_hand():
+    # 1..5: p25 = 2, p50 = 3, p75 = 4 -> (4 - 2) / 3
+    assert noise.iqr_ratio([5, 1, 4, 2, 3]) == pytest.approx(2 / 3)
+    # 10, 20, 30, 40: positions 0.75, 1.5, 2.25 -> p25 17.5, p50 25, p75 32.5 -> 15 / 25
+    assert noise.iqr_ratio([40, 10, 30, 20]) == pytest.approx(0.6)
+    assert noise.iqr_ratio([7.0]) is None and noise.iqr_ratio([]) is None
+    assert noise.token_spread_reason([100, 101, 99, 100, 102]) == ""
+    why = noise.token_spread_reason([10, 20, 30, 40])
+    assert why == ("its 4 tokens spread from 17.500 to 32.500 ms (middle half) around 25.000 ms: "
+                   "interquartile range 0.60x the median (limit 0.5)")
 
 
 def test_batch_drops_beyond_noise():
@@ -35,23 +51,78 @@ def test_batch_drops_beyond_noise():
     d = noise.batch_drops(rows, "n")
     assert [(x["tp"], x["batch_small"], x["batch_large"]) for x in d] == [(2, 1, 8)]
     assert d[0]["drop"] == pytest.approx(1 - 22 / 59)
-    # the same drop inside a run whose tokens spread by half is not flagged
-    wide = [dict(r, n=0.6) for r in rows[:2]]
+    # the same drop inside runs whose tokens spread by a third each is not flagged (0.63 < 0.1 + 0.6)
+    wide = [dict(r, n=0.3) for r in rows[:2]]
     assert noise.batch_drops(wide, "n") == []
+    # a larger batch that is slower is what a decode step does: never flagged
+    assert noise.batch_drops([dict(rows[0], ms_per_token=10.0), rows[1]], "n") == []
+
+
+def _tokens(runs):
+    return pd.DataFrame([{"tp": tp, "batch": b, "mode": "eager", "phase": "decode", "token": t, "rank": rank,
+                          "latency_us": ms * 1e3 * f(t) * (1.0 if rank == 0 else 0.9)}
+                         for (tp, b, ms, f) in runs for t in range(8) for rank in (0, 1)])
 
 
 def test_trace_view_flags_the_slower_small_batch():
-    from commprof.views.trace import batch_noise_lines
+    from commprof.views.trace import noise_lines
 
     summary = pd.DataFrame([{"tp": 2, "batch": 1, "mode": "eager", "phase": "decode", "ms_per_token": 59000.0},
                             {"tp": 2, "batch": 8, "mode": "eager", "phase": "decode", "ms_per_token": 22000.0}])
-    tokens = pd.DataFrame([{"tp": 2, "batch": b, "mode": "eager", "phase": "decode", "token": t, "rank": 0,
-                            "latency_us": ms * 1e3 * (1 + 0.01 * t)} for b, ms in ((1, 59000.0), (8, 22000.0))
-                           for t in range(8)])
-    lines = batch_noise_lines(summary, tokens)
-    assert len(lines) == 1 and "TP=2 batch=8 at 22,000.000 ms/token is 63% below batch=1's 59,000.000" in lines[0]
-    ok = summary.assign(ms_per_token=[20.0, 24.0])        # grows with the batch: nothing to say
-    assert batch_noise_lines(ok, tokens) == []
+    steady = lambda t: 1 + 0.01 * t        # noqa: E731 - tokens within 7% of each other
+    tokens = _tokens([(2, 1, 59000.0, steady), (2, 8, 22000.0, steady)])
+    lines = noise_lines(summary, tokens)
+    assert len(lines) == 1
+    assert "TP=2 batch=8 at 22,000.000 ms/token is 63% below batch=1's 59,000.000 ms/token" in lines[0]
+    ok = summary.assign(ms_per_token=[20.0, 24.0])        # grows with the batch, tokens steady: nothing to say
+    assert noise_lines(ok, _tokens([(2, 1, 20.0, steady), (2, 8, 24.0, steady)])) == []
+
+
+def test_trace_view_flags_a_run_whose_tokens_spread():
+    from commprof.views.trace import noise_lines
+
+    summary = pd.DataFrame([{"tp": 2, "batch": 1, "mode": "eager", "phase": "decode", "ms_per_token": 20.0}])
+    # tokens 10, 20, ..., 80 ms (rank 0 the slowest): p25 27.5, p50 45, p75 62.5 -> IQR 35 / 45 = 0.78
+    lines = noise_lines(summary, _tokens([(2, 1, 10.0, lambda t: t + 1)]))
+    assert lines == ["!: unstable: TP=2 batch=1 eager at 20.000 ms/token: its 8 tokens spread from 27.500 to "
+                     "62.500 ms (middle half) around 45.000 ms: interquartile range 0.78x the median (limit 0.5); "
+                     "rerun it on a quiet machine"]
+
+
+def _copy_trace(src, dst, slow=1.0):
+    """A copy of a committed trace dir with TP=2 batch=1's tokens (and its ms/token) ``slow`` times slower."""
+    import csv
+    import shutil
+
+    shutil.copytree(src, dst)
+    for name, col in (("trace_tokens.csv", "latency_us"), ("trace_summary.csv", "ms_per_token")):
+        with open(os.path.join(dst, name), newline="") as f:
+            rows = list(csv.DictReader(f))
+        for r in rows:
+            if r["tp"] == "2" and r["batch"] == "1":
+                r[col] = repr(float(r[col]) * slow)
+        with open(os.path.join(dst, name), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+def test_show_of_a_real_trace_says_nothing_and_flags_it_once_slowed(cli_inproc, tmp_path):
+    """The committed CPU trace (results/trace-qwen2.5-32b-vm: batch 8 12-17% under batch 1 at each TP,
+    within its tokens' spread) draws no line; the same dir with TP=2 batch=1 2.7x slower (the issue's
+    59 against 22 s/token) does."""
+    from helpers import REPO
+
+    src = os.path.join(REPO, "results", "trace-qwen2.5-32b-vm")
+    _copy_trace(src, tmp_path / "same")
+    r = cli_inproc("show", str(tmp_path / "same"), "--no-charts")
+    assert r.returncode == 0, r.stderr
+    assert "unstable" not in r.stdout + r.stderr
+    _copy_trace(src, tmp_path / "slowed", slow=59 / 22)
+    r = cli_inproc("show", str(tmp_path / "slowed"), "--no-charts")
+    assert r.returncode == 0, r.stderr
+    flagged = [ln for ln in (r.stdout + r.stderr).splitlines() if "unstable" in ln]
+    assert len(flagged) == 1 and "TP=2 batch=8 at 7,655.880 ms/token is 67% below batch=1's" in flagged[0]
 
 
 def _frame(unstable: str, spread=2.5):
@@ -70,12 +141,15 @@ def test_sweep_table_marks_unstable_rows_and_says_so(w):
     from commprof.views.sweep import print_table
 
     c = Console(width=w, record=True, file=io.StringIO(), color_system=None)
-    print_table(_frame("repeats' p50 4.4x apart"), {"hosts": ["vm"], "backend": "gloo"}, console=c)
+    why = noise.unstable_reason([61860, 130606, 274912], 61860, 80000)
+    print_table(_frame(why), {"hosts": ["vm"], "backend": "gloo"}, console=c)
     text = c.export_text()
     assert "61,860.0!" in text and "1,234.5!" not in text and "1,234.5" in text
-    note = " ".join(ln for ln in text.splitlines() if ln.startswith("!") or not ln.startswith(("│", "┃", "┏", "┡", "└")))
-    assert "1 of 2 rows unstable" in " ".join(note.split())
-    assert "repeats' p50 4.4x apart" in " ".join(text.split())
+    flat = " ".join(text.split())
+    assert "!: 1 of 2 rows unstable, their p50 is not a steady figure; rerun on a quiet machine:" in flat
+    # the cell, its p50 and its repeats' numbers, on a line of their own (folded at 80 columns)
+    assert ("! all_reduce TP=2 4KiB eager group 0: p50 61,860.0 us; repeats' p50 61,860 / 130,606 / "
+            "274,912 us, 4.4x apart (limit 2x)") in flat
     assert "…" not in text
     if w >= 120:
         assert " 15 " in text                        # samples: iters x repeats

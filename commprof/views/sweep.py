@@ -129,19 +129,29 @@ def _p50_cell(r):
     return Text(text + "!", style="bold yellow") if unstable_of(r) else text
 
 
+#: The most unstable rows named one per line under the sweep table (the rest are counted).
+NOISE_ROWS_SHOWN = 8
+
+
 def noise_notes(df) -> list[str]:
-    """The line under the table that names the unstable rows ('!' after their p50) and why."""
-    bad = [(r, unstable_of(r)) for r in df.itertuples()]
+    """The lines under the table that name the unstable rows ('!' after their p50), one per row
+    with its numbers and why (:mod:`commprof.analysis.noise`), and what to do."""
+    bad = [(r, unstable_of(r)) for r in df.sort_values(["op", "tp", "mode", "size_bytes"]).itertuples()]
     bad = [(r, why) for r, why in bad if why]
     if not bad:
         return []
     reps = int(df["repeats"].max()) if "repeats" in df.columns and df["repeats"].notna().any() else 1
-    shown = "; ".join(f"{r.op} TP={r.tp} {human_bytes(int(r.size_bytes))} {r.mode}: {why}" for r, why in bad[:3])
-    more = (f"; and {len(bad) - 3} more" + (" (sweep.csv column unstable)" if "unstable" in df.columns else "")
-            if len(bad) > 3 else "")
     advice = ("rerun on a quiet machine" if reps > 1 else
               "rerun with --repeat 3 (repeats interleaved) on a quiet machine to see whether they agree")
-    return [f"!: {len(bad)} of {len(df)} rows unstable, their p50 is not a steady figure ({shown}{more}); {advice}"]
+    lines = [f"!: {len(bad)} of {len(df)} rows unstable, their p50 is not a steady figure; {advice}:"]
+    for r, why in bad[:NOISE_ROWS_SHOWN]:
+        impl = f" {r.impl}" if str(getattr(r, "impl", "")) == "custom" else ""
+        lines.append(f"!   {r.op} TP={r.tp} {human_bytes(int(r.size_bytes))} {r.mode}{impl} group {r.group}: "
+                     f"p50 {fmt_cell(r.latency_us_p50)} us; {why}")
+    if len(bad) > NOISE_ROWS_SHOWN:
+        lines.append(f"!   and {len(bad) - NOISE_ROWS_SHOWN} more"
+                     + (" (sweep.csv column unstable)" if "unstable" in df.columns else ""))
+    return lines
 
 
 def notes(df, stat: str, tails: list, rankavg: bool, has_n: bool) -> list[str]:

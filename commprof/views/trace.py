@@ -142,47 +142,50 @@ def summary_lines(summary) -> list[str]:
     return lines
 
 
-def token_iqr(tokens) -> dict:
-    """Per (tp, batch, mode, phase) of ``trace_tokens``: the tokens' interquartile range over
-    their median, of each token's slowest rank (the figure ``ms_per_token`` is the median of)."""
-    import numpy as np
-
-    if tokens is None or tokens.empty or "latency_us" not in tokens.columns:
+def token_times_ms(tokens) -> dict:
+    """Per (tp, batch, mode, phase) of ``trace_tokens``: each token's slowest rank's latency in ms
+    (what ``ms_per_token`` is the median of), in token order."""
+    if tokens is None or tokens.empty or not {"tp", "batch", "token", "latency_us"} <= set(tokens.columns):
         return {}
     keys = [k for k in ("tp", "batch", "mode", "phase") if k in tokens.columns]
     out = {}
     for key, g in tokens.groupby(keys):
-        lat = g.groupby("token")["latency_us"].max().to_numpy(float)
-        lat = lat[np.isfinite(lat)]
-        if lat.size < 2:
-            continue
-        p25, p50, p75 = np.percentile(lat, [25, 50, 75])
         k = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        out[(int(k["tp"]), int(k["batch"]), str(k.get("mode", "")), str(k.get("phase", "decode") or "decode"))] = \
-            float((p75 - p25) / p50) if p50 > 0 else 0.0
+        try:
+            run = (int(k["tp"]), int(k["batch"]), str(k.get("mode", "")), str(k.get("phase", "decode") or "decode"))
+        except (TypeError, ValueError):
+            continue
+        out[run] = [float(v) / 1e3 for v in g.groupby("token")["latency_us"].max().tolist()]
     return out
 
 
-def batch_noise_lines(summary, tokens=None) -> list[str]:
-    """A line per decode run whose ms/token falls as the batch grows by more than the tokens' own
-    spread allows (:func:`commprof.analysis.noise.batch_drops`): a step of more sequences does more
-    work, so a smaller batch that is slower was slowed by something else (a busy machine)."""
-    from commprof.analysis.noise import BATCH_DROP_MIN, batch_drops
+def noise_lines(summary, tokens=None) -> list[str]:
+    """The lines that say a trace run's ms/token is not a steady figure
+    (:mod:`commprof.analysis.noise`): its own tokens spread too widely, or its ms/token falls as
+    the batch grows by more than the two runs' spreads allow (a step of more sequences does more
+    work, so the smaller batch was slowed by something else, e.g. a busy machine)."""
+    from commprof.analysis.noise import BATCH_DROP_MIN, batch_drops, iqr_ratio, token_spread_reason
 
-    if summary is None or summary.empty or "ms_per_token" not in summary.columns:
+    if summary is None or summary.empty or not {"tp", "batch", "ms_per_token"} <= set(summary.columns):
         return []
-    iqr = token_iqr(tokens)
-    rows = []
+    times = token_times_ms(tokens)
+    rows, lines = [], []
     for r in summary.to_dict("records"):
         phase = str(r.get("phase") or "decode")
-        if phase != "decode":
+        if phase == "training":
             continue
         try:
             key = (int(r["tp"]), int(r["batch"]), str(r.get("mode", "")), phase)
         except (KeyError, TypeError, ValueError):
             continue
-        rows.append({**r, "phase": phase, "noise": iqr.get(key, 0.0)})
-    lines = []
+        own = times.get(key, [])
+        why = token_spread_reason(own)
+        label = f"TP={key[0]} batch={key[1]} {key[2]}" + (f" {phase}" if phase != "decode" else "")
+        if why:
+            lines.append(f"!: unstable: {label} at {float(r['ms_per_token']):,.3f} ms/token: {why}; "
+                         "rerun it on a quiet machine")
+        if phase == "decode":
+            rows.append({**r, "phase": phase, "noise": iqr_ratio(own) or 0.0})
     for d in batch_drops(rows, "noise"):
         lines.append(f"!: unstable: TP={d['tp']} batch={d['batch_large']} at {d['ms_large']:,.3f} ms/token is "
                      f"{100 * d['drop']:.0f}% below batch={d['batch_small']}'s {d['ms_small']:,.3f} ms/token, beyond "
