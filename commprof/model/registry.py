@@ -43,7 +43,7 @@ class SweepConfig:
     timing: str = flag("per-call", "--timing", help="per-call (one barrier-aligned call per sample, what a decode step pays) or back-to-back (nccl-tests' method: a loop of --loop calls timed as one, averaged).")
     loop: int = flag(20, "--loop", help="With --timing back-to-back: calls per timed loop (nccl-tests -n).")
     charts: bool = flag(True, "--no-charts", invert=True, help=_CHARTS_HELP)
-    repeat: int = flag(1, "--repeat", help="Measure each cell N times, the repeats interleaved over the sweep; sweep.csv keeps each repeat's p50 and flags cells whose repeats disagree (column unstable).")
+    repeat: int = flag(1, "--repeat", help="Measure each cell N times (1-100), the repeats interleaved over the sweep; sweep.csv keeps each repeat's p50 (p50_us_repeats) and column unstable says when they are more than 2x apart or the p95 is over 3x the p50.")
     argv: list = field(default_factory=list)        # the command line, for meta.json (the CLI fills it)
     progress: bool = True
 
