@@ -366,6 +366,17 @@ def _row(cell: Cell, cfg: SweepRunConfig, group_index: int, ranks, agg: dict, ho
     return row
 
 
+def _repeat_row(cell: Cell, cfg: SweepRunConfig, group_index: int, ranks, agg: dict, rep: int,
+                start_s: float, impl: str = "") -> dict:
+    """One ``sweep_repeats.csv`` row: one repeat of one cell (``--repeat``), its own percentiles,
+    and when it started (seconds since this rank began walking the cells)."""
+    stats = summarize_us(agg["latency_us"][_kept(agg)])
+    return {"op": cell.op, "tp": cell.tp, "group": group_index, "ranks": f"{ranks[0]}-{ranks[-1]}",
+            "mode": cell.mode, "impl": impl or cfg.baseline_impl, "size_bytes": cell.size_bytes,
+            "batch": cell.batch if cell.batch is not None else "", "repeat": rep + 1, "start_s": round(start_s, 6),
+            "iters": cfg.iters, **stats}
+
+
 def _aggregate(torch, dist, s: Samples, group, n: int) -> dict:
     """Per iteration across the group's ranks: the slowest rank's time (the sample), the
     average rank's (nccl-tests -a 1), and the skew (max - min: how much of the slowest rank's
@@ -446,6 +457,8 @@ def _walk(*, cells, sets, rank, world, cfg, runner, custom, torch, dist, hb, wor
     impls = cfg.impl_list()
     reps = repeat_count(cfg)
     pending: dict = {}          # cell key -> its repeats' samples so far (on the group's first rank)
+    rep_rows: dict = {}         # cell key -> its sweep_repeats.csv rows so far (with --repeat > 1)
+    walk_start = time.perf_counter()
     progress = None
     if rank == 0 and slots is None and cfg.progress:
         progress = TextProgress(len(cells) * reps)
@@ -467,20 +480,28 @@ def _walk(*, cells, sets, rank, world, cfg, runner, custom, torch, dist, hb, wor
                 ranks = gs.groups[gi]
                 align = world_ctrl if cfg.concurrent else gs.ctrl[gi]
                 use_custom = cell.custom and not fallback
+                started = time.perf_counter()
                 samples = runner.measure(cell, ranks, gs.data[gi], align, use_custom)
                 agg = _aggregate(torch, dist, samples, gs.ctrl[gi], len(ranks))
                 if rank == ranks[0]:
                     done = pending.setdefault(cell.key, [])
                     done.append(agg)
+                    if reps > 1:
+                        rep_rows.setdefault(cell.key, []).append(
+                            _repeat_row(cell, cfg, gi, ranks, agg, rep, started - walk_start,
+                                        impl=CUSTOM if use_custom else ""))
                     if rep == reps - 1:         # the cell's last repeat: its one row, over every repeat
-                        payload = _row(cell, cfg, gi, ranks, _pool(done), [hosts_by_rank[r] for r in ranks],
-                                       impl=CUSTOM if use_custom else "", fallback=fallback, repeats=done)
+                        payload = {"row": _row(cell, cfg, gi, ranks, _pool(done), [hosts_by_rank[r] for r in ranks],
+                                               impl=CUSTOM if use_custom else "", fallback=fallback, repeats=done),
+                                   "repeats": rep_rows.pop(cell.key, [])}
                         del pending[cell.key]
             hb.stage(f"{cell.label}: collecting rows")
             gathered = [None] * world if rank == 0 else None
             dist.gather_object(payload, gathered, dst=0, group=world_ctrl)
             if rank == 0:
-                writer.write_rows([r for r in gathered if r is not None])
+                got = [p for p in gathered if p is not None]
+                writer.write_rows([p["row"] for p in got])
+                writer.write_repeats([r for p in got for r in p["repeats"]])
                 hb.row_written(1)
                 if progress is not None:
                     progress.advance()

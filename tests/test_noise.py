@@ -174,18 +174,29 @@ def test_repeat_refuses_a_bad_count(tmp_path):
                          resume=False, argv=[], repeat=bad)
 
 
-def test_gloo_sweep_with_repeat_interleaves_and_records_each_repeat(cli, tmp_path):
+def test_gloo_sweep_with_repeat_interleaves_records_each_repeat_and_flags_a_slow_cell(cli_inproc, tmp_path):
+    """Real gloo ranks: 4 cells x 3 repeats. Rank 1 sleeps 200 ms before the first timed call of
+    every all_gather cell (each repeat), so 3 of the 12 samples of each all_gather row are slow:
+    its p95 is far over 3x its p50 and the row is flagged; the old sweep said nothing."""
     out = tmp_path / "sw"
-    r = cli("sweep", "--backend", "gloo", "--tp", "2", "--ops", "all_reduce", "--sizes", "4K,16K", "--iters", "4",
-            "--warmup", "1", "--repeat", "3", "--no-charts", "--out", str(out))
+    r = cli_inproc("sweep", "--backend", "gloo", "--tp", "2", "--ops", "all_reduce,all_gather", "--sizes", "4K,16K",
+            "--iters", "4", "--warmup", "1", "--repeat", "3", "--no-charts", "--out", str(out),
+            env={"COMMPROF_TEST_FAULT": "sleep:rank=1,op=all_gather,iter=0,ms=200"})
     assert r.returncode == 0, r.stderr
-    assert "2 cells x 3 repeats (interleaved)" in r.stderr
-    assert "6/6 cells, done" in r.stderr                      # progress counts every repeat
+    assert "4 cells x 3 repeats (interleaved)" in r.stderr
+    assert "12/12 cells, done" in r.stderr                    # progress counts every repeat
     rows = csv_rows(str(out), "sweep.csv")
-    assert len(rows) == 2                                     # one row per cell, after its last repeat
+    assert len(rows) == 4                                     # one row per cell, after its last repeat
+    reps = csv_rows(str(out), "sweep_repeats.csv")
+    assert len(reps) == 12 and sorted({x["repeat"] for x in reps}) == ["1", "2", "3"]
+    # interleaved: every cell's first repeat started before any cell's second, and so on
+    start = {k: [float(x["start_s"]) for x in reps if x["repeat"] == k] for k in ("1", "2", "3")}
+    assert max(start["1"]) < min(start["2"]) and max(start["2"]) < min(start["3"])
     for row in rows:
         p50s = [float(v) for v in row["p50_us_repeats"].split(";")]
         assert row["repeats"] == "3" and len(p50s) == 3
+        own = [float(x["latency_us_p50"]) for x in reps if (x["op"], x["size_bytes"]) == (row["op"], row["size_bytes"])]
+        assert p50s == pytest.approx(own, rel=1e-5)           # the summary row carries each repeat's p50
         # the row's p50 is over every repeat's samples: between the repeats' own medians
         assert min(p50s) * 0.999 <= float(row["latency_us_p50"]) <= max(p50s) * 1.001
         assert float(row["repeat_spread"]) == pytest.approx(max(p50s) / min(p50s), rel=1e-3)
@@ -193,7 +204,12 @@ def test_gloo_sweep_with_repeat_interleaves_and_records_each_repeat(cli, tmp_pat
                                                          rel=1e-3)
         assert row["unstable"] == noise.unstable_reason(p50s, float(row["latency_us_p50"]),
                                                         float(row["latency_us_p95"]))
+        if row["op"] == "all_gather":                         # the slept cells: a tail, whatever the load
+            assert float(row["latency_us_p95"]) > 150_000 and "x p50" in row["unstable"]
     assert "spread" in r.stdout                                # the table shows the repeats' spread
+    flat = " ".join(r.stdout.split())
+    for size in ("4KiB", "16KiB"):
+        assert f"! all_gather TP=2 {size} eager group 0: p50 " in flat
     import json
     meta = json.load(open(out / "meta.json"))
-    assert meta["config"]["repeat"] == 3 and "unstable" in meta["columns"]
+    assert meta["config"]["repeat"] == 3 and "unstable" in meta["columns"] and "start_s" in meta["repeat_columns"]

@@ -264,7 +264,9 @@ _S = "commprof.views.show"
 
 #: Every kind of result a dir can hold, in the order ``show`` shows them.
 RESULT_KINDS = (
-    ResultKind("sweep", tables={"sweep.csv": ("sweep", ("op", "tp", "size_bytes", "mode", "latency_us_p50"))},
+    ResultKind("sweep", tables={"sweep.csv": ("sweep", ("op", "tp", "size_bytes", "mode", "latency_us_p50")),
+                                "sweep_repeats.csv": ("sweep_repeats", ("op", "tp", "size_bytes", "mode", "repeat",
+                                                                        "latency_us_p50"))},
                view=f"{_S}:show_sweep"),
     ResultKind("trace", tables={
         "trace_summary.csv": ("trace_summary", ("tp", "batch", "comm_share_pct", "ms_per_token")),

@@ -165,7 +165,8 @@ def notes(df, stat: str, tails: list, rankavg: bool, has_n: bool) -> list[str]:
     if has_n and "nccl-tests" in stat:
         lines.append("n: the iterations nccl-tests averaged into its one time per size")
     elif has_n:
-        few = sorted({int(v) for v in df["iters"].dropna() if int(v) < FEW_SAMPLES})
+        n_rows = [n * _repeats(r) for n, r in zip(df["iters"], df.itertuples()) if n == n]    # x --repeat
+        few = sorted({int(v) for v in n_rows if int(v) < FEW_SAMPLES})
         what = "loops" if "timing" in df.columns and (df["timing"].astype(str) == "back-to-back").all() else "samples"
         if few and "latency_us_p99" in tails:
             lines.append(f"n: timed {what} per row; p99 over {', '.join(map(str, few))} {what} is the largest "
