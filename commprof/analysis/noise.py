@@ -59,7 +59,7 @@ def tail_ratio(p50, p95) -> float | None:
 
 
 def _us(v: float) -> str:
-    return f"{v:,.1f}" if v < 1000 else f"{v:,.0f}"
+    return f"{v:,.1f}"
 
 
 def unstable_reason(repeat_p50s=(), p50=None, p95=None) -> str:
@@ -69,10 +69,10 @@ def unstable_reason(repeat_p50s=(), p50=None, p95=None) -> str:
     s = spread(repeat_p50s)
     if s is not None and s > REPEAT_SPREAD_MAX:
         shown = " / ".join(_us(v) for v in _pos(repeat_p50s))
-        why.append(f"repeats' p50 {shown} us, {s:.1f}x apart (limit {REPEAT_SPREAD_MAX:g}x)")
+        why.append(f"repeats' p50 {shown} us, {s:.2f}x apart (limit {REPEAT_SPREAD_MAX:g}x)")
     t = tail_ratio(p50, p95)
     if t is not None and t > TAIL_RATIO_MAX:
-        why.append(f"p95 {_us(float(p95))} us = {t:.1f}x p50 {_us(float(p50))} us (limit {TAIL_RATIO_MAX:g}x)")
+        why.append(f"p95 {_us(float(p95))} us = {t:.2f}x p50 {_us(float(p50))} us (limit {TAIL_RATIO_MAX:g}x)")
     return "; ".join(why)
 
 
