@@ -75,6 +75,7 @@ def test_trace_view_flags_the_slower_small_batch():
     lines = noise_lines(summary, tokens)
     assert len(lines) == 1
     assert "TP=2 batch=8 at 22,000.000 ms/token is 63% below batch=1's 59,000.000 ms/token" in lines[0]
+    assert noise_lines(summary.assign(kind="imported"), tokens) == []    # an engine's own steps: not judged
     ok = summary.assign(ms_per_token=[20.0, 24.0])        # grows with the batch, tokens steady: nothing to say
     assert noise_lines(ok, _tokens([(2, 1, 20.0, steady), (2, 8, 24.0, steady)])) == []
 

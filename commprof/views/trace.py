@@ -163,7 +163,9 @@ def noise_lines(summary, tokens=None) -> list[str]:
     """The lines that say a trace run's ms/token is not a steady figure
     (:mod:`commprof.analysis.noise`): its own tokens spread too widely, or its ms/token falls as
     the batch grows by more than the two runs' spreads allow (a step of more sequences does more
-    work, so the smaller batch was slowed by something else, e.g. a busy machine)."""
+    work, so the smaller batch was slowed by something else, e.g. a busy machine). Runs of
+    commprof's engine only (measured or predicted): an imported engine's steps of one batch also
+    carry prompt chunks and vary in what they do, so their spread is not noise."""
     from commprof.analysis.noise import BATCH_DROP_MIN, batch_drops, iqr_ratio, token_spread_reason
 
     if summary is None or summary.empty or not {"tp", "batch", "ms_per_token"} <= set(summary.columns):
@@ -172,8 +174,8 @@ def noise_lines(summary, tokens=None) -> list[str]:
     rows, lines = [], []
     for r in summary.to_dict("records"):
         phase = str(r.get("phase") or "decode")
-        if phase == "training":
-            continue
+        if phase == "training" or str(r.get("kind", "")) == "imported":
+            continue        # an engine's own steps (import kineto) differ in what they carry: not noise
         try:
             key = (int(r["tp"]), int(r["batch"]), str(r.get("mode", "")), phase)
         except (KeyError, TypeError, ValueError):
