@@ -5,6 +5,7 @@ import os
 
 from commprof.model.units import human_bytes
 from commprof.analysis.verdict import latency_stat
+from commprof.analysis.noise import unstable_reason
 from commprof.views.charts import chart_provenance, save_chart, chart_source, size_axes, title
 from commprof.views.console import Col, fit_table, fmt_cell, stdout_console
 
@@ -113,8 +114,6 @@ def _repeats(r) -> int:
 def unstable_of(r) -> str:
     """Why a sweep row (a DataFrame row tuple) is unstable, "" when it is not: its ``unstable``
     column, or for tables from before that column its p95 against its p50 (:mod:`commprof.analysis.noise`)."""
-    from commprof.analysis.noise import unstable_reason
-
     if hasattr(r, "unstable"):
         v = str(getattr(r, "unstable") or "")
         return "" if v == "nan" else v

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from commprof.views.charts import save_chart, chart_source, where_from
+from commprof.analysis.noise import BATCH_DROP_MIN, batch_drops, iqr_ratio, token_spread_reason
 
 TRACE_TOKENS_PNG = "trace_tokens.png"
 TRACE_LAYERS_PNG = "trace_layers_heatmap.png"
@@ -166,8 +167,6 @@ def noise_lines(summary, tokens=None) -> list[str]:
     work, so the smaller batch was slowed by something else, e.g. a busy machine). Runs of
     commprof's engine only (measured or predicted): an imported engine's steps of one batch also
     carry prompt chunks and vary in what they do, so their spread is not noise."""
-    from commprof.analysis.noise import BATCH_DROP_MIN, batch_drops, iqr_ratio, token_spread_reason
-
     if summary is None or summary.empty or not {"tp", "batch", "ms_per_token"} <= set(summary.columns):
         return []
     times = token_times_ms(tokens)
