@@ -52,8 +52,14 @@ def test_batch_drops_beyond_noise():
     d = noise.batch_drops(rows, "n")
     assert [(x["tp"], x["batch_small"], x["batch_large"]) for x in d] == [(2, 1, 8)]
     assert d[0]["drop"] == pytest.approx(1 - 22 / 59)
-    # the same drop inside runs whose tokens spread by a third each is not flagged (0.63 < 0.1 + 0.6)
-    wide = [dict(r, n=0.3) for r in rows[:2]]
+    # the same drop inside runs whose tokens spread by 0.8 each is not flagged (0.63 < 0.25 + 0.8 / 2 + 0.8 / 2)
+    wide = [dict(r, n=0.8) for r in rows[:2]]
+    assert noise.batch_drops(wide, "n") == []
+    # nor one just inside the margin: 0.25 + (0.3 + 0.3) / 2 = 0.55 against a drop of 0.5
+    assert noise.batch_drops([dict(rows[0], n=0.3), dict(rows[1], ms_per_token=29500.0, n=0.3)], "n") == []
+    # and just past it: a drop of 0.6 is flagged
+    assert len(noise.batch_drops([dict(rows[0], n=0.3), dict(rows[1], ms_per_token=23600.0, n=0.3)], "n")) == 1
+    wide = [dict(r, n=0.8) for r in rows[:2]]
     assert noise.batch_drops(wide, "n") == []
     # a larger batch that is slower is what a decode step does: never flagged
     assert noise.batch_drops([dict(rows[0], ms_per_token=10.0), rows[1]], "n") == []
@@ -217,3 +223,12 @@ def test_gloo_sweep_with_repeat_interleaves_records_each_repeat_and_flags_a_slow
     import json
     meta = json.load(open(out / "meta.json"))
     assert meta["config"]["repeat"] == 3 and "unstable" in meta["columns"] and "start_s" in meta["repeat_columns"]
+
+
+def test_column_docs_state_the_limits_the_rules_use():
+    """results/ sits below analysis/ and cannot import the limits: the words in meta.json must
+    still say the numbers analysis/noise.py uses."""
+    from commprof.results.sweep import COLUMN_DOCS
+
+    assert f"more than {noise.REPEAT_SPREAD_MAX:g}x apart" in COLUMN_DOCS["unstable"]
+    assert f"p95 more than {noise.TAIL_RATIO_MAX:g}x p50" in COLUMN_DOCS["unstable"]

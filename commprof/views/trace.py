@@ -190,7 +190,7 @@ def noise_lines(summary, tokens=None) -> list[str]:
     for d in batch_drops(rows, "noise"):
         lines.append(f"!: unstable: TP={d['tp']} batch={d['batch_large']} at {d['ms_large']:,.3f} ms/token is "
                      f"{100 * d['drop']:.0f}% below batch={d['batch_small']}'s {d['ms_small']:,.3f} ms/token, beyond "
-                     f"{100 * BATCH_DROP_MIN:.0f}% plus the two runs' token spreads (interquartile range over median); "
+                     f"{100 * BATCH_DROP_MIN:.0f}% plus half of each run's token spread (interquartile range over median); "
                      "a step of more sequences cannot be cheaper, so the smaller batch was slowed by something else "
                      "(a busy machine): rerun it on a quiet one")
     return lines
