@@ -232,3 +232,35 @@ def test_column_docs_state_the_limits_the_rules_use():
 
     assert f"more than {noise.REPEAT_SPREAD_MAX:g}x apart" in COLUMN_DOCS["unstable"]
     assert f"p95 more than {noise.TAIL_RATIO_MAX:g}x p50" in COLUMN_DOCS["unstable"]
+
+
+def _agg(lat, keep=None, short=0, spin=50.0):
+    import numpy as np
+
+    a = np.asarray(lat, dtype=float)
+    return {"latency_us": a, "latency_us_rankavg": a * 0.9, "skew_us": a * 0.0, "enqueue_us": a * 0.1,
+            "host_us": a * 0.2, "keep": None if keep is None else np.asarray(keep, dtype=bool),
+            "clock": "cuda_event_spin", "wrong": 0, "spin_short": short, "spin_us": spin}
+
+
+def test_gpu_repeats_pool_their_kept_samples_and_each_repeat_keeps_its_own_p50():
+    """The GPU row path (no GPU needed: the aggregates by hand): a sample whose spin fell short stays
+    out of the pooled percentiles and of its repeat's p50; short spins add up over the repeats."""
+    from types import SimpleNamespace
+
+    from microbench.collective_bench import _pool, _row
+
+    cell = SimpleNamespace(op="all_reduce", tp=2, size_bytes=4096, in_numel=2048, mode="eager", batch=None, site="")
+    cfg = SimpleNamespace(backend="nccl", timing="per-call", baseline_impl="nccl", dtype="bf16", iters=4,
+                          warmup=1, concurrent=False, loop=1)
+    reps = [_agg([10, 11, 12, 9000], keep=[1, 1, 1, 0], short=1), _agg([20, 21, 22, 23], keep=[1, 1, 1, 1], spin=60.0)]
+    row = _row(cell, cfg, 0, [0, 1], _pool(reps), ["h", "h"], repeats=reps)
+    assert row["latency_us_max"] == 23 and row["latency_us_p50"] == 20      # kept: 10 11 12 20 21 22 23
+    assert row["spin_short"] == 1 and row["spin_us"] == 60.0 and row["repeats"] == 2
+    assert row["p50_us_repeats"] == "11;21.5" and row["repeat_spread"] == pytest.approx(21.5 / 11)
+    assert row["unstable"] == ""                                           # 1.95x apart, p95 22.7 = 1.1x p50
+    reps[1] = _agg([30, 31, 32, 33], keep=[1, 1, 1, 1])
+    row = _row(cell, cfg, 0, [0, 1], _pool(reps), ["h", "h"], repeats=reps)
+    assert row["unstable"] == "repeats' p50 11.0 / 31.5 us, 2.86x apart (limit 2x)"
+    one = _row(cell, cfg, 0, [0, 1], reps[0], ["h", "h"])                   # --repeat 1: no repeat columns
+    assert one["repeats"] == 1 and one["p50_us_repeats"] == "" and one["repeat_spread"] == ""
