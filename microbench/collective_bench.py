@@ -15,7 +15,10 @@ cell the ranks of the measured TP group(s) time one collective per iteration:
   custom call also runs on known inputs and is compared (untimed) with torch's all_reduce.
 
 Rank 0 receives the rows of every measured group and appends them to the results table at once,
-so an interrupted sweep keeps every finished cell.
+so an interrupted sweep keeps every finished cell. With ``--repeat N`` the whole list is walked N
+times (repeats interleaved, so a busy minute touches every cell once rather than one cell N times);
+a cell's row is written after its last repeat, its percentiles over every repeat's samples, each
+repeat's median in ``p50_us_repeats`` (``commprof.analysis.noise`` says when they disagree).
 """
 from __future__ import annotations
 
@@ -25,8 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from commprof.model.collectives import COLLECTIVES, check_input
+from commprof.analysis import noise
 from commprof.analysis.stats import summarize_us
-from commprof.model.sweepconfig import BACK_TO_BACK, CUSTOM, Cell, SweepRunConfig, plan_cells
+from commprof.model.sweepconfig import BACK_TO_BACK, CUSTOM, Cell, SweepRunConfig, plan_cells, repeat_count
 from microbench.heartbeat import Heartbeat, TextProgress
 from microbench.rank import rank_session
 from microbench.timing import CLOCK, CLOCK_OUTER, DeviceTimer
@@ -294,13 +298,36 @@ class CellRunner:
         return int((result != expected).sum().item())
 
 
-def _row(cell: Cell, cfg: SweepRunConfig, group_index: int, ranks, agg: dict, hosts,
-         impl: str = "", fallback: str = "") -> dict:
-    """One sweep.csv row from the group's per-iteration samples (``agg``: see ``_aggregate``)."""
-    coll = COLLECTIVES[cell.op]
+def _kept(agg: dict):
     keep = agg.get("keep")                # GPU: iterations where no rank's spin fell short
     if keep is None or not keep.any():    # every one short: nothing better to report than all
         keep = slice(None)
+    return keep
+
+
+def _pool(aggs: list[dict]) -> dict:
+    """The repeats of one cell (``--repeat``) as one ``_aggregate`` result: every repeat's samples
+    together (the row's percentiles are over all of them), wrong elements and short spins summed."""
+    if len(aggs) == 1:
+        return aggs[0]
+    out = {}
+    for k in ("latency_us", "latency_us_rankavg", "skew_us", "enqueue_us", "host_us"):
+        vals = [a.get(k) for a in aggs]
+        out[k] = None if any(v is None for v in vals) else np.concatenate(vals)
+    keeps = [a.get("keep") for a in aggs]
+    out["keep"] = None if all(k is None for k in keeps) else np.concatenate(
+        [k if k is not None else np.ones(len(a["latency_us"]), dtype=bool) for k, a in zip(keeps, aggs)])
+    out.update(clock=aggs[-1].get("clock", ""), wrong=sum(int(a["wrong"]) for a in aggs),
+               spin_short=sum(int(a["spin_short"]) for a in aggs), spin_us=max(float(a["spin_us"]) for a in aggs))
+    return out
+
+
+def _row(cell: Cell, cfg: SweepRunConfig, group_index: int, ranks, agg: dict, hosts,
+         impl: str = "", fallback: str = "", repeats: list[dict] | None = None) -> dict:
+    """One sweep.csv row from the group's per-iteration samples (``agg``: see ``_aggregate``;
+    ``repeats``: each repeat's own, whose medians go into ``p50_us_repeats``)."""
+    coll = COLLECTIVES[cell.op]
+    keep = _kept(agg)
     stats = summarize_us(agg["latency_us"][keep])
     algbw, busbw = coll.bandwidth_gbps(cell.size_bytes, stats["latency_us_p50"], cell.tp)
     gpu = cfg.backend == "nccl"
@@ -330,7 +357,24 @@ def _row(cell: Cell, cfg: SweepRunConfig, group_index: int, ranks, agg: dict, ho
     wrong = agg["wrong"]
     row.update(algbw_gbps=algbw, busbw_gbps=busbw, wrong=wrong, status="ok" if wrong == 0 else "WRONG",
                hosts=";".join(sorted(set(hosts))), fallback=fallback)
+    reps = repeats or [agg]
+    p50s = [float(np.percentile(a["latency_us"][_kept(a)], 50)) for a in reps]
+    s, t = noise.spread(p50s), noise.tail_ratio(stats["latency_us_p50"], stats["latency_us_p95"])
+    row.update(repeats=len(reps), p50_us_repeats=";".join(f"{v:.6g}" for v in p50s) if len(reps) > 1 else "",
+               repeat_spread=s if s is not None else "", tail_ratio=t if t is not None else "",
+               unstable=noise.unstable_reason(p50s, stats["latency_us_p50"], stats["latency_us_p95"]))
     return row
+
+
+def _repeat_row(cell: Cell, cfg: SweepRunConfig, group_index: int, ranks, agg: dict, rep: int,
+                start_s: float, impl: str = "") -> dict:
+    """One ``sweep_repeats.csv`` row: one repeat of one cell (``--repeat``), its own percentiles,
+    and when it started (seconds since this rank began walking the cells)."""
+    stats = summarize_us(agg["latency_us"][_kept(agg)])
+    return {"op": cell.op, "tp": cell.tp, "group": group_index, "ranks": f"{ranks[0]}-{ranks[-1]}",
+            "mode": cell.mode, "impl": impl or cfg.baseline_impl, "size_bytes": cell.size_bytes,
+            "batch": cell.batch if cell.batch is not None else "", "repeat": rep + 1, "start_s": round(start_s, 6),
+            "iters": cfg.iters, **stats}
 
 
 def _aggregate(torch, dist, s: Samples, group, n: int) -> dict:
@@ -387,7 +431,7 @@ def run_rank(cfg: SweepRunConfig, rank: int, world: int, local_rank: int, store=
         done = box[0]
         todo = [c for c in cells if c.key not in done]
         if slots is not None and rank == 0:
-            slots.cells_total.value = len(todo)
+            slots.cells_total.value = len(todo) * repeat_count(cfg)
 
         custom = None
         if any(c.custom for c in todo):
@@ -411,17 +455,21 @@ def _walk(*, cells, sets, rank, world, cfg, runner, custom, torch, dist, hb, wor
           writer, slots):
     """Every rank walks the same cells in the same order; rank 0 writes each cell's rows at once."""
     impls = cfg.impl_list()
+    reps = repeat_count(cfg)
+    pending: dict = {}          # cell key -> its repeats' samples so far (on the group's first rank)
+    rep_rows: dict = {}         # cell key -> its sweep_repeats.csv rows so far (with --repeat > 1)
+    walk_start = time.perf_counter()
     progress = None
     if rank == 0 and slots is None and cfg.progress:
-        progress = TextProgress(len(cells))
+        progress = TextProgress(len(cells) * reps)
     try:
-        for cell in cells:
+        for rep, cell in ((rep, cell) for rep in range(reps) for cell in cells):    # repeats interleaved
             gs = sets[cell.tp]
             gi = gs.index_of(rank)
             active = gi is not None and (cfg.concurrent or gi == 0)
             payload = None
             fallback = custom.refusal(cell) if cell.custom else ""
-            if fallback and rank == 0:
+            if fallback and rank == 0 and rep == 0:
                 writer.note_refused([{
                     "op": cell.op, "tp": cell.tp, "size_bytes": cell.size_bytes, "reason": fallback,
                     "then": (f"measured with {cfg.baseline_impl} (column fallback)" if cfg.baseline_impl not in impls
@@ -432,16 +480,28 @@ def _walk(*, cells, sets, rank, world, cfg, runner, custom, torch, dist, hb, wor
                 ranks = gs.groups[gi]
                 align = world_ctrl if cfg.concurrent else gs.ctrl[gi]
                 use_custom = cell.custom and not fallback
+                started = time.perf_counter()
                 samples = runner.measure(cell, ranks, gs.data[gi], align, use_custom)
                 agg = _aggregate(torch, dist, samples, gs.ctrl[gi], len(ranks))
                 if rank == ranks[0]:
-                    payload = _row(cell, cfg, gi, ranks, agg, [hosts_by_rank[r] for r in ranks],
-                                   impl=CUSTOM if use_custom else "", fallback=fallback)
+                    done = pending.setdefault(cell.key, [])
+                    done.append(agg)
+                    if reps > 1:
+                        rep_rows.setdefault(cell.key, []).append(
+                            _repeat_row(cell, cfg, gi, ranks, agg, rep, started - walk_start,
+                                        impl=CUSTOM if use_custom else ""))
+                    if rep == reps - 1:         # the cell's last repeat: its one row, over every repeat
+                        payload = {"row": _row(cell, cfg, gi, ranks, _pool(done), [hosts_by_rank[r] for r in ranks],
+                                               impl=CUSTOM if use_custom else "", fallback=fallback, repeats=done),
+                                   "repeats": rep_rows.pop(cell.key, [])}
+                        del pending[cell.key]
             hb.stage(f"{cell.label}: collecting rows")
             gathered = [None] * world if rank == 0 else None
             dist.gather_object(payload, gathered, dst=0, group=world_ctrl)
             if rank == 0:
-                writer.write_rows([r for r in gathered if r is not None])
+                got = [p for p in gathered if p is not None]
+                writer.write_rows([p["row"] for p in got])
+                writer.write_repeats([r for p in got for r in p["repeats"]])
                 hb.row_written(1)
                 if progress is not None:
                     progress.advance()

@@ -43,6 +43,7 @@ class SweepConfig:
     timing: str = flag("per-call", "--timing", help="per-call (one barrier-aligned call per sample, what a decode step pays) or back-to-back (nccl-tests' method: a loop of --loop calls timed as one, averaged).")
     loop: int = flag(20, "--loop", help="With --timing back-to-back: calls per timed loop (nccl-tests -n).")
     charts: bool = flag(True, "--no-charts", invert=True, help=_CHARTS_HELP)
+    repeat: int = flag(1, "--repeat", help="Measure each cell N times (1-100), the repeats interleaved over the sweep; sweep.csv keeps each repeat's p50 (p50_us_repeats) and column unstable says when they are more than 2x apart or the p95 is over 3x the p50.")
     argv: list = field(default_factory=list)        # the command line, for meta.json (the CLI fills it)
     progress: bool = True
 
@@ -263,7 +264,9 @@ _S = "commprof.views.show"
 
 #: Every kind of result a dir can hold, in the order ``show`` shows them.
 RESULT_KINDS = (
-    ResultKind("sweep", tables={"sweep.csv": ("sweep", ("op", "tp", "size_bytes", "mode", "latency_us_p50"))},
+    ResultKind("sweep", tables={"sweep.csv": ("sweep", ("op", "tp", "size_bytes", "mode", "latency_us_p50")),
+                                "sweep_repeats.csv": ("sweep_repeats", ("op", "tp", "size_bytes", "mode", "repeat",
+                                                                        "latency_us_p50"))},
                view=f"{_S}:show_sweep"),
     ResultKind("trace", tables={
         "trace_summary.csv": ("trace_summary", ("tp", "batch", "comm_share_pct", "ms_per_token")),

@@ -34,6 +34,7 @@ class SweepRunConfig(RunConfig):
     verify: bool = False           # --verify: check every custom call against torch's all_reduce
     timing: str = PER_CALL         # per-call (one barrier-aligned call per sample) or back-to-back
     loop: int = 20                 # back-to-back: calls timed as one loop per sample (nccl-tests -n)
+    repeat: int = 1                # --repeat: each cell measured this many times, the repeats interleaved
 
     @property
     def baseline_impl(self) -> str:
@@ -82,6 +83,11 @@ CUSTOM = "custom"
 IMPLS = ("nccl", "gloo", CUSTOM)
 #: Ops the custom implementation covers.
 CUSTOM_OPS = ("all_reduce",)
+
+
+def repeat_count(cfg) -> int:
+    """How many times each cell runs (``--repeat``; configs from before it ran once)."""
+    return max(1, int(getattr(cfg, "repeat", 1) or 1))
 
 
 def cell_key(op: str, tp: int, size_bytes: int, mode: str, impl: str = "") -> str:

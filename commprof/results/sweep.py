@@ -26,6 +26,7 @@ COLUMNS = [
     "enqueue_us_p50", "enqueue_us_p99", "host_us_p50", "host_us_p99", "spin_us", "spin_short",
     "algbw_gbps", "busbw_gbps",
     "wrong", "status", "hosts", "fallback",
+    "repeats", "p50_us_repeats", "repeat_spread", "tail_ratio", "unstable",
 ]
 
 #: What each column of ``sweep.csv`` means, written into every sweep's ``meta.json``.
@@ -68,7 +69,27 @@ COLUMN_DOCS = {
             "copying the input into the shared buffer)",
     "fallback": "why the custom kernel refused this cell, which was then measured with the "
                 "backend's collective (empty otherwise)",
+    "repeats": "times the cell was measured (--repeat; the repeats interleaved over the whole sweep); "
+               "latency_us_* are over every repeat's samples",
+    "p50_us_repeats": "each repeat's p50 in us, ';'-separated (empty for one repeat)",
+    "repeat_spread": "max / min of the repeats' p50s (empty for one repeat)",
+    "tail_ratio": "latency_us_p95 / latency_us_p50",
+    "unstable": "why the cell is unstable (empty when it is not): repeats' p50s more than 2x apart, "
+                "or p95 more than 3x p50 (commprof.analysis.noise)",
 }
+
+#: ``sweep_repeats.csv`` (``sweep --repeat N`` with N > 1): one row per repeat of each cell.
+SWEEP_REPEATS_CSV = "sweep_repeats.csv"
+REPEAT_COLUMNS = ["op", "tp", "group", "ranks", "mode", "impl", "size_bytes", "batch", "repeat", "start_s", "iters",
+                  "latency_us_p50", "latency_us_p95", "latency_us_p99", "latency_us_min", "latency_us_max",
+                  "latency_us_mean"]
+REPEAT_COLUMN_DOCS = {
+    "repeat": "which repeat of the cell (1 to --repeat); the repeats are interleaved: every cell's repeat 1, "
+              "then every cell's repeat 2, ...",
+    "start_s": "when the repeat started, seconds since the group's first rank began walking the cells",
+    "latency_us_*": "that repeat's own percentiles over its --iters samples (sweep.csv's are over every repeat)",
+}
+
 
 #: ``load_frame`` selections: the backend's own collectives (every view's default), commprof's
 #: one-shot kernel, or every row.
@@ -143,8 +164,10 @@ def load_frame(path: str, impl: str = "baseline"):
     for c in df.columns:
         if c.startswith(("latency_us", "enqueue_us", "host_us", "skew_us", "spin_", "algbw", "busbw")):
             df[c] = pd.to_numeric(df[c], errors="coerce")
-        elif c == "loop":
+        elif c in ("loop", "repeats", "repeat_spread", "tail_ratio"):
             df[c] = pd.to_numeric(df[c], errors="coerce")
+        elif c in ("unstable", "p50_us_repeats"):
+            df[c] = df[c].fillna("").astype(str)
         elif c == "wrong":              # empty = not checked (imported with validation off): NaN, never 0
             raw = df[c].fillna("").astype(str).str.strip()
             num = pd.to_numeric(raw.where(raw != "", None), errors="coerce")
@@ -172,9 +195,18 @@ class SweepWriter:
         self.done_keys = done_keys
         self._table = TableAppender(os.path.join(path, SWEEP_CSV), COLUMNS)
         self.columns = self._table.columns
+        self._repeats = None        # sweep_repeats.csv, opened at its first row
 
     def write_rows(self, rows: list[dict]):
         self._table.write(rows)
+
+    def write_repeats(self, rows: list[dict]):
+        """Rows of ``sweep_repeats.csv`` (each repeat of a cell, with ``--repeat`` above 1)."""
+        if not rows:
+            return
+        if self._repeats is None:
+            self._repeats = TableAppender(os.path.join(self.path, SWEEP_REPEATS_CSV), REPEAT_COLUMNS)
+        self._repeats.write(rows)
 
     def note_refused(self, refused: list[dict]):
         """Record the custom cells the one-shot kernel refused (and why) in ``meta.json``."""
@@ -191,6 +223,8 @@ class SweepWriter:
 
     def close(self, status: str = "complete", error: str | None = None):
         self._table.close()
+        if self._repeats is not None:
+            self._repeats.close()
         finish_meta(self.path, status, error)
 
 
@@ -260,6 +294,8 @@ def open_sweep(cfg: SweepRunConfig, rank_infos: list[dict]) -> SweepWriter:
     meta.update(backend=cfg.backend, backend_reason=cfg.backend_reason, launch=cfg.launch,
                 machine=machine(), versions=versions(), nccl_env=nccl_env(), env=run_env(), config=cfg.to_dict(),
                 columns=COLUMN_DOCS, cells_planned=len(plan_cells(cfg)))
+    if getattr(cfg, "repeat", 1) > 1:
+        meta["repeat_columns"] = REPEAT_COLUMN_DOCS
     write_meta(path, meta)
     return SweepWriter(path, cfg, meta, done)
 

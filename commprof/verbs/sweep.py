@@ -23,6 +23,9 @@ from commprof.capture.launch import shared_core_note, torchrun_env
 from commprof.views.show import show
 from commprof.views.console import progress_bar
 
+#: The most repeats --repeat takes (each one walks every cell again).
+MAX_REPEAT = 100
+
 #: The longest prompt (and chunk) --sizes prefill takes, in tokens: the plan's --context bound.
 MAX_PROMPT_TOKENS = 1 << 24
 
@@ -40,13 +43,15 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
                  concurrent: bool, timeout_s: float, out: str | None, resume: bool, argv: list[str],
                  progress: bool = True, impl: str | None = None, verify: bool = False,
                  timing: str = PER_CALL, loop: int = 20, prompt: str | None = None,
-                 chunk: str | None = None) -> SweepRunConfig:
+                 chunk: str | None = None, repeat: int = 1) -> SweepRunConfig:
     """Validate every flag and derive the sweep's configuration (nothing is started). ``prompt``
     and ``chunk`` (comma lists of tokens) go with ``sizes="prefill"`` only."""
     if timing not in TIMINGS:
         raise UsageError(f"--timing '{timing}': use {' or '.join(TIMINGS)}")
     if isinstance(loop, bool) or not isinstance(loop, int) or not 1 <= loop <= 100_000:
         raise UsageError(f"--loop {loop!r}: calls per timed loop, a whole number from 1 to 100000")
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
+        raise UsageError(f"--repeat {repeat!r}: times each cell is measured, a whole number from 1 to {MAX_REPEAT}")
     tps = parse_int_list(tp, "--tp")
     op_list = [o.strip() for o in (ops or ",".join(DEFAULT_OPS)).split(",") if o.strip()]
     for o in op_list:
@@ -94,7 +99,7 @@ def build_config(*, tp: str, ops: str | None, sizes: str, model: str | None, bat
         out_dir=out_dir, resume=resume, sizes_spec=sizes, model=shape.to_dict() if shape else None,
         batches=batches if sizes.strip().lower() == "decode" else [], argv=argv, world_size=world,
         launch="torchrun" if trun else "local", progress=progress,
-        impls=impls if impls != [name] else [], verify=verify, timing=timing, loop=loop,
+        impls=impls if impls != [name] else [], verify=verify, timing=timing, loop=loop, repeat=repeat,
     )
 
 
@@ -184,7 +189,8 @@ def measure(cfg: SweepRunConfig, charts: bool = True) -> int:
     lead = trun is None or trun["rank"] == 0
     if lead:
         print(f"commprof: backend {cfg.backend} ({cfg.backend_reason}); {cfg.world_size} ranks ({cfg.launch}); "
-              f"{cells_count(cfg)} cells; results -> {cfg.out_dir}", file=sys.stderr)
+              f"{cells_count(cfg)} cells" + (f" x {cfg.repeat} repeats (interleaved)" if cfg.repeat > 1 else "")
+              + f"; results -> {cfg.out_dir}", file=sys.stderr)
         note = shared_core_note(cfg.backend, trun)
         if note:
             print(f"commprof: {note}", file=sys.stderr)

@@ -53,6 +53,10 @@ def show_trace(res, charts, echo, note, shown) -> bool:
     record_frame(t["trace_summary"], "trace_summary")
     for line in summary_lines(t["trace_summary"]):
         echo(line)
+    from commprof.views.trace import noise_lines
+
+    for line in noise_lines(t["trace_summary"], t.get("trace_tokens")):
+        echo(line)
     if charts and "trace_tokens" in t and "trace_layers" in t:
         for p in trace_charts(t["trace_tokens"], t["trace_layers"], t["trace_summary"], res.meta, res.path):
             note(f"chart: {p}")

@@ -5,6 +5,7 @@ import os
 
 from commprof.model.units import human_bytes
 from commprof.analysis.verdict import latency_stat
+from commprof.analysis.noise import unstable_reason
 from commprof.views.charts import chart_provenance, save_chart, chart_source, size_axes, title
 from commprof.views.console import Col, fit_table, fmt_cell, stdout_console
 
@@ -74,6 +75,9 @@ def print_table(df, meta: dict, console=None) -> None:
         cols.append(Col("enqueue p50 us", "right", 0, "enq p50 us"))
     if has_host:
         cols.append(Col("host p50 us", "right", 0))
+    has_spread = "repeat_spread" in df.columns and df["repeat_spread"].notna().any()
+    if has_spread:
+        cols.append(Col("repeat spread", "right", 2, "spread"))
     rows = []
     order = ["op", "tp", "mode", "size_bytes", "group"] + (["impl"] if "impl" in df.columns else [])
     for r in df.sort_values(order).itertuples():
@@ -82,8 +86,8 @@ def print_table(df, meta: dict, console=None) -> None:
                      if impls or fallback else [])
         unchecked = str(getattr(r, "status", "")) == "unchecked"
         cells = [r.op, str(r.tp), str(r.group), r.mode, *impl_cell, human_bytes(int(r.size_bytes)), str(r.batch or ""),
-                 *([fmt_cell(r.iters, 0)] if has_n else []),
-                 fmt_cell(r.latency_us_p50), *(fmt_cell(getattr(r, c)) for c in tails),
+                 *([fmt_cell(r.iters * _repeats(r), 0)] if has_n else []),
+                 _p50_cell(r), *(fmt_cell(getattr(r, c)) for c in tails),
                  *([fmt_cell(r.latency_us_rankavg_mean)] if rankavg else []),
                  *([fmt_cell(r.algbw_gbps, 3)] if has_algbw else []),
                  fmt_cell(r.busbw_gbps, 3),
@@ -92,10 +96,61 @@ def print_table(df, meta: dict, console=None) -> None:
             cells.append(fmt_cell(r.enqueue_us_p50))
         if has_host:
             cells.append(fmt_cell(r.host_us_p50))
+        if has_spread:
+            sp = getattr(r, "repeat_spread")
+            cells.append(f"{sp:.2f}x" if sp == sp else "")
         rows.append(cells)
     fit_table(title, cols, rows, console=console)
-    for line in notes(df, stat, tails, rankavg, has_n):
+    for line in notes(df, stat, tails, rankavg, has_n) + noise_notes(df):
         console.print(line)
+
+
+def _repeats(r) -> int:
+    """How many times the row's cell ran (``--repeat``; 1 for tables from before it)."""
+    v = getattr(r, "repeats", 1)
+    return int(v) if v == v and v else 1
+
+
+def unstable_of(r) -> str:
+    """Why a sweep row (a DataFrame row tuple) is unstable, "" when it is not: its ``unstable``
+    column, or for tables from before that column its p95 against its p50 (:mod:`commprof.analysis.noise`)."""
+    if hasattr(r, "unstable"):
+        v = str(getattr(r, "unstable") or "")
+        return "" if v == "nan" else v
+    return unstable_reason((), getattr(r, "latency_us_p50", None), getattr(r, "latency_us_p95", None))
+
+
+def _p50_cell(r):
+    """The p50 cell: the number, and a '!' after it when the row is unstable (:func:`unstable_of`)."""
+    from rich.text import Text
+
+    text = fmt_cell(r.latency_us_p50)
+    return Text(text + "!", style="bold yellow") if unstable_of(r) else text
+
+
+#: The most unstable rows named one per line under the sweep table (the rest are counted).
+NOISE_ROWS_SHOWN = 8
+
+
+def noise_notes(df) -> list[str]:
+    """The lines under the table that name the unstable rows ('!' after their p50), one per row
+    with its numbers and why (:mod:`commprof.analysis.noise`), and what to do."""
+    bad = [(r, unstable_of(r)) for r in df.sort_values(["op", "tp", "mode", "size_bytes"]).itertuples()]
+    bad = [(r, why) for r, why in bad if why]
+    if not bad:
+        return []
+    reps = int(df["repeats"].max()) if "repeats" in df.columns and df["repeats"].notna().any() else 1
+    advice = ("rerun on a quiet machine" if reps > 1 else
+              "rerun with --repeat 3 (repeats interleaved) on a quiet machine to see whether they agree")
+    lines = [f"!: {len(bad)} of {len(df)} rows unstable, their p50 is not a steady figure; {advice}:"]
+    for r, why in bad[:NOISE_ROWS_SHOWN]:
+        impl = f" {r.impl}" if str(getattr(r, "impl", "")) == "custom" else ""
+        lines.append(f"!   {r.op} TP={r.tp} {human_bytes(int(r.size_bytes))} {r.mode}{impl} group {r.group}: "
+                     f"p50 {fmt_cell(r.latency_us_p50)} us; {why}")
+    if len(bad) > NOISE_ROWS_SHOWN:
+        lines.append(f"!   and {len(bad) - NOISE_ROWS_SHOWN} more"
+                     + (" (sweep.csv column unstable)" if "unstable" in df.columns else ""))
+    return lines
 
 
 def notes(df, stat: str, tails: list, rankavg: bool, has_n: bool) -> list[str]:
@@ -109,7 +164,8 @@ def notes(df, stat: str, tails: list, rankavg: bool, has_n: bool) -> list[str]:
     if has_n and "nccl-tests" in stat:
         lines.append("n: the iterations nccl-tests averaged into its one time per size")
     elif has_n:
-        few = sorted({int(v) for v in df["iters"].dropna() if int(v) < FEW_SAMPLES})
+        n_rows = [n * _repeats(r) for n, r in zip(df["iters"], df.itertuples()) if n == n]    # x --repeat
+        few = sorted({int(v) for v in n_rows if int(v) < FEW_SAMPLES})
         what = "loops" if "timing" in df.columns and (df["timing"].astype(str) == "back-to-back").all() else "samples"
         if few and "latency_us_p99" in tails:
             lines.append(f"n: timed {what} per row; p99 over {', '.join(map(str, few))} {what} is the largest "

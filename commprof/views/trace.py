@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from commprof.views.charts import save_chart, chart_source, where_from
+from commprof.analysis.noise import BATCH_DROP_MIN, batch_drops, iqr_ratio, token_spread_reason
 
 TRACE_TOKENS_PNG = "trace_tokens.png"
 TRACE_LAYERS_PNG = "trace_layers_heatmap.png"
@@ -139,4 +140,57 @@ def summary_lines(summary) -> list[str]:
                      f"collectives/step ({num('collectives_per_token', 'g')}/token), communication "
                      f"{num('comm_share_pct', '.1f')}% = {_comm_ms(r)} ms (transfer {num('transfer_share_pct', '.1f')}%, "
                      f"wait {num('wait_share_pct', '.1f')}%) [{label}]")
+    return lines
+
+
+def token_times_ms(tokens) -> dict:
+    """Per (tp, batch, mode, phase) of ``trace_tokens``: each token's slowest rank's latency in ms
+    (what ``ms_per_token`` is the median of), in token order."""
+    if tokens is None or tokens.empty or not {"tp", "batch", "token", "latency_us"} <= set(tokens.columns):
+        return {}
+    keys = [k for k in ("tp", "batch", "mode", "phase") if k in tokens.columns]
+    out = {}
+    for key, g in tokens.groupby(keys):
+        k = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        try:
+            run = (int(k["tp"]), int(k["batch"]), str(k.get("mode", "")), str(k.get("phase", "decode") or "decode"))
+        except (TypeError, ValueError):
+            continue
+        out[run] = [float(v) / 1e3 for v in g.groupby("token")["latency_us"].max().tolist()]
+    return out
+
+
+def noise_lines(summary, tokens=None) -> list[str]:
+    """The lines that say a trace run's ms/token is not a steady figure
+    (:mod:`commprof.analysis.noise`): its own tokens spread too widely, or its ms/token falls as
+    the batch grows by more than the two runs' spreads allow (a step of more sequences does more
+    work, so the smaller batch was slowed by something else, e.g. a busy machine). Runs of
+    commprof's engine only (measured or predicted): an imported engine's steps of one batch also
+    carry prompt chunks and vary in what they do, so their spread is not noise."""
+    if summary is None or summary.empty or not {"tp", "batch", "ms_per_token"} <= set(summary.columns):
+        return []
+    times = token_times_ms(tokens)
+    rows, lines = [], []
+    for r in summary.to_dict("records"):
+        phase = str(r.get("phase") or "decode")
+        if phase == "training" or str(r.get("kind", "")) == "imported":
+            continue        # an engine's own steps (import kineto) differ in what they carry: not noise
+        try:
+            key = (int(r["tp"]), int(r["batch"]), str(r.get("mode", "")), phase)
+        except (KeyError, TypeError, ValueError):
+            continue
+        own = times.get(key, [])
+        why = token_spread_reason(own)
+        label = f"TP={key[0]} batch={key[1]} {key[2]}" + (f" {phase}" if phase != "decode" else "")
+        if why:
+            lines.append(f"!: unstable: {label} at {float(r['ms_per_token']):,.3f} ms/token: {why}; "
+                         "rerun it on a quiet machine")
+        if phase == "decode":
+            rows.append({**r, "phase": phase, "noise": iqr_ratio(own) or 0.0})
+    for d in batch_drops(rows, "noise"):
+        lines.append(f"!: unstable: TP={d['tp']} batch={d['batch_large']} at {d['ms_large']:,.3f} ms/token is "
+                     f"{100 * d['drop']:.0f}% below batch={d['batch_small']}'s {d['ms_small']:,.3f} ms/token, beyond "
+                     f"{100 * BATCH_DROP_MIN:.0f}% plus half of each run's token spread (interquartile range over median); "
+                     "a step of more sequences cannot be cheaper, so the smaller batch was slowed by something else "
+                     "(a busy machine): rerun it on a quiet one")
     return lines
