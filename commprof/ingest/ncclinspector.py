@@ -39,6 +39,7 @@ import random
 from dataclasses import dataclass, field
 
 from commprof.model.errors import UsageError
+from commprof.model.fileio import open_user_file
 
 #: the largest JSON object read as one record (a record is ~200-500 bytes; verbose ones a few KB)
 MAX_OBJECT = 1 << 20
@@ -125,15 +126,9 @@ def inspector_files(path: str) -> list[str]:
 def _lines(path: str):
     """The file's lines as text (gzip by its magic bytes), each cut at :data:`MAX_OBJECT`;
     UsageError for a binary file."""
-    try:
-        raw = open(path, "rb")
-    except IsADirectoryError:
-        raise UsageError(f"'{path}': a directory") from None
-    except OSError as e:
-        raise UsageError(f"'{path}': cannot read ({e.strerror})") from None
+    # a FIFO or a device is refused before it is opened (opening a FIFO waits for a writer)
+    raw = open_user_file(path, f"'{path}'", ": is a directory")
     with raw:
-        if not os.path.isfile(path):
-            raise UsageError(f"'{path}': not a regular file")
         magic = raw.read(2)
         raw.seek(0)
         f = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
