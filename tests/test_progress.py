@@ -86,3 +86,31 @@ def test_piped_gloo_sweep_reports_start_up_and_each_cell(tmp_path):
     assert cells and cells[-1].startswith("sweep: 3/3 cells, done"), lines
     assert starting < lines.index(cells[0])
     assert not any("-:--:--" in ln for ln in lines)
+
+
+def test_start_up_shows_before_the_parent_loads_torch(tmp_path):
+    """The first progress line must not wait for torch (3-8 s to import on a loaded machine, where
+    the old parent imported it only to count GPUs for ``--backend gloo``): with ``-X importtime``
+    the parent's own import of torch is a line on the same stderr, so its order against the
+    'starting' line is the order things happened, on any machine and at any load."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "commprof", "sweep", "--backend", "gloo", "--tp",
+                          "2", "--ops", "all_reduce", "--sizes", "4K", "--iters", "2", "--warmup", "1", "--no-charts",
+                          "--out", str(tmp_path / "sw")], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stderr.splitlines()
+    starting = next(i for i, ln in enumerate(lines) if ln.startswith("sweep: starting 2 rank(s)"))
+    torch_at = [i for i, ln in enumerate(lines) if re.match(r"import time:.*\| +torch$", ln)]
+    assert torch_at and starting < torch_at[0], (starting, torch_at[:3])
+
+
+def test_gloo_and_a_host_without_a_driver_count_no_gpus_through_torch():
+    code = ("import sys, commprof.capture.launch as l\n"
+            "print(l.resolve_backend('gloo', 2, None)[0], 'torch' in sys.modules)\n"
+            "print(l._no_nvidia_driver(), l.resolve_backend('auto', 2, None)[0], 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                         capture_output=True, text=True, timeout=120).stdout.split()
+    assert out[:2] == ["gloo", "False"], out
+    if out[2] == "True":                      # this host has no NVIDIA driver: auto is gloo, torch never loaded
+        assert out[3:] == ["gloo", "False"], out
