@@ -131,6 +131,7 @@ def main():
         rows = []
         for i, (kind, path, what) in enumerate(cases):
             fig = run_import(kind, path, os.path.join(tmp, f"out{i}"))
+            fig["answer"] = fig["answer"].replace(tmp, "$TMP")          # no machine's temporary paths
             size = sum(os.path.getsize(q) for q in (path if isinstance(path, list) else [path]))
             fig.update(kind=kind, what=what, file_mb=round(size / 1e6, 1))
             rows.append(fig)
