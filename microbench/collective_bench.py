@@ -387,7 +387,8 @@ def run_rank(cfg: SweepRunConfig, rank: int, world: int, local_rank: int, store=
         done = box[0]
         todo = [c for c in cells if c.key not in done]
         if slots is not None and rank == 0:
-            slots.cells_total.value = len(todo)
+            # each cell's bytes on the links (nccl-tests' bus factor): what its time grows with
+            slots.set_cells(c.size_bytes * COLLECTIVES[c.op].busbw_factor(c.tp) for c in todo)
 
         custom = None
         if any(c.custom for c in todo):
@@ -416,6 +417,7 @@ def _walk(*, cells, sets, rank, world, cfg, runner, custom, torch, dist, hb, wor
         progress = TextProgress(len(cells))
     try:
         for cell in cells:
+            t_cell = time.monotonic()
             gs = sets[cell.tp]
             gi = gs.index_of(rank)
             active = gi is not None and (cfg.concurrent or gi == 0)
@@ -442,7 +444,7 @@ def _walk(*, cells, sets, rank, world, cfg, runner, custom, torch, dist, hb, wor
             dist.gather_object(payload, gathered, dst=0, group=world_ctrl)
             if rank == 0:
                 writer.write_rows([r for r in gathered if r is not None])
-                hb.row_written(1)
+                hb.row_written(1, seconds=time.monotonic() - t_cell)
                 if progress is not None:
                     progress.advance()
     finally:

@@ -331,7 +331,9 @@ def _watch(cfg, procs, slots, errq, bar=None):
             errors.setdefault(rank, tuple(report))
         if bar is not None and slots.cells_total.value > 0:
             bar.set_total(int(slots.cells_total.value))
-            bar.update(int(slots.rows_done.value))
+            done = int(slots.rows_done.value)
+            sizes, seconds = slots.cell_figures(done)
+            bar.update(done, sizes=sizes, seconds=seconds)
         elif bar is not None:
             up = sum(slots.progress[r] > 0 for r in range(len(procs)))
             bar.starting(f"starting {len(procs)} rank(s): {up} up" if up else f"starting {len(procs)} rank(s)")
