@@ -431,7 +431,10 @@ def run_rank(cfg: SweepRunConfig, rank: int, world: int, local_rank: int, store=
         done = box[0]
         todo = [c for c in cells if c.key not in done]
         if slots is not None and rank == 0:
-            slots.cells_total.value = len(todo) * repeat_count(cfg)
+            # each (repeat, cell) in walk order, by its bytes on the links (nccl-tests' bus factor):
+            # what its time grows with
+            slots.set_cells(c.size_bytes * COLLECTIVES[c.op].busbw_factor(c.tp)
+                            for _ in range(repeat_count(cfg)) for c in todo)
 
         custom = None
         if any(c.custom for c in todo):
@@ -464,6 +467,7 @@ def _walk(*, cells, sets, rank, world, cfg, runner, custom, torch, dist, hb, wor
         progress = TextProgress(len(cells) * reps)
     try:
         for rep, cell in ((rep, cell) for rep in range(reps) for cell in cells):    # repeats interleaved
+            t_cell = time.monotonic()
             gs = sets[cell.tp]
             gi = gs.index_of(rank)
             active = gi is not None and (cfg.concurrent or gi == 0)
@@ -502,7 +506,7 @@ def _walk(*, cells, sets, rank, world, cfg, runner, custom, torch, dist, hb, wor
                 got = [p for p in gathered if p is not None]
                 writer.write_rows([p["row"] for p in got])
                 writer.write_repeats([r for p in got for r in p["repeats"]])
-                hb.row_written(1)
+                hb.row_written(1, seconds=time.monotonic() - t_cell)
                 if progress is not None:
                     progress.advance()
     finally:

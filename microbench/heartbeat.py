@@ -18,6 +18,10 @@ STAGE_BYTES = 160
 PULSE_S = 0.25          # how often a rank's pulse thread beats
 
 
+#: Cells whose bytes and times the ETA reads (a sweep has tens to a few hundred).
+TIMED_CELLS = 4096
+
+
 class SharedSlots:
     """Shared-memory slots for ``world`` ranks (created by the parent before spawning)."""
 
@@ -29,6 +33,24 @@ class SharedSlots:
         self.pulse = ctx.RawArray("q", world)         # bumped every PULSE_S by each rank's own thread
         self.rows_done = ctx.RawValue("q", 0)         # rows written by rank 0 (progress bar)
         self.cells_total = ctx.RawValue("q", 0)
+        # the ETA's inputs, by rank 0 (first TIMED_CELLS cells): each cell's bytes before it runs,
+        # each cell's wall seconds once written (0: not given)
+        self.cell_bytes = ctx.RawArray("d", TIMED_CELLS)
+        self.cell_s = ctx.RawArray("d", TIMED_CELLS)
+
+    def set_cells(self, sizes_bytes) -> None:
+        """The run's cells, in order: their total, and their bytes for the ETA (rank 0)."""
+        sizes = list(sizes_bytes)
+        for i, b in enumerate(sizes[:TIMED_CELLS]):
+            self.cell_bytes[i] = float(b)
+        self.cells_total.value = len(sizes)
+
+    def cell_figures(self, done: int) -> tuple[list, list]:
+        """(bytes of every cell, seconds of the ``done`` cells finished), or ([], []) when not given."""
+        n = min(int(self.cells_total.value), TIMED_CELLS)
+        if n < int(self.cells_total.value) or not any(self.cell_bytes[:n]):
+            return [], []
+        return list(self.cell_bytes[:n]), list(self.cell_s[:min(done, n)])
 
     def stage_of(self, rank: int) -> str:
         raw = bytes(self.stage[rank * STAGE_BYTES:(rank + 1) * STAGE_BYTES])
@@ -97,7 +119,10 @@ class Heartbeat:
         self.slots.pulse[self.rank] += 1
         return os.getppid() == parent
 
-    def row_written(self, n: int = 1):
+    def row_written(self, n: int = 1, seconds: float | None = None):
+        """``n`` rows written (rank 0); ``seconds``: the wall time the cell took, for the ETA."""
+        if self.slots is not None and seconds is not None and n == 1 and self.rows_done < TIMED_CELLS:
+            self.slots.cell_s[self.rows_done] = max(float(seconds), 1e-9)
         self.rows_done += n
         if self.slots is not None:
             self.slots.rows_done.value += n

@@ -292,10 +292,27 @@ def test_p2p_probe_timing_is_spin_first_not_launch_inclusive():
         cp.cuda.get_elapsed_time(a, b)               # cupy never waits either
 
 
-def test_p2p_probe_counts_and_leaves_out_short_spins():
+class VirtualClock:
+    """``time.perf_counter`` that only the code under test moves: each read advances it by ``tick_s``.
+    The fake GPU and the probes' loop both read it, so a host busy with other work cannot stretch a
+    dispatch, stall a warm-up or change which launch outran its spin: the same answer on any machine."""
+
+    def __init__(self, tick_s: float = 0.5e-6):
+        self.now, self.tick_s = 1000.0, tick_s
+
+    def __call__(self) -> float:
+        self.now += self.tick_s
+        return self.now
+
+
+def test_p2p_probe_counts_and_leaves_out_short_spins(monkeypatch):
+    import time
+
     from cuda_ext.probes import _timed
     from fake_cuda import FakeCupy
 
+    clock = VirtualClock()
+    monkeypatch.setattr(time, "perf_counter", clock)
     gpu = FakeGpu()
     cp = FakeCupy(gpu)
     n = [0]
@@ -306,3 +323,7 @@ def test_p2p_probe_counts_and_leaves_out_short_spins():
     res = _timed(cp, 0, enqueue, iters=10, warmup=3, kernels=cp.kernels)
     assert res["spin_short"] >= 1 and len(res["times_ms"]) == 10 - res["spin_short"]
     assert max(res["times_ms"]) * 1e3 < 100.0                # the uncovered sample is not among them
+    # on this clock the answer is exact: the 8 ms launch outran its spin (sized from 100 us warm-ups)
+    # and only it; the spin then doubled once
+    assert res["spin_short"] == 1 and len(res["times_ms"]) == 9
+    assert all(abs(t * 1e3 - 30.0) < 1.0 for t in res["times_ms"])

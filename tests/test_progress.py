@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 
 from commprof.views.console import Eta, clock, progress_bar
 
@@ -86,3 +88,77 @@ def test_piped_gloo_sweep_reports_start_up_and_each_cell(tmp_path):
     assert cells and cells[-1].startswith("sweep: 3/3 cells, done"), lines
     assert starting < lines.index(cells[0])
     assert not any("-:--:--" in ln for ln in lines)
+
+
+def test_start_up_shows_before_the_parent_loads_torch(tmp_path):
+    """The first progress line must not wait for torch (3-8 s to import on a loaded machine, where
+    the old parent imported it only to count GPUs for ``--backend gloo``): with ``-X importtime``
+    the parent's own import of torch is a line on the same stderr, so its order against the
+    'starting' line is the order things happened, on any machine and at any load."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "commprof", "sweep", "--backend", "gloo", "--tp",
+                          "2", "--ops", "all_reduce", "--sizes", "4K", "--iters", "2", "--warmup", "1", "--no-charts",
+                          "--out", str(tmp_path / "sw")], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stderr.splitlines()
+    starting = next(i for i, ln in enumerate(lines) if ln.startswith("sweep: starting 2 rank(s)"))
+    torch_at = [i for i, ln in enumerate(lines) if re.match(r"import time:.*\| +torch$", ln)]
+    assert torch_at and starting < torch_at[0], (starting, torch_at[:3])
+
+
+def test_gloo_and_a_host_without_a_driver_count_no_gpus_through_torch():
+    code = ("import sys, commprof.capture.launch as l\n"
+            "print(l.resolve_backend('gloo', 2, None)[0], 'torch' in sys.modules)\n"
+            "print(l._no_nvidia_driver(), l.resolve_backend('auto', 2, None)[0], 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                         capture_output=True, text=True, timeout=120).stdout.split()
+    assert out[:2] == ["gloo", "False"], out
+    if out[2] == "True":                      # this host has no NVIDIA driver: auto is gloo, torch never loaded
+        assert out[3:] == ["gloo", "False"], out
+
+
+def test_size_time_fit_by_hand():
+    from commprof.views.console import blend_eta, eta_from_sizes, fit_size_time
+
+    assert fit_size_time([1, 3, 5], [3, 7]) == (1.0, 2.0)                  # 3 = a + b, 7 = a + 3b
+    assert fit_size_time([1, 3], [5, 4]) == (4.5, 0.0)                     # time falls with size: flat
+    a, b = fit_size_time([1, 2], [0.5, 3])                                 # a line through 0 or below
+    assert a == 0.0 and b == pytest.approx((0.5 + 6) / 5)
+    assert fit_size_time([4, 4, 8], [1, 1]) is None                        # one size: no slope to fit
+    # steps 3 and 4 of sizes 5 and 7 cost 11 and 15; step 3 has run 4 s of its 11
+    assert eta_from_sizes([1, 3, 5, 7], [3, 7], 4.0) == 22.0
+    assert eta_from_sizes([1, 3, 5, 7], [3, 7], 30.0) == 15.0               # an overrun step counts 0
+    assert blend_eta(4.0, 16.0) == 8.0 and blend_eta(4.0, None) == 4.0 and blend_eta(-1.0, 9.0) == 9.0
+
+
+# A gloo sweep on this 2-core machine (commprof sweep --backend gloo --tp 2,4, Qwen2.5-32B decode
+# sizes, 40 iterations + warm-up a cell): each cell's p50 latency in us as its sweep.csv recorded,
+# in the order the cells ran; (op, tp, size_bytes, p50_us).
+_GLOO_CELLS = [("all_reduce", 2, 10240, 1699), ("all_reduce", 2, 81920, 2737), ("all_reduce", 2, 327680, 4739),
+               ("all_reduce", 2, 1310720, 10486), ("all_gather", 2, 304128, 3158), ("all_gather", 2, 2433024, 3871),
+               ("all_gather", 2, 9732096, 9158), ("all_gather", 2, 38928384, 57736),
+               ("all_reduce", 4, 10240, 3914), ("all_reduce", 4, 81920, 3789), ("all_reduce", 4, 327680, 3716),
+               ("all_reduce", 4, 1310720, 6284), ("all_gather", 4, 304128, 2886), ("all_gather", 4, 2433024, 4961),
+               ("all_gather", 4, 9732096, 15927), ("all_gather", 4, 38928384, 97046)]
+
+
+@pytest.mark.parametrize("fixed_s", [0.05, 0.15, 0.5])
+def test_eta_within_2x_after_a_quarter_of_a_gloo_sweep(fixed_s):
+    """Cell time = a fixed part (barriers, rows; 0.05-0.5 s) + 45 calls at the measured p50. The
+    last cell of each block holds the logits all-gather (39 MB, 58-97 ms a call): the old mean over
+    the first small cells said 0:02 at 4 of 16 against 15 s left."""
+    from commprof.model.collectives import COLLECTIVES
+
+    secs = [fixed_s + 45 * us * 1e-6 for _, _, _, us in _GLOO_CELLS]
+    sizes = [b * COLLECTIVES[op].busbw_factor(tp) for op, tp, b, _ in _GLOO_CELLS]
+    for done in (4, 6, 8, 12):                                        # a quarter, and on
+        e = Eta(16)
+        t = e.t0
+        for i in range(done):
+            t += secs[i]
+            e.update(i + 1, t)
+        e.timed(sizes, secs[:done])
+        m = re.match(r"ETA (\d+):(\d+)", e.text(t))
+        est, left = int(m.group(1)) * 60 + int(m.group(2)), sum(secs[done:])
+        assert left / 2 <= max(est, 0.5) <= left * 2, (done, est, left)

@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import time
 
 from commprof import results
@@ -84,7 +85,17 @@ def shared_core_note(backend: str, trun: dict | None) -> str | None:
             "(README, \"Where CPU ranks run\")")
 
 
+def _no_nvidia_driver() -> bool:
+    """No NVIDIA kernel driver on this Linux host (no /proc/driver/nvidia, /dev/nvidia0, nor WSL's
+    /dev/dxg): no CUDA GPU can be visible, and torch (seconds to import on a busy machine) need not
+    be asked."""
+    return sys.platform.startswith("linux") and not any(
+        os.path.exists(p) for p in ("/proc/driver/nvidia", "/dev/nvidia0", "/dev/dxg"))
+
+
 def cuda_device_count() -> int:
+    if _no_nvidia_driver():
+        return 0
     try:
         import torch
 
@@ -95,12 +106,12 @@ def cuda_device_count() -> int:
 
 def resolve_backend(requested: str, max_tp: int, trun: dict | None) -> tuple[str, str]:
     """auto -> NCCL when every rank of this node gets its own CUDA GPU, else gloo on CPU."""
-    gpus = cuda_device_count()
     need = trun["local_world"] if trun else max_tp
     if requested not in ("auto", "nccl", "gloo"):
         raise UsageError(f"--backend '{requested}': use auto, nccl or gloo")
-    if requested == "gloo":
+    if requested == "gloo":              # asked for: no GPU count (no torch import before the progress shows)
         return "gloo", "requested with --backend gloo (CPU ranks)"
+    gpus = cuda_device_count()
     if requested == "nccl":
         if gpus == 0:
             raise DeviceError(f"{where()}: --backend nccl needs NVIDIA GPUs, but no CUDA GPU is visible "
@@ -320,7 +331,9 @@ def _watch(cfg, procs, slots, errq, bar=None):
             errors.setdefault(rank, tuple(report))
         if bar is not None and slots.cells_total.value > 0:
             bar.set_total(int(slots.cells_total.value))
-            bar.update(int(slots.rows_done.value))
+            done = int(slots.rows_done.value)
+            sizes, seconds = slots.cell_figures(done)
+            bar.update(done, sizes=sizes, seconds=seconds)
         elif bar is not None:
             up = sum(slots.progress[r] > 0 for r in range(len(procs)))
             bar.starting(f"starting {len(procs)} rank(s): {up} up" if up else f"starting {len(procs)} rank(s)")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from commprof.model.errors import UsageError
 from commprof import results
 from commprof.analysis.ncclverdict import engine_items
-from commprof.model.fileio import shown_path
+from commprof.model.fileio import open_user_file, shown_path
 from commprof.results.nccldebug import write_nccl_tables
 
 #: the longest line kept (NCCL's lines are short; an engine's config dump may be long)
@@ -151,24 +151,24 @@ class Account:
 
 def _lines(path: str):
     """A log's lines as text, read as they come (bounded memory); UsageError on a binary file."""
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise UsageError(f"'{path}': no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"'{path}': a directory; give the log files") from None
-    except OSError as e:
-        raise UsageError(f"'{path}': cannot read ({e.strerror})") from None
+    if not os.path.lexists(path):
+        raise UsageError(f"'{path}': no such file")
+    # a FIFO or a device is refused before it is opened (opening a FIFO waits for a writer)
+    f = open_user_file(path, f"'{path}'", ": a directory; give the log files")
     with f:
-        if not os.path.isfile(path):
-            raise UsageError(f"'{path}': not a regular file")
         head = f.read(SNIFF)
         if b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
             raise UsageError(f"'{path}': a binary file, not an NCCL_DEBUG log (text)")
         f.seek(0)
-        for raw in f:
-            if len(raw) > MAX_LINE:
-                raw = raw[:MAX_LINE]
+        while True:
+            raw = f.readline(MAX_LINE)          # a line is never held whole past MAX_LINE bytes
+            if not raw:
+                return
+            if len(raw) == MAX_LINE and not raw.endswith(b"\n"):
+                while True:                     # the rest of an over-long line is skipped, not kept
+                    more = f.readline(MAX_LINE)
+                    if not more or more.endswith(b"\n"):
+                        break
             yield raw.decode("utf-8", errors="replace")
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from commprof.model.errors import UsageError
 from commprof import results
-from commprof.model.fileio import shown_path
+from commprof.model.fileio import open_user_file, shown_path
 from commprof.results.ncclinspector import write_inspector_tables
 
 #: the largest JSON object read as one record (a record is ~200-500 bytes; verbose ones a few KB)
@@ -128,15 +128,9 @@ def inspector_files(path: str) -> list[str]:
 def _lines(path: str):
     """The file's lines as text (gzip by its magic bytes), each cut at :data:`MAX_OBJECT`;
     UsageError for a binary file."""
-    try:
-        raw = open(path, "rb")
-    except IsADirectoryError:
-        raise UsageError(f"'{path}': a directory") from None
-    except OSError as e:
-        raise UsageError(f"'{path}': cannot read ({e.strerror})") from None
+    # a FIFO or a device is refused before it is opened (opening a FIFO waits for a writer)
+    raw = open_user_file(path, f"'{path}'", ": is a directory")
     with raw:
-        if not os.path.isfile(path):
-            raise UsageError(f"'{path}': not a regular file")
         magic = raw.read(2)
         raw.seek(0)
         f = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw

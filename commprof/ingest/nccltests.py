@@ -284,6 +284,10 @@ SNIFF_BYTES = 4 << 20
 MAX_ROWS = 100_000
 #: The longest line read: a nccl-tests line is under 300 characters.
 MAX_LINE = 1 << 20
+#: The largest ``-J`` JSON file read (it is parsed whole): one result is ~400 bytes with its
+#: per-iteration block, so MAX_ROWS results are ~40 MB; a larger file is refused by its size,
+#: before a byte of it is parsed (a 788 MB one took 145 s and 7.4 GB).
+MAX_JSON_BYTES = 64 << 20
 
 
 def _new_section(sections: list, path: str, lineno: int) -> Section:
@@ -551,6 +555,9 @@ def _json_section(path: str, doc: dict) -> Section:
                           "device": opt(d, "device", f + ".device", None),
                           "bus_id": _jstr(d.get("device_hex"), f + ".device_hex"),
                           "gpu": _jstr(d.get("device_info"), f + ".device_info").strip()})
+    if len(doc["results"]) > MAX_ROWS:
+        raise _Bad(f"results: {len(doc['results']):,} entries, more than the {MAX_ROWS:,} commprof imports from one "
+                   "file (nccl-tests writes one per size); split it or keep the sizes you need")
     for idx, r in enumerate(doc["results"]):
         f = f"results[{idx}]"
         if not isinstance(r, dict):
@@ -875,7 +882,12 @@ def read_nccl_tests(path: str) -> list[Section]:
         else:
             first = head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1].decode("latin-1")
         if first == "{":
-            data = read_user_bytes(path, where, hint)
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_JSON_BYTES:
+                raise UsageError(f"'{label}': a JSON file of {size / (1 << 20):,.0f} MiB, over the {MAX_JSON_BYTES >> 20} "
+                                 f"MiB commprof reads of nccl-tests -J output ({MAX_ROWS:,} results are ~40 MB); "
+                                 "split it or keep the sizes you need")
+            data = read_user_bytes(path, where, hint, limit=MAX_JSON_BYTES)
             return parse_json(path, _decode(label, data))
         f.seek(0)
         if not head.removeprefix(b"\xef\xbb\xbf").strip():
@@ -947,8 +959,13 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
     results.check_out_dir(out_dir, resume=False)
     sections = []
     files = []
+    total = 0
     for p in paths:
         secs = read_nccl_tests(p)
+        total += sum(len(s.rows) for s in secs)
+        if total > MAX_ROWS:                        # each file is bounded; so are all of them together
+            raise UsageError(f"import nccl-tests: more than {MAX_ROWS:,} data rows in these files (the limit is "
+                             f"reached in '{os.path.basename(p)}'); import them in smaller groups")
         sections.extend(secs)
         files.append({"path": shown_path(p), "sha256": results.file_sha256(p), "format": secs[0].fmt,
                       "runs": len(secs)})

@@ -36,6 +36,9 @@ _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|mlx5_\d+|CPU)$", re.ASCII)
 # Linux numbers NUMA nodes below MAX_NUMNODES, at most 2^10 (CONFIG_NODES_SHIFT <= 10)
 MAX_NUMA_NODE = 1023
 _MODE = re.compile(r"-p2p\s*([rwnap])\b|p2p[_-]?([rwnap])(?:\b|_|\.)", re.IGNORECASE)
+#: The largest file read: ``topo -m`` of 8 GPUs and 8 NICs is ~2 KB and of 72 GPUs ~40 KB, so a
+#: file over 4 MiB is no nvidia-smi topo output (a 700 MB one took 72 s and 3.1 GB before this cap).
+MAX_TOPO_BYTES = 4 << 20
 # Links per GPU in any NVLink generation so far (H100/B200: 18). NV# on every pair with k x (n-1)
 # above that cannot be direct links: the pairs meet in an NVSwitch.
 MAX_LINKS_PER_GPU = 18
@@ -43,7 +46,8 @@ MAX_LINKS_PER_GPU = 18
 
 def _read_text(path: str) -> str:
     label = shown(path, 200)
-    data = read_user_bytes(path, label, " is a directory; pass the file holding nvidia-smi topo's output")
+    data = read_user_bytes(path, label, " is a directory; pass the file holding nvidia-smi topo's output",
+                           limit=MAX_TOPO_BYTES)
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         try:
             return data.decode("utf-16")

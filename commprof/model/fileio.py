@@ -61,7 +61,10 @@ def read_user_bytes(path: str, label: str, directory_hint: str | None = None,
     """The whole file, or a UsageError of one line naming it by ``label``: not found, unreadable,
     a directory (``directory_hint``: the rest of the sentence after ``label``), not a regular
     file, or larger than ``limit`` bytes (checked again while reading: a file that grows)."""
-    check_regular(path, label, directory_hint)
+    st = check_regular(path, label, directory_hint)
+    if st.st_size > limit:                  # refused by its size, before a byte is read
+        raise UsageError(f"{label}: larger than {_size_words(limit)} ({_size_words(st.st_size)}); not a file "
+                         "commprof reads whole")
     try:
         with open(path, "rb") as f:
             data = f.read(limit + 1)

@@ -2,6 +2,7 @@
 formatting and the progress bar."""
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -167,6 +168,52 @@ def clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def fit_size_time(sizes: list, seconds: list) -> tuple[float, float] | None:
+    """``(a, b)`` of seconds = a + b x bytes, least squares with a, b >= 0, over the steps done
+    (``seconds[i]`` is step i's, ``sizes[i]`` its bytes); None with fewer than two distinct sizes."""
+    n = len(seconds)
+    xs, ys = [float(x) for x in sizes[:n]], [float(y) for y in seconds]
+    if n < 2 or len(set(xs)) < 2:
+        return None
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    a = my - b * mx
+    if b < 0:                                   # time does not grow with size here: a per-step time
+        return my, 0.0
+    if a < 0:                                   # no fixed part: time in proportion to size
+        return 0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    return a, b
+
+
+def eta_from_sizes(sizes: list, seconds: list, current_s: float) -> float | None:
+    """Seconds left: each step not done priced by :func:`fit_size_time` over the steps done, less
+    the ``current_s`` the running step has had (it counts 0 once it outlives its price); None
+    when the fit cannot be made."""
+    fit = fit_size_time(sizes, seconds)
+    if fit is None:
+        return None
+    a, b = fit
+    rest = [a + b * float(x) for x in sizes[len(seconds):]]
+    if not rest:
+        return 0.0
+    return max(rest[0] - current_s, 0.0) + sum(rest[1:])
+
+
+def blend_eta(by_mean: float, by_size: float | None) -> float:
+    """The ETA from two estimates that bracket the truth: ``by_mean`` (steps left x the measured
+    time per step) knows nothing of the larger messages still to come and runs short; ``by_size``
+    (:func:`eta_from_sizes`) prices them by a line through the small ones done, though bandwidth
+    still rises with size (time grows slower than bytes), so it runs long. Their geometric mean is
+    within 2x of any truth between them while they stay within 4x of each other; one alone where
+    the other is missing or not positive."""
+    if by_size is None or by_size <= 0:
+        return by_mean
+    if by_mean <= 0:
+        return by_size
+    return math.sqrt(by_mean * by_size)
+
+
 class Eta:
     """The time left, from the steps' own measured times: the time per finished step (from the
     first step's start, after start-up; the larger of the mean over all steps and over the latest
@@ -176,6 +223,14 @@ class Eta:
     def __init__(self, total: int):
         self.total, self.t0, self.done, self.t_last = total, time.monotonic(), 0, None
         self.marks = [(0, self.t0)]
+        self.sizes, self.seconds = [], []
+
+    def timed(self, sizes: list, seconds: list) -> None:
+        """Every step's size (bytes, in order) and the measured seconds of those done: the ETA is
+        then :func:`eta_from_sizes` (a later cell of a sweep holds a larger message; its time
+        grows with it, which a mean over the small first cells cannot know)."""
+        if len(sizes) == self.total:
+            self.sizes, self.seconds = list(sizes), list(seconds)
 
     def update(self, done: int, now: float | None = None):
         now = time.monotonic() if now is None else now
@@ -198,6 +253,8 @@ class Eta:
             return "ETA after the first step"
         per = self.per_step()
         left = per * (self.total - self.done) - (now - self.t_last)
+        if self.sizes and len(self.seconds) == self.done:
+            left = blend_eta(left, eta_from_sizes(self.sizes, self.seconds, now - self.t_last))
         if left <= 0:
             return f"ETA any moment (this step has run {clock(now - self.t_last)}, {clock(per)} per step so far)"
         return f"ETA {clock(left)}"
@@ -256,11 +313,15 @@ class _Progress:
         elif self.t0 is not None and time.monotonic() - self.t0 > 0.5:
             self._line(f"started; {self.total} {self.unit} to run")
 
-    def update(self, completed: int):
+    def update(self, completed: int, sizes: list | None = None, seconds: list | None = None):
+        """``completed`` steps done; ``sizes``/``seconds``: every step's bytes and the done steps'
+        measured seconds, when the run gives them (:meth:`Eta.timed`)."""
         if self.total is None:
             return
         completed = min(int(completed), self.total)
         self.eta.update(completed)
+        if sizes:
+            self.eta.timed(sizes, seconds or [])
         if self._p is not None:
             self._p.update(self._task, completed=completed, eta=self.eta.text())
             return
