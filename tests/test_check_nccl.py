@@ -43,7 +43,10 @@ def test_check_cli_fails_on_shm_and_writes_the_items(cli_inproc, tmp_path):
     items = {i["id"]: i for i in json.loads((tmp_path / "chk" / "check.json").read_text())["items"]}
     assert items["N1"]["status"] == "FAIL" and "NCCL_P2P_DISABLE=1" in items["N1"]["value"]
     assert items["N1"]["hint"].startswith("Unset NCCL_P2P_DISABLE and re-test")
+    assert items["N1"]["what_now"].startswith("Unset NCCL_P2P_DISABLE and re-test")   # the log's own, not a generic line
     assert items["N4"]["status"] == "WARN"
+    head = json.loads((tmp_path / "chk" / "check.json").read_text())["headline"]
+    assert head.startswith("FAIL on 2 of") and "(the engine's own account only;" in head, head
 
 
 def test_thresholds_file_sets_the_verdict_and_refuses_a_bad_word(cli_inproc, tmp_path):

@@ -39,8 +39,9 @@ def nccl_debug_items(res, th: dict) -> list[Item]:
                            th=th):
         status = _STATUS.get(it["verdict"], it["verdict"])
         value = it["evidence"] if status == it["verdict"] else f"{it['verdict']}: {it['evidence']}"
+        # the log's own what-now (thresholds.toml [nccl_debug]) is the item's what-now line too, not the generic one
         out.append(Item(it["id"], it["item"], status, value, "NCCL's own log (import nccl-debug)", source,
-                        it["what_now"]))
+                        it["what_now"], what_now=it["what_now"] if status in ("FAIL", "WARN") else ""))
     return out
 
 

@@ -143,6 +143,7 @@ SCOPE_AREAS = (
     ("TTFT", ("C11p",)),
     ("serving SLOs", ("S1", "S2", "S3")),
     ("KV-cache headroom", ("KV",)),
+    ("the engine's own account", ("N1", "N2", "N3", "N4", "N5", "N6", "I1")),    # import nccl-debug / nccl-inspector
 )
 
 
