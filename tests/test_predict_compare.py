@@ -100,4 +100,4 @@ def test_serve_profile_line_prints_the_exposed_communication_in_ms_beside_its_sh
     profile_lines({"concurrency": 4, "kineto_out": "kineto", "runs": [
         {"tp": 2, "batch": 4, "steps": 10, "steps_by_phase": {"decode": 10}, "collectives_per_step": 66,
          "backend": "nccl", "ms_per_step": 20.0, "comm_share_pct": 25.0}]}, "/out", echo=got.append)
-    assert "communication 25.0% exposed (5.000 ms/step)" in got[0]
+    assert "communication 25.0% exposed (5.000 ms/step, 1.250 ms/token" in got[0]
