@@ -52,18 +52,25 @@ def _repeat(src_text: str, dst: str, target_bytes: int) -> None:
             n += len(chunk)
 
 
-def make_log(dst: str, rows: int) -> int:
+def log_parts() -> tuple[str, str, str, int]:
+    """(header, data rows, footer, how many data rows) of the real 8-GPU all_reduce log in tests/data."""
     lines = open(os.path.join(DATA, "nccl-tests", "all_reduce_perf_8xA100.log")).read().splitlines(True)
     data = [i for i, ln in enumerate(lines) if ln.strip() and not ln.lstrip().startswith("#") and ln.split()[0].isdigit()]
-    head, block, foot = "".join(lines[:data[0]]), "".join(lines[data[0]:data[-1] + 1]), "".join(lines[data[-1] + 1:])
-    reps = rows // len(data)
+    return "".join(lines[:data[0]]), "".join(lines[data[0]:data[-1] + 1]), "".join(lines[data[-1] + 1:]), len(data)
+
+
+def make_log(dst: str, rows: int) -> int:
+    """A log of the real data block repeated to at most ``rows`` data rows (written in big chunks);
+    the rows written."""
+    head, block, foot, n = log_parts()
+    reps = rows // n
     with open(dst, "w") as f:
         f.write(head)
         for _ in range(reps // 1000):
             f.write(block * 1000)
         f.write(block * (reps % 1000))
         f.write(foot)
-    return reps * len(data)
+    return reps * n
 
 
 def make_json(dst: str, results: int) -> int:
@@ -80,14 +87,19 @@ def make_json(dst: str, results: int) -> int:
     return results // 1000 * 1000
 
 
-def run_import(kind: str, path, out: str) -> dict:
+def peak_run(args: list[str], timeout: float = 900) -> tuple[dict, str, str]:
+    """``commprof ARGS`` in a fresh interpreter: (its rc, wall_s and peak_mb, its stdout, its stderr)."""
     env = dict(os.environ, PYTHONPATH=REPO)
+    res = subprocess.run([sys.executable, "-c", _CHILD, *args], capture_output=True, text=True, timeout=timeout,
+                         env=env, cwd=REPO)
+    return json.loads(res.stdout.strip().splitlines()[-1]), res.stdout, res.stderr
+
+
+def run_import(kind: str, path, out: str) -> dict:
     paths = path if isinstance(path, list) else [path]
-    res = subprocess.run([sys.executable, "-c", _CHILD, "import", kind, *paths, "--out", out], capture_output=True,
-                         text=True, timeout=900, env=env, cwd=REPO)
-    fig = json.loads(res.stdout.strip().splitlines()[-1])
-    err = [ln for ln in res.stderr.splitlines() if ln.startswith("commprof: error:")]
-    fig["answer"] = err[0] if err else [ln for ln in res.stdout.splitlines() if ln.startswith("imported")][-1]
+    fig, stdout, stderr = peak_run(["import", kind, *paths, "--out", out])
+    err = [ln for ln in stderr.splitlines() if ln.startswith("commprof: error:")]
+    fig["answer"] = err[0] if err else [ln for ln in stdout.splitlines() if ln.startswith("imported")][-1]
     return fig
 
 
