@@ -180,17 +180,19 @@ def run(cfg: ShowConfig) -> int:
     return 0
 
 
+def _records(df) -> list[dict]:
+    """A table's rows as dicts, an empty cell as "" (what the account views print)."""
+    return df.astype(object).where(df.notna(), "").to_dict("records")
+
+
 def show_nccl_debug(res, charts, echo, note, shown) -> bool:
     """NCCL's own account of a box (``import nccl-debug``): its communicators, overrides and items."""
     if "nccl_comms" not in res.tables:
         return False
     from commprof.views.nccldebug import account_lines
 
-    def records(df):
-        return df.astype(object).where(df.notna(), "").to_dict("records")
-
-    items = records(res.tables["nccl_verdict"]) if "nccl_verdict" in res.tables else []
-    for line in account_lines(res.meta, records(res.tables["nccl_comms"]), items):
+    items = _records(res.tables["nccl_verdict"]) if "nccl_verdict" in res.tables else []
+    for line in account_lines(res.meta, _records(res.tables["nccl_comms"]), items):
         echo(line)
     return True
 
@@ -212,10 +214,7 @@ def show_nccl_inspector(res, charts, echo, note, shown) -> bool:
         return False
     from commprof.views.ncclinspector import inspector_lines
 
-    def records(df):
-        return df.astype(object).where(df.notna(), "").to_dict("records")
-
-    comms = records(res.tables["nccl_inspector_comms"]) if "nccl_inspector_comms" in res.tables else []
-    for line in inspector_lines(res.meta, comms, records(res.tables["nccl_inspector"])):
+    comms = _records(res.tables["nccl_inspector_comms"]) if "nccl_inspector_comms" in res.tables else []
+    for line in inspector_lines(res.meta, comms, _records(res.tables["nccl_inspector"])):
         echo(line)
     return True
