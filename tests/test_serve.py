@@ -374,7 +374,10 @@ def test_ctrl_c_keeps_finished_levels(tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "commprof", "serve", "--url", srv.url, "--model", "sigint",
                                  "--concurrency", "1,2", "--requests", "1", "--warmup", "0", "--output-tokens", "20",
                                  "--prompt-tokens", "4", "--out", "out", "--no-charts"], cwd=tmp_path,
-                                env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                # a runner started in the background (`nohup ... &`) ignores SIGINT,
+                                # and so would this child: give it the terminal's default
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         srv.sigint_pid = proc.pid
         _, err = proc.communicate(timeout=60)
     finally:
