@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from commprof.model.errors import CommprofError, UsageError
+from commprof.model.errors import CommprofError, Terminated, UsageError
 
 #: -h is --help on every command.
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -49,7 +49,7 @@ def _exit_with(fn, *args, **kwargs):
     except CommprofError as e:
         _fail(e)
     except KeyboardInterrupt as e:
-        if getattr(e, "exit_code", None):       # SIGTERM while ranks ran (launch.Terminated): 143
+        if getattr(e, "exit_code", None):       # SIGTERM (errors.Terminated): 143
             raise typer.Exit(e.exit_code) from e
         raise
     raise typer.Exit(code or 0)
@@ -168,14 +168,31 @@ _DISK_ERRNOS = {getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EROFS", "EIO", 
 app = make_app()
 
 
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM (``kill PID``, a scheduler's stop, the only way to stop a run started with ``nohup ...
+    &``, which ignores Ctrl-C) raises :class:`Terminated`: every verb then ends as on Ctrl-C, what it
+    measured written and its meta.json marked, exit 143; without it Python dies at once and a
+    results dir is left "running" with its finished levels or cells unwritten."""
+    import signal
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:          # not the main thread (commprof's CLI called from a thread)
+        pass
+
+
 def main():
     """Console entry: every failure, flag errors included, ends as one line and an exit code."""
     debug = os.environ.get("COMMPROF_DEBUG") == "1"
     if len(sys.argv) == 1:
         sys.argv.append("--help")
+    _sigterm_as_interrupt()
     try:
         code = app(standalone_mode=False)
-    except KeyboardInterrupt as e:      # Ctrl-C (130), or SIGTERM while ranks run (launch.Terminated: 143)
+    except KeyboardInterrupt as e:      # Ctrl-C (130), or SIGTERM (errors.Terminated: 143)
         code = getattr(e, "exit_code", 130)
     except Exception as e:  # noqa: BLE001 - unknown failures still get one line
         if _is(e, "UsageError"):
@@ -207,7 +224,7 @@ def main():
     if code == 130:
         typer.echo("commprof: interrupted; rows written so far are kept", err=True)
     elif code == 143:
-        typer.echo("commprof: terminated (SIGTERM); the ranks were stopped, rows written so far are kept",
+        typer.echo("commprof: terminated (SIGTERM); any ranks were stopped, rows written so far are kept",
                    err=True)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -4,7 +4,7 @@ kinds: ``hang`` (sleep forever before the collective), ``die`` (SIGKILL itself),
 (perturb the collective's result before the correctness check), ``sleep`` (delay; ms=N),
 ``nospace`` (this rank's fsyncs fail with ENOSPC, "disk full", after ``after=N`` good ones).
 keys: ``rank`` (global rank, required), ``op``, ``tp``, ``mode``, ``iter`` (timed iteration, 0),
-``ms`` (sleep), ``after`` (nospace).
+``ms`` (sleep), ``after`` (nospace), ``repeat`` (trace: only that repeat of each run, from 1).
 Never set in normal use. A malformed value is refused before any rank starts (the launcher calls
 :func:`parse` and reports one line, exit 2): a test that means a fault must not silently run without it.
 """
@@ -20,7 +20,7 @@ ENV = "COMMPROF_TEST_FAULT"
 KINDS = ("hang", "die", "corrupt", "sleep", "nospace")
 #: Each key and its rule: whole numbers from a minimum, a non-negative number, or free text.
 _KEYS = {"rank": ("int", 0), "tp": ("int", 1), "iter": ("int", 0), "after": ("int", 0), "ms": ("float", 0),
-         "op": ("text", None), "mode": ("text", None)}
+         "op": ("text", None), "mode": ("text", None), "repeat": ("int", 1)}
 
 
 class FaultSpecError(ValueError):

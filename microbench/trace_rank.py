@@ -10,9 +10,10 @@ import numpy as np
 
 from microbench.decode_engine import CpuStamps, CudaStamps, DecodeEngine, no_mark
 from microbench.rank import rank_session
-from commprof.analysis.attribution import attribute_tokens
+from commprof.analysis.attribution import attribute_tokens, pool_repeats, slowest_token_ms
+from commprof.analysis.noise import trace_run_noise
 from commprof.results.trace import open_trace
-from commprof.model.traceconfig import plan_runs
+from commprof.model.traceconfig import plan_runs, repeat_count
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -78,6 +79,30 @@ def _release(torch, device):
         torch.cuda.empty_cache()
 
 
+def add_repeat(writer, cfg, run: tuple, recs: list[dict], rep: int, started_s: float,
+               pending: dict, keep_timeline: bool = True) -> None:
+    """One repeat of one run (its ranks' stamps ``recs``) into the results: with ``--repeat`` above 1
+    a ``trace_repeats.csv`` row now and, after the run's last repeat, its summary over every
+    repeat's tokens; with one repeat the run as before. Either way the summary row carries the
+    noise columns (:func:`commprof.analysis.noise.trace_run_noise`)."""
+    tp, batch, mode = run
+    reps = repeat_count(cfg)
+    if reps > 1:
+        one = attribute_tokens(recs, cfg.layers_model, tp, batch, cfg.chunk, cfg.prompt)
+        writer.add_repeat(tp, batch, mode, rep + 1, started_s, one["summary"],
+                          trace_run_noise(slowest_token_ms(one))["unstable"])
+        pending.setdefault(run, []).append((recs, float(one["summary"]["ms_per_token"])))
+        if rep < reps - 1:
+            return
+        done = pending.pop(run)
+        recs, repeat_ms = pool_repeats([r for r, _ in done]), [m for _, m in done]
+    else:
+        repeat_ms = []
+    att = attribute_tokens(recs, cfg.layers_model, tp, batch, cfg.chunk, cfg.prompt)
+    att["summary"].update(trace_run_noise(slowest_token_ms(att), repeat_ms))
+    writer.add_attributed(tp, batch, mode, att, recs=recs if keep_timeline else None)
+
+
 def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None):
     """Body of one trace rank. Raises on failure (the launcher reports it)."""
     with rank_session(cfg, rank, world, local_rank, store, slots) as env:
@@ -94,12 +119,18 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
         cfg.layers = int(agreed.item())
         writer = open_trace(cfg, env.infos) if rank == 0 else None
         runs = plan_runs(cfg)
+        reps = repeat_count(cfg)
         if slots is not None and rank == 0:
-            slots.cells_total.value = len(runs)
+            slots.cells_total.value = len(runs) * reps
         eng, built_for = None, None
-        for run in runs:
+        pending: dict = {}          # run -> its repeats' stamps so far (rank 0, --repeat above 1)
+        walk_start = time.perf_counter()
+        # --repeat N: every run's repeat 1, then every run's repeat 2, ... (a busy minute touches
+        # each run once rather than one run N times)
+        for rep, run in ((r, run) for r in range(reps) for run in runs):
             tp, batch, mode = run
-            label = f"trace tp={tp} batch={batch} {mode}"
+            label = f"trace tp={tp} batch={batch} {mode}" + (f" repeat {rep + 1}/{reps}" if reps > 1 else "")
+            started = 0.0
             rec = None
             if rank < tp:
                 if built_for != (tp, batch):
@@ -113,9 +144,11 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
                     built_for = (tp, batch)
                 hook = None
                 f = env.fault
-                if f is not None and f.kind == "sleep" and int(f.opts.get("rank", -1)) == rank:
+                if (f is not None and f.kind == "sleep" and int(f.opts.get("rank", -1)) == rank
+                        and int(f.opts.get("repeat", rep + 1)) == rep + 1):
                     hook = _delay_hook(f, rank, eng)
                 hb.stage(f"{label}: decode")
+                started = time.perf_counter() - walk_start
                 info = {}
                 lat, offs, durs = run_tokens(torch, eng, cfg.steps, cfg.warmup, mode, mark_hook=hook,
                                              on_token=hb.tick, info=info)
@@ -129,8 +162,7 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
                 moved = sorted({r["origin"] for r in recs} - {"token start"})
                 if moved:
                     print(f"commprof trace: {label}: segment offsets count from the {moved[0]}", file=sys.stderr)
-                writer.add_attributed(tp, batch, mode, attribute_tokens(recs, cfg.layers_model, tp, batch,
-                                                                     cfg.chunk, cfg.prompt), recs=recs)
+                add_repeat(writer, cfg, run, recs, rep, started, pending)
                 hb.row_written(1)
         eng = None
         _release(torch, env.device)

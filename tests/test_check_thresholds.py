@@ -46,3 +46,6 @@ def test_verdict_order():
     assert verdict([mk("WARN"), mk("FAIL")]) == "FAIL"
     assert verdict([mk("SKIP")]) == "SKIP"
     assert counts([mk("PASS"), mk("SKIP"), mk("SKIP")]) == "PASS 1, WARN 0, FAIL 0, SKIP 2"
+    # E1 (the evidence, not the box) is not counted: the counts add up to the headline's 'of N items'
+    e1 = Item("E1", "evidence for a verdict", "PASS", "", "", "")
+    assert counts([mk("PASS"), mk("SKIP"), e1]) == "PASS 1, WARN 0, FAIL 0, SKIP 1"

@@ -76,9 +76,10 @@ def _records_mean(size):
 
 @pytest.fixture
 def dirs(cli_inproc, tmp_path):
+    # the Inspector records are written (host nodeA), the A100 log real (host modal): one box by its label
     sw, insp = tmp_path / "a100", tmp_path / "insp"
-    assert cli_inproc("import", "nccl-tests", A100, "--out", str(sw)).returncode == 0
-    assert cli_inproc("import", "nccl-inspector", TP8, "--out", str(insp)).returncode == 0
+    assert cli_inproc("import", "nccl-tests", A100, "--label", "a100", "--out", str(sw)).returncode == 0
+    assert cli_inproc("import", "nccl-inspector", TP8, "--label", "a100", "--out", str(insp)).returncode == 0
     return str(sw), str(insp)
 
 

@@ -114,3 +114,26 @@ def test_vllm_gpu_marks_custom_allreduce_and_nccl(cli_inproc, tmp_path):
     assert collections.Counter(colls[colls["rank"] == 0]["op"]) == {"all_reduce": 12, "all_gather": 3}
     # rank 0's kernels are 1 us shorter: per collective 1 us of rank 1's time is wait
     assert colls[colls["rank"] == 1]["wait_us"].round(6).eq(1.0).all()
+
+
+def test_a_profile_dir_imports_as_its_files_and_the_line_is_per_token(cli_inproc, tmp_path):
+    """vLLM's profiler dir given as it is: its *.json.gz files (the front end's trace skipped as with
+    files); the line gives the decode batch and the exposed communication per token (per step /
+    batch, from the run's own figures). A dir with no trace in it is one line, exit 2."""
+    by_files, by_dir = str(tmp_path / "files"), str(tmp_path / "dir")
+    assert cli_inproc("import", "kineto", *TP2, "--model", TINY, "--out", by_files).returncode == 0
+    res = cli_inproc("import", "kineto", os.path.dirname(TP2[0]), "--model", TINY, "--out", by_dir)
+    assert res.returncode == 0, res.stderr
+    assert csv_rows(by_dir, "trace_summary.csv") == csv_rows(by_files, "trace_summary.csv")
+    run = results_meta(by_dir)["runs"][0]
+    summ = next(r for r in csv_rows(by_dir, "trace_summary.csv") if r["phase"] == "decode")
+    per_token = float(summ["ms_per_token"]) * float(summ["comm_share_pct"]) / 100 / int(summ["batch"])
+    assert abs(run["comm_ms_per_token"] - per_token) < 1e-4 * per_token      # the CSV keeps 6 digits
+    assert f"(batch 4, {run['tokens_per_s']:,.0f} tokens/s: {run['comm_ms_per_token']:.3f} ms of it per token)" in res.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("no trace here\n")
+    res = cli_inproc("import", "kineto", str(empty), "--out", str(tmp_path / "o"))
+    errors = [x for x in res.stderr.splitlines() if x.startswith("commprof: error:")]
+    assert res.returncode == 2 and len(errors) == 1 and "no trace files" in errors[0], res.stderr
+    assert not (tmp_path / "o").exists()

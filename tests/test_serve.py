@@ -243,7 +243,7 @@ class _FakeHandler(BaseHTTPRequestHandler):
             self.connection.close()
             return
         if mode == "sigint" and n == 3 and srv.sigint_pid:   # the first request of the second level
-            os.kill(srv.sigint_pid, signal.SIGINT)
+            os.kill(srv.sigint_pid, srv.signal)
         if mode == "http500" and not probe and n % 2 == 0:
             self._json(500, {"error": {"message": "boom"}})
             return
@@ -280,6 +280,7 @@ class FakeServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _FakeHandler)
         self.mode, self.sigint_pid, self.count, self.lock = mode, sigint_pid, 0, threading.Lock()
         self.queued = 0
+        self.signal = signal.SIGINT           # what mode "sigint" sends (a test may choose SIGTERM)
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
         self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
@@ -366,10 +367,14 @@ def test_server_dies_mid_run_keeps_finished_level(fake_server, cli_inproc, tmp_p
     assert meta["status"] == "failed" and meta["knee_concurrency"] == 1
 
 
-def test_ctrl_c_keeps_finished_levels(tmp_path):
+@pytest.mark.parametrize("sig,code,said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_ctrl_c_keeps_finished_levels(tmp_path, sig, code, said):
+    """Ctrl-C, or SIGTERM (`kill PID`: the only stop for a run under `nohup ... &`), in the second
+    level: the first level's row is written, the run marked interrupted, one line, 130 / 143."""
     from helpers import cli_env
 
     srv = FakeServer()
+    srv.signal = sig
     try:
         proc = subprocess.Popen([sys.executable, "-m", "commprof", "serve", "--url", srv.url, "--model", "sigint",
                                  "--concurrency", "1,2", "--requests", "1", "--warmup", "0", "--output-tokens", "20",
@@ -382,8 +387,8 @@ def test_ctrl_c_keeps_finished_levels(tmp_path):
         _, err = proc.communicate(timeout=60)
     finally:
         srv.stop()
-    assert proc.returncode == 130, err
-    assert "interrupted" in err and "Traceback" not in err
+    assert proc.returncode == code, err
+    assert said in err and "Traceback" not in err
     levels = _levels(tmp_path / "out")
     assert levels[0]["status"] == "complete" and levels[0]["ok"] == "1"
     assert all(lv["status"] == "interrupted" for lv in levels[1:])

@@ -3,7 +3,9 @@ bars, refusals before a dir is made, the all-gather stand-in), each with a test 
 old behaviour."""
 import os
 import subprocess
+import sys
 
+from helpers import cli_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -163,3 +165,17 @@ def test_one_rule_for_a_missing_all_gather():
     assert stand_in_op("all_gather", 2, have | {("all_gather", 2)}) == ("all_gather", None)
     assert stand_in_op("all_gather", 4, have) == ("all_gather", None)     # nothing to stand in: refused later
 
+
+
+def test_show_keeps_stdout_and_stderr_lines_whole_in_one_pipe(tmp_path):
+    """`commprof show DIR 2>&1 | less`: a chart line (stderr) never lands in the middle of a summary
+    line (stdout, block-buffered in a pipe): each note flushes stdout first."""
+    res = subprocess.run([sys.executable, "-m", "commprof", "show", os.path.join(ROOT, "results", "trace-qwen2.5-32b-vm")],
+                         cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stdout
+    lines = res.stdout.splitlines()
+    assert any(line.startswith("chart: ") for line in lines), res.stdout
+    assert not [line for line in lines if "chart: " in line and not line.startswith("chart: ")], res.stdout
+    assert lines.index(next(x for x in lines if x.startswith("chart: "))) > max(
+        i for i, x in enumerate(lines) if "ms/token" in x), res.stdout

@@ -139,3 +139,30 @@ def attribute_tokens(recs: list[dict], layers_model: int, tp: int, batch: int, c
     att = attribute(recs, layers_model, tp)
     att["summary"] = summarize(att["tokens"], batch, att["collectives_per_step"], chunk, prompt)
     return att
+
+
+def pool_repeats(rep_recs: list[list[dict]]) -> list[dict]:
+    """The repeats of one run (``trace --repeat``; each a list of the ranks' stamps) as one run:
+    per rank, every repeat's tokens one after another (repeat r's token t becomes token
+    r x tokens + t), so the summary's medians are over every repeat's tokens."""
+    import numpy as np
+
+    if len(rep_recs) == 1:
+        return rep_recs[0]
+    by_rank: dict = {}
+    for recs in rep_recs:
+        for r in recs:
+            by_rank.setdefault(r["rank"], []).append(r)
+    out = []
+    for rank, rs in sorted(by_rank.items()):
+        out.append({**rs[0], "lat": np.concatenate([r["lat"] for r in rs]),
+                    "offs": np.concatenate([r["offs"] for r in rs]), "durs": np.concatenate([r["durs"] for r in rs])})
+    return out
+
+
+def slowest_token_ms(att: dict) -> list[float]:
+    """Each token's slowest rank's latency in ms (what ``ms_per_token`` is the median of), in token order."""
+    by_t: dict = {}
+    for row in att["tokens"]:
+        by_t[row["token"]] = max(by_t.get(row["token"], 0.0), float(row["latency_us"]) / 1e3)
+    return [by_t[t] for t in sorted(by_t)]

@@ -16,6 +16,7 @@ from commprof.analysis.stepmodel import build_plan
 from commprof.analysis.checkitems_health import health_items
 from commprof.analysis.whatnow import annotate
 from commprof.analysis.checkitems_nccl import nccl_items
+from commprof.analysis.checknoise import guard as noise_guard
 
 # Per-direction link ceilings in GB/s: PCIe x16 per direction (PCI-SIG: 8/16/32/64 GT/s per lane,
 # 128b/130b; Gen6 PAM4 with FLIT), NVLink per GPU per direction (NVIDIA A100/H100/B200 datasheets:
@@ -319,8 +320,9 @@ def _latency_vs_healthy(ev, t, sub, label, ic) -> Item | None:
     if mode != "graph":
         hint = ("; ".join(x for x in (hint, "measured without CUDA graphs; serving engines replay decode in graphs "
                                       "(nccl-tests -G, or commprof sweep --modes graph on the box)") if x))
-    return Item("C10", f"all-reduce latency at decode sizes ({_mode_phrase(mode, label)})", status, value, threshold,
-                f"{_refs_prefix(exp)}: {refs}", hint, basis=evidence_phrase(exp))
+    return noise_guard(Item("C10", f"all-reduce latency at decode sizes ({_mode_phrase(mode, label)})", status, value,
+                            threshold, f"{_refs_prefix(exp)}: {refs}", hint, basis=evidence_phrase(exp)),
+                       judged, figure=worst, fail_bound=exp.hi * fr)
 
 
 def item_allreduce_latency(ev, th) -> Item:
@@ -373,8 +375,8 @@ def item_allreduce_latency(ev, th) -> Item:
                 "commprof sweep --modes graph on the box); ")
     if status != "PASS":
         hint += "a custom one-shot all-reduce or NVLink cuts small-message latency"
-    return Item("C10", name, status, value, f"{fabric}: PASS <= {p} us, WARN <= {w} us ({why})", t["source"],
-                hint.rstrip("; "), basis=why)
+    return noise_guard(Item("C10", name, status, value, f"{fabric}: PASS <= {p} us, WARN <= {w} us ({why})",
+                            t["source"], hint.rstrip("; "), basis=why), _decode_rows(sub)[2], figure=worst, fail_bound=w)
 
 
 def item_busbw(ev, th) -> Item:
@@ -424,7 +426,7 @@ def item_busbw(ev, th) -> Item:
             ratio = exp.lo / best if best > 0 else math.inf
             status = _judge_ratio(ratio, pr, fr)
             refs = "; ".join(f"{r['name']}: {r['source']}" if r.get("source") else r["name"] for r in exp.refs)
-            return Item("C9", name, status,
+            return noise_guard(Item("C9", name, status,
                         f"TP={tp}: {best:.1f} GB/s busbw ({method}, sizes up to {_size_text(largest)}) = "
                         f"{best / exp.lo:.2f}x the lowest {evidence_phrase(exp, one=True)}"
                         f"{above}",
@@ -433,7 +435,8 @@ def item_busbw(ev, th) -> Item:
                         f"(1/{pr:g}), WARN >= {exp.lo / fr:.1f} GB/s (1/{fr:g}), FAIL below",
                         f"{_refs_prefix(exp)}: {refs}",
                         "" if status == "PASS" else f"{ratio:.1f}x below the lowest {evidence_phrase(exp, one=True)}: check "
-                        "NCCL_P2P_LEVEL, ACS/IOMMU, link training (C6) and NCCL_ALGO overrides", basis=evidence_phrase(exp))
+                        "NCCL_P2P_LEVEL, ACS/IOMMU, link training (C6) and NCCL_ALGO overrides", basis=evidence_phrase(exp)),
+                top, figure=best, fail_bound=exp.lo / fr, higher_is_better=True)
         if nvls:
             return Item("C9", name, "PASS", f"TP={tp}: {best:.1f} GB/s{above}",
                         f"no NVLS-capable healthy {ic.link} box at TP={tp} to compare with; above the link ceiling "
@@ -441,11 +444,13 @@ def item_busbw(ev, th) -> Item:
                         basis=f"a physical bound: the {ic.link} per-direction link ceiling")
     status = "PASS" if frac >= t["pass_fraction"] else "WARN" if frac >= t["warn_fraction"] else "FAIL"
     why = "your --thresholds file" if fixed else "fixed, proposed: no healthy box or reference profile of the class"
-    return Item("C9", name, status, f"TP={tp}: {best:.1f} GB/s = {frac:.0%} of {ic.link} {ceiling:g} GB/s{above}",
+    judged = top if _ic(ev).within_node().known else sub
+    return noise_guard(Item("C9", name, status, f"TP={tp}: {best:.1f} GB/s = {frac:.0%} of {ic.link} {ceiling:g} GB/s{above}",
                 f"PASS >= {t['pass_fraction']:.0%}, WARN >= {t['warn_fraction']:.0%} of the ceiling ({why})",
                 f"{t['source']}; {LINK_CEILING_SOURCE}",
                 "" if status == "PASS" else "check NCCL_P2P_LEVEL, ACS/IOMMU and link training",
-                basis=f"{why}: a fraction of the {ic.link} per-direction ceiling (a physical bound)")
+                basis=f"{why}: a fraction of the {ic.link} per-direction ceiling (a physical bound)"),
+        judged, figure=best, fail_bound=t["warn_fraction"] * ceiling, higher_is_better=True)
 
 
 MULTINODE_FAIL_MIN_BOXES = 2    # C10n FAILs only against this many healthy multi-node boxes (or a physical bound)
@@ -482,8 +487,9 @@ def _multinode_items(ev, th) -> list[Item]:
         if healthy is not None:
             healthy.id, healthy.item = "C10n", f"{base} ({_mode_phrase(mode, label)})"
             healthy.basis = healthy.basis.replace("of its class", "of multi-node boxes (TP groups across hosts)")
-            healthy.hint = "" if healthy.status == "PASS" else ("keep TP groups inside a node; decode across nodes "
-                                                                 "pays the network's latency on every collective")
+            if healthy.status != "INSUFFICIENT":        # unstable cells keep their rerun hint (checknoise)
+                healthy.hint = "" if healthy.status == "PASS" else ("keep TP groups inside a node; decode across "
+                                                                     "nodes pays the network's latency on every collective")
             refs = _multinode_refs(tl, small)
             if healthy.status == "FAIL" and refs < MULTINODE_FAIL_MIN_BOXES:
                 healthy.status = "WARN"
@@ -506,12 +512,13 @@ def _multinode_items(ev, th) -> list[Item]:
             status, capped = "WARN", ("; FAIL only by your --thresholds file: these fixed thresholds stand on one "
                                       "published figure (2 nodes x 8 H20), not on two healthy boxes or a physical bound")
         if status is not None:
-            out.append(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
+            out.append(noise_guard(Item("C10n", f"{base} ({_mode_phrase(mode, label)})", status, value,
                             f"network: PASS <= {p} us, WARN <= {w} us{capped}", t["source"],
                             basis="your --thresholds file" if user else
                             "fixed proposed thresholds anchored on one published figure (2 nodes x 8 H20)",
                             hint="" if status == "PASS" else "keep TP groups inside a node; decode across nodes pays the "
-                            "network's latency on every collective"))
+                            "network's latency on every collective"), _decode_rows(small)[2], figure=worst,
+                            fail_bound=w))
     big = sub[(sub["op"] == "all_reduce") & (sub["size_bytes"] >= th["busbw"]["min_bytes"])]
     name = f"large-message busbw between nodes ({nodes} hosts)"
     if big.empty:
@@ -528,8 +535,9 @@ def _multinode_items(ev, th) -> list[Item]:
                             "DeepEP README)"))
         else:
             status = "PASS" if best >= p else "WARN" if best >= w else "FAIL"
-            out.append(Item("C9n", name, status, f"{best:.1f} GB/s", f"PASS >= {p} GB/s, WARN >= {w} GB/s",
-                            t["source"] + " (busbw thresholds from your --thresholds file)"))
+            out.append(noise_guard(Item("C9n", name, status, f"{best:.1f} GB/s", f"PASS >= {p} GB/s, WARN >= {w} GB/s",
+                            t["source"] + " (busbw thresholds from your --thresholds file)"), big, figure=best,
+                            fail_bound=w, higher_is_better=True))
     return out
 
 
@@ -598,8 +606,9 @@ def item_comm_share(ev, th) -> Item:
         return Item("C11", name, "SKIP", value + " on CPU ranks (gloo)", "GPU thresholds", t["source"])
     share = float(row["comm_share_pct"])
     status = "PASS" if share < t["pass_pct"] else "WARN" if share <= t["warn_pct"] else "FAIL"
-    return Item("C11", name, status, value, f"PASS < {t['pass_pct']}%, WARN <= {t['warn_pct']}%", t["source"],
-                "" if status == "PASS" else "a lower TP degree, NVLink, or a faster small-message all-reduce")
+    return noise_guard(Item("C11", name, status, value, f"PASS < {t['pass_pct']}%, WARN <= {t['warn_pct']}%",
+                            t["source"], "" if status == "PASS" else "a lower TP degree, NVLink, or a faster "
+                            "small-message all-reduce"), sub.iloc[:1], figure=share, fail_bound=t["warn_pct"], verb="trace")
 
 
 def item_ttft_comm(ev, th) -> Item | None:
@@ -610,7 +619,8 @@ def item_ttft_comm(ev, th) -> Item | None:
     df = ev.trace
     if df is None or df.empty or "phase" not in df.columns:
         return None
-    rows = [r for r in df.to_dict("records") if isinstance(r.get("phase"), str) and r["phase"] in ("prefill", "mixed")]
+    rows = [{**r, "_pos": n} for n, r in enumerate(df.to_dict("records"))
+            if isinstance(r.get("phase"), str) and r["phase"] in ("prefill", "mixed")]
     if not rows:
         return None
     name = f"communication share of TTFT ({t['prompt']}-token prompt) at TP={t['tp']}"
@@ -631,9 +641,10 @@ def item_ttft_comm(ev, th) -> Item | None:
         return Item("C11p", name, "SKIP", value + " on CPU ranks (gloo)", "GPU thresholds", t["source"])
     share = float(row["ttft_comm_share_pct"])
     status = "PASS" if share < t["pass_pct"] else "WARN" if share <= t["warn_pct"] else "FAIL"
-    return Item("C11p", name, status, value, threshold, t["source"],
-                "" if status == "PASS" else "a larger prefill chunk (fewer collectives), NVLink, or a lower TP degree "
-                "for prefill")
+    return noise_guard(Item("C11p", name, status, value, threshold, t["source"],
+                            "" if status == "PASS" else "a larger prefill chunk (fewer collectives), NVLink, or a lower "
+                            "TP degree for prefill"), df.iloc[[row["_pos"]]], figure=share, fail_bound=t["warn_pct"],
+                       verb="trace")
 
 
 def _serve_row(ev, t):
@@ -775,7 +786,11 @@ def item_evidence(items: list[Item], th) -> Item:
     for k in ("C10", "C9", "C16", "C11"):
         if k in skipped and not (unknown and k in ("C9", "C10")):
             add.append(_ADD[k])
-    if "C10" not in skipped and "C10" not in judged:
+    noisy = [i.id for i in items if i.id in DECIDING_ITEMS and i.status == "INSUFFICIENT"]
+    if noisy:       # judged on unstable cells (analysis/checknoise.py): steady figures decide them
+        add.append(f"steady figures for {', '.join(noisy)} (rerun with commprof sweep --repeat 5, or trace "
+                   "--repeat 5, on a quiet machine)")
+    if "C10" not in skipped and "C10" not in judged and "C10" not in noisy:
         add.append(_ADD["C10"])
     return Item("E1", name, "INSUFFICIENT", f"{len(judged)} measured item{'s' if len(judged) != 1 else ''} judged "
                 f"({', '.join(judged) or 'none'}): not enough for an overall verdict", threshold, t["source"],

@@ -70,14 +70,20 @@ def _us(v: float) -> str:
     return f"{v:,.1f}"
 
 
+def repeat_reason(values, what: str = "p50", unit: str = "us", fmt: str = ",.1f") -> str:
+    """The repeat rule, one for every verb: why repeats of one measurement disagree ("" when they
+    do not): their figures (``what``, in ``unit``) more than :data:`REPEAT_SPREAD_MAX` apart (max / min)."""
+    s = spread(values)
+    if s is None or s <= REPEAT_SPREAD_MAX:
+        return ""
+    shown = " / ".join(format(v, fmt) for v in _pos(values))
+    return f"repeats' {what} {shown} {unit}, {s:.2f}x apart (limit {REPEAT_SPREAD_MAX:g}x)"
+
+
 def unstable_reason(repeat_p50s=(), p50=None, p95=None) -> str:
     """Why a cell is unstable ("" when it is not), with its numbers: its repeats' medians more
     than :data:`REPEAT_SPREAD_MAX` apart, or its p95 over :data:`TAIL_RATIO_MAX` x its p50."""
-    why = []
-    s = spread(repeat_p50s)
-    if s is not None and s > REPEAT_SPREAD_MAX:
-        shown = " / ".join(_us(v) for v in _pos(repeat_p50s))
-        why.append(f"repeats' p50 {shown} us, {s:.2f}x apart (limit {REPEAT_SPREAD_MAX:g}x)")
+    why = [w for w in (repeat_reason(repeat_p50s),) if w]
     t = tail_ratio(p50, p95)
     if t is not None and t > TAIL_RATIO_MAX:
         why.append(f"p95 {_us(float(p95))} us = {t:.2f}x p50 {_us(float(p50))} us (limit {TAIL_RATIO_MAX:g}x)")
@@ -147,3 +153,18 @@ def batch_drops(rows: list[dict], noise_key: str | None = None) -> list[dict]:
                     out.append({"tp": tp, "batch_small": b1, "batch_large": b2, "ms_small": ms1, "ms_large": ms2,
                                 "drop": drop})
     return out
+
+
+def trace_run_noise(token_ms, repeat_ms=()) -> dict:
+    """The noise columns of one trace run (``trace_summary.csv``): ``repeats`` (how many times the
+    run was measured, ``trace --repeat``), each repeat's ms/token (``ms_per_token_repeats``,
+    ';'-separated, empty for one), their ``repeat_spread`` (max / min) and ``unstable``: why the
+    run's ms/token is not a steady figure ("" when it is): its repeats' medians disagree
+    (:func:`repeat_reason`, the sweep's rule) or its tokens spread (:func:`token_spread_reason`,
+    over every repeat's tokens). ``token_ms``: each token's slowest rank, ms."""
+    reps = _pos(repeat_ms)
+    s = spread(reps)
+    why = [w for w in (repeat_reason(reps, "median", "ms/token", ",.3f"), token_spread_reason(token_ms)) if w]
+    return {"repeats": max(1, len(list(repeat_ms or ()))),
+            "ms_per_token_repeats": ";".join(f"{v:.6g}" for v in reps) if len(reps) > 1 else "",
+            "repeat_spread": s if s is not None else "", "unstable": "; ".join(why)}

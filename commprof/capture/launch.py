@@ -20,7 +20,8 @@ import time
 
 from commprof import results
 from commprof.results.meta import remove_temp_files
-from commprof.model.errors import CommprofError, DeviceError, RankDied, RankFailed, RankHung, UsageError, where
+from commprof.model.errors import (EXIT_TERMINATED, CommprofError, DeviceError, RankDied, RankFailed, RankHung,  # noqa: F401
+                                    Terminated, UsageError, where)
 from commprof.model.machine import supports_graph_events
 from commprof.model.targets import resolve_target
 
@@ -33,16 +34,6 @@ MAX_TIMEOUT_S = 86400.0
 MAX_ITERS = 1_000_000
 #: A hung rank's pulse (a thread of its own) is "frozen" when it has not beaten for this long.
 FROZEN_AFTER_S = 2.0
-EXIT_TERMINATED = 143       # 128 + SIGTERM, as a shell reports a process ended by it
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM to the launching process: handled like Ctrl-C (ranks ended, meta ``interrupted``),
-    exit 143. A KeyboardInterrupt so every handler of Ctrl-C handles it too."""
-
-    exit_code = EXIT_TERMINATED
-    reason = "terminated by SIGTERM"
-
 
 def torchrun_env() -> dict | None:
     """RANK/WORLD_SIZE/LOCAL_RANK as set by torchrun, or None when commprof launches itself."""

@@ -40,6 +40,22 @@ def run_label(label: str) -> dict:
     return lab
 
 
+def trace_files(paths: list[str]) -> list[str]:
+    """The trace files ``paths`` name: a directory (a profiler's output dir, e.g. vLLM's
+    VLLM_TORCH_PROFILER_DIR) stands for the ``*.json`` / ``*.json.gz`` files directly in it."""
+    out = []
+    for p in paths:
+        if not os.path.isdir(p):
+            out.append(p)
+            continue
+        found = sorted(os.path.join(p, n) for n in os.listdir(p)
+                       if n.endswith((".json", ".json.gz")) and os.path.isfile(os.path.join(p, n)))
+        if not found:
+            raise UsageError(f"{shown_path(p)}: a directory with no trace files (*.json, *.json.gz) in it")
+        out += found
+    return out
+
+
 def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None, model: str | None = None,
                   tp: int | None = None, command=None) -> dict:
     """Read the traces, attribute every run in them, write a trace results dir; returns a short
@@ -53,6 +69,7 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
     except re.error as e:
         raise UsageError(f"--step-marker '{step_marker}': not a regular expression ({e})") from None
     shape = get_model(model) if model else None
+    paths = trace_files(paths)
     results.check_out_dir(out_dir, resume=False)
     ranks, files, skipped = [], [], []
     for p in paths:
@@ -144,7 +161,10 @@ def import_kineto(paths: list[str], out_dir: str, step_marker: str | None = None
                          "plan_collectives_per_step": plan_count,
                          "matches_plan": None if plan_count is None else att["collectives_per_step"] == plan_count,
                          "cpu_only": att["cpu"], "comm_share_pct": summ["comm_share_pct"],
-                         "ms_per_step": summ["ms_per_token"], "notes": att["notes"]})
+                         "ms_per_step": summ["ms_per_token"], "tokens_per_s": summ.get("tokens_per_s"),
+                         "comm_ms_per_token": (summ["ms_per_token"] * summ["comm_share_pct"] / 100 / batch
+                                               if batch and not is_training else None),
+                         "notes": att["notes"]})
     backends = sorted({r.backend for r in ranks if r.backend})
     meta = results.provenance(
         "import", "imported", "a PyTorch profiler (Kineto) trace attributed per step: compute / communication "
@@ -248,6 +268,16 @@ def _batch_from_sizes(shape, colls, dtype: str) -> int | None:
     return None
 
 
+def per_token(a: dict) -> str:
+    """What a decode step is per token: the batch the step decodes, tokens/s, and the exposed
+    communication each token carries (per step / batch); nothing for training steps."""
+    if a.get("step_kind") == "training" or not a.get("batch") or a.get("comm_ms_per_token") is None:
+        return ""
+    tps = a.get("tokens_per_s")
+    rate = f", {tps:,.0f} tokens/s" if isinstance(tps, (int, float)) and tps == tps else ""
+    return f" (batch {a['batch']}{rate}: {a['comm_ms_per_token']:.3f} ms of it per token)"
+
+
 def run_import_kineto(paths: list[str], out: str, step_marker: str | None = None, model: str | None = None,
                       tp: int | None = None) -> int:
     """``commprof import kineto``: import, print one line per run, return the exit code (0)."""
@@ -263,7 +293,7 @@ def run_import_kineto(paths: list[str], out: str, step_marker: str | None = None
               f"step{'s' if a['steps'] != 1 else ''} ({a['step_source']}), "
               f"{a['collectives_per_step']} collectives/step{plan}, "
               f"{a['ms_per_step']:.3f} ms/step, communication {a['comm_share_pct']:.1f}% exposed"
-              f"{cpu_ops} into {acc['out_dir']}")
+              f"{per_token(a)}{cpu_ops} into {acc['out_dir']}")
         for n in (([f"skipped {', '.join(acc['skipped'])}: names no rank and holds no kernels or CPU ops "
                        "(a front-end process's trace)"] if acc.get("skipped") else []) + a["notes"])[:5]:
             print(f"  note: {n}", file=sys.stderr)

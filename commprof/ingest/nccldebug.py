@@ -147,6 +147,10 @@ class Account:
     comms: dict = field(default_factory=dict)
     hosts: set = field(default_factory=set)
     engine: dict = field(default_factory=dict)
+    host_lines: Counter = field(default_factory=Counter)    # host -> NCCL lines it printed
+    host_bus: dict = field(default_factory=dict)            # host -> busIds of its Init lines
+    host_devs: dict = field(default_factory=dict)           # host -> the cudaDev of its line prefixes
+    host_pids: dict = field(default_factory=dict)           # host -> the pids of its line prefixes
 
 
 def _lines(path: str):
@@ -198,6 +202,9 @@ def read_logs(paths: list[str]) -> Account:
             acc.nccl_lines += 1
             host, msg = m.group("host"), m.group("msg").strip()
             acc.hosts.add(host)
+            acc.host_lines[host] += 1
+            acc.host_devs.setdefault(host, set()).add(int(m.group("dev")))
+            acc.host_pids.setdefault(host, set()).add(m.group("pid"))
             if m.group("lvl") != "INFO":
                 if len(acc.warn_lines) < 20:
                     acc.warn_lines.append(f"{host} [{m.group('dev')}] NCCL {m.group('lvl')} {msg}"[:300])
@@ -264,6 +271,7 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
         comm.nranks = int(i.group("n"))
         comm.ranks.add(int(i.group("rank")))
         comm.hosts.add(host)
+        acc.host_bus.setdefault(host, set()).add(i.group("bus").lower().lstrip("0") or "0")
         if i.group("state") == "COMPLETE":
             comm.complete += 1
         current[thread] = comm
@@ -392,6 +400,48 @@ def comm_rows(acc: Account) -> list[dict]:
     return out
 
 
+def _cut_hosts(acc: Account) -> dict:
+    """Hosts that are the tail of another host seen with more lines (``pseek-v2-5-0-1`` beside
+    ``deepseek-v2-5-0-1``: a line whose start another line's output overwrote) -> that host."""
+    out = {}
+    for h in acc.host_lines:
+        longer = [g for g in acc.host_lines if g != h and g.endswith(h) and acc.host_lines[g] > acc.host_lines[h]]
+        if longer:
+            out[h] = max(longer, key=lambda g: acc.host_lines[g])
+    return out
+
+
+def box_identity(acc: Account) -> dict:
+    """What identifies the machine(s) the log was printed on, as ``check`` and ``report`` match it to
+    a box: the hostnames of NCCL's line prefixes (``host:pid:tid``; NCCL cuts them at the first
+    '.'), most lines first, and per host the GPUs NCCL used there: the more of the distinct busIds
+    of its ``ncclCommInitRank`` lines and the distinct cudaDev of its line prefixes. Both are lower
+    bounds (Ray folds repeated lines away; a process that sees one GPU calls it 0), so a count
+    contradicts a box with fewer GPUs, never one with more. The largest communicator's ranks and
+    nodes beside them."""
+    cut = _cut_hosts(acc)
+    hosts = sorted((h for h in acc.host_lines if h not in cut), key=lambda h: (-acc.host_lines[h], h))
+    gpus, source, bus = {}, {}, {}
+    for h in hosts:
+        b = set(acc.host_bus.get(h, set()))
+        devs = set(acc.host_devs.get(h, set()))
+        for c, g in cut.items():
+            if g == h:
+                b |= acc.host_bus.get(c, set())
+                devs |= acc.host_devs.get(c, set())
+        gpus[h] = max(len(b), len(devs))
+        source[h] = "busId" if b and len(b) >= len(devs) else "cudaDev"
+        if b:
+            bus[h] = sorted(b)
+    comms = [c for c in acc.comms.values() if c.key != UNATTRIBUTED]
+    return {"hosts": hosts, "gpus_per_host": gpus, "gpus_from": source, "bus_ids": bus,
+            "pids_per_host": {h: len(acc.host_pids.get(h, ())) for h in hosts},
+            "cut_hosts": dict(sorted(cut.items())),
+            "nranks_max": max((c.nranks for c in comms if c.nranks), default=None),
+            "nnodes_max": max((c.nnodes for c in comms if c.nnodes), default=None),
+            "from": "NCCL INFO line prefixes (host:pid:tid [cudaDev]) and ncclCommInitRank busId"}
+
+
 def summary(acc: Account) -> dict:
     """The account's scalars, as meta.json records them."""
     return {
@@ -434,7 +484,7 @@ def import_nccl_debug(paths: list[str], out_dir: str, expect_gpus: int | None = 
         "(commprof import nccl-debug)", status="complete",
         command=list(command) if command is not None else list(sys.argv), hosts=info["hosts"], gpus=[],
         source_files=[{"path": shown_path(p), "sha256": results.file_sha256(p)} for p in paths],
-        import_kind="nccl-debug", nccl_debug=info,
+        import_kind="nccl-debug", nccl_debug=info, box_identity=box_identity(acc),
         expect={"gpus": expect_gpus, "nodes": expect_nodes},
         verdict=[{k: it[k] for k in ("id", "verdict")} for it in items])
     results.write_meta(out_dir, meta)

@@ -105,6 +105,9 @@ class Account:
     mechanisms: set = field(default_factory=set)
     hosts: set = field(default_factory=set)
     timing: dict = field(default_factory=dict)
+    host_ranks: dict = field(default_factory=dict)   # host -> communicator -> the ranks its records name
+    host_pids: dict = field(default_factory=dict)    # host -> the pids of its records' metadata
+    host_records: dict = field(default_factory=dict)  # host -> records
     rng: random.Random = field(default_factory=lambda: random.Random(0))
 
 
@@ -261,6 +264,22 @@ def _add(acc: Account, obj: dict, path: str) -> None:
         acc.mechanisms.add(str(meta["rec_mechanism"]))
     if row.host:
         acc.hosts.add(row.host)
+        acc.host_ranks.setdefault(row.host, {}).setdefault(comm, set()).add(rank)
+        acc.host_records[row.host] = acc.host_records.get(row.host, 0) + 1
+        if meta.get("pid") is not None:
+            acc.host_pids.setdefault(row.host, set()).add(str(meta["pid"]))
+
+
+def box_identity(acc: Account) -> dict:
+    """What identifies the machine(s) the records came from, as ``check`` and ``report`` match them
+    to a box: the records' ``metadata.hostname``, most records first, and per host the GPUs the
+    engine ran there (the most ranks one communicator has on it: one rank per GPU), with its pids."""
+    hosts = sorted(acc.host_records, key=lambda h: (-acc.host_records[h], h))
+    gpus = {h: max((len(r) for r in acc.host_ranks.get(h, {}).values()), default=0) for h in hosts}
+    return {"hosts": hosts, "gpus_per_host": gpus, "gpus_from": {h: "ranks of one communicator" for h in hosts},
+            "pids_per_host": {h: len(acc.host_pids.get(h, ())) for h in hosts},
+            "nranks_max": max((k[2] for k in acc.rows), default=None),
+            "from": "NCCL Inspector records' metadata.hostname, metadata.pid and header.rank"}
 
 
 def read_inspector(paths: list[str]) -> Account:
@@ -373,6 +392,6 @@ def import_nccl_inspector(paths: list[str], out_dir: str, command=None) -> dict:
         "(commprof import nccl-inspector)", status="complete",
         command=list(command) if command is not None else list(sys.argv), hosts=info["hosts"], gpus=[],
         source_files=[{"path": shown_path(p), "sha256": results.file_sha256(p)} for p in acc.files],
-        import_kind="nccl-inspector", nccl_inspector=info)
+        import_kind="nccl-inspector", nccl_inspector=info, box_identity=box_identity(acc))
     results.write_meta(out_dir, meta)
     return meta

@@ -94,3 +94,14 @@ def warn(message: str) -> None:
 class BadValue(UsageError, ValueError):
     """A value that breaks its rule (a size, a count). Also a ValueError, so a caller that catches
     ValueError to put its flag's name in front keeps working."""
+
+
+EXIT_TERMINATED = 143       # 128 + SIGTERM, as a shell reports a process ended by it
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to commprof: handled like Ctrl-C (ranks ended, what was measured written, meta
+    ``interrupted``), exit 143. A KeyboardInterrupt so every handler of Ctrl-C handles it too."""
+
+    exit_code = EXIT_TERMINATED
+    reason = "terminated by SIGTERM"

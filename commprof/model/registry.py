@@ -70,6 +70,7 @@ class TraceConfig:
     phase: str = flag("decode", "--phase", help="decode, prefill (one prompt in chunk steps: TTFT and its communication) or mixed (chunk steps carrying --batch decode tokens too).")
     prompt: int | None = flag(None, "--prompt", help="Prompt length in tokens (--phase prefill or mixed); the prefill sequence's cache holds it.")
     chunk: int | None = flag(None, "--chunk", help="Prefill tokens per step (default the whole prompt; needed for mixed).")
+    repeat: int = flag(1, "--repeat", help="Time each run (TP x batch x mode) N times (1-100), the repeats interleaved over the trace; trace_repeats.csv keeps each repeat's ms/token, trace_summary.csv's figures are over every repeat's tokens, and column unstable says when the repeats' ms/token are more than 2x apart.")
     argv: list = field(default_factory=list)
     seed: int = 0
 
@@ -167,7 +168,7 @@ class GapConfig:
 IMPORT_KINDS = (
     ImportKind("nccl-tests", "commprof.verbs.import_:import_nccl_tests_dir", label=True,
                help="logs of one box (nccl-tests text output or -J JSON), as a sweep results dir"),
-    ImportKind("nccl-debug", "commprof.verbs.import_:import_nccl_debug_dir", options=("expect_gpus", "expect_nodes"),
+    ImportKind("nccl-debug", "commprof.verbs.import_:import_nccl_debug_dir", options=("expect_gpus", "expect_nodes"), label=True,
                help="NCCL_DEBUG=INFO logs: NCCL's own account of the transports, network and overrides, with check items"),
     ImportKind("nvidia-smi-q", "commprof.ingest.nvidiasmiq:run_import_nvidia_smi_q",
                help="'nvidia-smi -q' text or 'nvidia-smi -q -x' XML of a box: the GPUs' health, for check"),
@@ -176,7 +177,7 @@ IMPORT_KINDS = (
     ImportKind("kineto", "commprof.ingest.kineto:run_import_kineto", label=True,
                options=("step_marker", "model", "tp"),
                help="PyTorch profiler traces of a serving engine (.json/.json.gz), one per rank, as a trace results dir"),
-    ImportKind("nccl-inspector", "commprof.verbs.import_:import_nccl_inspector_dir",
+    ImportKind("nccl-inspector", "commprof.verbs.import_:import_nccl_inspector_dir", label=True,
                help="NCCL Inspector JSON (a file or NCCL_INSPECTOR_DUMP_DIR): every collective the engine ran, "
                     "as it paid it, per communicator and rank"),
 )
@@ -195,7 +196,7 @@ class ImportConfig:
     step_marker: str | None = flag(None, "--step-marker", help="kineto: a regex of the annotation that marks one step (default: the first of these the trace holds: ProfilerStep#N; vLLM's record_function iteration marks 'execute_context_N(T)_generation_M(K)' (vllm/v1/worker/gpu_worker.py), e.g. --step-marker '^execute_context_'; vLLM's 'gpu_model_runner: forward').")
     model: str | None = flag(None, "--model", help="kineto: the served model (built-in name or config.json), to compare collectives per step with the plan's 2L+2 and name each collective's site.")
     tp: int | None = flag(None, "--tp", help="kineto: the TP degree of the traced group (default: the number of rank traces given).")
-    label: str | None = flag(None, "--label", help="nccl-tests, kineto: the box's short name in gap, check and report (default: the dir's name).")
+    label: str | None = flag(None, "--label", help="nccl-tests, kineto: the box's short name in gap, check and report (default: the dir's name); nccl-debug, nccl-inspector: the box the log belongs to (that box's --label), else it is matched by hostname.")
     expect_gpus: int | None = flag(None, "--expect-gpus", help="nccl-debug: the GPUs the box was sold with (FAIL when the log's largest communicator has fewer ranks).")
     expect_nodes: int | None = flag(None, "--expect-nodes", help="nccl-debug: the nodes the box was sold with (FAIL when the log shows fewer).")
 
@@ -271,7 +272,8 @@ RESULT_KINDS = (
     ResultKind("trace", tables={
         "trace_summary.csv": ("trace_summary", ("tp", "batch", "comm_share_pct", "ms_per_token")),
         "trace_tokens.csv": ("trace_tokens", ("tp", "batch", "token", "rank", "latency_us")),
-        "trace_layers.csv": ("trace_layers", ("tp", "batch", "layer", "rank"))}, view=f"{_S}:show_trace"),
+        "trace_layers.csv": ("trace_layers", ("tp", "batch", "layer", "rank")),
+        "trace_repeats.csv": ("trace_repeats", ("tp", "batch", "repeat", "ms_per_token"))}, view=f"{_S}:show_trace"),
     ResultKind("moe", tables={
         "moe_steps.csv": ("moe_steps", ("ep", "tokens", "skew", "imbalance")),
         "moe_ranks.csv": ("moe_ranks", ("ep", "tokens", "skew", "rank"))}, view=f"{_S}:show_moe"),

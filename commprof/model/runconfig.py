@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 
+#: The most repeats ``--repeat`` takes (sweep, trace: each one walks every cell again).
+MAX_REPEAT = 100
+
+
 @dataclass(kw_only=True)
 class RunConfig:
     #: the verb that runs this config: labels the progress bar and the errors.

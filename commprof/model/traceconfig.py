@@ -25,6 +25,7 @@ class TraceRunConfig(RunConfig):
     prompt: int = 0             # prefill/mixed: the prompt's length in tokens
     chunk: int = 0              # prefill/mixed: prefill tokens per step (at most the prompt)
     comm_from: str | None = None  # --predict: the sweep dir (or modelled reference dir) of the box predicted
+    repeat: int = 1             # --repeat: each run timed this many times, the repeats interleaved
 
     @property
     def steps(self) -> int:
@@ -51,6 +52,11 @@ class TraceRunConfig(RunConfig):
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def repeat_count(cfg) -> int:
+    """How many times each run is timed (``--repeat``; configs from before it ran once)."""
+    return max(1, int(getattr(cfg, "repeat", 1) or 1))
 
 
 def plan_runs(cfg: TraceRunConfig) -> list[tuple[int, int, str]]:

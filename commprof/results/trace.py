@@ -37,7 +37,32 @@ SUMMARY_COLUMNS = ["kind", "scaled", "tp", "batch", "mode", "ms_per_token", "tok
                    "collectives_per_step", "collectives_per_token", "comm_share_pct", "transfer_share_pct",
                    "wait_share_pct", "compute_ms", "transfer_ms", "wait_ms", "gaps_ms", "max_residual_pct",
                    "tokens", "layers_run", "layers_model", "phase", "prompt", "chunk", "ttft_ms", "ttft_comm_ms",
-                   "ttft_comm_share_pct", "remainder_ms"]
+                   "ttft_comm_share_pct", "remainder_ms", "repeats", "ms_per_token_repeats", "repeat_spread",
+                   "unstable"]
+
+#: ``trace_repeats.csv`` (``trace --repeat N`` with N > 1): one row per repeat of each run.
+REPEATS_CSV = "trace_repeats.csv"
+REPEAT_COLUMNS = ["kind", "tp", "batch", "mode", "phase", "repeat", "start_s", "tokens", "ms_per_token",
+                  "tokens_per_s", "compute_ms", "transfer_ms", "wait_ms", "gaps_ms", "comm_share_pct", "ttft_ms",
+                  "unstable"]
+REPEAT_COLUMN_DOCS = {
+    "repeat": "which repeat of the run (1 to --repeat); the repeats are interleaved: every run's repeat 1, then "
+              "every run's repeat 2, ...",
+    "start_s": "when the repeat's timed tokens started, seconds since rank 0 began the first run",
+    "ms_per_token": "that repeat's own median over its tokens (trace_summary.csv's is over every repeat's tokens)",
+    "unstable": "that repeat's own tokens spread (interquartile range over 0.5 of the median), else empty",
+}
+
+#: What the noise columns of ``trace_summary.csv`` mean (commprof.analysis.noise holds the limits).
+NOISE_COLUMN_DOCS = {
+    "repeats": "times the run was timed (--repeat, the repeats interleaved over the trace); with more than one, "
+               "the summary's figures are over every repeat's tokens pooled (trace_tokens.csv numbers them on: "
+               "repeat r's token t is (r - 1) x tokens + t)",
+    "ms_per_token_repeats": "each repeat's ms/token (its own median), ';'-separated (empty for one repeat)",
+    "repeat_spread": "max / min of the repeats' ms/token (empty for one repeat)",
+    "unstable": "why the run's ms/token is not a steady figure (empty when it is): its repeats' ms/token more than "
+                "2x apart, or its tokens' interquartile range over 0.5 of their median (commprof.analysis.noise)",
+}
 
 
 TRACE_JSON = "trace.json"
@@ -200,6 +225,16 @@ class TraceWriter:
         self.layers = TableAppender(os.path.join(p, LAYERS_CSV), LAYER_COLUMNS)
         self.summary = TableAppender(os.path.join(p, SUMMARY_CSV), SUMMARY_COLUMNS)
         self.timeline: list = []
+        self.repeats = None         # trace_repeats.csv, opened at its first row
+
+    def add_repeat(self, tp, batch, mode, repeat: int, start_s: float, summary: dict, unstable: str = ""):
+        """One ``trace_repeats.csv`` row: one repeat of one run (``--repeat`` above 1), its own
+        summary figures (``commprof.analysis.attribution.summarize``) and when it started."""
+        if self.repeats is None:
+            self.repeats = TableAppender(os.path.join(self.cfg.out_dir, REPEATS_CSV), REPEAT_COLUMNS)
+        self.repeats.write([{**summary, "kind": self.kind, "tp": tp, "batch": batch, "mode": mode,
+                             "phase": summary.get("phase", "decode"), "repeat": repeat,
+                             "start_s": round(float(start_s), 6), "unstable": unstable}])
 
     def add_attributed(self, tp, batch, mode, att, recs=None):
         """Append one run (``commprof.analysis.attribution.attribute_tokens``) to the three tables; ``recs``
@@ -215,8 +250,9 @@ class TraceWriter:
                              "layers_model": self.cfg.layers_model, **att["summary"]}])
 
     def close(self, status: str = "complete"):
-        for c in (self.tokens, self.layers, self.summary):
-            c.close()
+        for c in (self.tokens, self.layers, self.summary, self.repeats):
+            if c is not None:
+                c.close()
         if self.timeline:
             write_timeline(os.path.join(self.cfg.out_dir, TRACE_JSON), self.timeline, self.cfg.model,
                            getattr(self.cfg, "dtype", "bf16"), getattr(self.cfg, "backend", "gloo"),
@@ -260,8 +296,11 @@ def open_trace(cfg, rank_infos: list[dict], kind: str = "measured", extra: dict 
                  "ttft_ms": "prefill/mixed: time to first token of one prompt = its ceil(prompt / chunk) chunk "
                             "steps (mean step of the slowest rank x steps)",
                  "ttft_comm_ms": "prefill/mixed: the part of ttft_ms in collectives (ttft_ms x comm_share_pct)",
-                 "tokens_per_s": "decode: generated tokens/s; prefill: prompt tokens/s; mixed: decode tokens/s"},
+                 "tokens_per_s": "decode: generated tokens/s; prefill: prompt tokens/s; mixed: decode tokens/s",
+                 **NOISE_COLUMN_DOCS},
     )
+    if getattr(cfg, "repeat", 1) > 1:
+        meta["repeat_columns"] = REPEAT_COLUMN_DOCS
     meta.update(extra or {})
     write_meta(cfg.out_dir, meta)
     return TraceWriter(cfg, meta, kind)

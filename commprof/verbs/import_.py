@@ -50,7 +50,8 @@ def run(cfg: ImportConfig) -> int:
             raise UsageError(f"{f} {v}: give a count of 1 or more")
     rc = _dispatch(cfg.kind, list(cfg.paths), out, step_marker=cfg.step_marker, model=cfg.model, tp=cfg.tp,
                    expect_gpus=cfg.expect_gpus, expect_nodes=cfg.expect_nodes)
-    if cfg.label and rc == 0:
+    # the label is kept wherever the dir was written (an nccl-debug account that FAILs an item is written too)
+    if cfg.label and (rc == 0 or os.path.exists(os.path.join(out, results.META_JSON))):
         meta = results.read_meta(out)
         meta["label"] = cfg.label.strip()
         results.write_meta(out, meta)

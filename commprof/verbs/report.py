@@ -75,7 +75,8 @@ def build(dirs: list[str], out_dir: str, thresholds: str | None = None, model: s
             meta = b.sweep_meta or b.trace_meta or b.serve_meta
             sections.append(views.Section(f"Box {k}: {b.label}", level=2,
                                           headlines=[(b.label, views.box_headline(b.label, mine, meta, b.interconnect))],
-                                          paragraphs=[f"dirs: {', '.join(shown_path(d) for d in b.dirs)}"]))
+                                          paragraphs=[f"dirs: {', '.join(shown_path(d) for d in b.dirs)}",
+                                                      *b.notes]))
         sections.append(views.checklist_section(mine, verdict(mine), b.interconnect, level=level, prefix=prefix))
         if b.topo:
             sections.append(views.topology_section(b.topo, level=level, prefix=prefix))

@@ -23,8 +23,7 @@ from commprof.capture.launch import shared_core_note, torchrun_env
 from commprof.views.show import show
 from commprof.views.console import progress_bar
 
-#: The most repeats --repeat takes (each one walks every cell again).
-MAX_REPEAT = 100
+from commprof.model.runconfig import MAX_REPEAT  # the most repeats --repeat takes, shared with trace
 
 #: The longest prompt (and chunk) --sizes prefill takes, in tokens: the plan's --context bound.
 MAX_PROMPT_TOKENS = 1 << 24

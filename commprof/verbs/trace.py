@@ -12,13 +12,14 @@ from commprof.model.registry import TraceConfig  # noqa: F401 - the flags, decla
 
 import os
 import sys
+import time
 from dataclasses import asdict
 
 from commprof import results
-from commprof.analysis.attribution import attribute_tokens
 from commprof.analysis.latency import CommTable
 from commprof.results.trace import open_trace
-from commprof.model.traceconfig import TraceRunConfig, plan_runs
+from commprof.model.traceconfig import TraceRunConfig, plan_runs, repeat_count
+from commprof.model.runconfig import MAX_REPEAT
 from commprof.model.collectives import DTYPE_BYTES
 from commprof.model.errors import UsageError
 from commprof.model.fileio import shown_path
@@ -195,11 +196,15 @@ def memory_guard(model: dict, tps, batches, context: int, layers: int | None, dt
 def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, warmup: int,
                  layers: int | None, dtype: str, backend: str, modes: str | None, timeout_s: float,
                  out: str | None, argv: list[str], predict: bool = False, seed: int = 0, phase: str = "decode",
-                 prompt: int | None = None, chunk: int | None = None, comm_from: str | None = None) -> TraceRunConfig:
+                 prompt: int | None = None, chunk: int | None = None, comm_from: str | None = None,
+                 repeat: int = 1) -> TraceRunConfig:
     """Validate the flags, pick the backend, check memory (nothing is started). ``phase``
     prefill runs one ``prompt``-token prompt in chunks of ``chunk`` tokens (default the whole
     prompt); mixed runs those chunk steps with each ``batch``'s decode tokens in them. ``predict``
-    needs ``comm_from`` (a results dir or ``reference:<profile>``), resolved and read here."""
+    needs ``comm_from`` (a results dir or ``reference:<profile>``), resolved and read here.
+    ``repeat``: each run timed that many times, the repeats interleaved."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
+        raise UsageError(f"--repeat {repeat!r}: times each run is timed, a whole number from 1 to {MAX_REPEAT}")
     if predict and not comm_from:
         raise UsageError("--predict needs --comm-from DIR (a sweep results dir of the box to predict)")
     if comm_from and not predict:
@@ -240,7 +245,7 @@ def build_config(*, model: str, tp: str, batch: str, context: int, tokens: int, 
                        layers=n_layers, dtype=dtype, modes=mode_list, backend=name, backend_reason=reason,
                        timeout_s=float(timeout_s), out_dir=out_dir, progress=True, argv=argv, world_size=world,
                        launch="torchrun" if (trun and not predict) else "local", seed=seed, memory=mem,
-                       phase=phase, prompt=prompt or 0, chunk=chunk or 0, comm_from=source)
+                       phase=phase, prompt=prompt or 0, chunk=chunk or 0, comm_from=source, repeat=repeat)
 
 
 def run_ranks(cfg: TraceRunConfig) -> bool:
@@ -279,7 +284,7 @@ def run_prediction(cfg: TraceRunConfig, comm_from: str) -> None:
     import torch
 
     from microbench.decode_engine import DecodeEngine, engine_dims
-    from microbench.trace_rank import TORCH_DTYPES, run_tokens
+    from microbench.trace_rank import TORCH_DTYPES, add_repeat, run_tokens
 
     table = CommTable(comm_from)
     table.check_covers({tp for tp, _, _ in plan_runs(cfg)})    # refused before the dir is made
@@ -302,7 +307,10 @@ def run_prediction(cfg: TraceRunConfig, comm_from: str) -> None:
     writer = open_trace(cfg, [rank_info(0, 0, device)], kind="predicted", extra={"inputs": inputs})
     e = DTYPE_BYTES[cfg.dtype]
     eng, built_for = None, None
-    for tp, batch, mode in plan_runs(cfg):
+    reps = repeat_count(cfg)
+    pending: dict = {}                    # run -> its repeats' stamps so far (--repeat)
+    t0 = time.perf_counter()
+    for rep, (tp, batch, mode) in ((r, run) for r in range(reps) for run in plan_runs(cfg)):
         if built_for != (tp, batch):      # one engine per (tp, batch), reused across modes
             eng = None
             if device.type == "cuda":
@@ -310,6 +318,7 @@ def run_prediction(cfg: TraceRunConfig, comm_from: str) -> None:
             eng = DecodeEngine(torch, None, cfg.model, tp, 0, batch, cfg.engine_context, dtype, device, cfg.layers,
                                comm=False, seed=cfg.seed, chunk=cfg.chunk)
             built_for = (tp, batch)
+        started = time.perf_counter() - t0
         lat, offs, durs = run_tokens(torch, eng, cfg.steps, cfg.warmup, mode)
         d = engine_dims(cfg.model, tp)
         ar = (batch + cfg.chunk) * d["hidden"] * e
@@ -318,8 +327,7 @@ def run_prediction(cfg: TraceRunConfig, comm_from: str) -> None:
         comm_us = {k: (table.latency_us(COMM_OP[k], tp, mode, v) if tp > 1 else 0.0) for k, v in sizes.items()}
         rec = predicted_record({"rank": 0, "lat": lat, "offs": offs, "durs": durs, "segments": eng.segments},
                                comm_us)
-        writer.add_attributed(tp, batch, mode, attribute_tokens([rec], cfg.layers_model, tp, batch, cfg.chunk,
-                                                             cfg.prompt))
+        add_repeat(writer, cfg, (tp, batch, mode), [rec], rep, started, pending, keep_timeline=False)
     eng = None
     meta = results.read_meta(cfg.out_dir)
     meta["comm_lookups"] = table.lookups

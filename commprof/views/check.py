@@ -7,7 +7,10 @@ from commprof.views.console import stdout_console, Col, fit_table
 
 
 def counts(items: list[Item]) -> str:
-    return ", ".join(f"{k} {sum(i.status == k for i in items)}" for k in ("PASS", "WARN", "FAIL", "SKIP"))
+    """'PASS 4, WARN 0, FAIL 0, SKIP 8': the checklist's items, E1 aside, as the headline's 'of 12
+    items' counts them (E1 judges the evidence, not the box: its own status is in the table)."""
+    listed = [i for i in items if i.id != "E1"]
+    return ", ".join(f"{k} {sum(i.status == k for i in listed)}" for k in ("PASS", "WARN", "FAIL", "SKIP"))
 
 
 def _by_box(items: list[Item]) -> list[tuple[str, list[Item]]]:

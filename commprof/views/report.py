@@ -20,6 +20,11 @@ REPORT_MD = "report.md"
 SWEEP_CHARTS = ("latency_vs_size.png", "busbw_vs_size.png")
 TRACE_CHARTS = ("trace_tokens.png", "trace_layers_heatmap.png", "trace_share_vs_tp.png")
 CHECK_HEADERS = ("#", "item", "status", "value", "threshold", "source", "hint", "against", "what now")
+#: the checklist's column widths in the HTML page: the text columns share 89% of the page by how
+#: much they hold and wrap inside it (a long path or URL broken anywhere); the id and status
+#: columns ("") take the rest, never narrower than their longest word (INSUFFICIENT). The nine
+#: columns so fit a 1280 px window, and one of 900 px.
+CHECK_WIDTHS = ("", "11%", "", "14%", "11%", "14%", "13%", "11%", "15%")
 
 
 @dataclass
@@ -27,6 +32,8 @@ class Table:
     headers: tuple
     rows: list
     status_col: int | None = None
+    cls: str = ""                  # the HTML table's class (``checklist``: fixed columns that wrap)
+    widths: tuple = ()             # one CSS width per column (a <colgroup>), with ``cls``
 
 
 @dataclass
@@ -85,7 +92,7 @@ def checklist_section(items, verdict: str, interconnect=None, level: int = 2, pr
         line = interconnect_line(interconnect.to_dict())
         paras.append(line[0].upper() + line[1:] + ".")
     return Section(f"{prefix}Checklist", level=level, verdict=verdict, counts=counts(items), paragraphs=paras,
-                   tables=[Table(CHECK_HEADERS, rows, status_col=2)])
+                   tables=[Table(CHECK_HEADERS, rows, status_col=2, cls="checklist", widths=CHECK_WIDTHS)])
 
 
 def topology_section(t: dict, level: int = 2, prefix: str = "") -> Section:
@@ -346,7 +353,7 @@ def side_by_side_section(boxes, items, gap, gap_error, out_dir: str) -> Section:
     rows = []
     for b in boxes:
         mine = [i for i in items if i.box == b.label]
-        meta = b.sweep_meta or b.trace_meta or {}
+        meta = b.sweep_meta or b.trace_meta or (b.metas[0] if b.metas else {})   # an engine account's own box: its import
         ic = b.interconnect
         rows.append((b.label, ", ".join(meta.get("gpus") or ["?"]), ", ".join(meta.get("hosts") or ["?"]),
                      meta.get("kind", "?"), ic.short() if ic else "?",

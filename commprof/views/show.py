@@ -10,7 +10,13 @@ from commprof.model.spec import load_object
 from commprof.views.console import frame_table, record_frame, stdout_console
 
 
-def show(res, charts: bool = True, echo=print, note=lambda line: print(line, file=sys.stderr)) -> None:
+def _note(line: str) -> None:
+    """A line on stderr, after what is already printed on stdout (``2>&1`` keeps the order)."""
+    sys.stdout.flush()
+    print(line, file=sys.stderr, flush=True)
+
+
+def show(res, charts: bool = True, echo=print, note=_note) -> None:
     """Print what ``res`` (:class:`commprof.results.Results`) holds and redraw its charts into its
     dir. ``echo`` takes result lines, ``note`` the lines about files. Each result kind of
     :data:`commprof.model.registry.RESULT_KINDS` with a view shows its part, in that order."""

@@ -106,6 +106,30 @@ def _comm_ms(r: dict) -> str:
     return f"{v:.3f}" if v == v else "?"
 
 
+def _text(v) -> str:
+    """A text cell of a loaded table: NaN (pandas' empty cell) and None as ""."""
+    return "" if v is None or (isinstance(v, float) and v != v) else str(v).strip()
+
+
+def repeats_note(r: dict) -> str:
+    """``; over N repeats' tokens (A / B / C ms/token, X.XXx apart)`` for a run timed more than once
+    (``trace --repeat``), "" otherwise; ``!`` after it when the run is unstable (column ``unstable``)."""
+    try:
+        n = int(float(r.get("repeats")))
+    except (TypeError, ValueError):
+        n = 1
+    out = ""
+    if n > 1:
+        each = [v for v in _text(r.get("ms_per_token_repeats")).split(";") if v]
+        try:
+            shown = " / ".join(f"{float(v):,.3f}" for v in each)
+            spread = f", {float(r.get('repeat_spread')):.2f}x apart" if _text(r.get("repeat_spread")) else ""
+        except ValueError:
+            shown, spread = "", ""
+        out = f"; over {n} repeats' tokens" + (f" ({shown} ms/token{spread})" if shown else "")
+    return out + (" !" if _text(r.get("unstable")) else "")
+
+
 def summary_lines(summary) -> list[str]:
     """One line per (tp, batch, mode) of ``trace_summary``; columns a table lacks are left out."""
     lines = []
@@ -127,7 +151,7 @@ def summary_lines(summary) -> list[str]:
                          f"{num('ttft_comm_ms', '.2f')} ms ({num('ttft_comm_share_pct', '.1f')}%); "
                          f"{num('ms_per_token', '.3f')} ms per chunk step, {r.get('collectives_per_step', '?')} "
                          f"collectives/step (transfer {num('transfer_share_pct', '.1f')}%, "
-                         f"wait {num('wait_share_pct', '.1f')}%) [{label}]")
+                         f"wait {num('wait_share_pct', '.1f')}%){repeats_note(r)} [{label}]")
             continue
         if phase == "training":       # backward/optimizer ops in the steps: no token is generated
             lines.append(f"TP={r.get('tp')} {r.get('mode', '?')}: training steps, not decode (backward/optimizer ops "
@@ -139,7 +163,7 @@ def summary_lines(summary) -> list[str]:
                      f"ms/token, {num('tokens_per_s', '.1f')} tokens/s, {r.get('collectives_per_step', '?')} "
                      f"collectives/step ({num('collectives_per_token', 'g')}/token), communication "
                      f"{num('comm_share_pct', '.1f')}% = {_comm_ms(r)} ms (transfer {num('transfer_share_pct', '.1f')}%, "
-                     f"wait {num('wait_share_pct', '.1f')}%) [{label}]")
+                     f"wait {num('wait_share_pct', '.1f')}%){repeats_note(r)} [{label}]")
     return lines
 
 
@@ -180,7 +204,9 @@ def noise_lines(summary, tokens=None) -> list[str]:
         except (KeyError, TypeError, ValueError):
             continue
         own = times.get(key, [])
-        why = token_spread_reason(own)
+        # the reason written beside the run (trace_summary.csv column unstable: its repeats and its
+        # tokens), else, for a dir from before the column, its tokens' spread read again
+        why = _text(r.get("unstable")) if "unstable" in summary.columns else token_spread_reason(own)
         label = f"TP={key[0]} batch={key[1]} {key[2]}" + (f" {phase}" if phase != "decode" else "")
         if why:
             lines.append(f"!: unstable: {label} at {float(r['ms_per_token']):,.3f} ms/token: {why}; "
