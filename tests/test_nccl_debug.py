@@ -27,7 +27,8 @@ REAL = {
                                                                {"N1": "FAIL", "N4": "WARN"}),
     "a100x16_2node_ib_vllm_llmk8s-ib.log": ("IB", {}, {"N1": "PASS", "N2": "PASS"}),
     "a100x16_2node_socket_vllm_llmk8s-noib.log": ("Socket", {}, {"N1": "PASS", "N2": "FAIL"}),
-    "h100x16_2node_roce_sglang_slurmv4.log": ("IB", {"NCCL_NVLS_ENABLE": ["0"]}, {"N2": "PASS", "N3": "INFO"}),
+    "h100x16_2node_roce_sglang_slurmv4.log": ("IB", {"NCCL_NVLS_ENABLE": ["0"]},
+                                              {"N1": "PASS", "N2": "PASS", "N3": "INFO"}),
     "l40sx4_pcie-shm-p2plevel-nvl_torchrun-train_trainingoneks.log": ("Libfabric", {"NCCL_P2P_LEVEL": ["NVL"]},
                                                                       {"N1": "FAIL"}),
     "l40sx4_4pod_efa-libfabric_torchrun-train_trainingoneks.log": ("Libfabric", {}, {"N2": "WARN"}),
@@ -149,3 +150,65 @@ def test_a_large_log_is_streamed(tmp_path):
 def test_import_function_refuses_no_paths(tmp_path):
     with pytest.raises(UsageError):
         import_nccl_debug([], str(tmp_path / "o"))
+
+
+# the logs whose channel lines each name one rank pair of one communicator once (no Ray folding, no
+# line overwritten by another rank's output): what commprof reads is what grep counts, line for line
+GREP_EXACT = {
+    # grep -c 'via P2P/IPC' = 240, grep -c 'via NET/IB' = 64
+    "h100x16_2node_roce_sglang_slurmv4.log": {"P2P": 240, "NET/IB": 64},
+    "l40sx4_pcie-shm-p2plevel-nvl_torchrun-train_trainingoneks.log": {"SHM": 28},
+    "l40sx4_4pod_efa-libfabric_torchrun-train_trainingoneks.log": {"NET/Libfabric": 24},
+    "rtx5060tix2_pcie-p2p_vllm_p2pbench-on.log": {"P2P": 4},
+    "rtx5060tix2_pcie-shm-p2pdisabled_vllm_p2pbench-off.log": {"SHM": 4},
+}
+
+
+@pytest.mark.parametrize("name", sorted(GREP_EXACT))
+def test_channel_lines_per_transport_are_what_grep_counts(name):
+    from collections import Counter
+
+    _, _, pairs, _ = _verdicts(shared_data("nccl-debug", name))
+    got = Counter()
+    for p in pairs:
+        got[p["transport_class"]] += p["channels"]
+    assert dict(got) == GREP_EXACT[name]
+
+
+def _table_pairs(comms, prefix):
+    """The rank pairs the one-glance table gives a transport ('2 P2P/IPC, 1 SHM' per communicator)."""
+    n = 0
+    for c in comms:
+        for part in (c["transports"] or "").split(", "):
+            if part and part.split(" ", 1)[1].startswith(prefix):
+                n += int(part.split(" ", 1)[0])
+    return n
+
+
+def _evidence_count(items, item_id, words):
+    import re
+
+    ev = next(i["evidence"] for i in items if i["id"] == item_id)
+    return int(re.search(r"(\d+) rank pair\(s\) " + words, ev).group(1))
+
+
+@pytest.mark.parametrize("name, n1, n2", [
+    # 16 ranks over 2 nodes: 16 P2P/IPC pairs inside the nodes, 32 NET/IB/GDRDMA pairs between them
+    ("h100x16_2node_roce_sglang_slurmv4.log", 16, 32),
+    # the PP groups' NET/IB pairs: 2 + 2 + 2 in the table (11 before: one per NIC and direction line)
+    ("a100x16_2node_ib_vllm_llmk8s-ib.log", None, 6),
+    ("a100x16_2node_socket_vllm_llmk8s-noib.log", None, 6),
+    ("l40sx4_4pod_efa-libfabric_torchrun-train_trainingoneks.log", None, 12),
+])
+def test_n1_and_n2_count_the_pairs_the_table_shows(name, n1, n2):
+    """N1 counts the P2P/SHM pairs inside each node of a communicator that spans nodes too (the old
+    reader gave the 2x8 H100 RoCE log no N1 at all), and N2 counts rank pairs as the table does."""
+    acc = read_logs([shared_data("nccl-debug", name)])
+    info, comms, pairs = summary(acc), comm_rows(acc), pair_rows(acc)
+    items = engine_items(info, comms, pairs)
+    by = {i["id"]: i for i in items}
+    if n1 is not None:
+        assert by["N1"]["verdict"] == "PASS"
+        assert _evidence_count(items, "N1", "inside one node") == n1 == _table_pairs(comms, "P2P")
+    words = "via NET/Socket" if by["N2"]["verdict"] == "FAIL" else "over the network"
+    assert _evidence_count(items, "N2", words) == n2 == _table_pairs(comms, "NET/")

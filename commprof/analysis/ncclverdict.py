@@ -25,9 +25,18 @@ def _item(item_id, title, verdict, evidence, what_now):
 
 
 def _intra_pairs(comms, pairs, cls):
-    """Pairs inside a node (the comm's ranks all on one node) whose transport is ``cls``."""
-    one_node = {c["comm"] for c in comms if c.get("nnodes") == 1}
-    return [p for p in pairs if p["comm"] in one_node and p["transport_class"] == cls]
+    """Pairs inside a node whose transport is ``cls`` (P2P or SHM): NCCL connects two ranks with
+    either only when they share a host (src/transport/p2p.cc and shm.cc compare the peers' host
+    hashes; P2P across hosts is MNNVL, still GPU to GPU), so every such pair counts, in a
+    communicator of one node or one that spans nodes (a TP group of 16 over 2 nodes: its pairs
+    inside each node)."""
+    return [p for p in pairs if p["transport_class"] == cls]
+
+
+def _distinct(pairs) -> int:
+    """Rank pairs counted as the one-glance table counts them: one per (communicator, sender,
+    receiver), whatever the channels, directions and NICs of its lines."""
+    return len({(p["comm"], p["src_rank"], p["dst_rank"]) for p in pairs})
 
 
 def _multi_node(comms):
@@ -68,7 +77,7 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
         if v.upper() in blocking:
             blockers.append(f"NCCL_P2P_LEVEL={v}")
     if shm:
-        n = len({(p['comm'], p['src_rank'], p['dst_rank']) for p in shm})
+        n = _distinct(shm)
         if blockers:
             items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory",
                                lv["shm_with_override"],
@@ -85,8 +94,7 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
                                t["what_now_shm_platform"]))
     elif p2p:
         items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory", "PASS",
-                           f"{len({(p['comm'], p['src_rank'], p['dst_rank']) for p in p2p})} rank pair(s) inside "
-                           "one node go via P2P", ""))
+                           f"{_distinct(p2p)} rank pair(s) inside one node go via P2P", ""))
     # N2: nodes joined over TCP
     multi = _multi_node(comms)
     socket_pairs = [p for p in pairs if p["transport_class"] == "NET/Socket"]
@@ -97,14 +105,14 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
                                lv["socket_multinode"],
                                f"{len(multi)} communicator(s) span {max(c['nnodes'] for c in multi)} nodes and the "
                                f"log says 'Using network {', '.join(nets) or 'Socket'}'"
-                               + (f"; {len(socket_pairs)} pair(s) via NET/Socket" if socket_pairs else ""),
+                               + (f"; {_distinct(socket_pairs)} rank pair(s) via NET/Socket" if socket_pairs else ""),
                                t["what_now_socket"]))
         else:
             gdr = [p for p in pairs if p["transport_class"].startswith("NET/") and "GDRDMA" in p["transport"]]
             net = [p for p in pairs if p["transport_class"].startswith("NET/")]
             verdict = "PASS" if gdr or not net else lv["net_without_gdr"]
             items.append(_item("N2", "nodes are joined over RDMA (InfiniBand/RoCE/EFA), not TCP sockets", verdict,
-                               f"network {', '.join(nets) or '?'}; {len(net)} network pair(s), {len(gdr)} with "
+                               f"network {', '.join(nets) or '?'}; {_distinct(net)} rank pair(s) over the network, {_distinct(gdr)} with "
                                "GPUDirect RDMA (GDRDMA)",
                                "" if verdict == "PASS" else t["what_now_no_gdr"]))
     # N3: NVLS available, not used
