@@ -103,3 +103,61 @@ def test_every_item_of_a_gloo_run_and_a_skip_says_how_to_judge_it(tmp_path):
     skips = [i for i in items if i.status == "SKIP"]
     assert skips and all(i.what_now.startswith("Not judged") for i in skips)
     assert all(i.what_now for i in items)
+
+
+def _emitted_ids() -> set:
+    """Every item id ``commprof check`` can emit, read from the code that builds them."""
+    import glob
+    import re
+
+    ids = set()
+    for path in glob.glob(os.path.join(REPO, "commprof", "analysis", "*.py")):
+        text = open(path).read()
+        ids |= set(re.findall(r'\bItem\(\s*"([A-Z][A-Za-z0-9]*)"', text))
+        ids |= set(re.findall(r'\b_item\(\s*"(N[0-9])"', text))
+    return ids
+
+
+def _ids_in_reading_your_verdict() -> set:
+    import re
+
+    page = open(os.path.join(REPO, "docs", "check.md")).read()
+    section = page[page.index("## Reading your verdict"):]
+    ids = set()
+    for line in section.splitlines():
+        if not line.startswith("| ") or line.startswith(("| item ", "|---")):
+            continue
+        head = line.split("|")[1]
+        for prefix, lo, hi in re.findall(r"\b([A-Z]+)(\d+)-[A-Z]+(\d+)\b", head):     # a range: H1-H8
+            ids |= {f"{prefix}{k}" for k in range(int(lo), int(hi) + 1)}
+        ids |= set(re.findall(r"\b([A-Z]+[0-9]*[a-z]?)\b", head))
+    return ids
+
+
+def test_reading_your_verdict_covers_every_item_check_can_emit():
+    """docs/check.md, "Reading your verdict": one row for every item id the code can emit (C12, H0,
+    N0, I1 and E1 had none)."""
+    emitted = _emitted_ids()
+    assert {"C9", "C10n", "H0", "N0", "N5", "I1", "E1", "KV"} <= emitted      # the reader found them
+    missing = emitted - _ids_in_reading_your_verdict()
+    assert not missing, sorted(missing)
+
+
+def test_the_engines_own_account_names_its_evidence_and_what_now(cli_inproc, tmp_path):
+    """N items judged by check name what they rest on (NCCL's own log, the quote), like every other item."""
+    d = str(tmp_path / "nd")
+    res = cli_inproc("import", "nccl-debug", shared_data("nccl-debug", "rtx5060tix2_pcie-shm-p2pdisabled_vllm_p2pbench-off.log"),
+                     "--expect-gpus", "4", "--out", d)
+    assert res.returncode == 8, res.stderr
+    _, data = _check(cli_inproc, tmp_path, d)
+    by = {i["id"]: i for i in data["items"]}
+    assert {by[k]["status"] for k in ("N1", "N4", "N5")} == {"FAIL", "WARN"}
+    _all_items_carry_basis_and_what_now(data["items"])
+    assert "NCCL's own log" in by["N1"]["basis"] and "--expect-gpus" in by["N5"]["basis"]
+
+
+def test_in_engine_warn_says_what_to_do():
+    from commprof.analysis.whatnow import basis_for, what_now_for
+
+    assert what_now_for("I1", "WARN").startswith("Not a fault of the box by itself")
+    assert "sweep" in basis_for("I1")

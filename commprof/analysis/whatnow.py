@@ -32,6 +32,14 @@ BASIS = {
     "S2": "a proposed service target (SLO)",
     "S3": "a proposed service target (jitter growth, failed requests)",
     "E1": "the count of measured items judged",
+    "N0": "NCCL's own log of the engine's run (import nccl-debug)",
+    "N1": "NCCL's own log of the engine's run (import nccl-debug): the transport of each rank pair, counted",
+    "N2": "NCCL's own log of the engine's run (import nccl-debug): the network and the transport between nodes",
+    "N3": "NCCL's own log of the engine's run (import nccl-debug): NVLS support and nvls channels",
+    "N4": "the engine's own startup lines (custom all-reduce on or off, and why)",
+    "N5": "the quote (--expect-gpus / --expect-nodes) against the ranks and nodes in NCCL's own log",
+    "N6": "NCCL's own WARN lines in the engine's log",
+    "I1": "the same box's own sweep at the engine's sizes (NCCL Inspector's in-service times set beside it)",
 }
 _HEALTH_BASIS = "NVIDIA's GPU memory error guide and the NVML limits of each GPU"
 
@@ -90,6 +98,10 @@ WHAT_NOW = {
                  "'commprof trace' (the communication share) before blaming the GPUs.",
     ("S3", "*"): "Look at the failed requests (serve_requests.csv) and re-test; ask the seller for the engine "
                  "version and flags.",
+    ("I1", "WARN"): "Not a fault of the box by itself: the engine pays more per collective in service than the "
+                    "benchmark shows. Price the box with this factor ('commprof gap' shows it per size, 'commprof "
+                    "predict --comm-overhead-from' takes it); ask the seller whether the engine runs CUDA graphs and "
+                    "its custom all-reduce, and re-test under the same load.",
     ("E1", "INSUFFICIENT"): "Not a verdict: ask the seller for the evidence named in the hint (their nccl-tests logs, "
                             "'nvidia-smi topo -m', 'nvidia-smi -q'), or re-test on the box with 'commprof accept'.",
 }
