@@ -212,3 +212,17 @@ def test_n1_and_n2_count_the_pairs_the_table_shows(name, n1, n2):
         assert _evidence_count(items, "N1", "inside one node") == n1 == _table_pairs(comms, "P2P")
     words = "via NET/Socket" if by["N2"]["verdict"] == "FAIL" else "over the network"
     assert _evidence_count(items, "N2", words) == n2 == _table_pairs(comms, "NET/")
+
+
+@pytest.mark.parametrize("doc, after, name", [
+    ("nccl-debug.md", "## One real log", "rtx5060tix2_pcie-shm-p2pdisabled_vllm_p2pbench-off.log"),
+    ("import.md", "## nccl-debug", "h100x16_2node_roce_sglang_slurmv4.log"),
+])
+def test_the_docs_show_a_real_logs_table_and_verdicts_as_the_tool_prints_them(cli_inproc, tmp_path, doc, after, name):
+    page = open(os.path.join(REPO, "docs", doc)).read()
+    at = page.index("```\n", page.index(after)) + 4
+    shown = page[at:page.index("```\n", at)].splitlines()
+    res = cli_inproc("import", "nccl-debug", shared_data("nccl-debug", name), "--out", str(tmp_path / "nd"))
+    assert res.returncode in (0, 8), res.stderr
+    printed = [ln for ln in res.stdout.splitlines() if not ln.startswith("imported ")]
+    assert shown == printed

@@ -20,7 +20,8 @@ def account_lines(meta: dict, comms: list[dict], items: list[dict]) -> list[str]
         out.append("NCCL " + ", ".join(info["nccl_version"])
                    + (f" (CUDA {', '.join(info['cuda_version'])})" if info.get("cuda_version") else ""))
     if info.get("networks"):
-        out.append("network: " + ", ".join(f"{k} ({len(v)} host(s))" for k, v in info["networks"].items()))
+        nets = [f"{k} (in the lines of {len(v)} host{'' if len(v) == 1 else 's'})" for k, v in info["networks"].items()]
+        out.append("network: " + ", ".join(nets))
     if info.get("env_overrides"):
         out.append("set by environment: " + ", ".join(f"{k}={'|'.join(v)}" for k, v in info["env_overrides"].items()))
     eng = info.get("engine", {})

@@ -439,7 +439,8 @@ def nccl_debug_section(res, items, level: int = 2, prefix: str = "") -> Section:
         paras.append("NCCL " + ", ".join(info["nccl_version"])
                      + (f" (CUDA {', '.join(info['cuda_version'])})" if info.get("cuda_version") else "") + ".")
     if info.get("networks"):
-        paras.append("Network: " + ", ".join(f"{k} ({len(v)} host(s))" for k, v in info["networks"].items()) + ".")
+        nets = [f"{k} (in the lines of {len(v)} host{'' if len(v) == 1 else 's'})" for k, v in info["networks"].items()]
+        paras.append("Network: " + ", ".join(nets) + ".")
     if info.get("env_overrides"):
         paras.append("Set by environment: " + ", ".join(f"{k}={'|'.join(v)}" for k, v in info["env_overrides"].items())
                      + ".")
