@@ -226,3 +226,11 @@ def test_the_docs_show_a_real_logs_table_and_verdicts_as_the_tool_prints_them(cl
     assert res.returncode in (0, 8), res.stderr
     printed = [ln for ln in res.stdout.splitlines() if not ln.startswith("imported ")]
     assert shown == printed
+
+
+def test_an_empty_log_says_it_is_empty(cli_inproc, tmp_path):
+    p = tmp_path / "nccl.log"
+    p.write_text("")
+    res = cli_inproc("import", "nccl-debug", str(p), "--out", str(tmp_path / "o"))
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("commprof: error:")]
+    assert res.returncode == 9 and len(errors) == 1 and "(the file is empty)" in errors[0], res.stderr

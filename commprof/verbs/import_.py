@@ -108,7 +108,8 @@ def import_nccl_debug_dir(paths, out: str, expect_gpus=None, expect_nodes=None) 
         print(line)
     print(f"imported {len(paths)} NCCL_DEBUG log(s) into {out}")
     if not meta["nccl_debug"]["nccl_lines"]:
-        print(f"commprof: error: no NCCL INFO line in {', '.join(paths)}: run the engine with NCCL_DEBUG=INFO "
+        empty = "" if meta["nccl_debug"].get("lines") else f" (the file{'s are' if len(paths) > 1 else ' is'} empty)"
+        print(f"commprof: error: no NCCL INFO line in {', '.join(paths)}{empty}: run the engine with NCCL_DEBUG=INFO "
               "(docs/nccl-debug.md)", file=sys.stderr)
         return EXIT_INSUFFICIENT_EVIDENCE
     return EXIT_CHECK_FAILED if any(it["verdict"] == "FAIL" for it in items) else 0
