@@ -67,6 +67,17 @@ def test_xml_temperatures(tmp_path):
     assert items["H2"].status == "SKIP"
 
 
+def test_a_real_gpu_at_its_power_cap_while_serving_warns(tmp_path):
+    """A real GPU under load (ollama#6163: '-q -d POWER,TEMPERATURE,PERFORMANCE while test is running',
+    P2): SW Power Cap active. The text says nothing of the load, so it is one sample of unknown load:
+    a WARN naming the reason, never a PASS; 77 C with slowdown at 97 C passes H4."""
+    out, items = _import(tmp_path, "ollama-6163-swpowercap-load.txt")
+    g = read_health(out)["samples"][0]["gpus"][0]
+    assert g["clocks_event_reasons"] == ["sw_power_cap"] and g["pci_bus_id"] == "00000000:0B:00.0"
+    assert items["H3"].status == "WARN" and "GPU 0: sw_power_cap" in items["H3"].value
+    assert items["H4"].status == "PASS" and "77 C, slowdown at 97 C" in items["H4"].value
+
+
 def test_xml_throttle_reasons(tmp_path):
     out, items = _import(tmp_path, "telegraf-15279-throttle-xml.xml")
     assert read_health(out)["samples"][0]["gpus"][0]["clocks_event_reasons"] == ["gpu_idle"]
