@@ -74,10 +74,11 @@ def test_l40s_box_and_thresholds_override(tmp_path):
     d = box(tmp_path, L40S, 50.0, 25.0, 20.0)
     s = statuses(run_items(gather([d]), load_thresholds()))
     # 50 us at TP=4 is 3.0x the pcie4-p2p profile's 16.9 us (no healthy 4-GPU PCIe 4.0 P2P box in the
-    # corpus): that figure is derived from other boxes, so 3.0x WARNs; FAIL waits for 4.5x (80 us: 4.7x)
+    # corpus): that figure is derived from other boxes, so 3.0x WARNs; 80 us (4.7x) is past the derived
+    # margin but WARNs too: a modelled profile alone never FAILs (two healthy boxes or a physical bound)
     assert s["C12"] == "PASS" and s["C5"] == "PASS" and s["C10"] == "WARN" and s["C11"] == "WARN"
-    assert statuses(run_items(gather([box(tmp_path, L40S, 80.0, 25.0, 20.0, name="far")]),
-                              load_thresholds()))["C10"] == "FAIL"
+    far = {i.id: i for i in run_items(gather([box(tmp_path, L40S, 80.0, 25.0, 20.0, name="far")]), load_thresholds())}
+    assert far["C10"].status == "WARN" and "FAIL needs 2 healthy boxes" in far["C10"].threshold
     f = tmp_path / "t.toml"
     f.write_text("[allreduce_latency]\npcie_pass_us = 60.0\n[comm_share]\npass_pct = 25.0\n")
     s = statuses(run_items(gather([d]), load_thresholds(str(f))))

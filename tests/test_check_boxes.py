@@ -99,9 +99,10 @@ def test_real_logs_exit_codes_and_check_json(cli_inproc, tmp_path):
     ("NVIDIA H100 80GB HBM3", 8, 22.0, 370.0, "nvswitch", "nvlink4", "PASS", "PASS"),
     ("NVIDIA H100 80GB HBM3", 8, 28.0, 120.0, "nvswitch", "nvlink4", "WARN", "FAIL"),
     ("NVIDIA B200", 8, 10.0, 680.0, "nvswitch", "nvlink5", "PASS", "PASS"),
-    # 2.7x and 4.7x the nvlink4 profile at TP=4, a figure derived from other boxes: FAIL only beyond 4.5x
+    # 2.7x and 4.7x the nvlink4 profile at TP=4, a figure derived from other boxes: a modelled profile
+    # alone never FAILs (a FAIL needs two healthy boxes of the class or a physical bound, issue 33)
     ("NVIDIA H200", 4, 40.0, 370.0, "nvlink", "nvlink4", "WARN", "PASS"),
-    ("NVIDIA H200", 4, 70.0, 370.0, "nvlink", "nvlink4", "FAIL", "PASS"),
+    ("NVIDIA H200", 4, 70.0, 370.0, "nvlink", "nvlink4", "WARN", "PASS"),
     ("NVIDIA GeForce RTX 5090", 8, 30.0, 20.0, "pcie", "pcie5", "PASS", "WARN"),
     ("NVIDIA GeForce RTX 5090", 8, 30.0, 10.0, "pcie", "pcie5", "PASS", "FAIL"),
     ("NVIDIA L40S", 4, 50.0, 12.0, "pcie", "pcie4", "WARN", "WARN"),

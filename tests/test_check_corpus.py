@@ -233,16 +233,19 @@ def test_graph_log_is_judged_against_graph_figures(tmp_path):
 
 def test_derived_profile_figure_fails_only_beyond_its_wider_margin(tmp_path):
     """4x H200 (NVLink, switch not known): no healthy box at TP=4, and the nvlink4 profile's TP=4
-    latency is derived from other boxes (commprof/analysis/profiles.py says so): 2.7x it WARNs, saying why,
-    4.7x FAILs; a calibrated figure (8x A100) keeps the 2.5x FAIL margin."""
+    latency is derived from other boxes (commprof/analysis/profiles.py says so): 2.7x it WARNs, saying why;
+    4.7x is past the derived margin but still WARNs: a modelled profile alone never FAILs a box (issue 33:
+    a FAIL needs two healthy boxes of the class or a physical bound); a calibrated figure (8x A100)
+    keeps the 2.5x FAIL margin."""
     from helpers import nccl_log
 
-    for alpha, want in ((40.0, "WARN"), (70.0, "FAIL")):
+    for alpha, want in ((40.0, "WARN"), (70.0, "WARN")):
         d = str(tmp_path / f"h200-{int(alpha)}")
         import_nccl_tests([nccl_log(str(tmp_path), "NVIDIA H200", ranks=4, alpha_us=alpha, busbw_gbps=370.0)], d)
         by, _ = _items(d)
         assert by["C10"].status == want, by["C10"]
         assert "derived from other boxes" in by["C10"].threshold and "(4.5x)" in by["C10"].threshold
+        assert ("FAIL needs 2 healthy boxes of the class or a physical bound" in by["C10"].threshold) == (alpha > 60)
     d = _import(tmp_path, BOXES[0])
     by, _ = _items(d)
     assert "derived" not in by["C10"].threshold and "(2.5x)" in by["C10"].threshold

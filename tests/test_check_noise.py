@@ -56,15 +56,28 @@ def test_an_unstable_passing_cell_is_insufficient_evidence_and_says_what_to_do(c
 
 
 def test_a_clear_fail_stays_fail_a_marginal_one_does_not(tmp_path):
+    # the buyer's own thresholds (a --thresholds file: PASS <= 20 us, WARN <= 41.7 us), so a FAIL can stand
+    # (against the modelled nvlink4 profile alone an H100 TP=8 graph cell only WARNs: a FAIL needs two
+    # healthy boxes of the class or a physical bound)
+    f = tmp_path / "t.toml"
+    f.write_text("[allreduce_latency]\nnvlink_pass_us = 20.0\nnvlink_warn_us = 41.7\n")
+    th = load_thresholds(str(f))
+
+    def c10(d):
+        return {i.id: i for i in run_items(gather([d]), th, None, None)}["C10"]
+
     # 500 us against the 41.7 us FAIL bound: even / 3 (the cell's spread) it fails
-    clear = _items(write_sweep_dir(tmp_path / "clear", META, _rows(500.0, WHY)))["C10"]
+    clear = c10(write_sweep_dir(tmp_path / "clear", META, _rows(500.0, WHY)))
     assert clear.status == "FAIL"
     assert "a FAIL all the same" in clear.basis and "3.00x spread" in clear.basis and "4KiB" in clear.basis
     # 60 us: past 41.7 us, but not by 3x: noise could have made it
-    near = _items(write_sweep_dir(tmp_path / "near", META, _rows(60.0, WHY)))["C10"]
+    near = c10(write_sweep_dir(tmp_path / "near", META, _rows(60.0, WHY)))
     assert near.status == "INSUFFICIENT" and "would be FAIL" in near.basis
     # a WARN on an unstable cell is not a verdict either
-    assert _items(write_sweep_dir(tmp_path / "warn", META, _rows(30.0, WHY)))["C10"].status == "INSUFFICIENT"
+    assert c10(write_sweep_dir(tmp_path / "warn", META, _rows(30.0, WHY))).status == "INSUFFICIENT"
+    # by the default thresholds (the modelled profile alone) the clear case is a WARN on an unstable
+    # cell: not a verdict
+    assert _items(write_sweep_dir(tmp_path / "clear2", META, _rows(500.0, WHY)))["C10"].status == "INSUFFICIENT"
 
 
 def test_a_dir_without_the_column_is_judged_as_before(tmp_path):

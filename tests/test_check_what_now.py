@@ -161,3 +161,19 @@ def test_in_engine_warn_says_what_to_do():
 
     assert what_now_for("I1", "WARN").startswith("Not a fault of the box by itself")
     assert "sweep" in basis_for("I1")
+
+
+def test_no_fail_against_one_healthy_box_without_a_physical_bound(tmp_path):
+    """4 RTX 5090 on PCIe 5.0: one healthy box of the class at TP=4 (nccl-tests#287, 32.6 us at <= 64
+    KiB). A box 4x slower at decode sizes FAILed C10 against that one log; it WARNs now and says a
+    FAIL needs two healthy boxes or a physical bound. Its busbw at 8% of the PCIe 5.0 ceiling FAILs
+    C9 still, naming the ceiling (a physical bound) beside the healthy box."""
+    log = nccl_log(str(tmp_path), "NVIDIA GeForce RTX 5090", ranks=4, alpha_us=125.0, busbw_gbps=5.0)
+    d = str(tmp_path / "slow")
+    import_nccl_tests([log], d)
+    by = {i.id: i for i in run_items(gather([d]), load_thresholds())}
+    c10, c9 = by["C10"], by["C9"]
+    assert "healthy box of its class (a real log)" in c10.basis
+    assert c10.status == "WARN" and "FAIL needs 2 healthy boxes of the class or a physical bound" in c10.threshold
+    assert c9.status == "FAIL" and "a physical bound" in c9.value and "physical bound" in c9.basis
+    assert "of the pcie5 per-direction ceiling of 63 GB/s" in c9.value

@@ -33,7 +33,10 @@ def test_box_judged_not_healthy_fails_with_and_without_itself():
     for b in bad:
         assert judge(b, table())["C9"]["status"] == "FAIL"
         without = judge(b, table(exclude=(b["file"],)))
-        assert without["C9"]["status"] == "FAIL" and without["C10"]["status"] == "FAIL"
+        # its busbw FAILs on the PCIe ceiling (a physical bound) too; its decode latency, judged without
+        # itself by a modelled profile alone, WARNs (a FAIL needs two healthy boxes or a physical bound)
+        assert without["C9"]["status"] == "FAIL" and "physical bound" in without["C9"]["value"]
+        assert without["C10"]["status"] == "WARN"
 
 
 def test_committed_leave_one_out_result_is_current():

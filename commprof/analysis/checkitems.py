@@ -289,6 +289,27 @@ def _judge_ratio(ratio: float, pr: float, fr: float) -> str:
     return "PASS" if ratio <= pr else "WARN" if ratio <= fr else "FAIL"
 
 
+FAIL_MIN_HEALTHY = 2    # a FAIL from a comparison stands on this many healthy boxes of the class, or a physical bound
+
+
+def _fail_needs_evidence(status: str, exp, bound: str = "") -> tuple[str, str]:
+    """Issue 33: a FAIL needs at least two healthy boxes of the class (real logs or published
+    figures) or a physical bound (``bound``: the sentence naming it, empty where there is none);
+    short of both it is a WARN. Returns the status and the words the threshold gets (empty when
+    nothing changed)."""
+    if status != "FAIL":
+        return status, ""
+    if bound:
+        return status, bound
+    n = len(exp.refs) if exp.kind == "healthy boxes" else 0
+    if n >= FAIL_MIN_HEALTHY:
+        return status, ""
+    behind = ("a modelled reference profile, no healthy box" if not n else
+              f"one {'published figure' if exp.refs[0].get('kind') != 'log' else 'healthy box (a real log)'}")
+    return "WARN", (f"; FAIL needs {FAIL_MIN_HEALTHY} healthy boxes of the class or a physical bound, and {behind} "
+                    "stands behind this one: WARN")
+
+
 def _latency_vs_healthy(ev, t, sub, label, ic) -> Item | None:
     """C10 against the healthy boxes (or reference profile) of the box's class, TP and method;
     None when there is neither (the fixed thresholds judge then)."""
@@ -307,10 +328,13 @@ def _latency_vs_healthy(ev, t, sub, label, ic) -> Item | None:
     fr = t["fail_ratio_derived"] if exp.derived else t["fail_ratio"]
     ratio = worst / exp.hi
     status = _judge_ratio(ratio, pr, fr)
+    capped = ""
+    if ic is not _NETWORK:              # C10n says it itself (MULTINODE_FAIL_MIN_BOXES)
+        status, capped = _fail_needs_evidence(status, exp)
     value = (f"{worst:.1f} us {stat} at TP={tp}, sizes <= {_size_text(exp.max_bytes)} (worst at {_size_text(at)}): "
              f"{ratio:.2f}x the slowest {evidence_phrase(exp, one=True)}")
     threshold = (f"vs {exp.span('us')} for {exp.what} ({exp.logs()}{DERIVED_NOTE if exp.derived else ''}): "
-                 f"PASS <= {exp.hi * pr:.1f} us ({pr:g}x), WARN <= {exp.hi * fr:.1f} us ({fr:g}x), FAIL above")
+                 f"PASS <= {exp.hi * pr:.1f} us ({pr:g}x), WARN <= {exp.hi * fr:.1f} us ({fr:g}x), FAIL above{capped}")
     refs = "; ".join(f"{r['name']}: {r['source']}" if r.get("source") else r["name"] for r in exp.refs)
     hint = ""
     if status != "PASS":
@@ -425,17 +449,23 @@ def item_busbw(ev, th) -> Item:
             pr, fr = t["pass_ratio"], t["fail_ratio_derived"] if exp.derived else t["fail_ratio"]
             ratio = exp.lo / best if best > 0 else math.inf
             status = _judge_ratio(ratio, pr, fr)
+            bound = (f"; {frac:.0%} of the {ic.link} per-direction ceiling of {ceiling:g} GB/s, below the "
+                     f"{t['warn_fraction']:.0%} of it the fixed thresholds FAIL at (a physical bound)"
+                     if frac < t["warn_fraction"] else "")
+            status, capped = _fail_needs_evidence(status, exp, bound)
             refs = "; ".join(f"{r['name']}: {r['source']}" if r.get("source") else r["name"] for r in exp.refs)
             return noise_guard(Item("C9", name, status,
                         f"TP={tp}: {best:.1f} GB/s busbw ({method}, sizes up to {_size_text(largest)}) = "
                         f"{best / exp.lo:.2f}x the lowest {evidence_phrase(exp, one=True)}"
-                        f"{above}",
+                        f"{above}{capped if status == 'FAIL' else ''}",
                         f"vs {exp.span('GB/s')} for {exp.what} ({exp.logs()}{DERIVED_NOTE if exp.derived else ''}): "
                         f"PASS >= {exp.lo / pr:.1f} GB/s "
-                        f"(1/{pr:g}), WARN >= {exp.lo / fr:.1f} GB/s (1/{fr:g}), FAIL below",
+                        f"(1/{pr:g}), WARN >= {exp.lo / fr:.1f} GB/s (1/{fr:g}), FAIL below{capped}",
                         f"{_refs_prefix(exp)}: {refs}",
                         "" if status == "PASS" else f"{ratio:.1f}x below the lowest {evidence_phrase(exp, one=True)}: check "
-                        "NCCL_P2P_LEVEL, ACS/IOMMU, link training (C6) and NCCL_ALGO overrides", basis=evidence_phrase(exp)),
+                        "NCCL_P2P_LEVEL, ACS/IOMMU, link training (C6) and NCCL_ALGO overrides",
+                        basis=evidence_phrase(exp) + (f" and a physical bound: the {ic.link} per-direction link "
+                                                      "ceiling" if status == "FAIL" and capped else "")),
                 top, figure=best, fail_bound=exp.lo / fr, higher_is_better=True)
         if nvls:
             return Item("C9", name, "PASS", f"TP={tp}: {best:.1f} GB/s{above}",
