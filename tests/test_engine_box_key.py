@@ -176,3 +176,27 @@ def test_a_second_account_of_one_box_says_it_replaces_the_first(cli_inproc, tmp_
     res, boxes = _check(cli_inproc, tmp_path, sw, a, b)
     assert list(boxes) == ["5090 box"] and boxes["5090 box"]["N1"]["status"] == "PASS"     # the IB log's
     assert f"{IB}' replaces '" in res.stderr and f"{SHM}' as this box's NCCL_DEBUG account" in res.stderr
+
+
+def test_a_two_node_log_beside_another_two_node_sweep_is_its_own_box_in_check_and_report(cli_inproc, tmp_path):
+    """Both sides real and multi-node: the 2x8 H100 A3 Mega nccl-tests log (hosts ztan-mig-*) and the
+    2x8 A100 vLLM log over TCP (hosts deepseek-v2-5-0*). The H100 box gets no N item (its C10n stays
+    its own); the A100 log is a box of its own with its N2 FAIL, in check and in report."""
+    import shutil
+
+    neutral = tmp_path / "nccl.log"
+    shutil.copy(shared_data("nccl-tests", "h100x16_2node_allreduce_a3mega.txt"), neutral)
+    sw = _sweep(cli_inproc, tmp_path, str(neutral), "a3mega")
+    sock = _log(tmp_path, SOCKET)
+    host = _hosts(sock)[0]
+    res, boxes = _check(cli_inproc, tmp_path, sw, sock)
+    assert list(boxes) == ["a3mega", host], list(boxes)
+    assert not any(k.startswith("N") for k in boxes["a3mega"]) and boxes["a3mega"]["C10n"]["status"] == "WARN"
+    assert boxes[host]["N2"]["status"] == "FAIL" and boxes[host]["N1"]["status"] == "PASS"
+    assert "is not the box of a3mega (host ztan-mig-235z, ztan-mig-gq73): judged as its own box" in res.stderr
+    res = cli_inproc("report", sw, sock, "--out", str(tmp_path / "rep"))
+    assert res.returncode == 0 and "checklist verdict FAIL over 2 boxes" in res.stdout, res.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    own = md[md.index(f"## Box 2: {host}"):]
+    assert f"### {host}: NCCL's own account (transports)" in own and "NET/Socket" in own
+    assert "NCCL's own account" not in md[md.index("## Box 1: a3mega"):md.index(f"## Box 2: {host}")]
