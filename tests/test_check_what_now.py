@@ -177,3 +177,20 @@ def test_no_fail_against_one_healthy_box_without_a_physical_bound(tmp_path):
     assert c10.status == "WARN" and "FAIL needs 2 healthy boxes of the class or a physical bound" in c10.threshold
     assert c9.status == "FAIL" and "a physical bound" in c9.value and "physical bound" in c9.basis
     assert "of the pcie5 per-direction ceiling of 63 GB/s" in c9.value
+
+
+def test_e1_says_a_fail_stands_on_its_own_when_fewer_items_were_judged(cli_inproc, tmp_path):
+    """An NCCL_DEBUG log alone (nodes over TCP: N2 FAIL) judges no measured item; E1 said '0 measured
+    items judged (none)' and PASS, with nothing saying why."""
+    d = _log_dir(cli_inproc, tmp_path, "a100x16_2node_socket_vllm_llmk8s-noib.log")
+    _, data = _check(cli_inproc, tmp_path, d)
+    e1 = [i for i in data["items"] if i["id"] == "E1"][0]
+    assert e1["status"] == "PASS" and data["verdict"] == "FAIL"
+    assert "a FAIL (N2) stands on its own: the verdict is that FAIL" in e1["value"]
+
+
+def _log_dir(cli_inproc, tmp_path, name):
+    d = str(tmp_path / "nd")
+    res = cli_inproc("import", "nccl-debug", shared_data("nccl-debug", name), "--out", d)
+    assert res.returncode in (0, 8), res.stderr
+    return d

@@ -804,9 +804,12 @@ def item_evidence(items: list[Item], th) -> Item:
     need = int(t["min_judged"])
     name = "evidence for a verdict"
     threshold = f">= {need} measured items judged ({', '.join(DECIDING_ITEMS)})"
-    if len(judged) >= need or any(i.status == "FAIL" for i in items):
-        return Item("E1", name, "PASS", f"{len(judged)} measured items judged ({', '.join(judged) or 'none'})",
-                    threshold, t["source"])
+    fails = [i.id for i in items if i.status == "FAIL"]
+    if len(judged) >= need or fails:
+        alone = ("" if len(judged) >= need else
+                 f"; fewer than {need}, but a FAIL ({', '.join(fails)}) stands on its own: the verdict is that FAIL")
+        return Item("E1", name, "PASS", f"{len(judged)} measured item{'s' if len(judged) != 1 else ''} judged "
+                    f"({', '.join(judged) or 'none'}){alone}", threshold, t["source"])
     skipped = {i.id: i for i in items if i.id in DECIDING_ITEMS and i.status == "SKIP"}
     add = []
     unknown = any("interconnect unknown" in i.value for i in skipped.values())
