@@ -194,3 +194,16 @@ def _log_dir(cli_inproc, tmp_path, name):
     res = cli_inproc("import", "nccl-debug", shared_data("nccl-debug", name), "--out", d)
     assert res.returncode in (0, 8), res.stderr
     return d
+
+
+def test_a_single_gpu_log_says_its_class_is_the_gpu_models_not_a_measured_link(cli_inproc, tmp_path):
+    """One rank (tests/data/nccl-tests/single_gpu_h100_handwritten.log) under a neutral name: TP=1, C2
+    names the class from the GPU name and says no link between GPUs was used; no measured item but C16."""
+    neutral = tmp_path / "nccl.log"
+    shutil.copy(os.path.join(REPO, "tests", "data", "nccl-tests", "single_gpu_h100_handwritten.log"), neutral)
+    d = str(tmp_path / "one")
+    import_nccl_tests([str(neutral)], d)
+    res, data = _check(cli_inproc, tmp_path, d)
+    by = {i["id"]: i for i in data["items"]}
+    assert "ran on one GPU (TP=1 only): no link between GPUs was used" in by["C2"]["value"]
+    assert by["C10"]["status"] == by["C9"]["status"] == "SKIP" and data["verdict"] == "INSUFFICIENT EVIDENCE"

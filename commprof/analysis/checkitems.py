@@ -95,6 +95,9 @@ def item_interconnect(ev, th) -> Item:
         value = (f"{MULTINODE}, network: its largest TP group has one GPU per host ({ic.ranks or '?'} ranks on "
                  f"{ic.nodes} hosts: {', '.join(ic.hosts[:4])}), so every collective crosses the network and no "
                  f"link inside a node carries any of it ({ic.intra_link or 'GPU link not known'} unused)")
+    if ic.ranks == 1 and ev.topo is None:
+        value += ("; it ran on one GPU (TP=1 only): no link between GPUs was used, so this is the GPU model's "
+                  "link, not a measured one")
     if ic.conflict:
         return Item("C2", name, "FAIL", f"{value}; but {ic.conflict}", exp or "consistent evidence", t["source"],
                     "NVLink down or the box is not what its GPU names say: check nvidia-smi nvlink -s and "
