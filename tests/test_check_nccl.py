@@ -80,3 +80,16 @@ def test_report_shows_the_transport_table_and_verdicts(cli_inproc, tmp_path):
     assert "pairs printed P2P/CUMEM (NVLink)" in sec
     assert "| N3 | NVLink SHARP (NVLS) is used where the switch offers it | WARN |" in sec
     assert "NCCL&#39;s own account (transports)" in (tmp_path / "rep" / "report.html").read_text()
+
+
+def test_report_headline_of_an_engine_account_alone_has_no_placeholder(cli_inproc, tmp_path):
+    """The headline read 'GPUs not named, ?, unknown' for a box known only from its NCCL log."""
+    d = str(tmp_path / "nd")
+    res = cli_inproc("import", "nccl-debug", shared_data("nccl-debug", "rtx5060tix2_pcie-shm-p2pdisabled_vllm_p2pbench-off.log"),
+                     "--out", d)
+    assert res.returncode == 8, res.stderr
+    res = cli_inproc("report", d, "--out", str(tmp_path / "rep"))
+    assert res.returncode == 0, res.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    head = md[md.index("## Headline"):md.index("## Checklist")]
+    assert ", ?," not in head and "FAIL: N1" in head

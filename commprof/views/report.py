@@ -57,7 +57,8 @@ def box_headline(label: str, items, meta: dict | None = None, interconnect=None)
     meta = meta or {}
     gpus = ", ".join(dict.fromkeys(g for g in meta.get("gpus") or [] if g)) or "GPUs not named"
     ic = f", {interconnect.short()}" if interconnect else ""
-    parts = [f"{label}: {headline(items)} ({counts(items)}); {gpus}, {meta.get('kind', '?')}{ic}"]
+    kind = f", {meta['kind']}" if meta.get("kind") else ""      # an engine's account alone has no sweep kind
+    parts = [f"{label}: {headline(items)} ({counts(items)}); {gpus}{kind}{ic}"]
     for status in ("FAIL", "INSUFFICIENT", "WARN"):
         bad = [i for i in items if i.status == status]
         if bad:
