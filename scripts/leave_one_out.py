@@ -53,7 +53,8 @@ def _basis(item) -> str:
         return "-"
     if item.threshold.startswith("no NVLS-capable"):
         return "above the link ceiling, no NVLS box"
-    if item.source.startswith("healthy boxes of the class (commprof/data/healthy_boxes.toml):"):
+    if item.source.startswith(("healthy boxes of the class (commprof/data/healthy_boxes.toml):",
+                               "published figure")):
         return "healthy boxes"
     if item.source.startswith("modelled"):
         return "reference profile"

@@ -104,5 +104,6 @@ def test_healthy_2x8_h100_box_does_not_fail_against_one_published_figure(cli_inp
     c10n = by["C10n"]
     assert c10n["status"] == "WARN", c10n
     assert "published figure" in c10n["value"] and "healthy box" not in c10n["value"]
+    assert c10n["source"].startswith("published figure of healthy boxes of the class, no real log")
     assert "FAIL needs 2 healthy multi-node boxes" in c10n["threshold"]
     assert by["C10"]["status"] == "SKIP" and by["C9"]["status"] == "SKIP"     # no group inside one host

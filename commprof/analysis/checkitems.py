@@ -264,8 +264,15 @@ def _size_text(n: int) -> str:
 
 
 def _refs_prefix(exp) -> str:
-    return ("healthy boxes of the class (commprof/data/healthy_boxes.toml)" if exp.kind == "healthy boxes" else
-            "modelled: no healthy box of the class measured this way")
+    """The source column's first words: what the figures compared with are (real logs of healthy
+    boxes, or only published figures of them, or a modelled profile)."""
+    if exp.kind != "healthy boxes":
+        return "modelled: no healthy box of the class measured this way"
+    if not any(r.get("kind") == "log" for r in exp.refs):
+        n = len(exp.refs)
+        return (f"published figure{'s' if n != 1 else ''} of healthy boxes of the class, no real log "
+                "(commprof/data/healthy_boxes.toml)")
+    return "healthy boxes of the class (commprof/data/healthy_boxes.toml)"
 
 
 def evidence_phrase(exp, one: bool = False) -> str:
