@@ -360,7 +360,10 @@ def frame_table(df, title: str, console=None, width: int = 160, keep: dict | Non
     """Any DataFrame as a table that fits the terminal (:func:`fit_table`): numbers right-aligned,
     each float column with fixed decimals (:func:`column_decimals`) and thousands separators; the
     first column is kept, the last ones go first when the terminal is narrow, unless ``keep`` (header
-    -> :class:`Col` keep) says otherwise."""
+    -> :class:`Col` keep) says otherwise. Under ``--format csv|json`` the frame's own values are kept
+    instead (full precision, not the rounded cells): ``recorded``."""
+    if record_frame(df, title):
+        return "recorded"
     cols, digits = [], {}
     n = len(df.columns)
     keep = keep or {}
