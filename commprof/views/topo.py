@@ -52,9 +52,15 @@ def render_topology(topo: dict, console=None) -> None:
                   cell(g["numa_node"]), cell(g["cpu_affinity"]), cell(_bytes_text(g["bar1_total_bytes"])),
                   cell(g["nvlink_active_links"]), cell(g["nvlink_version"]), cell(g["pcie_replay_count"]),
                   cell(g["nvlink_error_count"])))
-    fit_table("GPUs", [Col(h, j, k) for h, j, k in heads], grows, console=console)
-    console.print(Text("PCIe 'at max' compares the max link generation with the GPU's own max; the current "
-                       "link drops at idle and is not judged."))
+    # a column NVML (or the imported text) answered for no GPU holds only n/a: named once, not drawn
+    empty = [i for i in range(1, len(heads)) if grows and all(r[i].plain == NA for r in grows)]
+    keep = [i for i in range(len(heads)) if i not in empty]
+    fit_table("GPUs", [Col(*heads[i]) for i in keep], [[r[i] for i in keep] for r in grows], console=console)
+    if empty:
+        console.print(Text(f"n/a for every GPU (no answer), not shown: {', '.join(heads[i][0] for i in empty)}"))
+    if 7 in keep:               # the 'at max' column is drawn: what it compares
+        console.print(Text("PCIe 'at max' compares the max link generation with the GPU's own max; the current "
+                           "link drops at idle and is not judged."))
 
     matrix = topo.get("matrix", [])
     mcols = ([Col("", "left", None)] + [Col(f"GPU{i}", "center", None) for i in range(len(matrix))]
