@@ -19,8 +19,9 @@ def _bytes_text(v) -> str:
     return human_bytes(int(v))
 
 
-def _link_text(gen, width) -> str:
-    return NA if NA in (gen, width) else f"Gen{gen} x{width}"
+def link_text(gen, width) -> str:
+    """A PCIe link as ``Gen5 x16``; n/a when NVML (or the imported text) gave either part no answer."""
+    return NA if NA in (gen, width) or None in (gen, width) else f"Gen{gen} x{width}"
 
 
 def render_topology(topo: dict, console=None) -> None:
@@ -45,8 +46,8 @@ def render_topology(topo: dict, console=None) -> None:
     for g in gpus:
         at_max = g["pcie_at_max"]
         grows.append((cell(g["index"]), cell(g["name"]), cell(_bytes_text(g["memory_total_bytes"])), cell(g["pci_bus_id"]),
-                  cell(_link_text(g["pcie_link_gen_current"], g["pcie_link_width_current"])),
-                  cell(_link_text(g["pcie_link_gen_max"], g["pcie_link_width_max"])),
+                  cell(link_text(g["pcie_link_gen_current"], g["pcie_link_width_current"])),
+                  cell(link_text(g["pcie_link_gen_max"], g["pcie_link_width_max"])),
                   cell(NA if g["pcie_link_gen_gpu_max"] == NA else f"Gen{g['pcie_link_gen_gpu_max']}"),
                   cell("yes") if at_max is True else cell("no", "bold red") if at_max is False else cell(NA),
                   cell(g["numa_node"]), cell(g["cpu_affinity"]), cell(_bytes_text(g["bar1_total_bytes"])),
