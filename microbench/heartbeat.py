@@ -37,6 +37,10 @@ class SharedSlots:
         # each cell's wall seconds once written (0: not given)
         self.cell_bytes = ctx.RawArray("d", TIMED_CELLS)
         self.cell_s = ctx.RawArray("d", TIMED_CELLS)
+        # a trace's one-off set-up inside a cell (building the engine for a new TP x batch): which
+        # cells will start with one (before they run), and its seconds in each cell done
+        self.cell_setup = ctx.RawArray("b", TIMED_CELLS)
+        self.cell_setup_s = ctx.RawArray("d", TIMED_CELLS)
 
     def set_cells(self, sizes_bytes) -> None:
         """The run's cells, in order: their total, and their bytes for the ETA (rank 0)."""
@@ -51,6 +55,22 @@ class SharedSlots:
         if n < int(self.cells_total.value) or not any(self.cell_bytes[:n]):
             return [], []
         return list(self.cell_bytes[:n]), list(self.cell_s[:min(done, n)])
+
+    def set_setups(self, flags) -> None:
+        """Which cells start with a one-off set-up, in order (rank 0, with the cells' total)."""
+        flags = list(flags)
+        for i, f in enumerate(flags[:TIMED_CELLS]):
+            self.cell_setup[i] = 1 if f else 0
+        self.cells_total.value = len(flags)
+
+    def setup_figures(self, done: int) -> tuple[list, list, list]:
+        """(every cell's set-up flag, the ``done`` cells' wall seconds and their set-up seconds), or
+        ([], [], []) when the run gives none (a sweep)."""
+        n = min(int(self.cells_total.value), TIMED_CELLS)
+        if n < int(self.cells_total.value) or not any(self.cell_setup[:n]):
+            return [], [], []
+        k = min(done, n)
+        return [bool(f) for f in self.cell_setup[:n]], list(self.cell_s[:k]), list(self.cell_setup_s[:k])
 
     def stage_of(self, rank: int) -> str:
         raw = bytes(self.stage[rank * STAGE_BYTES:(rank + 1) * STAGE_BYTES])
@@ -119,10 +139,13 @@ class Heartbeat:
         self.slots.pulse[self.rank] += 1
         return os.getppid() == parent
 
-    def row_written(self, n: int = 1, seconds: float | None = None):
-        """``n`` rows written (rank 0); ``seconds``: the wall time the cell took, for the ETA."""
+    def row_written(self, n: int = 1, seconds: float | None = None, setup_s: float | None = None):
+        """``n`` rows written (rank 0); ``seconds``: the wall time the cell took, for the ETA;
+        ``setup_s``: how much of it was a one-off set-up (a trace's engine build)."""
         if self.slots is not None and seconds is not None and n == 1 and self.rows_done < TIMED_CELLS:
             self.slots.cell_s[self.rows_done] = max(float(seconds), 1e-9)
+            if setup_s is not None:
+                self.slots.cell_setup_s[self.rows_done] = max(float(setup_s), 0.0)
         self.rows_done += n
         if self.slots is not None:
             self.slots.rows_done.value += n

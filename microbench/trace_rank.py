@@ -103,6 +103,13 @@ def add_repeat(writer, cfg, run: tuple, recs: list[dict], rep: int, started_s: f
     writer.add_attributed(tp, batch, mode, att, recs=recs if keep_timeline else None)
 
 
+def build_flags(runs: list, reps: int) -> list[bool]:
+    """Per cell of the walk (every run's repeat 1, then every run's repeat 2, ...): whether it
+    builds an engine, i.e. its TP x batch differs from the cell before it's."""
+    keys = [tuple(run[:2]) for _ in range(reps) for run in runs]
+    return [i == 0 or k != keys[i - 1] for i, k in enumerate(keys)]
+
+
 def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slots=None):
     """Body of one trace rank. Raises on failure (the launcher reports it)."""
     with rank_session(cfg, rank, world, local_rank, store, slots) as env:
@@ -121,7 +128,9 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
         runs = plan_runs(cfg)
         reps = repeat_count(cfg)
         if slots is not None and rank == 0:
-            slots.cells_total.value = len(runs) * reps
+            # the cells in their order, and which of them builds an engine (a new TP x batch): the
+            # ETA prices a build apart from a cell's decode (--repeat over one run builds once)
+            slots.set_setups(build_flags(runs, reps))
         eng, built_for = None, None
         pending: dict = {}          # run -> its repeats' stamps so far (rank 0, --repeat above 1)
         walk_start = time.perf_counter()
@@ -132,6 +141,8 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
             label = f"trace tp={tp} batch={batch} {mode}" + (f" repeat {rep + 1}/{reps}" if reps > 1 else "")
             started = 0.0
             rec = None
+            t_cell = time.monotonic()
+            setup_s = 0.0
             if rank < tp:
                 if built_for != (tp, batch):
                     # One engine per (tp, batch), reused across modes.
@@ -142,6 +153,7 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
                                        env.device, cfg.layers, group=groups[tp], comm=True, seed=cfg.seed,
                                        on_layer=hb.tick, chunk=cfg.chunk)
                     built_for = (tp, batch)
+                    setup_s = time.monotonic() - t_cell
                 hook = None
                 f = env.fault
                 if (f is not None and f.kind == "sleep" and int(f.opts.get("rank", -1)) == rank
@@ -163,7 +175,7 @@ def run_trace_rank(cfg, rank: int, world: int, local_rank: int, store=None, slot
                 if moved:
                     print(f"commprof trace: {label}: segment offsets count from the {moved[0]}", file=sys.stderr)
                 add_repeat(writer, cfg, run, recs, rep, started, pending)
-                hb.row_written(1)
+                hb.row_written(1, seconds=time.monotonic() - t_cell, setup_s=setup_s)
         eng = None
         _release(torch, env.device)
         if rank == 0:

@@ -77,3 +77,49 @@ def test_format_json_of_an_imported_sweep(tmp_path):
 def test_format_refuses_an_unknown_value(tmp_path):
     r = run_cli(["plan", "--format", "xml"], cwd=tmp_path)
     assert r.returncode == 2 and "--format 'xml'" in r.stderr and r.stdout == ""
+
+
+RES = os.path.join(REPO, "results")
+TOY = os.path.join(REPO, "tests", "data", "toy-dense-config.json")
+GLOO = ["--backend", "gloo", "--no-charts"]
+
+#: Each verb that prints a table and runs here (no GPU, no server), with --format: the args, and
+#: a column its one (first) table must have. topo and p2p need a GPU (their tables under --format:
+#: test_table_widths), serve a server (show of its dirs: test_table_widths).
+FORMAT_RUNS = {
+    "predict": (["predict", "--tp", "8", "--batch", "1", "--no-charts"], "ms/token"),
+    "check": (["check", os.path.join(RES, "import-rtx5090x8-pcie5-p2p"), "--out", "{tmp}/c"], "status"),
+    "gap": (["gap", os.path.join(RES, "import-rtx5090x8-pcie5-p2p"), "--out", "{tmp}/g"], "ratio"),
+    "plan": (["plan", "--tp", "4"], "site"),
+    "show": (["show", os.path.join(RES, "trace-qwen2.5-32b-vm"), "--no-charts"], "ms_per_token"),
+    "sweep": (["sweep", "--tp", "2", "--ops", "all_reduce", "--sizes", "4K,16K", "--iters", "2", "--warmup", "1",
+               *GLOO, "--out", "{tmp}/s"], "latency_us_p50"),
+    "trace": (["trace", "--model", TOY, "--context", "64", "--tokens", "2", "--warmup", "1", "--tp", "2", "--batch",
+               "1", *GLOO, "--out", "{tmp}/t"], "ms_per_token"),
+    "moe": (["moe", "--ep", "2", "--tokens", "16", "--skew", "uniform", "--iters", "2", "--warmup", "1", *GLOO,
+             "--out", "{tmp}/m"], "latency_us_p50"),
+}
+
+
+def test_every_table_verb_that_runs_here_has_a_format_run():
+    assert set(FORMAT_RUNS) == set(TABLE_VERBS) - {"topo", "p2p", "serve"}
+
+
+@pytest.mark.parametrize("verb", sorted(FORMAT_RUNS))
+def test_format_csv_and_json_of_each_verb(verb, cli_inproc, tmp_path):
+    """``--format csv`` and ``--format json`` of each verb: stdout is its table and nothing else
+    (moe printed its table as text lines: nothing came out under --format)."""
+    args, column = FORMAT_RUNS[verb]
+    for fmt in ("csv", "json"):
+        argv = [a.replace("{tmp}", str(tmp_path / fmt)) for a in args]
+        r = cli_inproc(*argv, "--format", fmt)
+        assert r.returncode == 0, (fmt, r.stderr[-2000:])
+        if fmt == "csv":
+            first = r.stdout.split("\n\n")[0]
+            rows = list(csv.DictReader(io.StringIO(first)))
+            assert rows and column in rows[0], (verb, first[:300])
+        else:
+            doc = json.loads(r.stdout)
+            table = doc[0] if isinstance(doc, list) else doc
+            assert table["rows"] and column in table["rows"][0], (verb, r.stdout[:300])
+        assert "┃" not in r.stdout and "│" not in r.stdout

@@ -162,3 +162,48 @@ def test_eta_within_2x_after_a_quarter_of_a_gloo_sweep(fixed_s):
         m = re.match(r"ETA (\d+):(\d+)", e.text(t))
         est, left = int(m.group(1)) * 60 + int(m.group(2)), sum(secs[done:])
         assert left / 2 <= max(est, 0.5) <= left * 2, (done, est, left)
+
+
+def test_eta_prices_a_one_off_setup_apart():
+    """``trace --repeat 3`` of one run builds its engine in the first cell only: 33 s of which 27 s
+    the build, then 6 s cells. The ETA after it is 2 x 6 s, not 2 x 33 s (it said 1:06 against
+    the 0:11 left on a real CPU trace)."""
+    e = Eta(3)
+    t0 = e.t0
+    e.update(1, t0 + 33)
+    e.timed_setups([True, False, False], [33.0], [27.0])
+    assert e.text(t0 + 33) == "ETA 0:12"
+    assert e.text(t0 + 35) == "ETA 0:10"                 # the running cell has had 2 s of its 6
+    # cells that build again (2 runs x 2 repeats, interleaved): each one left is priced with a build
+    e = Eta(4)
+    e.update(1, e.t0 + 30)
+    e.timed_setups([True, True, True, True], [30.0], [20.0])
+    assert e.text(e.t0 + 30) == "ETA 1:30"
+    # without the figures (a sweep), or figures of another length: as before
+    e = Eta(3)
+    e.update(1, e.t0 + 33)
+    e.timed_setups([True, False], [33.0], [27.0])
+    assert e.text(e.t0 + 33) == "ETA 1:06"
+
+
+def test_shared_slots_carry_each_cells_setup_to_the_progress():
+    import multiprocessing
+
+    from microbench.heartbeat import Heartbeat, SharedSlots
+    from microbench.trace_rank import build_flags
+
+    # the walk: every run's repeat 1, then every run's repeat 2; one engine per TP x batch
+    assert build_flags([(2, 1, "eager")], 3) == [True, False, False]
+    assert build_flags([(2, 1, "eager"), (2, 1, "graph")], 2) == [True, False, False, False]
+    assert build_flags([(2, 1, "eager"), (2, 8, "eager")], 2) == [True, True, True, True]
+    slots = SharedSlots(multiprocessing.get_context("spawn"), 2)
+    assert slots.setup_figures(0) == ([], [], [])        # a sweep gives none
+    slots.set_setups(build_flags([(2, 1, "eager")], 3))
+    assert slots.cells_total.value == 3
+    hb = Heartbeat(0, slots)
+    hb.row_written(1, seconds=33.0, setup_s=27.0)
+    assert slots.setup_figures(1) == ([True, False, False], [33.0], [27.0])
+    p = progress_bar(None, "trace")
+    p.set_total(3)
+    p.update(1, setups=slots.setup_figures(1))
+    assert p.eta.by_setups(p.eta.t_last) == pytest.approx(12.0)

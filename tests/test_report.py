@@ -59,3 +59,21 @@ def test_report_has_a_moe_section(cli_inproc, gloo_sweep, tmp_path):
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "MoE: expert-parallel all-to-all under skewed routing" in html and "| 2 | 8 | hot:2 |" in md
     assert html.count("data:image/png;base64,") == 5          # 2 sweep charts + the gap chart + 2 MoE charts
+
+
+def test_report_topology_of_an_imported_topo_text_has_no_gen_n_a():
+    """The report's GPUs table of an imported ``nvidia-smi topo -m`` text said 'Genn/a xn/a' for
+    every GPU and drew n/a in name, memory and bus columns; now they are named once, not drawn."""
+    import os
+
+    from commprof.ingest.smitopo import parse_smi_topo
+    from commprof.views.report import topology_section
+
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nvidia-smi")
+    sec = topology_section(parse_smi_topo([os.path.join(data, "h100x8-nvswitch-topo-m.txt")]))
+    gpus = sec.tables[0]
+    assert tuple(gpus.headers) == ("GPU", "NUMA", "NVLinks")
+    assert [list(map(str, r)) for r in gpus.rows][4] == ["4", "1", "18"]
+    cells = " ".join(str(c) for r in gpus.rows for c in r)
+    assert "Gen" not in cells and "n/a" not in cells
+    assert sec.paragraphs == ["n/a for every GPU (no answer), not shown: name, memory, PCI bus, PCIe max."]

@@ -159,3 +159,142 @@ def test_fit_table_falls_back_to_the_stacked_layout():
     no_cut(text, 40)
     for k in range(8):
         assert f"{123456.7 + k:,.1f}" in text
+
+
+# --- every committed results dir, every verb's --format (issue 34, second pass) ----------------
+
+#: Every results dir committed under results/ (results/bench holds benchmarks, not a results dir),
+#: and the fixtures of the verbs that need a GPU or a server to run (moe on gloo, serve on CPU).
+COMMITTED = sorted(d for d in os.listdir(RES) if os.path.exists(os.path.join(RES, d, "meta.json")))
+FIXTURES = [os.path.join("..", "tests", "data", "moe-gloo-cpu"), os.path.join("..", "tests", "data", "serve-cpu")]
+TABLE_EDGES = "┏┃┡│└"
+
+
+def shown(d, w, capsys, monkeypatch):
+    from commprof.results import load
+    from commprof.views.show import show
+
+    monkeypatch.setenv("COLUMNS", str(w))
+    show(load(os.path.join(RES, d)), charts=False)
+    return capsys.readouterr().out
+
+
+def test_every_committed_dir_is_listed():
+    """The dirs below are every results dir in results/ (a new one is covered without a change here)."""
+    assert {"sweep-default-vm", "trace-qwen2.5-32b-vm", "predict-seed-rtx5090x8-qwen2-5-32b", "check-corpus",
+            "import-h100x8-nvls", "serve-vllm-cpu-tp2", "report-vm"} <= set(COMMITTED)
+
+
+@pytest.mark.parametrize("w", WIDTHS)
+@pytest.mark.parametrize("d", COMMITTED + FIXTURES)
+def test_show_of_every_committed_dir_fits_and_cuts_nothing(d, w, capsys, monkeypatch):
+    """``show`` of each dir at 80/120/200 columns: nothing cut with "…", and every table line within
+    the width (a table drawn wider than the terminal wraps into a jumble: moe's was 150 wide)."""
+    text = shown(d, w, capsys, monkeypatch)
+    assert text.strip(), d
+    assert "…" not in text, text
+    for line in text.splitlines():
+        if line[:1] in TABLE_EDGES:
+            assert len(line) <= w, (d, w, line)
+
+
+@pytest.mark.parametrize("w", WIDTHS)
+@pytest.mark.parametrize("d", [d for d in COMMITTED if os.path.exists(os.path.join(RES, d, "sweep.csv"))])
+def test_every_committed_sweep_keeps_each_p50_whole_one_line_per_row(d, w, capsys, monkeypatch):
+    """Every p50 of every committed sweep/import, whole, and one line per row: an imported log's
+    rows (no batch, validation off) fit 80 columns without folding (they took two lines each:
+    an empty batch column kept and 'n/a (not checked)' folded in every row)."""
+    text = shown(d, w, capsys, monkeypatch)
+    rows = rows_of(os.path.join(RES, d, "sweep.csv"))
+    for r in rows:
+        if r["latency_us_p50"] != "":
+            assert fmt(r["latency_us_p50"]) in text, (r["latency_us_p50"], w)
+    table = text.split("┡", 1)[1].split("└", 1)[0]
+    body = [ln for ln in table.splitlines() if ln.startswith("│")]
+    assert len(body) == len(rows), (d, w, len(body), len(rows))
+    if all(r.get("status") == "unchecked" for r in rows):
+        assert "wrong n/a: not checked" in text
+
+
+@pytest.mark.parametrize("w", WIDTHS)
+@pytest.mark.parametrize("d", [d for d in COMMITTED if d.startswith("predict-")])
+def test_show_of_a_predict_dir_draws_predict_s_table(d, w, capsys, monkeypatch):
+    """``show`` of a predict dir draws the table ``predict`` printed (it gave only the long lines),
+    every ms/token whole in it, the lines and the run's notes under it."""
+    text = shown(d, w, capsys, monkeypatch)
+    assert "┃" in text and "ms/token" in text.split("┡")[0]
+    table = text.split("┡", 1)[1].split("└", 1)[0]
+    rows = rows_of(os.path.join(RES, d, "predict.csv"))
+    for r in rows:
+        assert fmt(r["ms_per_token"], 2) in table, (r["ms_per_token"], w)
+    assert sum(ln.startswith(f"{rows[0]['gpu']} TP=") for ln in text.splitlines()) == len(rows)
+    assert any(ln.startswith("note: ") for ln in text.splitlines())
+
+
+@pytest.mark.parametrize("w", WIDTHS)
+def test_moe_table_is_fit_to_the_terminal(w, capsys, monkeypatch):
+    """The moe verb's table (and show's) at the terminal's width with ep, tokens, skew and every
+    contiguous p50 whole; the columns left out are named."""
+    from commprof.results import load
+    from commprof.views.moe import print_summary
+
+    monkeypatch.setenv("COLUMNS", str(w))
+    steps = load(os.path.join(ROOT, "tests", "data", "moe-gloo-cpu")).tables["moe_steps"]
+    print_summary(steps)
+    text = capsys.readouterr().out
+    for line in text.splitlines():
+        if line[:1] in TABLE_EDGES:
+            assert len(line) <= w, line
+    for v in steps[steps["placement"] == "contiguous"]["latency_us_p50"]:
+        assert f"{v:,.1f}" in text
+    if w == 80:
+        assert "(left out at 80 columns: rebal. p50 us" in text
+    elif w == 200:
+        assert "left out" not in text and "rebal. slowdown" in text
+
+
+@pytest.mark.parametrize("fmt_", ["csv", "json"])
+@pytest.mark.parametrize("d", COMMITTED + FIXTURES)
+def test_format_of_show_of_every_dir_is_machine_readable(d, fmt_, capsys):
+    """``show DIR --format csv|json`` of every committed dir: stdout is only the tables, parseable."""
+    from commprof.results import load
+    from commprof.views.console import tables_as
+    from commprof.views.show import show
+
+    with tables_as(fmt_):
+        show(load(os.path.join(RES, d)), charts=False)
+    out = capsys.readouterr().out
+    if d == "report-vm":                  # a report dir holds no table: nothing on stdout
+        assert out == ""
+        return
+    if fmt_ == "json":
+        doc = json.loads(out)
+        docs = doc if isinstance(doc, list) else [doc]
+        assert docs and all(t["rows"] for t in docs)
+        if os.path.exists(os.path.join(RES, d, "gap.csv")):       # the values themselves, not the rounded cells
+            want = [float(r["ratio"]) for r in rows_of(os.path.join(RES, d, "gap.csv"))]
+            assert [r["ratio"] for r in docs[0]["rows"]] == pytest.approx(want, rel=1e-9)
+    else:
+        rows = list(csv.reader(io.StringIO(out.split("\n\n")[0])))
+        assert len(rows) >= 2 and all(len(r) == len(rows[0]) for r in rows)
+        assert "┃" not in out and "│" not in out
+
+
+def test_topo_and_p2p_tables_under_format_csv(capsys):
+    """topo and p2p (which need a GPU to run) give their tables under --format as the others do."""
+    from fake_nvml import FakeNVML
+
+    from commprof.capture import nvmltopo as N
+    from commprof.views.console import tables_as
+    from commprof.views.p2p import render_p2p
+    from commprof.views.topo import render_topology
+
+    with tables_as("csv"):
+        render_topology(N.collect_topology(FakeNVML("rtx5090-8x-pcie-2socket.json")))
+        render_p2p([{"probe": "sm_copy", "kind": "read", "src_device": i, "dst_device": j, "gbps": 10.0 * i + j}
+                    for i in range(2) for j in range(2)], 2)
+    out = capsys.readouterr().out
+    blocks = out.strip().split("\n\n")
+    assert len(blocks) >= 3 and "│" not in out
+    assert blocks[0].splitlines()[0].startswith("GPU,name,memory")
+    assert any(b.splitlines()[-1] == "GPU1,1.0,11.0" for b in blocks)    # row reads column: GPU1 reads GPU0 at 1.0

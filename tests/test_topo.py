@@ -360,3 +360,31 @@ def test_real_nvml_on_a_gpu_box():
     assert t["interconnect_class"] in {"single-gpu", "nvswitch", "nvlink", "pcie-p2p", "pcie-no-p2p",
                                        "mixed", "unknown"}
     json.dumps(t)
+
+
+def test_an_imported_topo_text_draws_no_column_of_n_a():
+    """``import nvidia-smi-topo`` knows no GPU name, memory, bus id, link or error count: the GPUs
+    table drew eleven columns of n/a (and at 80 columns left out CPU affinity, which it has); now
+    those are named once and the columns with answers drawn."""
+    import os
+
+    from rich.console import Console
+
+    from commprof.ingest.smitopo import parse_smi_topo
+
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nvidia-smi")
+    topo = parse_smi_topo([os.path.join(data, "h100x8-nvswitch-topo-m.txt")])
+    con = Console(width=80, record=True, file=io.StringIO(), color_system=None)
+    render_topology(topo, con)
+    text = con.export_text()
+    table = text.split("┏", 1)[1].split("└", 1)[0]           # the GPUs table
+    heads = table.split("┡", 1)[0]
+    for head in ("GPU", "NUMA", "CPU affinity", "NVLinks"):
+        assert head in heads
+    assert "name" not in heads and "n/a" not in table
+    assert "n/a for every GPU (no answer), not shown: name, memory, bus id," in " ".join(text.split())
+    assert "0-55,112-167" in text and "PCIe 'at max'" not in text
+    con, buf = console()                      # NVML's answers: every column, the note on 'at max'
+    render_topology(N.collect_topology(FakeNVML(RTX5090)), con)
+    assert "not shown: NVLinks, NVLink ver, NVLink errors\n" in buf.getvalue()          # a GeForce card
+    assert "PCIe 'at max' compares" in buf.getvalue() and "Gen5 x16" in buf.getvalue()

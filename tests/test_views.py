@@ -428,3 +428,31 @@ def test_box_labels_come_from_label_then_import_label_then_the_dir_name(tmp_path
         gather_boxes([a, b], "x,y,z")
     res = run_inproc(["gap", a, b, "--label", "x,x"], cwd=tmp_path)
     assert res.returncode == 2 and "the same name twice" in res.stderr
+
+
+def test_trace_tokens_chart_marks_where_each_repeat_begins_and_an_unstable_run(gloo_trace, monkeypatch, tmp_path):
+    """``trace --repeat``: the per-token chart's x axis holds every repeat's tokens end to end; a
+    dashed line and a label mark where each repeat begins, and the panel's title says the repeats
+    and that the run is unstable (the chart gave 0..N-1 tokens with no word of either)."""
+    import commprof.views.trace as view
+    from commprof.results import load
+
+    res = load(gloo_trace)
+    t = res.tables
+    figs = _captured_figures(monkeypatch, view)
+    summ = t["trace_summary"].copy()
+    summ["repeats"], summ["unstable"] = 2, "repeats' median 10.000 / 31.000 ms/token, 3.10x apart (limit 2x)"
+    view.trace_charts(t["trace_tokens"], t["trace_layers"], summ, res.meta, str(tmp_path))
+    ax = figs[0].axes[0]
+    assert ax.get_title() == "TP=2 batch=1 eager, 2 repeats (unstable)"
+    assert ax.get_xlabel() == "token (timed step), the repeats end to end"
+    vlines = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    assert [ln.get_xdata()[0] for ln in vlines] == [1.5]                  # 4 tokens: repeat 2 begins at token 2
+    assert [a.get_text() for a in ax.texts] == ["repeat 2"]
+    figs.clear()
+    steady = t["trace_summary"].copy()
+    steady["repeats"], steady["unstable"] = 1, ""        # one run, steady (the gloo run's own may not be)
+    view.trace_charts(t["trace_tokens"], t["trace_layers"], steady, res.meta, str(tmp_path))
+    ax = figs[0].axes[0]
+    assert ax.get_title() == "TP=2 batch=1 eager" and not ax.texts
+    assert not [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]

@@ -324,7 +324,7 @@ def _watch(cfg, procs, slots, errq, bar=None):
             bar.set_total(int(slots.cells_total.value))
             done = int(slots.rows_done.value)
             sizes, seconds = slots.cell_figures(done)
-            bar.update(done, sizes=sizes, seconds=seconds)
+            bar.update(done, sizes=sizes, seconds=seconds, setups=slots.setup_figures(done))
         elif bar is not None:
             up = sum(slots.progress[r] > 0 for r in range(len(procs)))
             bar.starting(f"starting {len(procs)} rank(s): {up} up" if up else f"starting {len(procs)} rank(s)")

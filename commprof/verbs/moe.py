@@ -99,8 +99,7 @@ def run(flags: MoeConfig, echo=print) -> int:
         return 0
     r = results.load(cfg.out_dir)
     steps, ranks = r["moe_steps"], r["moe_ranks"]
-    for line in views.summary_lines(steps):
-        echo(line)
+    views.print_summary(steps, echo)
     if flags.charts:
         with results.failing(cfg.out_dir):
             for p in views.charts(steps, ranks, r.meta, cfg.out_dir):

@@ -232,6 +232,28 @@ class Eta:
         if len(sizes) == self.total:
             self.sizes, self.seconds = list(sizes), list(seconds)
 
+    def timed_setups(self, flags: list, seconds: list, setup_s: list) -> None:
+        """Every step's one-off set-up flag (a trace's engine build for a new TP x batch) and, for
+        the steps done, their wall seconds and set-up seconds: the ETA then prices the set-ups
+        left apart from the steps' own time (one build in the first cell of ``trace --repeat 3``
+        is not three)."""
+        if len(flags) == self.total and len(seconds) == len(setup_s):
+            self.setup_flags, self.setup_seconds, self.setup_s = list(flags), list(seconds), list(setup_s)
+
+    def by_setups(self, now: float) -> float | None:
+        """Seconds left from :meth:`timed_setups`: each step left at the mean step time less its
+        set-up, plus the mean set-up for each one left to do; None without the figures."""
+        flags, secs, sets = (getattr(self, k, None) for k in ("setup_flags", "setup_seconds", "setup_s"))
+        if not flags or not secs or len(secs) != self.done:
+            return None
+        run = sum(max(s - u, 0.0) for s, u in zip(secs, sets)) / len(secs)
+        built = [u for u, f in zip(sets, flags) if f]
+        setup = sum(built) / len(built) if built else 0.0
+        rest = [run + (setup if f else 0.0) for f in flags[self.done:]]
+        if not rest:
+            return 0.0
+        return max(rest[0] - (now - self.t_last), 0.0) + sum(rest[1:])
+
     def update(self, done: int, now: float | None = None):
         now = time.monotonic() if now is None else now
         if done != self.done:
@@ -255,6 +277,9 @@ class Eta:
         left = per * (self.total - self.done) - (now - self.t_last)
         if self.sizes and len(self.seconds) == self.done:
             left = blend_eta(left, eta_from_sizes(self.sizes, self.seconds, now - self.t_last))
+        setups = self.by_setups(now)
+        if setups is not None:
+            left = setups
         if left <= 0:
             return f"ETA any moment (this step has run {clock(now - self.t_last)}, {clock(per)} per step so far)"
         return f"ETA {clock(left)}"
@@ -313,15 +338,19 @@ class _Progress:
         elif self.t0 is not None and time.monotonic() - self.t0 > 0.5:
             self._line(f"started; {self.total} {self.unit} to run")
 
-    def update(self, completed: int, sizes: list | None = None, seconds: list | None = None):
+    def update(self, completed: int, sizes: list | None = None, seconds: list | None = None,
+               setups: tuple | None = None):
         """``completed`` steps done; ``sizes``/``seconds``: every step's bytes and the done steps'
-        measured seconds, when the run gives them (:meth:`Eta.timed`)."""
+        measured seconds, when the run gives them (:meth:`Eta.timed`); ``setups``: (every step's
+        set-up flag, the done steps' seconds, their set-up seconds) (:meth:`Eta.timed_setups`)."""
         if self.total is None:
             return
         completed = min(int(completed), self.total)
         self.eta.update(completed)
         if sizes:
             self.eta.timed(sizes, seconds or [])
+        if setups and setups[0]:
+            self.eta.timed_setups(*setups)
         if self._p is not None:
             self._p.update(self._task, completed=completed, eta=self.eta.text())
             return
@@ -360,7 +389,10 @@ def frame_table(df, title: str, console=None, width: int = 160, keep: dict | Non
     """Any DataFrame as a table that fits the terminal (:func:`fit_table`): numbers right-aligned,
     each float column with fixed decimals (:func:`column_decimals`) and thousands separators; the
     first column is kept, the last ones go first when the terminal is narrow, unless ``keep`` (header
-    -> :class:`Col` keep) says otherwise."""
+    -> :class:`Col` keep) says otherwise. Under ``--format csv|json`` the frame's own values are kept
+    instead (full precision, not the rounded cells): ``recorded``."""
+    if record_frame(df, title):
+        return "recorded"
     cols, digits = [], {}
     n = len(df.columns)
     keep = keep or {}

@@ -5,7 +5,7 @@ import os
 
 from commprof.model.moeconfig import PLACEMENTS
 from commprof.views.charts import chart_provenance, save_chart, plain_log_ticks
-from commprof.views.console import Col, fit_table
+from commprof.views.console import Col, fit_table, record_frame, stdout_console
 
 LOAD_PNG = "moe_rank_load.png"
 LATENCY_PNG = "moe_latency_vs_skew.png"
@@ -49,21 +49,40 @@ def summary_table(steps):
     return pd.DataFrame(rows).fillna("")
 
 
-def summary_lines(steps, width: int = 160) -> list[str]:
-    """The :func:`summary_table` as terminal lines (a rich table), then what the columns mean."""
+TITLE = "commprof moe: dispatch + combine all-to-all per step, contiguous experts vs rebalanced"
+
+
+def _fit(steps, console) -> None:
+    """The :func:`summary_table` on ``console``, fit to its width (:func:`fit_table`: ep, tokens, skew and a
+    wrong column kept; the columns to the right go first)."""
+    df = summary_table(steps)
+    n = len(df.columns)
+    fit_table(TITLE, [Col(col, "left" if col in ("skew", "wrong") else "right", None if i < 3 or col == "wrong" else n - i)
+                      for i, col in enumerate(df.columns)], [[str(v) for v in r] for r in df.itertuples(index=False)],
+              console=console)
+
+
+def summary_lines(steps, width: int | None = None) -> list[str]:
+    """The :func:`summary_table` as text lines ``width`` columns wide (default: the terminal's, as
+    :func:`print_summary` draws it), then what the columns mean."""
     import io
 
     from rich.console import Console
 
-    df = summary_table(steps)
-    c = Console(file=io.StringIO(), width=width, record=True)
-    n = len(df.columns)
-    fit_table("commprof moe: dispatch + combine all-to-all per step, contiguous experts vs rebalanced",
-              [Col(col, "left" if col in ("skew", "wrong") else "right", None if i < 3 or col == "wrong" else n - i)
-               for i, col in enumerate(df.columns)], [[str(v) for v in r] for r in df.itertuples(index=False)],
-              console=c)
+    c = Console(file=io.StringIO(), width=width or stdout_console().width, record=True)
+    _fit(steps, c)
     lines = c.export_text().rstrip("\n").splitlines()
     return lines + noise_note(steps)
+
+
+def print_summary(steps, echo=print) -> None:
+    """What ``moe`` and ``show`` print: the summary table fit to the terminal's width (to
+    ``$COLUMNS`` when piped), then what its columns mean; under ``--format csv|json`` the rows of
+    ``moe_steps`` instead of the table."""
+    if not record_frame(steps, "moe_steps"):
+        _fit(steps, stdout_console())
+    for line in noise_note(steps):
+        echo(line)
 
 
 def noise_note(steps) -> list[str]:

@@ -35,6 +35,8 @@ def render_predict(rows: list[dict], notes: list[str], model: str, console=None)
             ("gaps_ms", "gaps ms", 1), ("comm_ms", "comm ms", 4), ("ms_per_token", "ms/token", None),
             ("comm_share_pct", "comm %", 2), ("tokens_s_per_user", "tok/s user", 1), ("tokens_s_per_box", "tok/s box", 1),
             ("ttft_ms", "TTFT ms", 0), ("kv_max_sequences", "KV seqs", 3)]
+    if all(fmt_cell(r.get("ttft_ms")) == "-" for r in rows):     # no --prompt: no TTFT column of dashes
+        cols = [c for c in cols if c[0] != "ttft_ms"]
     table = [[str(r[k]) if k in ("box", "tp", "batch") else
               (f"{r[k]:,}" if k == "kv_max_sequences" and r["weights_fit"] else
                "no fit" if k == "kv_max_sequences" else fmt_cell(r[k], 2)) for k, _, _ in cols] for r in rows]

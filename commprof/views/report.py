@@ -14,6 +14,7 @@ from commprof.views import gap as gapviews
 from commprof.views.check import counts, interconnect_line
 from commprof.views.charts import save_chart, size_axes
 from commprof.views.sweep import BUSBW_PNG, LATENCY_PNG, draw_lines, stat_of
+from commprof.views.topo import NA, link_text
 
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
@@ -97,15 +98,21 @@ def checklist_section(items, verdict: str, interconnect=None, level: int = 2, pr
 
 
 def topology_section(t: dict, level: int = 2, prefix: str = "") -> Section:
-    g_rows = [(g.get("index", i), g.get("name", "?"), human_bytes(g["memory_total_bytes"])
-               if isinstance(g.get("memory_total_bytes"), int) else "n/a", g.get("pci_bus_id", "n/a"),
-               f"Gen{g.get('pcie_link_gen_max', '?')} x{g.get('pcie_link_width_max', '?')}",
-               g.get("numa_node", "n/a"), g.get("nvlink_active_links", "n/a"))
+    heads = ("GPU", "name", "memory", "PCI bus", "PCIe max", "NUMA", "NVLinks")
+    g_rows = [(g.get("index", i), g.get("name", NA), human_bytes(g["memory_total_bytes"])
+               if isinstance(g.get("memory_total_bytes"), int) else NA, g.get("pci_bus_id", NA),
+               link_text(g.get("pcie_link_gen_max", NA), g.get("pcie_link_width_max", NA)),
+               g.get("numa_node", NA), g.get("nvlink_active_links", NA))
               for i, g in enumerate(t.get("gpus", []))]
+    # as on the terminal: a column with n/a for every GPU (an imported topo text) is named, not drawn
+    empty = [j for j in range(1, len(heads)) if g_rows and all(str(r[j]) == NA for r in g_rows)]
+    keep = [j for j in range(len(heads)) if j not in empty]
     s = Section(f"{prefix}Topology", level=level,
                 prov=f"{t.get('kind', 'measured')} from {t.get('source', 'NVML')} on {t.get('host', '?')}, "
                 f"{t.get('collected_at', '')}; interconnect class: {t.get('interconnect_class', 'n/a')}",
-                tables=[Table(("GPU", "name", "memory", "PCI bus", "PCIe max", "NUMA", "NVLinks"), g_rows)])
+                paragraphs=[f"n/a for every GPU (no answer), not shown: {', '.join(heads[j] for j in empty)}."]
+                if empty else [],
+                tables=[Table(tuple(heads[j] for j in keep), [tuple(r[j] for j in keep) for r in g_rows])])
     mat = t.get("matrix") or []
     if mat:
         s.tables.append(Table(("",) + tuple(f"GPU{j}" for j in range(len(mat))),

@@ -74,11 +74,9 @@ def show_moe(res, charts, echo, note, shown) -> bool:
     if "moe_steps" not in t:
         return False
     from commprof.views.moe import charts as moe_charts
-    from commprof.views.moe import summary_lines
+    from commprof.views.moe import print_summary
 
-    record_frame(t["moe_steps"], "moe_steps")
-    for line in summary_lines(t["moe_steps"]):
-        echo(line)
+    print_summary(t["moe_steps"], echo)
     if charts and "moe_ranks" in t:
         for p in moe_charts(t["moe_steps"], t["moe_ranks"], res.meta, res.path):
             note(f"chart: {p}")
@@ -124,6 +122,8 @@ def show_gap(res, charts, echo, note, shown) -> bool:
                         ("gap_predict", "commprof gap: predicted per token, box / the first box")):
         if name in res.tables:
             found = True
+            if res.tables[name].empty:      # e.g. box / box of a gap over one box: no rows, no empty table
+                continue
             frame_table(res.tables[name], f"{title} ({res.meta.get('kind', '?')}; {res.path})")
     return found
 
@@ -131,15 +131,19 @@ def show_gap(res, charts, echo, note, shown) -> bool:
 def show_predict(res, charts, echo, note, shown) -> bool:
     if "predict" not in res.tables:
         return False
-    from commprof.views.predict import predict_chart, predict_line
+    from commprof.views.predict import predict_chart, predict_line, render_predict
 
-    record_frame(res.tables["predict"], "predict")
     rows = res.tables["predict"].to_dict("records")
     for r in rows:
         r["weights_fit"] = str(r.get("weights_fit")).lower() in ("true", "1", "1.0")
         if r["weights_fit"]:
             r["kv_max_sequences"] = int(r["kv_max_sequences"])
-        echo(predict_line(r))
+    if record_frame(res.tables["predict"], "predict"):      # --format: the rows themselves, the lines on stderr
+        for r in rows:
+            echo(predict_line(r))
+    else:                                                   # the table predict printed, then its lines and notes
+        notes = [n for n in res.meta.get("notes") or [] if isinstance(n, str)]
+        render_predict(rows, notes, (res.meta.get("model") or {}).get("name", "?"))
     if rows and "served_tpot_ms_p50" in rows[0]:          # predicted with --serve: the measured account
         from commprof.analysis.predictserve import serve_line
 

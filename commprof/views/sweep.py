@@ -61,10 +61,13 @@ def print_table(df, meta: dict, console=None) -> None:
     n = samples_of(df)
     has_n = n is not None and n.notna().any()
     has_algbw = "algbw_gbps" in df.columns and df["algbw_gbps"].notna().any()
+    # a batch column only where some row has one (an imported log's sizes have no batch)
+    has_batch = "batch" in df.columns and df["batch"].astype(str).str.strip().replace("nan", "").ne("").any()
     # keep: what goes last when the terminal is narrow (None: never left out)
     cols = [Col("op", "left", None), Col("tp", "right", None), Col("grp", "right", 1), Col("mode", "left", 4),
             *([Col("impl", "left", 3)] if impls or fallback else []),
-            Col("size", "right", None), Col("batch", "right", 2), *([Col("n", "right", 1)] if has_n else []),
+            Col("size", "right", None), *([Col("batch", "right", 2)] if has_batch else []),
+            *([Col("n", "right", 1)] if has_n else []),
             Col(f"{stat} us", "right", None), *(Col(f"{c[11:]} us", "right", 2 if c.endswith("99") else 1) for c in tails),
             *([Col("rank-avg mean us", "right", 1, "rank-avg us")] if rankavg else []),
             *([Col("algbw GB/s", "right", 0)] if has_algbw else []),
@@ -85,13 +88,14 @@ def print_table(df, meta: dict, console=None) -> None:
         impl_cell = ([str(r.impl) + (" (custom refused)" if getattr(r, "fallback", "") else "")]
                      if impls or fallback else [])
         unchecked = str(getattr(r, "status", "")) == "unchecked"
-        cells = [r.op, str(r.tp), str(r.group), r.mode, *impl_cell, human_bytes(int(r.size_bytes)), str(r.batch or ""),
+        cells = [r.op, str(r.tp), str(r.group), r.mode, *impl_cell, human_bytes(int(r.size_bytes)),
+                 *([_batch_cell(r.batch)] if has_batch else []),
                  *([fmt_cell(r.iters * _repeats(r), 0)] if has_n else []),
                  _p50_cell(r), *(fmt_cell(getattr(r, c)) for c in tails),
                  *([fmt_cell(r.latency_us_rankavg_mean)] if rankavg else []),
                  *([fmt_cell(r.algbw_gbps, 3)] if has_algbw else []),
                  fmt_cell(r.busbw_gbps, 3),
-                 Text(f"{wrong} WRONG", style="bold red") if wrong else ("n/a (not checked)" if unchecked else "0")]
+                 Text(f"{wrong} WRONG", style="bold red") if wrong else ("n/a" if unchecked else "0")]
         if has_enq:
             cells.append(fmt_cell(r.enqueue_us_p50))
         if has_host:
@@ -103,6 +107,14 @@ def print_table(df, meta: dict, console=None) -> None:
     fit_table(title, cols, rows, console=console)
     for line in notes(df, stat, tails, rankavg, has_n) + noise_notes(df):
         console.print(line)
+
+
+def _batch_cell(v) -> str:
+    """A row's batch: the whole number, "" where it has none."""
+    try:
+        return str(int(float(v))) if v == v and str(v).strip() else ""
+    except (TypeError, ValueError):
+        return str(v)
 
 
 def _repeats(r) -> int:
@@ -178,6 +190,8 @@ def notes(df, stat: str, tails: list, rankavg: bool, has_n: bool) -> list[str]:
                      "the slowest rank)")
     if "comm" in df.columns and (df["comm"].astype(str) == "none (1 rank)").any():
         lines.append("TP=1 rows: one rank, no communication (a self-test of the path, never judged by check)")
+    if "status" in df.columns and (df["status"].astype(str) == "unchecked").any():
+        lines.append("wrong n/a: not checked (nccl-tests ran with validation off, its #wrong column N/A)")
     if "nccl-tests" in stat:
         lines.append(f"{stat}: nccl-tests prints one average time per size (over its iterations and ranks), "
                      "not percentiles")

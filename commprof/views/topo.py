@@ -19,8 +19,9 @@ def _bytes_text(v) -> str:
     return human_bytes(int(v))
 
 
-def _link_text(gen, width) -> str:
-    return NA if NA in (gen, width) else f"Gen{gen} x{width}"
+def link_text(gen, width) -> str:
+    """A PCIe link as ``Gen5 x16``; n/a when NVML (or the imported text) gave either part no answer."""
+    return NA if NA in (gen, width) or None in (gen, width) else f"Gen{gen} x{width}"
 
 
 def render_topology(topo: dict, console=None) -> None:
@@ -45,16 +46,22 @@ def render_topology(topo: dict, console=None) -> None:
     for g in gpus:
         at_max = g["pcie_at_max"]
         grows.append((cell(g["index"]), cell(g["name"]), cell(_bytes_text(g["memory_total_bytes"])), cell(g["pci_bus_id"]),
-                  cell(_link_text(g["pcie_link_gen_current"], g["pcie_link_width_current"])),
-                  cell(_link_text(g["pcie_link_gen_max"], g["pcie_link_width_max"])),
+                  cell(link_text(g["pcie_link_gen_current"], g["pcie_link_width_current"])),
+                  cell(link_text(g["pcie_link_gen_max"], g["pcie_link_width_max"])),
                   cell(NA if g["pcie_link_gen_gpu_max"] == NA else f"Gen{g['pcie_link_gen_gpu_max']}"),
                   cell("yes") if at_max is True else cell("no", "bold red") if at_max is False else cell(NA),
                   cell(g["numa_node"]), cell(g["cpu_affinity"]), cell(_bytes_text(g["bar1_total_bytes"])),
                   cell(g["nvlink_active_links"]), cell(g["nvlink_version"]), cell(g["pcie_replay_count"]),
                   cell(g["nvlink_error_count"])))
-    fit_table("GPUs", [Col(h, j, k) for h, j, k in heads], grows, console=console)
-    console.print(Text("PCIe 'at max' compares the max link generation with the GPU's own max; the current "
-                       "link drops at idle and is not judged."))
+    # a column NVML (or the imported text) answered for no GPU holds only n/a: named once, not drawn
+    empty = [i for i in range(1, len(heads)) if grows and all(r[i].plain == NA for r in grows)]
+    keep = [i for i in range(len(heads)) if i not in empty]
+    fit_table("GPUs", [Col(*heads[i]) for i in keep], [[r[i] for i in keep] for r in grows], console=console)
+    if empty:
+        console.print(Text(f"n/a for every GPU (no answer), not shown: {', '.join(heads[i][0] for i in empty)}"))
+    if 7 in keep:               # the 'at max' column is drawn: what it compares
+        console.print(Text("PCIe 'at max' compares the max link generation with the GPU's own max; the current "
+                           "link drops at idle and is not judged."))
 
     matrix = topo.get("matrix", [])
     mcols = ([Col("", "left", None)] + [Col(f"GPU{i}", "center", None) for i in range(len(matrix))]

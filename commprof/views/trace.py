@@ -49,8 +49,17 @@ def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
         for col, label, color in _PARTS:
             ax.bar(m.index, m[col], bottom=bottom, label=label, color=color, width=0.85)
             bottom = m[col] if bottom is None else bottom + m[col]
-        ax.set_title(f"TP={tp} batch={b} {mode}")
-        ax.set_xlabel("token (timed step)")
+        reps, unstable = _repeats_of(summ, tp, b, mode)
+        ax.set_title(f"TP={tp} batch={b} {mode}" + (f", {reps} repeats" if reps > 1 else "")
+                     + (" (unstable)" if unstable else ""))
+        ax.set_xlabel("token (timed step)" + (", the repeats end to end" if reps > 1 else ""))
+        if reps > 1 and len(m) % reps == 0:      # where each repeat's tokens begin (trace --repeat)
+            per = len(m) // reps
+            for k in range(1, reps):
+                x = m.index[k * per] - 0.5
+                ax.axvline(x, color="0.35", linestyle="--", linewidth=0.9)
+                ax.annotate(f"repeat {k + 1}", (x, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -3),
+                            textcoords="offset points", va="top", fontsize=7, color="0.25")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(f"{unit} per token (mean over ranks)")
     for ax in list(axes.flat)[len(runs):]:
@@ -95,6 +104,24 @@ def trace_charts(tok, lay, summ, meta: dict, out_dir: str) -> list[str]:
     ax.set_title(f"communication share vs TP ({kind})", fontsize=10)
     written.append(save_chart(fig, os.path.join(out_dir, TRACE_SHARE_PNG), prov))
     return written
+
+
+def _repeats_of(summ, tp, batch, mode) -> tuple[int, bool]:
+    """(how many repeats a run's tokens pool, whether it is flagged unstable) from ``trace_summary``;
+    (1, False) for a summary from before ``--repeat``."""
+    if summ is None or "repeats" not in summ.columns:
+        return 1, False
+    sel = summ[(summ["tp"] == tp) & (summ["batch"] == batch) & (summ["mode"] == mode)]
+    if "phase" in sel.columns and len(sel) > 1:
+        sel = sel[sel["phase"].astype(str).isin(["decode", "nan", ""])]
+    if sel.empty:
+        return 1, False
+    r = sel.iloc[0]
+    try:
+        n = int(float(r["repeats"]))
+    except (TypeError, ValueError):
+        n = 1
+    return max(n, 1), bool(_text(r.get("unstable")))
 
 
 def _comm_ms(r: dict) -> str:
