@@ -3,6 +3,7 @@ sources in its SOURCE.md) judged by check's health items as their sources descri
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -25,6 +26,106 @@ def _import(tmp_path, name):
     out = str(tmp_path / "imp")
     assert run(ImportConfig(kind="nvidia-smi-q", paths=[os.path.join(DATA, name)], out=out)) == 0
     return out, {i.id: i for i in health_items(_Ev(out), load_thresholds())}
+
+
+def _source_rows():
+    """(file, [(item, status), ...]) for every row of SOURCE.md's table: its verdict column names the
+    items and their statuses ("H3 WARN (...), H4 SKIP")."""
+    rows = []
+    for line in open(os.path.join(DATA, "SOURCE.md"), encoding="utf-8"):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0] not in ("file", "---") and not cells[0].startswith("-"):
+            rows.append((cells[0], re.findall(r"\b(H[0-9]) (PASS|WARN|FAIL|SKIP)\b", cells[3])))
+    return rows
+
+
+def test_every_fixture_has_a_source_row():
+    files = sorted(f for f in os.listdir(DATA) if f != "SOURCE.md")
+    rows = [f for f, _ in _source_rows()]
+    assert sorted(rows) == files and all(v for _, v in _source_rows())
+
+
+@pytest.mark.parametrize("name,verdicts", _source_rows(), ids=[f for f, _ in _source_rows()])
+def test_source_table_verdicts(tmp_path, name, verdicts):
+    """Every real output is judged as SOURCE.md says; a fault's WARN/FAIL carries a 'what now'."""
+    _, items = _import(tmp_path, name)
+    for item, status in verdicts:
+        assert items[item].status == status, (name, item, items[item].value)
+        if status in ("WARN", "FAIL"):
+            assert items[item].hint.startswith("what now:")
+
+
+def test_clocks_event_counters_since_driver_load(tmp_path):
+    """Drivers 535+ print how long each reason held the clocks down since the driver loaded. A real
+    GPU (ollama#13552) shows no reason active but 0.90 s of SW thermal slowdown: a WARN naming it;
+    power-cap time alone (cubecos#312) is not a finding."""
+    out, items = _import(tmp_path, "ollama-13552-counters-tlimit.txt")
+    g = read_health(out)["samples"][0]["gpus"][0]
+    assert g["clocks_event_reasons"] == [] and g["clocks_event_counters_us"] == {
+        "sw_power_cap": 165687, "sync_boost": 0, "sw_thermal_slowdown": 903158, "hw_thermal_slowdown": 0,
+        "hw_power_brake_slowdown": 0}
+    assert items["H3"].status == "WARN" and "GPU 0: sw_thermal_slowdown 0.90 s" in items["H3"].value
+    out, items = _import(tmp_path / "b", "cubecos-312-blackwell-counters.txt")
+    d = read_health(out)
+    assert d["box"]["gpu_count"] == 4 and d["box"]["driver_version"] == "580.105.06"
+    assert d["samples"][0]["gpus"][0]["clocks_event_counters_us"]["sw_power_cap"] == 1202176
+    assert items["H3"].status == "PASS"
+
+
+def test_tlimit_offsets_become_thresholds(tmp_path):
+    # ollama#13552 prints temperatures as T.Limit offsets: 81 C, 13 C below T.Limit, shutdown 5 C past it
+    out, items = _import(tmp_path, "ollama-13552-counters-tlimit.txt")
+    g = read_health(out)["samples"][0]["gpus"][0]
+    assert (g["temperature_c"], g["temperature_shutdown_c"], g["temperature_slowdown_c"]) == (81, 99, "n/a")
+    assert items["H4"].status == "SKIP"
+
+
+def test_xml_counters_and_tlimit(tmp_path):
+    # element names as nvidia-smi -q -x prints them (drivers 550+); values hand-set
+    p = tmp_path / "q.xml"
+    p.write_text("<?xml version='1.0' ?>\n<nvidia_smi_log><driver_version>570.86.15</driver_version>"
+                 "<attached_gpus>1</attached_gpus><gpu id='00000000:18:00.0'><product_name>NVIDIA H100 80GB HBM3"
+                 "</product_name><clocks_event_reasons><clocks_event_reason_gpu_idle>Not Active"
+                 "</clocks_event_reason_gpu_idle><clocks_event_reason_hw_slowdown>Not Active"
+                 "</clocks_event_reason_hw_slowdown></clocks_event_reasons><clocks_event_reasons_counters>"
+                 "<clocks_event_reasons_counters_sw_power_cap>100 us</clocks_event_reasons_counters_sw_power_cap>"
+                 "<clocks_event_reasons_counters_sw_therm_slowdown>0 us</clocks_event_reasons_counters_sw_therm_slowdown>"
+                 "<clocks_event_reasons_counters_hw_therm_slowdown>0 us</clocks_event_reasons_counters_hw_therm_slowdown>"
+                 "<clocks_event_reasons_counters_hw_power_brake>2500000 us</clocks_event_reasons_counters_hw_power_brake>"
+                 "</clocks_event_reasons_counters><temperature><gpu_temp>45 C</gpu_temp><gpu_temp_tlimit>39 C"
+                 "</gpu_temp_tlimit><gpu_temp_max_tlimit_threshold>-5 C</gpu_temp_max_tlimit_threshold>"
+                 "<gpu_temp_slow_tlimit_threshold>-2 C</gpu_temp_slow_tlimit_threshold>"
+                 "<gpu_temp_max_gpu_tlimit_threshold>0 C</gpu_temp_max_gpu_tlimit_threshold></temperature>"
+                 "</gpu></nvidia_smi_log>\n")
+    g = parse_nvidia_smi_q(str(p))["gpus"][0]
+    assert g["clocks_event_counters_us"] == {"sw_power_cap": 100, "sw_thermal_slowdown": 0,
+                                             "hw_thermal_slowdown": 0, "hw_power_brake_slowdown": 2500000}
+    assert (g["temperature_slowdown_c"], g["temperature_shutdown_c"], g["temperature_max_operating_c"]) == (86, 89, 84)
+    out = str(tmp_path / "imp")
+    assert run(ImportConfig(kind="nvidia-smi-q", paths=[str(p)], out=out)) == 0
+    items = {i.id: i for i in health_items(_Ev(out), load_thresholds())}
+    assert items["H3"].status == "WARN" and "hw_power_brake_slowdown 2.50 s" in items["H3"].value
+    assert items["H4"].status == "PASS" and "45 C, slowdown at 86 C" in items["H4"].value
+
+
+def test_counters_growing_under_load_fail():
+    from commprof.analysis.checkitems_health import item_throttle
+
+    t = load_thresholds()["health"]
+
+    def g(us):
+        return {"index": 0, "clocks_event_reasons": [], "clocks_event_counters_us": {"hw_thermal_slowdown": us}}
+    assert item_throttle({0: [("before", g(0)), ("during", g(4_000_000))]}, t).status == "FAIL"
+    assert item_throttle({0: [("before", g(7)), ("during", g(7))]}, t).status == "WARN"     # old time, not grown
+    assert item_throttle({0: [("before", g(0)), ("during", g(0))]}, t).status == "PASS"
+
+
+def test_max_operating_temperature_warns(tmp_path):
+    # thermald#300: a GeForce MX330 at 56 C whose max operating temperature is 57 C (slowdown 97 C)
+    out, items = _import(tmp_path, "thermald-300-max-operating.txt")
+    g = read_health(out)["samples"][0]["gpus"][0]
+    assert (g["temperature_c"], g["temperature_slowdown_c"], g["temperature_max_operating_c"]) == (56, 97, 57)
+    assert items["H4"].status == "WARN" and "1 C below its max operating 57 C" in items["H4"].value
 
 
 def test_remapped_rows_pending_fails(tmp_path):

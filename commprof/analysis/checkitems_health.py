@@ -122,7 +122,8 @@ def item_throttle(gpus, t) -> Item:
     name, thr = "clock throttle under load", "no HW slowdown / thermal / power brake"
     rows = {i: [(p, g) for p, g in s if p in LOAD_PHASES] or s for i, s in gpus.items()}
     under_load = any(p in LOAD_PHASES for s in gpus.values() for p, _ in s)
-    if all(g.get("clocks_event_reasons") == NA for s in rows.values() for _, g in s):
+    if all(g.get("clocks_event_reasons") == NA and not isinstance(g.get("clocks_event_counters_us"), dict)
+           for s in gpus.values() for _, g in s):
         return _skip("H3", name, "n/a from the source (clocks event reasons not reported)", thr, t["source"])
     fail, warn = {}, {}
     for i, s in rows.items():
@@ -145,7 +146,41 @@ def item_throttle(gpus, t) -> Item:
         return Item("H3", name, "WARN", f"{txt} {when}", thr, t["source"],
                     "what now: the GPU ran at its software power or thermal limit; ask for the configured power "
                     "limit (nvidia-smi -q -d POWER) and the datacenter's inlet temperature; re-test")
+    held, grew = _counter_findings(gpus, t)
+    if grew:
+        return Item("H3", name, "FAIL", "; ".join(grew[:6]) + " (clocks event counters)", thr, t["source"],
+                    "what now: one throttling GPU sets the box's tail latency. Ask the seller to fix cooling/power "
+                    "and re-test: commprof sweep with the box hot, then commprof check on the new dir")
+    if held:
+        return Item("H3", name, "WARN", "; ".join(held[:6]) + " since the driver loaded (clocks event counters; "
+                    "no reason active in the sample)", thr, t["source"],
+                    "what now: the GPU has been slowed by heat or its power supply before; ask the seller when "
+                    "(nvidia-smi -q -d PERFORMANCE before and after a load test: the counters must not grow) and "
+                    "for the cooling spec; re-test with commprof sweep with the box hot")
     return Item("H3", name, "PASS", f"no throttle reason {when} on {len(rows)} GPUs", thr, t["source"], XID_HINT)
+
+
+def _counter_findings(gpus, t) -> tuple[list[str], list[str]]:
+    """From the "Clocks Event Reasons Counters" (time each reason held the clocks down since the driver
+    loaded): (GPUs with time under a counted reason, GPUs whose hardware-slowdown time grew under load)."""
+    counted = t.get("counter_warn_reasons", [])
+    held, grew = [], []
+    for i, s in gpus.items():
+        series = [(p, g["clocks_event_counters_us"]) for p, g in s if isinstance(g.get("clocks_event_counters_us"), dict)]
+        if not series:
+            continue
+        last = series[-1][1]
+        if len(series) >= 2 and any(p in LOAD_PHASES for p, _ in series):
+            up = {r: (_num(last.get(r)) or 0) - (_num(series[0][1].get(r)) or 0) for r in t["fail_reasons"]}
+            up = {r: v for r, v in up.items() if v > 0}
+            if up:
+                grew.append(f"GPU {i}: " + ", ".join(f"{r} +{v / 1e6:.2f} s" for r, v in sorted(up.items()))
+                            + " during the run")
+                continue
+        got = {r: _num(last.get(r)) for r in counted if (_num(last.get(r)) or 0) > 0}
+        if got:
+            held.append(f"GPU {i}: " + ", ".join(f"{r} {v / 1e6:.2f} s" for r, v in sorted(got.items())))
+    return held, grew
 
 
 def item_temperature(gpus, t) -> Item:
@@ -160,9 +195,23 @@ def item_temperature(gpus, t) -> Item:
             m = slow - temp
             if worst is None or m < worst[0]:
                 worst = (m, i, temp, slow, g)
-    if worst is None:
+    # the max operating temperature: above it the driver may hold the clocks below base (NVML
+    # NVML_TEMPERATURE_THRESHOLD_GPU_MAX); a WARN, never a FAIL: it is a software limit, not a fault
+    near_max = None
+    for i, s in gpus.items():
+        for _, g in s:
+            temp, mx = _num(g.get("temperature_c")), _num(g.get("temperature_max_operating_c"))
+            if temp is not None and mx is not None and (near_max is None or mx - temp < near_max[0]):
+                near_max = (mx - temp, i, temp, mx)
+    if worst is None and near_max is None:
         return _skip("H4", name, "n/a from the source (temperature or its slowdown threshold not reported)",
                      thr, t["source"])
+    if worst is None:
+        m, i, temp, mx = near_max
+        value = f"GPU {i}: {temp:g} C, max operating {mx:g} C (slowdown threshold not reported)"
+        if m < t["temp_margin_warn_c"]:
+            return Item("H4", name, "WARN", value, thr, t["source"], MAX_OP_HINT)
+        return Item("H4", name, "PASS", value, thr, t["source"])
     m, i, temp, slow, g = worst
     pw, lim = _num(g.get("power_w")), _num(g.get("power_limit_w"))
     power = f"; power {pw:g} of {lim:g} W" if pw is not None and lim is not None else ""
@@ -173,7 +222,16 @@ def item_temperature(gpus, t) -> Item:
     if m < t["temp_margin_warn_c"]:
         return Item("H4", name, "WARN", value, thr, t["source"],
                     "what now: near slowdown; ask for the cooling spec and inlet temperature, re-test under a longer load")
+    if near_max is not None and near_max[0] < t["temp_margin_warn_c"]:
+        _, j, tj, mx = near_max
+        return Item("H4", name, "WARN", f"{value}; GPU {j}: {tj:g} C, {mx - tj:g} C below its max operating {mx:g} C", thr,
+                    t["source"], MAX_OP_HINT)
     return Item("H4", name, "PASS", value, thr, t["source"])
+
+
+MAX_OP_HINT = ("what now: at its max operating temperature the driver may hold the GPU's clocks below base; ask the "
+               "seller for the cooling spec and why the GPU runs there (or why its limit is set that low), and "
+               "re-test under a longer load")
 
 
 def item_nvlink_errors(gpus, t) -> Item:

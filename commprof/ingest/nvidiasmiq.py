@@ -2,13 +2,15 @@
 ``health.csv``): what ``commprof check`` judges on a box it cannot run on (H1-H8), from the file a
 vendor sends. Read per GPU: product name, the ECC mode and counts (volatile/aggregate, corrected/
 uncorrected: the SRAM/DRAM split of newer drivers or the Single/Double Bit totals of older ones),
-retired pages and their pending flag, remapped rows, clocks event (throttle) reasons, temperatures
-and their shutdown/slowdown thresholds, power draw and limit, the PCIe link (current and max gen
+retired pages and their pending flag, remapped rows, clocks event (throttle) reasons and their
+counters (time each held the clocks down since the driver loaded), temperatures and their shutdown/
+slowdown/max-operating thresholds (absolute, or as T.Limit offsets on newer drivers), power draw and limit, the PCIe link (current and max gen
 and width) and replays, fabric state, MIG and persistence mode; over the box: driver and CUDA
 versions and the GPU count.
 
 Format: the section names and XML elements nvidia-smi prints (driver 470-570: ``Clocks Throttle
-Reasons`` became ``Clocks Event Reasons`` in 535, ``Power Readings`` became ``GPU Power Readings``;
+Reasons`` became ``Clocks Event Reasons`` in 535, which added ``Clocks Event Reasons Counters``;
+``Power Readings`` became ``GPU Power Readings``;
 XML ``nvsmi_device_v11/12.dtd``). A field it prints as ``N/A`` is ``n/a``."""
 from __future__ import annotations
 
@@ -112,6 +114,51 @@ def _ecc(d: dict, kind: str, err: str):
     return _num(_get(d, f"ecc_errors/{kind}/{bits}/total", f"{kind}/{bits}/total"))
 
 
+# "Clocks Event Reasons Counters" (drivers 535+): microseconds each reason held the clocks down since
+# the driver loaded; text rows and XML elements (clocks_event_reasons_counters_<x>) -> reason names.
+_COUNTERS = {"sw_power_capping": "sw_power_cap", "sw_power_cap": "sw_power_cap", "sync_boost": "sync_boost",
+             "sw_thermal_slowdown": "sw_thermal_slowdown", "sw_therm_slowdown": "sw_thermal_slowdown",
+             "hw_thermal_slowdown": "hw_thermal_slowdown", "hw_therm_slowdown": "hw_thermal_slowdown",
+             "hw_power_braking": "hw_power_brake_slowdown", "hw_power_brake": "hw_power_brake_slowdown",
+             "hw_power_brake_slowdown": "hw_power_brake_slowdown"}
+
+
+def _counters(d: dict):
+    out = {}
+    for k, v in d.items():
+        parts = k.split("/")
+        if len(parts) >= 2 and parts[-2] in ("clocks_event_reasons_counters", "clocks_throttle_reasons_counters"):
+            name = _COUNTERS.get(re.sub(r"^clocks_(event|throttle)_reasons_counters_", "", parts[-1]))
+            n = _num(v)
+            if name and n is not NA:
+                out[name] = n
+    return out or NA
+
+
+def _temperatures(d: dict) -> dict:
+    """Current temperature and the slowdown / shutdown / max-operating thresholds in C. Drivers that print
+    the thresholds as T.Limit offsets (text "GPU T.Limit Temp" and "GPU <x> T.Limit Temp", XML
+    gpu_temp_tlimit and gpu_temp_<x>_tlimit_threshold) give the margin to T.Limit and each threshold's
+    offset from it: threshold = current + margin - offset."""
+    temp = _num(_get(d, "temperature/gpu_current_temp", "temperature/gpu_temp"))
+    out = {"temperature_c": temp,
+           "temperature_slowdown_c": _num(_get(d, "temperature/gpu_slowdown_temp", "temperature/gpu_temp_slow_threshold")),
+           "temperature_shutdown_c": _num(_get(d, "temperature/gpu_shutdown_temp", "temperature/gpu_temp_max_threshold")),
+           "temperature_max_operating_c": _num(_get(d, "temperature/gpu_max_operating_temp",
+                                                    "temperature/gpu_temp_max_gpu_threshold"))}
+    margin = _num(_get(d, "temperature/gpu_t_limit_temp", "temperature/gpu_temp_tlimit"))
+    if temp is NA or margin is NA:
+        return out
+    for key, text, xml in (("temperature_slowdown_c", "gpu_slowdown_t_limit_temp", "gpu_temp_slow_tlimit_threshold"),
+                           ("temperature_shutdown_c", "gpu_shutdown_t_limit_temp", "gpu_temp_max_tlimit_threshold"),
+                           ("temperature_max_operating_c", "gpu_max_operating_t_limit_temp",
+                            "gpu_temp_max_gpu_tlimit_threshold")):
+        off = _num(_get(d, f"temperature/{text}", f"temperature/{xml}"))
+        if out[key] is NA and off is not NA:
+            out[key] = temp + margin - off
+    return out
+
+
 def _gpu_from_flat(i: int, d: dict, xml: bool) -> dict:
     g = {k: NA for k in HEALTH_KEYS}
     g["index"] = i
@@ -144,9 +191,8 @@ def _gpu_from_flat(i: int, d: dict, xml: bool) -> dict:
                 if _yes(v) is True:
                     reasons.append(_REASONS[name])
     g["clocks_event_reasons"] = sorted(set(reasons)) if seen else NA
-    g["temperature_c"] = _num(_get(d, "temperature/gpu_current_temp", "temperature/gpu_temp"))
-    g["temperature_slowdown_c"] = _num(_get(d, "temperature/gpu_slowdown_temp", "temperature/gpu_temp_slow_threshold"))
-    g["temperature_shutdown_c"] = _num(_get(d, "temperature/gpu_shutdown_temp", "temperature/gpu_temp_max_threshold"))
+    g["clocks_event_counters_us"] = _counters(d)
+    g.update(_temperatures(d))
     g["power_w"] = _num(_get(d, "gpu_power_readings/power_draw", "power_readings/power_draw",
                              "gpu_power_readings/instant_power_draw"))
     g["power_limit_w"] = _num(_get(d, "gpu_power_readings/current_power_limit", "power_readings/power_limit",

@@ -15,7 +15,8 @@ HEALTH_KEYS = ("index", "name", "pci_bus_id", "ecc_mode", "ecc_volatile_correcte
                "ecc_aggregate_corrected", "ecc_aggregate_uncorrected", "retired_pages_sbe", "retired_pages_dbe",
                "retired_pages_pending", "remapped_rows_correctable", "remapped_rows_uncorrectable",
                "remapped_rows_pending", "remapped_rows_failure", "xid_errors", "clocks_event_reasons",
-               "temperature_c", "temperature_slowdown_c", "temperature_shutdown_c", "power_w", "power_limit_w",
+               "clocks_event_counters_us", "temperature_c", "temperature_slowdown_c", "temperature_shutdown_c",
+               "temperature_max_operating_c", "power_w", "power_limit_w",
                "nvlink_crc_errors", "nvlink_replay_errors", "nvlink_recovery_errors", "nvlink_errors_per_link",
                "pcie_replay_count", "pcie_link_gen_current", "pcie_link_gen_max", "pcie_link_width_current",
                "pcie_link_width_max", "fabric_state", "mig_mode", "persistence_mode")
