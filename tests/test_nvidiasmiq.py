@@ -120,6 +120,14 @@ def test_counters_growing_under_load_fail():
     assert item_throttle({0: [("before", g(0)), ("during", g(0))]}, t).status == "PASS"
 
 
+def test_ecc_on_without_uncorrectable_counts_is_not_a_pass(tmp_path):
+    # dcgm-exporter#16: the older Single Bit / Double Bit layout, cut before the Double Bit counts
+    out, items = _import(tmp_path, "dcgm-exporter-16-ecc-single-bit.txt")
+    g = read_health(out)["samples"][0]["gpus"][0]
+    assert (g["ecc_mode"], g["ecc_volatile_corrected"], g["ecc_volatile_uncorrected"]) == ("enabled", 0, "n/a")
+    assert items["H1"].status == "SKIP" and "uncorrectable error counts not reported" in items["H1"].value
+
+
 def test_max_operating_temperature_warns(tmp_path):
     # thermald#300: a GeForce MX330 at 56 C whose max operating temperature is 57 C (slowdown 97 C)
     out, items = _import(tmp_path, "thermald-300-max-operating.txt")

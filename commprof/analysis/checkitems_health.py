@@ -68,6 +68,12 @@ def item_ecc(gpus, t) -> Item:
     name, thr = "ECC errors", "0 uncorrectable; ECC on; corrected not growing"
     if all(g.get("ecc_mode") == NA and g.get("ecc_volatile_uncorrected") == NA for s in gpus.values() for _, g in s):
         return _skip("H1", name, "n/a from the source (ECC not reported)", thr, t["source"])
+    counted = any(_num(g.get(k)) is not None for s in gpus.values() for _, g in s
+                  for k in ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected"))
+    if not counted and not any(g.get("ecc_mode") == "disabled" for s in gpus.values() for _, g in s):
+        # ECC on (or unknown) but no uncorrectable count in the source: nothing to pass on
+        return _skip("H1", name, "n/a from the source (ECC on, but its uncorrectable error counts not reported)",
+                     thr, t["source"], "ask the seller for 'nvidia-smi -q -d ECC' of every GPU, taken after a load test")
     unc = [i for i, s in gpus.items() if any((_num(g.get(k)) or 0) > 0 for _, g in s
                                              for k in ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected"))]
     if unc:
