@@ -128,6 +128,19 @@ def test_ecc_on_without_uncorrectable_counts_is_not_a_pass(tmp_path):
     assert items["H1"].status == "SKIP" and "uncorrectable error counts not reported" in items["H1"].value
 
 
+def test_fabric_state_and_status(tmp_path):
+    # azhpc-images#506: registration completed with status Insufficient Resources (a real fleet fault)
+    out, items = _import(tmp_path, "azhpc-images-506-fabric-insufficient.txt")
+    g = read_health(out)["samples"][0]["gpus"][0]
+    assert (g["fabric_state"], g["fabric_status"]) == ("completed", "insufficient resources")
+    assert items["H7"].status == "WARN" and "status insufficient resources" in items["H7"].value
+    # gpu-operator#2511: still in progress (its Health rows do not shadow the state)
+    out, items = _import(tmp_path / "b", "gpu-operator-2511-fabric-in-progress.txt")
+    g = read_health(out)["samples"][0]["gpus"][0]
+    assert (g["fabric_state"], g["fabric_status"]) == ("in progress", "n/a")
+    assert items["H7"].status == "FAIL" and "GPU 0: in progress" in items["H7"].value
+
+
 def test_max_operating_temperature_warns(tmp_path):
     # thermald#300: a GeForce MX330 at 56 C whose max operating temperature is 57 C (slowdown 97 C)
     out, items = _import(tmp_path, "thermald-300-max-operating.txt")

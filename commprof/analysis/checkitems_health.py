@@ -321,6 +321,18 @@ def item_fabric(gpus, t) -> Item:
         return Item("H7", name, "FAIL", "; ".join(f"GPU {i}: {v}" for i, v in list(bad.items())[:6]), thr, t["source"],
                     "what now: without fabric manager the NVSwitch GPUs cannot talk over NVLink; ask the seller to "
                     "start nvidia-fabricmanager (same version as the driver) and re-test")
+    # NVML: the probe's status "must be checked only if state returns complete"; a completed registration
+    # with a status other than success (e.g. "insufficient resources") leaves the GPU out of the NVLink
+    # domain on multi-node NVLink boxes. A WARN: some single-node boxes report a non-success status too.
+    unok = {i: s[-1][1].get("fabric_status", NA) for i in real for s in [gpus[i]]}
+    unok = {i: v for i, v in unok.items() if v not in (NA, "success")}
+    if unok:
+        return Item("H7", name, "WARN", "; ".join(f"GPU {i}: completed, status {v}" for i, v in list(unok.items())[:6]),
+                    thr, t["source"],
+                    "what now: the GPU registered with the NVLink fabric but with an error status; on a multi-node "
+                    "NVLink box (GB200 NVL) it is left out of the NVLink domain. Ask the seller for 'nvidia-smi -q' "
+                    "Fabric sections of every GPU (Status Success, a non-zero CliqueId and ClusterUUID) and the "
+                    "fabric manager / IMEX logs; re-test after the fix")
     return Item("H7", name, "PASS", f"completed on {len(real)} GPUs", thr, t["source"])
 
 

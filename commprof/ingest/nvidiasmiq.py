@@ -5,7 +5,7 @@ uncorrected: the SRAM/DRAM split of newer drivers or the Single/Double Bit total
 retired pages and their pending flag, remapped rows, clocks event (throttle) reasons and their
 counters (time each held the clocks down since the driver loaded), temperatures and their shutdown/
 slowdown/max-operating thresholds (absolute, or as T.Limit offsets on newer drivers), power draw and limit, the PCIe link (current and max gen
-and width) and replays, fabric state, MIG and persistence mode; over the box: driver and CUDA
+and width) and replays, fabric state and status, MIG and persistence mode; over the box: driver and CUDA
 versions and the GPU count.
 
 Format: the section names and XML elements nvidia-smi prints (driver 470-570: ``Clocks Throttle
@@ -207,6 +207,8 @@ def _gpu_from_flat(i: int, d: dict, xml: bool) -> dict:
     g["pcie_link_width_max"] = _num(_get(d, "link_width/max", "link_widths/max_link_width"))
     fab = _get(d, "fabric/state")
     g["fabric_state"] = NA if fab in (None, "N/A") else str(fab).strip().lower()
+    st = _get(d, "fabric/status")          # the probe's error status, meaningful once the state is completed
+    g["fabric_status"] = NA if st in (None, "N/A", "") else str(st).strip().lower()
     g["mig_mode"] = _mode(_get(d, "mig_mode/current", "mig_mode/current_mig"))
     g["persistence_mode"] = _mode(_get(d, "persistence_mode"))
     return g

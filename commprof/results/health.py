@@ -19,7 +19,7 @@ HEALTH_KEYS = ("index", "name", "pci_bus_id", "ecc_mode", "ecc_volatile_correcte
                "temperature_max_operating_c", "power_w", "power_limit_w",
                "nvlink_crc_errors", "nvlink_replay_errors", "nvlink_recovery_errors", "nvlink_errors_per_link",
                "pcie_replay_count", "pcie_link_gen_current", "pcie_link_gen_max", "pcie_link_width_current",
-               "pcie_link_width_max", "fabric_state", "mig_mode", "persistence_mode")
+               "pcie_link_width_max", "fabric_state", "fabric_status", "mig_mode", "persistence_mode")
 
 
 def write_health(doc: dict, out_dir: str) -> tuple[str, str]:
