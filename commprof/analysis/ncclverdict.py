@@ -39,6 +39,13 @@ def _distinct(pairs) -> int:
     return len({(p["comm"], p["src_rank"], p["dst_rank"]) for p in pairs})
 
 
+def _refused(acc: dict) -> str:
+    """NCCL's own lines that the platform refused P2P ('P2P is disabled between connected GPUs a and b',
+    'Could not enable P2P between dev a and dev b'), where the log has them."""
+    lines = acc.get("p2p_refused") or []
+    return f"; NCCL says so itself in {len(lines)} line(s), first: {lines[0]}" if lines else ""
+
+
 def _multi_node(comms):
     return [c for c in comms if (c.get("nnodes") or 0) > 1]
 
@@ -90,7 +97,7 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
                                lv["shm_platform"],
                                f"{n} rank pair(s) inside one node go via SHM (host memory) with no NCCL override "
                                "in the log: the platform refused P2P (PCIe ACS or IOMMU on, a VM without P2P, or "
-                               "a GeForce driver that does not allow it)",
+                               "a GeForce driver that does not allow it)" + _refused(acc),
                                t["what_now_shm_platform"]))
     elif p2p:
         items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory", "PASS",
