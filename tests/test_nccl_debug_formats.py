@@ -199,3 +199,28 @@ def test_timestamped_prefix_and_param_values_with_a_dot(tmp_path):
     _, info, _, _, _ = _read(log)
     assert info["env_overrides"] == {"NCCL_NVLS_ENABLE": ["0"], "NCCL_P2P_DISABLE": ["1"]}
     assert info["nccl_version"] == ["2.30.3"] and info["cuda_version"] == ["13.0"]
+
+
+def test_node_count_of_logs_before_2_20_comes_from_the_hostnames(tmp_path):
+    """NCCL 2.12-2.19 print no 'nRanks N nNodes K' line (src/init.cc has it from v2.20.3-1): with every
+    rank's Init line seen, the hostnames that printed them give the nodes, so a two-node group over
+    TCP sockets is judged (N2); the old reader left its node count empty and gave no N2 at all."""
+    log = _log(tmp_path, [
+        # v2.19.3-1 src/init.cc: 'comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init COMPLETE'
+        "boxa:4242:4243 [0] NCCL INFO Using network Socket",
+        "boxa:4242:4243 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0",
+        "boxa:4242:4243 [0] NCCL INFO comm 0x1000 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0x6161 - "
+        "Init COMPLETE",
+        "boxb:777:778 [0] NCCL INFO Using network Socket",
+        "boxb:777:778 [0] NCCL INFO comm 0x2000 rank 1 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0x6161 - "
+        "Init COMPLETE",
+    ])
+    _, _, comms, _, items = _read(log)
+    c = comms["0x6161"]
+    assert (c["nnodes"], c["nnodes_from"]) == (2, "hostnames") and "over 2 nodes" in c["summary"]
+    assert items["N2"]["verdict"] == load_thresholds()["nccl_debug"]["socket_multinode"].upper()
+    # a rank not seen: no guess
+    part = _log(tmp_path, ["comm 0x1000 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0x6262 - Init START"],
+                "part.log")
+    _, _, comms, _, _ = _read(part)
+    assert comms["0x6262"]["nnodes"] is None

@@ -419,7 +419,7 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
 # --- the account as tables -------------------------------------------------------------------------
 
 PAIR_COLUMNS = ["comm", "src_rank", "dst_rank", "channels", "transport", "transport_class", "direction"]
-COMM_COLUMNS = ["comm", "nranks", "nnodes", "local_ranks", "mnnvl", "ranks_seen", "hosts", "pairs",
+COMM_COLUMNS = ["comm", "nranks", "nnodes", "nnodes_from", "local_ranks", "mnnvl", "ranks_seen", "hosts", "pairs",
                 "transports", "coll_channels", "nvls_channels", "collnet_channels", "p2p_channels",
                 "init_complete", "init_func", "mnnvl_clique_size", "nvls_heads", "collnet_connections", "connected",
                 "ring_pxn_gdr", "role", "summary"]
@@ -458,6 +458,18 @@ def role_of(comm: Comm, engine: dict) -> str:
     return "group"
 
 
+def _nodes(comm: Comm, acc: Account) -> tuple:
+    """A communicator's node count and where it comes from: NCCL's own ``nNodes`` (2.20 on), else,
+    where every rank's Init line was seen, the distinct hostnames that printed them (NCCL 2.12-2.19
+    print no node count; NCCL counts nodes by host hash, which the hostname stands for here)."""
+    if comm.nnodes is not None:
+        return comm.nnodes, "printed"
+    if comm.key != UNATTRIBUTED and comm.nranks and len(comm.ranks) == comm.nranks and comm.hosts:
+        cut = _cut_hosts(acc)
+        return len({cut.get(h, h) for h in comm.hosts}), "hostnames"
+    return None, ""
+
+
 def comm_rows(acc: Account) -> list[dict]:
     """One row per communicator, with the line a person reads at a glance."""
     pairs = pair_rows(acc)
@@ -473,7 +485,7 @@ def comm_rows(acc: Account) -> list[dict]:
         transports = ", ".join(f"{n} {via}" for via, n in by_class.most_common())
         role = role_of(comm, acc.engine)
         n = comm.nranks or len(comm.ranks) or "?"
-        nodes = comm.nnodes
+        nodes, nodes_from = _nodes(comm, acc)
         where = ("(its node count not printed)" if nodes is None else "on 1 node" if nodes == 1
                  else f"over {nodes} nodes")
         words = []
@@ -491,7 +503,7 @@ def comm_rows(acc: Account) -> list[dict]:
             summary += f"; NVLS set up ({comm.nvls_heads} heads)"
         if comm.collnet:
             summary += f"; CollNet connected ({len(comm.collnet)} lines)"
-        out.append({"comm": comm.key, "nranks": comm.nranks, "nnodes": comm.nnodes,
+        out.append({"comm": comm.key, "nranks": comm.nranks, "nnodes": nodes, "nnodes_from": nodes_from,
                     "local_ranks": ",".join(str(x) for x in sorted(comm.local_ranks)), "mnnvl": comm.mnnvl,
                     "ranks_seen": len(comm.ranks), "hosts": len(comm.hosts), "pairs": len(seen),
                     "transports": transports, "coll_channels": comm.counts.get("coll"),
