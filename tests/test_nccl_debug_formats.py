@@ -224,3 +224,19 @@ def test_node_count_of_logs_before_2_20_comes_from_the_hostnames(tmp_path):
                 "part.log")
     _, _, comms, _, _ = _read(part)
     assert comms["0x6262"]["nnodes"] is None
+
+
+def test_socket_between_nodes_where_nccl_listed_an_rdma_nic(tmp_path):
+    """src/transport/net_ib.cc: 'NET/IB : Using [0]mlx5_0:1/IB ...; OOB ..' lists the NICs it found;
+    a run that still says 'Using network Socket' (NCCL_IB_DISABLE, NCCL_NET=Socket) joins its nodes
+    over TCP beside an RDMA NIC: N2 says so."""
+    lines = []
+    for host, rank in (("boxa", 0), ("boxb", 1)):
+        pre = f"{host}:{100 + rank}:{200 + rank} [0] NCCL INFO "
+        lines += [pre + "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB eth0:10.0.0.1<0>",
+                  pre + "Using network Socket",
+                  pre + f"comm 0x{rank + 1}000 rank {rank} nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
+                  pre + f"Channel 00/0 : {rank}[0] -> {1 - rank}[0] [send] via NET/Socket/0"]
+    _, info, _, _, items = _read(_log(tmp_path, lines))
+    assert info["rdma_nics"] == {"boxa": ["mlx5_0:1/IB", "mlx5_1:1/IB"], "boxb": ["mlx5_0:1/IB", "mlx5_1:1/IB"]}
+    assert "yet NCCL's IB transport listed 4 RDMA device(s) on 2 host(s) (IB)" in items["N2"]["evidence"]

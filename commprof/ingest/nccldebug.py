@@ -92,6 +92,10 @@ _CONNECTED = re.compile(r"^(?:rank \d+ )?Connected (?P<what>all rings|all trees|
                         r"(?:, use ring PXN (?P<pxn>\d+) GDR (?P<gdr>\d+))?")
 #: src/init.cc (2.21-2.24) and src/mnnvl.cc (2.25 on): ``MNNVL m cliqueId X cliqueSize S cliqueRank R [nvlDomainSize D]``
 _MNNVL = re.compile(r"^MNNVL (?P<m>\d+) cliqueId (?P<id>(?:0x)?[0-9a-f]+) cliqueSize (?P<size>\d+) cliqueRank (?P<crank>\d+)")
+#: src/transport/net_ib.cc (net_ib/init.cc in 2.28 on), the same from 2.18 to 2.30: ``NET/IB : Using [0]mlx5_0:1/IB
+#: [1]mlx5_1:1/RoCE [RO]; OOB eth0:..`` (no device listed when it found none) or ``NET/IB : No device found.``
+_IB_USING = re.compile(r"^NET/IB : Using(?P<devs>(?: \[\d+\][^\s\[;]+)*)")
+_IB_NONE = re.compile(r"^NET/IB : No device found")
 #: src/graph/paths.cc and src/transport/p2p.cc: the platform (driver, NVML, PCIe ACS) refusing P2P
 _P2P_REFUSED = re.compile(r"^(?:P2P is disabled between (?:NVLINK )?connected GPUs (?P<a>\d+) and (?P<b>\d+)"
                           r"|Could not enable P2P between dev (?P<c>\d+)\(=[0-9a-f]+\) and dev (?P<d>\d+)"
@@ -205,6 +209,8 @@ class Account:
     host_devs: dict = field(default_factory=dict)           # host -> the cudaDev of its line prefixes
     host_pids: dict = field(default_factory=dict)           # host -> the pids of its line prefixes
     p2p_refused: list = field(default_factory=list)         # NCCL's own lines saying the platform refused P2P
+    rdma_nics: dict = field(default_factory=dict)           # host -> the RDMA devices NCCL's IB transport listed
+    ib_no_device: set = field(default_factory=set)          # hosts where NCCL's IB transport found no device
 
 
 def _lines(path: str):
@@ -385,6 +391,17 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
             comm.mnnvl = int(mn.group("m"))
             comm.clique_size = int(mn.group("size"))
         return
+    if msg.startswith("NET/IB : "):
+        if (ib := _IB_USING.match(msg)):
+            devs = [d.split("]", 1)[1] for d in ib.group("devs").split()]
+            if devs:
+                acc.rdma_nics.setdefault(host, set()).update(devs)
+            else:
+                acc.ib_no_device.add(host)
+            return
+        if _IB_NONE.match(msg):
+            acc.ib_no_device.add(host)
+            return
     if (pr := _P2P_REFUSED.match(msg)):
         a, b = [g for g in pr.groups() if g is not None][:2]
         if len(acc.p2p_refused) < 64:
@@ -572,6 +589,9 @@ def summary(acc: Account) -> dict:
         "nvls": {"available_on": len(acc.nvls_available), "not_available_on": len(acc.nvls_unavailable)},
         "graph_intra_types": dict(acc.graph_types),
         "p2p_refused": list(acc.p2p_refused),
+        "rdma_nics": {h: sorted(v) for h, v in sorted(acc.rdma_nics.items())},
+        "rdma_link_layers": sorted({d.rsplit("/", 1)[-1] for v in acc.rdma_nics.values() for d in v if "/" in d}),
+        "ib_no_device_on": sorted(acc.ib_no_device),
         "engine": dict(acc.engine),
         "warnings": list(acc.warn_lines),
     }
