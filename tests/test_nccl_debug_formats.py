@@ -240,3 +240,17 @@ def test_socket_between_nodes_where_nccl_listed_an_rdma_nic(tmp_path):
     _, info, _, _, items = _read(_log(tmp_path, lines))
     assert info["rdma_nics"] == {"boxa": ["mlx5_0:1/IB", "mlx5_1:1/IB"], "boxb": ["mlx5_0:1/IB", "mlx5_1:1/IB"]}
     assert "yet NCCL's IB transport listed 4 RDMA device(s) on 2 host(s) (IB)" in items["N2"]["evidence"]
+
+
+def test_channel_lines_of_nccl_2_12_with_bus_ids_and_old_shm_name(tmp_path):
+    """Up to 2.17 the brackets hold the bus id ('%d[%lx]'), and up to 2.12 src/transport/shm.cc names
+    SHM 'direct shared memory' (v2.12.12-1): the old reader counted that line as cut short."""
+    log = _log(tmp_path, [
+        "comm 0x1000 rank 0 nranks 2 cudaDev 0 busId 1b000 - Init COMPLETE",
+        "Channel 00 : 0[1b000] -> 1[2c000] via direct shared memory",
+        "Channel 01 : 0[1b000] -> 1[2c000] via P2P/IPC/read",
+    ])
+    acc, info, comms, pairs, items = _read(log)
+    assert info["truncated_channel_lines"] == 0
+    assert sorted(p["transport_class"] for p in pairs) == ["P2P", "SHM"]
+    assert "SHM" in items["N1"]["evidence"]

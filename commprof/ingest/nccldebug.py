@@ -121,6 +121,8 @@ def transport_class(via: str) -> str:
     CollNet, NVLS, or the token itself."""
     parts = via.split("/")
     head = parts[0]
+    if via.startswith(_OLD_SHM):
+        return "SHM"
     if head == "NET" and len(parts) > 1:
         return f"NET/{parts[1]}"
     if head in ("P2P", "SHM"):
@@ -132,7 +134,9 @@ def transport_class(via: str) -> str:
     return via
 
 
-_KNOWN_HEADS = ("P2P", "SHM", "NET", "COLLNET", "NVLS")
+#: src/transport/shm.cc up to NCCL 2.12 (v2.12.12-1) named SHM so; 2.13 on prints ``SHM/<send>/<recv>``
+_OLD_SHM = "direct shared memory"
+_KNOWN_HEADS = ("P2P", "SHM", "NET", "COLLNET", "NVLS", _OLD_SHM.upper())
 
 
 def transport_label(via: str) -> str:
@@ -144,7 +148,7 @@ def transport_label(via: str) -> str:
         return f"NET/{parts[1]}" + ("/GDRDMA" if any(p.startswith("GDRDMA") for p in parts[2:]) else "")
     if parts[0] == "P2P":
         return "/".join(parts[:2])
-    if parts[0] == "SHM":
+    if parts[0] == "SHM" or via.startswith(_OLD_SHM):
         return "SHM"
     return via
 
@@ -159,7 +163,7 @@ def _fits(comm, top: int, via: str) -> bool:
         return False
     if comm.nnodes == 1 and via.startswith("NET"):
         return False
-    if comm.nnodes and comm.nranks and comm.nnodes == comm.nranks and via.startswith(("P2P", "SHM")):
+    if comm.nnodes and comm.nranks and comm.nnodes == comm.nranks and via.startswith(("P2P", "SHM", _OLD_SHM)):
         return False
     return True
 
