@@ -254,3 +254,15 @@ def test_channel_lines_of_nccl_2_12_with_bus_ids_and_old_shm_name(tmp_path):
     assert info["truncated_channel_lines"] == 0
     assert sorted(p["transport_class"] for p in pairs) == ["P2P", "SHM"]
     assert "SHM" in items["N1"]["evidence"]
+
+
+def test_text_of_another_process_in_the_same_line_is_not_part_of_the_token(tmp_path):
+    """Two processes writing one terminal can splice lines (the shared 2.28.9 log has one): the
+    token stops where NCCL's own ends, spaces allowed only where NCCL prints them."""
+    log = _log(tmp_path, [
+        "comm 0x1000 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0",
+        "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read INFO 06-17 20:14:19 [monitor.py:81] other text",
+        "Channel 01/0 : 0[0] -> 1[1] via P2P/direct pointer/read (Worker pid=1) INFO more",
+    ])
+    _, _, _, pairs, _ = _read(log)
+    assert sorted(p["transport"] for p in pairs) == ["P2P/CUMEM/read", "P2P/direct pointer/read"]

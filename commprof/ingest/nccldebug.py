@@ -83,6 +83,9 @@ _COMM = re.compile(r"^comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nRanks (?P<n
 #: (``P2P/direct pointer/read``, ``NET/AWS Libfabric/0/GDRDMA``); SHM lines have no ``/connIndex``
 _CHANNEL = re.compile(r"^Channel (?P<ch>\d+)(?:/(?P<sub>\d+))? : (?P<src>\d+)\[(?P<sdev>[\w]+)\] -> (?P<dst>\d+)\[(?P<ddev>[\w]+)\]"
                       r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$")
+#: the token itself: one word, save the three NCCL prints with a space (a network plugin's name,
+#: ``direct pointer``, ``direct shared memory``); text another process wrote into the same line is cut off
+_VIA = re.compile(r"(?:NET/[^/]+/\d+|COLLNET/[^/]+/\d+|P2P/direct pointer|direct shared memory|\S+)\S*")
 #: src/transport/coll_net.cc (2.1x-2.30): ``CollNet CC/I : R [send|receive] via COLLNET/<name>/<dev>...``
 _COLLNET = re.compile(r"^CollNet (?P<ch>\d+)/(?P<sub>\d+) : (?P<rank>\d+) \[(?P<dir>send|receive)\] via (?P<via>COLLNET/.+?)\s*$")
 #: src/transport/nvls.cc: a communicator that sets NVLS buffers up prints ``NVLS comm P headRank H nHeads N ...``
@@ -412,7 +415,7 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
             acc.p2p_refused.append(f"{host}: GPU {a} and GPU {b}: {msg[:120]}")
         return
     if (ch := _CHANNEL.match(msg)):
-        via = ch.group("via")
+        via = _VIA.match(ch.group("via")).group(0)
         if not via.upper().startswith(_KNOWN_HEADS) or via in ("P2P", "SHM", "NET"):
             acc.truncated_lines += 1       # a line cut short (a paste, a full buffer): no transport
             return
