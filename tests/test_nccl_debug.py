@@ -234,3 +234,22 @@ def test_an_empty_log_says_it_is_empty(cli_inproc, tmp_path):
     res = cli_inproc("import", "nccl-debug", str(p), "--out", str(tmp_path / "o"))
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("commprof: error:")]
     assert res.returncode == 9 and len(errors) == 1 and "(the file is empty)" in errors[0], res.stderr
+
+
+@pytest.mark.parametrize("name, nics, layers, none_on", [
+    # grep 'NET/IB : Using': 8 mlx5 devices per host, '/IB' on both hosts of the IB run, '/RoCE' on the one
+    # host of the RoCE run; grep 'NET/IB : No device found': both hosts of the run without IB in the pods
+    ("a100x16_2node_ib_vllm_llmk8s-ib.log", {"deepseek-v2-5-0": 8, "deepseek-v2-5-0-1": 8}, ["IB"], 0),
+    ("h100x16_2node_roce_sglang_slurmv4.log", {"tpgds-aihub0008": 8}, ["RoCE"], 0),
+    ("a100x16_2node_socket_vllm_llmk8s-noib.log", {}, [], 2),
+])
+def test_rdma_devices_nccl_listed_are_read_and_named_in_n2(name, nics, layers, none_on):
+    info, _, _, _ = _verdicts(shared_data("nccl-debug", name))
+    assert {h: len(v) for h, v in info["rdma_nics"].items()} == nics
+    assert info["rdma_link_layers"] == layers and len(info["ib_no_device_on"]) == none_on
+    items = {i["id"]: i for i in engine_items(info, comm_rows(read_logs([shared_data("nccl-debug", name)])),
+                                              pair_rows(read_logs([shared_data("nccl-debug", name)])))}
+    if none_on:
+        assert items["N2"]["verdict"] == "FAIL" and "found no RDMA device on 2 host(s)" in items["N2"]["evidence"]
+    else:
+        assert f"link layer {layers[0]}" in items["N2"]["evidence"]

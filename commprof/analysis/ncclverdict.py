@@ -39,6 +39,31 @@ def _distinct(pairs) -> int:
     return len({(p["comm"], p["src_rank"], p["dst_rank"]) for p in pairs})
 
 
+def _refused(acc: dict) -> str:
+    """NCCL's own lines that the platform refused P2P ('P2P is disabled between connected GPUs a and b',
+    'Could not enable P2P between dev a and dev b'), where the log has them."""
+    lines = acc.get("p2p_refused") or []
+    return f"; NCCL says so itself in {len(lines)} line(s), first: {lines[0]}" if lines else ""
+
+
+def _layers(acc: dict) -> str:
+    layers = acc.get("rdma_link_layers") or []
+    return f" (link layer {', '.join(layers)}, from NET/IB's device list)" if layers else ""
+
+
+def _rdma_words(acc: dict) -> str:
+    """What NCCL's IB transport found: RDMA NICs it listed (then Socket was chosen over a NIC that
+    exists) or no device at all (the pods or hosts were given none)."""
+    nics = acc.get("rdma_nics") or {}
+    if nics:
+        n = sum(len(v) for v in nics.values())
+        return (f"; yet NCCL's IB transport listed {n} RDMA device(s) on {len(nics)} host(s) "
+                f"({', '.join(acc.get('rdma_link_layers') or []) or 'link layer not printed'})")
+    if acc.get("ib_no_device_on"):
+        return f"; NCCL's IB transport found no RDMA device on {len(acc['ib_no_device_on'])} host(s)"
+    return ""
+
+
 def _multi_node(comms):
     return [c for c in comms if (c.get("nnodes") or 0) > 1]
 
@@ -90,7 +115,7 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
                                lv["shm_platform"],
                                f"{n} rank pair(s) inside one node go via SHM (host memory) with no NCCL override "
                                "in the log: the platform refused P2P (PCIe ACS or IOMMU on, a VM without P2P, or "
-                               "a GeForce driver that does not allow it)",
+                               "a GeForce driver that does not allow it)" + _refused(acc),
                                t["what_now_shm_platform"]))
     elif p2p:
         items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory", "PASS",
@@ -105,14 +130,15 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
                                lv["socket_multinode"],
                                f"{len(multi)} communicator(s) span {max(c['nnodes'] for c in multi)} nodes and the "
                                f"log says 'Using network {', '.join(nets) or 'Socket'}'"
-                               + (f"; {_distinct(socket_pairs)} rank pair(s) via NET/Socket" if socket_pairs else ""),
+                               + (f"; {_distinct(socket_pairs)} rank pair(s) via NET/Socket" if socket_pairs else "")
+                               + _rdma_words(acc),
                                t["what_now_socket"]))
         else:
             gdr = [p for p in pairs if p["transport_class"].startswith("NET/") and "GDRDMA" in p["transport"]]
             net = [p for p in pairs if p["transport_class"].startswith("NET/")]
             verdict = "PASS" if gdr or not net else lv["net_without_gdr"]
             items.append(_item("N2", "nodes are joined over RDMA (InfiniBand/RoCE/EFA), not TCP sockets", verdict,
-                               f"network {', '.join(nets) or '?'}; {_distinct(net)} rank pair(s) over the network, {_distinct(gdr)} with "
+                               f"network {', '.join(nets) or '?'}{_layers(acc)}; {_distinct(net)} rank pair(s) over the network, {_distinct(gdr)} with "
                                "GPUDirect RDMA (GDRDMA)",
                                "" if verdict == "PASS" else t["what_now_no_gdr"]))
     # N3: NVLS available, not used

@@ -1,19 +1,32 @@
 """NCCL's own account of a box, from its ``NCCL_DEBUG=INFO`` lines (``commprof import nccl-debug``).
 
 NCCL prints, for every communicator it builds, what it found and chose. The formats read here are
-those NCCL itself prints (NVIDIA/nccl ``src/init.cc``, ``src/transport/{p2p,shm,net}.cc``,
-``src/graph/*.cc``, ``src/misc/param.cc``), as they appear in NCCL 2.1x-2.2x logs:
+those NCCL itself prints, checked against its format strings (NVIDIA/nccl ``src/debug.cc``,
+``src/init.cc``, ``src/mnnvl.cc``, ``src/transport/{p2p,shm,net,coll_net,nvls,generic}.cc``,
+``src/graph/{paths,search}.cc``, ``src/misc/param.cc``) at every release tag from v2.12.12-1 to
+v2.30.7-1 (the regexes below name the changes):
 
-- the line prefix ``host:pid:tid [cudaDev] NCCL INFO ...`` (anything before it, a Ray
-  ``(RayWorkerWrapper pid=..)``, a torchrun ``[rank3]:`` or an srun ``0:``, is skipped; ANSI colour
-  codes and Ray's ``[repeated Nx across cluster]`` suffix are removed, the latter counted);
+- the line prefix ``host:pid:tid [cudaDev] NCCL INFO ...`` and ``host:pid:tid [cudaDev] file.cc:N
+  [(function) ]NCCL WARN ...`` (anything before it, a timestamp, a Ray ``(RayWorkerWrapper pid=..)``,
+  a torchrun ``[rank3]:`` or an srun ``0:``, is skipped; ANSI colour codes and Ray's ``[repeated Nx
+  across cluster]`` suffix are removed, the latter counted);
 - ``NCCL version 2.27.5+cuda12.9``; ``NCCL_P2P_DISABLE set by environment to 1``;
-  ``Using network IB|Socket|Libfabric``;
-- ``ncclCommInitRank comm 0x.. rank R nranks N cudaDev D nvmlDev M busId B commId 0x.. - Init START``;
-- ``comm 0x.. rank R nRanks N nNodes K localRanks L localRank l MNNVL m``;
-- ``Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read`` (``[send]``/``[receive]`` on network channels);
-- ``2 coll channels, 2 collnet channels, 0 nvls channels, 2 p2p channels, ...``;
-- ``NVLS multicast support is (not) available on dev N``; graph lines ``Pattern 4, ..., type NVL/PIX``.
+  ``Using network IB|Socket|Libfabric|AWS Libfabric|...``;
+- the Init lines, every shape from 2.12 on: ``[[Rank R] ][ncclCommInitRank|..|ncclCommSplit ]comm 0x..
+  rank R nranks N cudaDev D [nvmlDev M ]busId B [parent P [splitCount|childCount S ]color C key K]
+  [commId 0x..] - Init START|COMPLETE`` (a split child without commId is keyed by its parent's key,
+  split count and color, so its ranks meet in one communicator);
+- ``comm 0x.. rank R nRanks N nNodes K localRanks L localRank l MNNVL m`` (2.20 on) and
+  ``MNNVL m cliqueId X cliqueSize S cliqueRank r``;
+- ``Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read`` (the token to the end of the line: ``P2P/direct
+  pointer``, ``NET/IB/0(5)/GDRDMA(PCI)/Shared``; ``[send]``/``[receive]`` on network channels) and
+  ``CollNet 00/0 : R [send] via COLLNET/..``;
+- ``2 coll channels, 2 collnet channels, 0 nvls channels, 2 p2p channels, ...``; ``NVLS comm 0x..
+  headRank H nHeads N ...``; ``Connected all rings[, use ring PXN p GDR g]``, ``Connected all trees``,
+  ``Connected NVLS tree``;
+- ``NVLS multicast support is (not) available on dev N``; graph lines ``Pattern 4, ..., type NVL/PIX``;
+- ``P2P is disabled between connected GPUs a and b`` and ``Could not enable P2P between dev a(=..)
+  and dev b(=..)``: the platform refusing P2P.
 
 The engine's own lines beside them: vLLM's ``vLLM is using nccl==X``, ``Custom allreduce is
 disabled because ...``, ``Using ['CUSTOM', 'PYNCCL'] all-reduce backends``, and its TP/PP sizes.
@@ -42,20 +55,57 @@ SNIFF = 64 << 10
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _REPEATED = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
-_NCCL = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<lvl>INFO|WARN|ERROR) (?P<msg>.*)")
+#: the line prefix NCCL's logger writes (src/debug.cc): ``host:pid:tid [cudaDev] NCCL INFO msg``, and for a
+#: warning ``host:pid:tid [cudaDev] file.cc:LINE NCCL WARN msg`` (2.2x and earlier) or ``... file.cc:LINE
+#: (function) NCCL WARN msg`` (2.30): the source location sits between the device and the level
+_NCCL = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+:\d+ (?:\([^)]*\) )?)?"
+                   r"NCCL (?P<lvl>INFO|WARN|ERROR) (?P<msg>.*)")
 _VERSION = re.compile(r"^NCCL version (?P<v>[\w.]+)(?:\+cuda(?P<cuda>[\d.]+))?")
 _ENV = re.compile(r"^(?P<name>NCCL_\w+) set by environment to (?P<value>.*?)\.?$")
-_NETWORK = re.compile(r"^Using network (?P<net>\S+)")
-_INIT = re.compile(r"^ncclCommInitRank\w* comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nranks (?P<n>\d+) cudaDev "
-                   r"(?P<cuda>\d+)(?: nvmlDev (?P<nvml>\d+))? busId (?P<bus>[0-9a-fA-F]+)(?: commId (?P<id>0x[0-9a-f]+))?"
-                   r"(?: - Init (?P<state>START|COMPLETE))?")
+#: the network plugin's name may hold a space (aws-ofi-nccl up to 1.11 calls itself "AWS Libfabric")
+_NETWORK = re.compile(r"^Using network (?P<net>.+?)\s*$")
+#: the Init lines of src/init.cc, every shape from 2.12 to 2.30 (NVIDIA/nccl tags v2.12.12-1 .. v2.30.7-1):
+#: ``comm P rank R nranks N cudaDev D busId B - Init COMPLETE`` (to 2.15), ``... busId B commId 0xI - Init
+#: COMPLETE`` (2.16-2.18.1), ``... cudaDev D nvmlDev M busId B commId 0xI - Init START|COMPLETE`` (2.18.3-2.20),
+#: the same led by ``ncclCommInitRank`` or ``ncclCommSplit ... parent P color C key K commId 0xI`` (2.21-2.22),
+#: by the calling function's name (ncclCommInitRank, ncclCommInitRankConfig, ncclCommInitAll,
+#: ncclCommInitRankScalable, ncclCommSplit, ncclCommShrink, ncclCommGrow; 2.23 on) with a split child's
+#: ``parent P [splitCount|childCount S] color C key K`` and no commId, and from 2.29 the START line led by
+#: ``[Rank R] ``
+_INIT = re.compile(r"^(?:\[Rank \d+\] )?(?:(?P<func>ncclComm\w+) )?comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) "
+                   r"nranks (?P<n>\d+) cudaDev (?P<cuda>\d+)(?: nvmlDev (?P<nvml>\d+))? busId (?P<bus>[0-9a-fA-F]+)"
+                   r"(?: parent (?P<parent>0x[0-9a-f]+|\(nil\))(?: (?:splitCount|childCount) (?P<split>\d+))?"
+                   r" color (?P<color>-?\d+) key (?P<key>-?\d+))?"
+                   r"(?: commId (?P<id>0x[0-9a-f]+))?\s*(?:- Init (?P<state>START|COMPLETE))?")
 _COMM = re.compile(r"^comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nRanks (?P<n>\d+) nNodes (?P<nodes>\d+) localRanks "
                    r"(?P<local>\d+) localRank (?P<lr>\d+)(?: MNNVL (?P<mnnvl>\d+))?")
+#: src/transport/{p2p,shm,net}.cc: the transport token runs to the end of the line and may hold spaces
+#: (``P2P/direct pointer/read``, ``NET/AWS Libfabric/0/GDRDMA``); SHM lines have no ``/connIndex``
 _CHANNEL = re.compile(r"^Channel (?P<ch>\d+)(?:/(?P<sub>\d+))? : (?P<src>\d+)\[(?P<sdev>[\w]+)\] -> (?P<dst>\d+)\[(?P<ddev>[\w]+)\]"
-                      r"(?: \[(?P<dir>send|receive)\])? via (?P<via>\S+)")
+                      r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$")
+#: the token itself: one word, save the three NCCL prints with a space (a network plugin's name,
+#: ``direct pointer``, ``direct shared memory``); text another process wrote into the same line is cut off
+_VIA = re.compile(r"(?:NET/[^/]+/\d+|COLLNET/[^/]+/\d+|P2P/direct pointer|direct shared memory|\S+)\S*")
+#: src/transport/coll_net.cc (2.1x-2.30): ``CollNet CC/I : R [send|receive] via COLLNET/<name>/<dev>...``
+_COLLNET = re.compile(r"^CollNet (?P<ch>\d+)/(?P<sub>\d+) : (?P<rank>\d+) \[(?P<dir>send|receive)\] via (?P<via>COLLNET/.+?)\s*$")
+#: src/transport/nvls.cc: a communicator that sets NVLS buffers up prints ``NVLS comm P headRank H nHeads N ...``
+_NVLS_COMM = re.compile(r"^NVLS comm (?P<comm>0x[0-9a-f]+) headRank (?P<head>-?\d+) nHeads (?P<heads>\d+)")
+#: src/transport/generic.cc, nvls.cc, coll_net.cc: what a communicator connected
+_CONNECTED = re.compile(r"^(?:rank \d+ )?Connected (?P<what>all rings|all trees|NVLS tree|binomial trees|CollNet|Collnet Chains)"
+                        r"(?:, use ring PXN (?P<pxn>\d+) GDR (?P<gdr>\d+))?")
+#: src/init.cc (2.21-2.24) and src/mnnvl.cc (2.25 on): ``MNNVL m cliqueId X cliqueSize S cliqueRank R [nvlDomainSize D]``
+_MNNVL = re.compile(r"^MNNVL (?P<m>\d+) cliqueId (?P<id>(?:0x)?[0-9a-f]+) cliqueSize (?P<size>\d+) cliqueRank (?P<crank>\d+)")
+#: src/transport/net_ib.cc (net_ib/init.cc in 2.28 on), the same from 2.18 to 2.30: ``NET/IB : Using [0]mlx5_0:1/IB
+#: [1]mlx5_1:1/RoCE [RO]; OOB eth0:..`` (no device listed when it found none) or ``NET/IB : No device found.``
+_IB_USING = re.compile(r"^NET/IB : Using(?P<devs>(?: \[\d+\][^\s\[;]+)*)")
+_IB_NONE = re.compile(r"^NET/IB : No device found")
+#: src/graph/paths.cc and src/transport/p2p.cc: the platform (driver, NVML, PCIe ACS) refusing P2P
+_P2P_REFUSED = re.compile(r"^(?:P2P is disabled between (?:NVLINK )?connected GPUs (?P<a>\d+) and (?P<b>\d+)"
+                          r"|Could not enable P2P between dev (?P<c>\d+)\(=[0-9a-f]+\) and dev (?P<d>\d+)"
+                          r"|peer query failed between dev (?P<e>\d+)\(=[0-9a-f]+\) and dev (?P<f>\d+))")
 _CHANNELS = re.compile(r"(\d+) (coll|collnet|nvls|p2p) channels(?!\s+per)")
 _NVLS = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<dev>\d+)")
-_PATTERN = re.compile(r"Pattern \d+, crossNic \d+, nChannels \d+, bw [\d.]+/[\d.]+, type (?P<intra>[A-Z]+)/(?P<inter>[A-Z]+)")
+_PATTERN = re.compile(r"Pattern \d+, crossNic \d+, nChannels \d+, bw [\d.]+/[\d.]+, type (?P<intra>[A-Z0-9]+)/(?P<inter>[A-Z0-9]+)")
 _VLLM_NCCL = re.compile(r"vLLM is using nccl==(?P<v>[\w.]+)")
 _CUSTOM_OFF = re.compile(r"Custom allreduce is disabled because (?P<why>.+?)(?:\. To silence| To silence|$)")
 _AR_BACKENDS = re.compile(r"Using \[(?P<list>[^\]]*)\] all-reduce backends")
@@ -74,6 +124,8 @@ def transport_class(via: str) -> str:
     CollNet, NVLS, or the token itself."""
     parts = via.split("/")
     head = parts[0]
+    if via.startswith(_OLD_SHM):
+        return "SHM"
     if head == "NET" and len(parts) > 1:
         return f"NET/{parts[1]}"
     if head in ("P2P", "SHM"):
@@ -85,18 +137,21 @@ def transport_class(via: str) -> str:
     return via
 
 
-_KNOWN_HEADS = ("P2P", "SHM", "NET", "COLLNET", "NVLS")
+#: src/transport/shm.cc up to NCCL 2.12 (v2.12.12-1) named SHM so; 2.13 on prints ``SHM/<send>/<recv>``
+_OLD_SHM = "direct shared memory"
+_KNOWN_HEADS = ("P2P", "SHM", "NET", "COLLNET", "NVLS", _OLD_SHM.upper())
 
 
 def transport_label(via: str) -> str:
     """A ``via`` token without its channel-specific parts: NET/IB/3/GDRDMA -> NET/IB/GDRDMA (the
-    NIC index dropped), P2P/IPC/read -> P2P/IPC, SHM/direct/direct -> SHM."""
+    NIC index, a PXN proxy rank ``3(5)``, ``(PCI)`` and ``/Shared`` dropped), P2P/IPC/read -> P2P/IPC,
+    SHM/direct/direct -> SHM."""
     parts = via.split("/")
     if parts[0] == "NET" and len(parts) > 1:
-        return f"NET/{parts[1]}" + ("/GDRDMA" if "GDRDMA" in parts else "")
+        return f"NET/{parts[1]}" + ("/GDRDMA" if any(p.startswith("GDRDMA") for p in parts[2:]) else "")
     if parts[0] == "P2P":
         return "/".join(parts[:2])
-    if parts[0] == "SHM":
+    if parts[0] == "SHM" or via.startswith(_OLD_SHM):
         return "SHM"
     return via
 
@@ -111,7 +166,7 @@ def _fits(comm, top: int, via: str) -> bool:
         return False
     if comm.nnodes == 1 and via.startswith("NET"):
         return False
-    if comm.nnodes and comm.nranks and comm.nnodes == comm.nranks and via.startswith(("P2P", "SHM")):
+    if comm.nnodes and comm.nranks and comm.nnodes == comm.nranks and via.startswith(("P2P", "SHM", _OLD_SHM)):
         return False
     return True
 
@@ -129,6 +184,12 @@ class Comm:
     channels: dict = field(default_factory=dict)        # (channel, src, dst, dir) -> via
     counts: dict = field(default_factory=dict)          # coll/collnet/nvls/p2p -> channels
     complete: int = 0
+    funcs: set = field(default_factory=set)             # the Init lines' function (ncclCommInitRank, ncclCommSplit, ..)
+    clique_size: int | None = None                      # MNNVL clique (the GPUs one NVLink domain joins)
+    nvls_heads: int | None = None                       # NVLS buffers set up ("NVLS comm .. nHeads N")
+    collnet: set = field(default_factory=set)           # (channel, rank, direction) of its CollNet lines
+    connected: set = field(default_factory=set)         # what it connected: rings, trees, NVLS tree, CollNet
+    ring_gdr: set = field(default_factory=set)          # "Connected all rings, use ring PXN p GDR g": (p, g)
 
 
 @dataclass
@@ -154,6 +215,9 @@ class Account:
     host_bus: dict = field(default_factory=dict)            # host -> busIds of its Init lines
     host_devs: dict = field(default_factory=dict)           # host -> the cudaDev of its line prefixes
     host_pids: dict = field(default_factory=dict)           # host -> the pids of its line prefixes
+    p2p_refused: list = field(default_factory=list)         # NCCL's own lines saying the platform refused P2P
+    rdma_nics: dict = field(default_factory=dict)           # host -> the RDMA devices NCCL's IB transport listed
+    ib_no_device: set = field(default_factory=set)          # hosts where NCCL's IB transport found no device
 
 
 def _lines(path: str):
@@ -252,6 +316,16 @@ def _engine_line(acc: Account, line: str) -> None:
         e["engine_version"] = g.group("v")
 
 
+def _split_key(i, host: str, pid: str, by_pointer: dict) -> str | None:
+    """The key of a communicator split from another (2.23 on its Init lines carry no commId): its
+    parent's key, the parent's split count and the color, the same on every rank that joined it."""
+    if not i.group("parent") or i.group("color") is None:
+        return None
+    parent = by_pointer.get((host, pid, i.group("parent")))
+    base = parent.key if parent is not None else f"{host}:{pid}:{i.group('parent')}"
+    return f"{base}/split{i.group('split') or ''}/color{i.group('color')}"
+
+
 def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: dict) -> None:
     pid, thread = m.group("pid"), _thread_key(m)
     if (v := _VERSION.match(msg)):
@@ -268,7 +342,7 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
     if (i := _INIT.match(msg)):
         ptr = (host, pid, i.group("comm"))
         comm = by_pointer.get(ptr)
-        key = i.group("id") or f"{host}:{pid}:{i.group('comm')}"
+        key = i.group("id") or _split_key(i, host, pid, by_pointer) or f"{host}:{pid}:{i.group('comm')}"
         if comm is None:
             comm = acc.comms.get(key) or Comm(key=key)
             acc.comms[key] = comm
@@ -276,6 +350,8 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
         comm.nranks = int(i.group("n"))
         comm.ranks.add(int(i.group("rank")))
         comm.hosts.add(host)
+        if i.group("func"):
+            comm.funcs.add(i.group("func"))
         acc.host_bus.setdefault(host, set()).add(i.group("bus").lower().lstrip("0") or "0")
         if i.group("state") == "COMPLETE":
             comm.complete += 1
@@ -299,8 +375,47 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
         current[thread] = comm
         current[("last",)][(host, pid)] = comm
         return
+    if (co := _COLLNET.match(msg)):
+        comm = current.get(thread) or current[("last",)].get((host, pid))
+        if comm is not None:
+            comm.collnet.add((int(co.group("ch")), int(co.group("rank")), co.group("dir")))
+        return
+    if (nc := _NVLS_COMM.match(msg)):
+        comm = by_pointer.get((host, pid, nc.group("comm"))) or current.get(thread)
+        if comm is not None:
+            comm.nvls_heads = max(comm.nvls_heads or 0, int(nc.group("heads")))
+        return
+    if (cn := _CONNECTED.match(msg)):
+        comm = current.get(thread) or current[("last",)].get((host, pid))
+        if comm is not None:
+            comm.connected.add(cn.group("what").lower())
+            if cn.group("gdr") is not None:
+                comm.ring_gdr.add((int(cn.group("pxn")), int(cn.group("gdr"))))
+        return
+    if (mn := _MNNVL.match(msg)):
+        comm = current.get(thread) or current[("last",)].get((host, pid))
+        if comm is not None:
+            comm.mnnvl = int(mn.group("m"))
+            comm.clique_size = int(mn.group("size"))
+        return
+    if msg.startswith("NET/IB : "):
+        if (ib := _IB_USING.match(msg)):
+            devs = [d.split("]", 1)[1] for d in ib.group("devs").split()]
+            if devs:
+                acc.rdma_nics.setdefault(host, set()).update(devs)
+            else:
+                acc.ib_no_device.add(host)
+            return
+        if _IB_NONE.match(msg):
+            acc.ib_no_device.add(host)
+            return
+    if (pr := _P2P_REFUSED.match(msg)):
+        a, b = [g for g in pr.groups() if g is not None][:2]
+        if len(acc.p2p_refused) < 64:
+            acc.p2p_refused.append(f"{host}: GPU {a} and GPU {b}: {msg[:120]}")
+        return
     if (ch := _CHANNEL.match(msg)):
-        via = ch.group("via")
+        via = _VIA.match(ch.group("via")).group(0)
         if not via.upper().startswith(_KNOWN_HEADS) or via in ("P2P", "SHM", "NET"):
             acc.truncated_lines += 1       # a line cut short (a paste, a full buffer): no transport
             return
@@ -328,9 +443,10 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
 # --- the account as tables -------------------------------------------------------------------------
 
 PAIR_COLUMNS = ["comm", "src_rank", "dst_rank", "channels", "transport", "transport_class", "direction"]
-COMM_COLUMNS = ["comm", "nranks", "nnodes", "local_ranks", "mnnvl", "ranks_seen", "hosts", "pairs",
+COMM_COLUMNS = ["comm", "nranks", "nnodes", "nnodes_from", "local_ranks", "mnnvl", "ranks_seen", "hosts", "pairs",
                 "transports", "coll_channels", "nvls_channels", "collnet_channels", "p2p_channels",
-                "init_complete", "role", "summary"]
+                "init_complete", "init_func", "mnnvl_clique_size", "nvls_heads", "collnet_connections", "connected",
+                "ring_pxn_gdr", "role", "summary"]
 
 
 def pair_rows(acc: Account) -> list[dict]:
@@ -366,6 +482,18 @@ def role_of(comm: Comm, engine: dict) -> str:
     return "group"
 
 
+def _nodes(comm: Comm, acc: Account) -> tuple:
+    """A communicator's node count and where it comes from: NCCL's own ``nNodes`` (2.20 on), else,
+    where every rank's Init line was seen, the distinct hostnames that printed them (NCCL 2.12-2.19
+    print no node count; NCCL counts nodes by host hash, which the hostname stands for here)."""
+    if comm.nnodes is not None:
+        return comm.nnodes, "printed"
+    if comm.key != UNATTRIBUTED and comm.nranks and len(comm.ranks) == comm.nranks and comm.hosts:
+        cut = _cut_hosts(acc)
+        return len({cut.get(h, h) for h in comm.hosts}), "hostnames"
+    return None, ""
+
+
 def comm_rows(acc: Account) -> list[dict]:
     """One row per communicator, with the line a person reads at a glance."""
     pairs = pair_rows(acc)
@@ -381,7 +509,7 @@ def comm_rows(acc: Account) -> list[dict]:
         transports = ", ".join(f"{n} {via}" for via, n in by_class.most_common())
         role = role_of(comm, acc.engine)
         n = comm.nranks or len(comm.ranks) or "?"
-        nodes = comm.nnodes
+        nodes, nodes_from = _nodes(comm, acc)
         where = ("(its node count not printed)" if nodes is None else "on 1 node" if nodes == 1
                  else f"over {nodes} nodes")
         words = []
@@ -394,14 +522,22 @@ def comm_rows(acc: Account) -> list[dict]:
         summary = f"{role} of {n} {where}: " if comm.key != UNATTRIBUTED else f"{role}: "
         summary += "" + ("; ".join(words) if words else "no channel lines printed")
         if comm.mnnvl:
-            summary += "; MNNVL on"
-        out.append({"comm": comm.key, "nranks": comm.nranks, "nnodes": comm.nnodes,
+            summary += "; MNNVL on" + (f" (clique of {comm.clique_size} GPUs)" if comm.clique_size else "")
+        if comm.nvls_heads:
+            summary += f"; NVLS set up ({comm.nvls_heads} heads)"
+        if comm.collnet:
+            summary += f"; CollNet connected ({len(comm.collnet)} lines)"
+        out.append({"comm": comm.key, "nranks": comm.nranks, "nnodes": nodes, "nnodes_from": nodes_from,
                     "local_ranks": ",".join(str(x) for x in sorted(comm.local_ranks)), "mnnvl": comm.mnnvl,
                     "ranks_seen": len(comm.ranks), "hosts": len(comm.hosts), "pairs": len(seen),
                     "transports": transports, "coll_channels": comm.counts.get("coll"),
                     "nvls_channels": comm.counts.get("nvls"), "collnet_channels": comm.counts.get("collnet"),
-                    "p2p_channels": comm.counts.get("p2p"), "init_complete": comm.complete, "role": role,
-                    "summary": summary})
+                    "p2p_channels": comm.counts.get("p2p"), "init_complete": comm.complete,
+                    "init_func": ",".join(sorted(comm.funcs)), "mnnvl_clique_size": comm.clique_size,
+                    "nvls_heads": comm.nvls_heads, "collnet_connections": len(comm.collnet) or None,
+                    "connected": ",".join(sorted(comm.connected)),
+                    "ring_pxn_gdr": ",".join(f"PXN {p} GDR {g}" for p, g in sorted(comm.ring_gdr)),
+                    "role": role, "summary": summary})
     return out
 
 
@@ -459,6 +595,10 @@ def summary(acc: Account) -> dict:
         "hosts": sorted(acc.hosts),
         "nvls": {"available_on": len(acc.nvls_available), "not_available_on": len(acc.nvls_unavailable)},
         "graph_intra_types": dict(acc.graph_types),
+        "p2p_refused": list(acc.p2p_refused),
+        "rdma_nics": {h: sorted(v) for h, v in sorted(acc.rdma_nics.items())},
+        "rdma_link_layers": sorted({d.rsplit("/", 1)[-1] for v in acc.rdma_nics.values() for d in v if "/" in d}),
+        "ib_no_device_on": sorted(acc.ib_no_device),
         "engine": dict(acc.engine),
         "warnings": list(acc.warn_lines),
     }

@@ -1,7 +1,8 @@
 """NCCL Inspector's account of every collective an engine ran (``commprof import nccl-inspector``).
 
-NCCL Inspector is NCCL's profiler plugin (NVIDIA/nccl ``plugins/profiler/inspector``, earlier
-``ext-profiler/inspector``), loaded with ``NCCL_PROFILER_PLUGIN=.../libnccl-profiler-inspector.so``
+NCCL Inspector is NCCL's profiler plugin (NVIDIA/nccl ``ext-profiler/inspector`` from tag v2.28.3-1,
+``plugins/profiler/inspector`` from v2.30.3-1; checked field by field against its JSON writer at
+v2.28.3-1, v2.29.7-1, v2.30.7-1 and the README), loaded with ``NCCL_PROFILER_PLUGIN=.../libnccl-profiler-inspector.so``
 and ``NCCL_INSPECTOR_ENABLE=1``. In its JSON mode (the default) each process writes
 ``<NCCL_INSPECTOR_DUMP_DIR>/<hostname>-pid<pid>.log``, one JSON object per line, one object per
 completed collective per communicator, as its ``inspector_json.cc`` writes them (format "v4.0"):
@@ -17,7 +18,20 @@ completed collective per communicator, as its ``inspector_json.cc`` writes them 
   ``kernel_cpu`` or ``collective_cpu``: host clocks; absent in the plugin's first records, read as
   ``unknown``), ``coll_algobw_gbs``, ``coll_busbw_gbs`` (nccl-tests' factors) and, with
   ``NCCL_INSPECTOR_DUMP_VERBOSE=1``, event traces (ignored here);
-- or ``p2p_perf`` for sends and receives (``p2p``, ``p2p_peer``, ``p2p_msg_size_bytes``, ...).
+- or ``p2p_perf`` for sends and receives (``p2p``, ``p2p_peer``, ``p2p_msg_size_bytes``, ...; 2.30 on,
+  with ``header.comm_name``).
+
+What the writer does that a reader must know: every record carries its own ``header`` and
+``metadata`` (no marker line opens a dump: no version writes one); the exec time is the longest
+channel's kernel time, its GPU globaltimer nanoseconds divided down to whole microseconds, so a
+kernel under 1 us reads 0 and falls back to a host clock; a 0 us record gets bandwidth 0 from the
+plugin (it does not divide by zero), which is no measurement: read here as no bandwidth, the record
+counted (``records_under_1us``); a NaN double is written as the string ``"nan"``; from 2.30
+``NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING=1`` (the default) drops every record not ``kernel_gpu``. The
+README's example says ``rec_mechanism`` ``profiler_plugin``, the writer ``nccl_profiler_interface``.
+The Prometheus mode (``NCCL_INSPECTOR_PROM_DUMP=1``, ``nccl_inspector_metrics_*.prom``) writes per
+size range and interval a geometric-mean bus bandwidth and a mean time: refused with one line
+saying so (sizes are ranges, not the sizes a sweep ran).
 
 The JSON records carry no algorithm or protocol (the plugin's Prometheus mode labels its gauges
 with ``algo_proto`` but buckets the sizes); the ``algo`` and ``proto`` columns are filled where a
@@ -105,10 +119,16 @@ class Account:
     mechanisms: set = field(default_factory=set)
     hosts: set = field(default_factory=set)
     timing: dict = field(default_factory=dict)
+    under_1us: int = 0               # records whose exec time is 0 us (the plugin's resolution): no bandwidth
     host_ranks: dict = field(default_factory=dict)   # host -> communicator -> the ranks its records name
     host_pids: dict = field(default_factory=dict)    # host -> the pids of its records' metadata
     host_records: dict = field(default_factory=dict)  # host -> records
     rng: random.Random = field(default_factory=lambda: random.Random(0))
+
+
+_PROM_WORDS = ("NCCL Inspector's Prometheus output (NCCL_INSPECTOR_PROM_DUMP=1): its sizes are ranges and its "
+               "figures means over a dump interval; re-run with NCCL_INSPECTOR_PROM_DUMP=0 for one JSON record per "
+               "collective")
 
 
 def inspector_files(path: str) -> list[str]:
@@ -123,6 +143,9 @@ def inspector_files(path: str) -> list[str]:
         dirs.sort()
         found += [os.path.join(root, n) for n in sorted(names) if n.endswith(FILE_SUFFIXES)]
     if not found:
+        for root, _, names in os.walk(path):
+            if any(n.endswith(".prom") for n in names):
+                raise UsageError(f"'{path}': {_PROM_WORDS}")
         raise UsageError(f"'{path}': a dir with no NCCL Inspector file (<host>-pid<pid>.log, *.jsonl, *.json); "
                          "give NCCL_INSPECTOR_DUMP_DIR or the files in it")
     return found
@@ -168,6 +191,8 @@ def _objects(path: str):
                 yield json.loads(text)
                 continue
             except json.JSONDecodeError:
+                if text.startswith(("nccl_", "# HELP nccl_", "# TYPE nccl_")):
+                    raise UsageError(f"'{path}' line {n}: {_PROM_WORDS}") from None
                 if not text.startswith("{"):
                     raise UsageError(f"'{path}' line {n}: not JSON ('{text[:60]}'); NCCL Inspector writes one "
                                      "JSON record per line") from None
@@ -249,6 +274,9 @@ def _add(acc: Account, obj: dict, path: str) -> None:
     row.min_us, row.max_us = min(row.min_us, t), max(row.max_us, t)
     a = perf.get(f"{pre}_algobw_gbs")
     b = perf.get(f"{pre}_busbw_gbs")
+    if t == 0:                       # the plugin writes bandwidth 0 where the time rounds to 0 us: not a figure
+        a = b = None
+        acc.under_1us += 1
     _keep(row, acc.rng, t, float(a) if isinstance(a, (int, float)) else float("nan"),
           float(b) if isinstance(b, (int, float)) else float("nan"))
     sn = perf.get(f"{pre}_sn")
@@ -368,7 +396,7 @@ def summary(acc: Account) -> dict:
             "skipped_objects": acc.skipped, "truncated_records": acc.truncated,
             "format_versions": sorted(acc.versions), "rec_mechanisms": sorted(acc.mechanisms),
             "timing_sources": dict(sorted(acc.timing.items())), "hosts": sorted(acc.hosts),
-            "time_resolution_us": 1,
+            "time_resolution_us": 1, "records_under_1us": acc.under_1us,
             "note": "coll_exec_time_us is whole microseconds; messages under NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES "
                     "(default 8192) are not recorded"}
 
