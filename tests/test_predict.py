@@ -241,6 +241,8 @@ def test_gap_prices_one_token_box_by_box_from_each_boxs_own_log(cli_inproc, tmp_
         assert ms == pytest.approx(want, rel=0.01)
     text = "\n".join(token_box_lines(g))
     assert "TP=8 batch 1 (130 collectives" in text and "x)" in text and "priced as an all_reduce" in text
+    # the stand-in note holds for both boxes in every line: said once, after the lines, not per box
+    assert text.count("priced as an all_reduce") == 1 and "every box in each line above: no all_gather" in text
 
 
 def test_trace_summary_line_prints_the_communication_in_ms():

@@ -251,19 +251,28 @@ def per_token_lines(g) -> list[str]:
 
 
 def token_box_lines(g) -> list[str]:
-    """Box vs box per token: one decode token's collectives priced by each box's own sweep."""
+    """Box vs box per token: one decode token's collectives priced by each box's own sweep. A note
+    that holds for more than one box (the all-gather priced as an all-reduce) is said once, after the
+    lines, and named where it applies."""
     tb = getattr(g, "token_boxes", None)
     if tb is None or not len(tb):
         return []
+    notes = [n for n in tb["note"] if n]
+    shared = list(dict.fromkeys(n for n in notes if notes.count(n) > 1))
+    everywhere = [n for n in shared if notes.count(n) == len(tb)]
+    named = {n: f"note {k}" for k, n in enumerate((n for n in shared if n not in everywhere), start=1)}
     out = []
     for (model, tp, batch), sub in tb.groupby(["model", "tp", "batch"], sort=True):
         first = sub.iloc[0]
         parts = [f"{r.box} ({r.kind}, {r.mode}) {r.comm_ms_per_token:.2f} ms" +
                  (f" ({r.comm_ms_per_token / first.comm_ms_per_token:.2f}x)" if i else "") +
-                 (f" ({r.note})" if r.note else "")
+                 (f" ({named[r.note]})" if r.note in named else
+                  f" ({r.note})" if r.note and r.note not in everywhere else "")
                  for i, r in enumerate(sub.itertuples())]
         out.append(f"per token, {model} TP={tp} batch {batch} ({first.collectives} collectives, each box's own "
                    f"sweep): communication " + "; ".join(parts))
+    out += [f"per token, every box in each line above: {n}" for n in everywhere]
+    out += [f"per token, {k}: {n}" for n, k in named.items()]
     return out
 
 

@@ -20,12 +20,18 @@ REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
 SWEEP_CHARTS = ("latency_vs_size.png", "busbw_vs_size.png")
 TRACE_CHARTS = ("trace_tokens.png", "trace_layers_heatmap.png", "trace_share_vs_tp.png")
-CHECK_HEADERS = ("#", "item", "status", "value", "threshold", "source", "hint", "against", "what now")
+#: the checklist a buyer scans: one line per item with its verdict, value, threshold and what to do
+#: next. The evidence (what the item was judged against, its source, and the hint where it says
+#: more than "what now") goes in a smaller line under the row, none of it left out.
+CHECK_HEADERS = ("#", "item", "status", "value", "threshold", "what now")
 #: the checklist's column widths in the HTML page: the text columns share 89% of the page by how
 #: much they hold and wrap inside it (a long path or URL broken anywhere); the id and status
-#: columns ("") take the rest, never narrower than their longest word (INSUFFICIENT). The nine
+#: columns ("") take the rest, never narrower than their longest word (INSUFFICIENT). The six
 #: columns so fit a 1280 px window, and one of 900 px.
-CHECK_WIDTHS = ("", "11%", "", "14%", "11%", "14%", "13%", "11%", "15%")
+CHECK_WIDTHS = ("", "15%", "", "24%", "21%", "29%")
+#: the items not judged (SKIP), folded after the judged ones: why not (the item's value) in place of a status
+SKIP_HEADERS = ("#", "item", "not judged because", "threshold", "what now")
+SKIP_WIDTHS = ("", "17%", "24%", "21%", "31%")
 
 
 @dataclass
@@ -35,6 +41,9 @@ class Table:
     status_col: int | None = None
     cls: str = ""                  # the HTML table's class (``checklist``: fixed columns that wrap)
     widths: tuple = ()             # one CSS width per column (a <colgroup>), with ``cls``
+    notes: list = field(default_factory=list)   # per row: [(label, text)], a small line under the row
+    fold: str = ""                 # set: the table is folded (HTML <details>, open in print) under this line
+    row_cls: str = ""              # every row's class where there is no status column
 
 
 @dataclass
@@ -87,14 +96,43 @@ def prov_line(meta: dict | None, what: str) -> str:
             f"command: {' '.join(meta.get('command', [])) or '?'}")
 
 
+def _words(text: str) -> str:
+    return " ".join("".join(c if c.isalnum() else " " for c in str(text).lower()).split())
+
+
+def evidence_notes(i) -> list:
+    """The line under an item's row: what it was judged against, its source, and its hint where the
+    hint says more than the item's "what now" (a SKIP's what-now line is built from its hint)."""
+    notes = [("against", i.basis)] if i.basis else []
+    if i.source:
+        notes.append(("source", i.source))
+    if i.hint and _words(i.hint) not in _words(i.what_now):
+        notes.append(("hint", i.hint))
+    return notes
+
+
 def checklist_section(items, verdict: str, interconnect=None, level: int = 2, prefix: str = "") -> Section:
-    rows = [(i.id, i.item, i.status, i.value, i.threshold, i.source, i.hint, i.basis, i.what_now) for i in items]
+    """The checklist: the judged items first, one row each with the evidence in a line under it, then
+    the items not judged (SKIP) folded in one block, named in its summary line."""
+    judged = [i for i in items if i.status != "SKIP"]
+    skipped = [i for i in items if i.status == "SKIP"]
     paras = []
     if interconnect is not None:
         line = interconnect_line(interconnect.to_dict())
         paras.append(line[0].upper() + line[1:] + ".")
+    tables = []
+    if judged:
+        tables.append(Table(CHECK_HEADERS, [(i.id, i.item, i.status, i.value, i.threshold, i.what_now) for i in judged],
+                            status_col=2, cls="checklist", widths=CHECK_WIDTHS,
+                            notes=[evidence_notes(i) for i in judged]))
+    if skipped:
+        fold = (f"Not judged (SKIP): {len(skipped)} item{'' if len(skipped) == 1 else 's'}: "
+                + "; ".join(f"{i.id} {i.item}" for i in skipped))
+        tables.append(Table(SKIP_HEADERS, [(i.id, i.item, i.value, i.threshold, i.what_now) for i in skipped],
+                            cls="checklist skipped", widths=SKIP_WIDTHS, notes=[evidence_notes(i) for i in skipped],
+                            fold=fold, row_cls="SKIP"))
     return Section(f"{prefix}Checklist", level=level, verdict=verdict, counts=counts(items), paragraphs=paras,
-                   tables=[Table(CHECK_HEADERS, rows, status_col=2, cls="checklist", widths=CHECK_WIDTHS)])
+                   tables=tables)
 
 
 def topology_section(t: dict, level: int = 2, prefix: str = "") -> Section:
