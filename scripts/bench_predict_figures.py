@@ -222,7 +222,7 @@ def fit(figures: list[dict]) -> dict:
     cal = {k: CALIBRATION[k] for k in FIT_GRID}
     best = loss(cal)
     # the compute side jointly (its terms trade against each other), then every term in turn
-    joint = ("bw_frac", "half_bytes", "step_overhead_us")
+    joint = ("bw_frac", "half_bytes", "fill_us")
     for combo in itertools.product(*(FIT_GRID[k] for k in joint)):
         trial = {**cal, **dict(zip(joint, combo))}
         l = loss(trial)

@@ -145,6 +145,64 @@ def test_a_measured_achievable_bandwidth_below_the_datasheet_sets_the_roofline_h
     assert get_gpu("h100-sxm").roofline_bandwidth_gbps == 3350
 
 
+def test_fill_time_is_a_time_per_kernel_hand_computed():
+    from commprof.analysis.computemodel import _price
+    from commprof.model.gpus import get_gpu
+
+    cal = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 0.0, "fill_us": 3.0}
+    a100, r4090 = get_gpu("a100-sxm"), get_gpu("rtx4090")           # 2039 and 1008 GB/s
+    assert _price("k", 1, 40e6, 0.0, a100, "bf16", cal, 0.6).us == pytest.approx(40e6 / (2039e3 * 0.8) + 3.0)
+    assert _price("k", 1, 40e6, 0.0, r4090, "bf16", cal, 0.6).us == pytest.approx(40e6 / (1008e3 * 0.8) + 3.0)
+    # half_bytes, by contrast, costs the slower memory more time: 4e6 B is 2.45 us on the A100, 4.96 us on the 4090
+    hb = {**cal, "fill_us": 0.0, "half_bytes": 4e6}
+    extra = [_price("k", 1, 40e6, 0.0, g, "bf16", hb, 0.6).us - 40e6 / (g.mem_bandwidth_gbps * 1e3 * 0.8)
+             for g in (a100, r4090)]
+    assert extra == pytest.approx([4e6 / (2039e3 * 0.8), 4e6 / (1008e3 * 0.8)])
+    # a kernel that reads nothing pays no fill (it sits on the floor)
+    assert _price("k", 1, 0.0, 0.0, a100, "bf16", {**cal, "floor_us": 2.5}, 0.6).us == 2.5
+
+
+def test_int4_weight_only_gemms_on_hopper_reach_a_share_of_the_bandwidth_hand_computed():
+    from commprof.analysis.computemodel import quant_bw_scale, step_kernels
+    from commprof.analysis.quant import bytes_per_weight
+    from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
+
+    h100, a100 = get_gpu("h100-sxm"), get_gpu("a100-sxm")
+    assert h100.arch == "hopper" and get_gpu("h20").arch == "hopper" and a100.arch == ""
+    assert "cuda-gpus" in h100.optional_sources["arch"]
+    cal = {"int4_hopper_frac": 0.5}
+    assert quant_bw_scale("int4-awq", h100, cal) == 0.5
+    assert quant_bw_scale("int4-gptq", h100, cal) == 0.5 and quant_bw_scale("w4a16", h100, cal) == 0.5
+    assert quant_bw_scale("int4-awq", a100, cal) == 1.0          # Ampere: Marlin's design target
+    assert quant_bw_scale("fp8", h100, cal) == 1.0 and quant_bw_scale("bf16", h100, cal) == 1.0
+    # Qwen3-32B down_proj at TP=1, batch 1: 25600 x 5120 int4 weights (0.5195 B each) + 5120 x 2 B of activations
+    m = get_model("Qwen3-32B")
+    c = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 0.0, "fill_us": 0.0, "int4_hopper_frac": 0.5}
+    k = {x.name: x for x in step_kernels(m, h100, 1, 1, 1, 1024, cal=c, weights="int4-awq")}
+    nbytes = 25600 * 5120 * bytes_per_weight("int4-awq") + 5120 * 2
+    assert k["down_proj"].bytes_read == pytest.approx(nbytes)
+    assert k["down_proj"].us == pytest.approx(nbytes / (3350e3 * 0.8 * 0.5))        # 25.4 us, not 12.7
+    # attention and lm_head are not quantized: they keep the full bandwidth
+    assert k["lm_head"].us == pytest.approx(k["lm_head"].bytes_read / (3350e3 * 0.8))
+
+
+def test_moe_expert_gemm_pays_the_ramp_per_active_expert_hand_computed():
+    from commprof.analysis.computemodel import experts_touched, step_kernels
+    from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
+
+    m, g = get_model("Qwen3-30B-A3B"), get_gpu("a100-sxm")
+    c = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 4e6, "fill_us": 1.0, "moe_expert_streams": 1.0}
+    k = {x.name: x for x in step_kernels(m, g, 1, 1, 1, 1024, cal=c)}["moe_experts"]
+    touched = experts_touched(m.experts, m.top_k, 1)
+    assert touched == pytest.approx(m.top_k)                     # batch 1: its 8 experts
+    nbytes = touched * 3 * m.hidden * m.expert_ffn * 2
+    assert k.us == pytest.approx((nbytes + 8 * 4e6) / (2039e3 * 0.8) + 8 * 1.0)
+    one = {x.name: x for x in step_kernels(m, g, 1, 1, 1, 1024, cal={**c, "moe_expert_streams": 0.0})}["moe_experts"]
+    assert one.us == pytest.approx((nbytes + 4e6) / (2039e3 * 0.8) + 1.0)
+
+
 def test_the_same_model_is_further_from_the_roofline_at_tp8_than_at_tp1():
     from commprof.analysis.computemodel import step_kernels
     from commprof.model.gpus import get_gpu
