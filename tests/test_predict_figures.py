@@ -296,6 +296,7 @@ def test_chart_draws_the_band(tmp_path):
 
 def test_corpus_has_30_sourced_figures_at_least_half_held_out():
     from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
 
     b = _bench()
     figs = b.load_figures()
@@ -310,10 +311,11 @@ def test_corpus_has_30_sourced_figures_at_least_half_held_out():
         assert f["mode"] in ("graph", "eager") and f["count"] == f["tp"] and 1 <= f["batch"] <= 64
         assert f["interconnect"] and f["comm"].startswith("reference:")
         get_gpu(f["gpu"])
-        assert f["model"] in shapes or f["model"] in ("Llama-3.1-70B",)
+        assert f["model"] in shapes or "https://" in get_model(f["model"]).source   # built in, sourced
     kinds = {(f["tp"] > 1, "nvlink" in f["comm"]) for f in figs}
     assert (True, True) in kinds and (True, False) in kinds           # NVLink and PCIe boxes at TP > 1
-    assert {"bf16", "fp8"} <= {f["weights"] for f in figs}
+    assert {"bf16", "fp8", "int4-awq"} <= {f["weights"] for f in figs}
+    assert any(get_model(f["model"]).experts for f in figs if f["model"] not in shapes)          # MoE among them
 
 
 def test_measured_ms_per_unit():
