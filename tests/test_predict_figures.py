@@ -339,6 +339,26 @@ def test_benchmark_rows_and_summary_follow_from_the_corpus():
                           and 0.95 <= doc["held_out"]["median_ratio"] <= 1.05)
 
 
+def test_breakdown_adds_up_to_the_predicted_step_and_names_the_ramp_hand_computed():
+    """--breakdown: the kernels' us per step, the host and the collectives add up to the step; the ramp
+    line is half_bytes / (bandwidth x bw_frac) + fill_us per memory kernel (RTX 4090: 1008 GB/s)."""
+    from commprof.analysis.computemodel import CALIBRATION
+
+    b = _bench()
+    f = next(x for x in b.load_figures() if x["id"] == "tt394-qwen3-4b-rtx4090-c1-128")
+    lines = b.breakdown(f)
+    rows = [ln.split() for ln in lines[2:] if ln.split() and ln.split()[0] not in ("step", "of", "host", "collectives")]
+    host = float(next(ln for ln in lines if ln.startswith("host")).split()[-1])
+    comm = float(next(ln for ln in lines if ln.startswith("collectives")).split()[-1])
+    step = float(next(ln for ln in lines if ln.startswith("step")).split()[-1])
+    assert sum(float(r[4]) for r in rows) + host + comm == pytest.approx(step, abs=0.5)
+    assert step / 1e3 == pytest.approx(b.predict_figure(f)["step_ms"], rel=1e-4)
+    ramp = CALIBRATION["half_bytes"] / (1008 * 1e3 * CALIBRATION["bw_frac"]) + CALIBRATION["fill_us"]
+    assert f"{ramp:.2f} us on this GPU" in lines[-1]
+    n = sum(int(r[1]) for r in rows)           # every kernel of this dense bf16 step reads bytes
+    assert f"over {n} memory kernels: {n * ramp / 1e3:.2f} ms" in lines[-1]
+
+
 # --- a fast verb -------------------------------------------------------------------------------------
 
 
