@@ -222,7 +222,7 @@ def fit(figures: list[dict]) -> dict:
     cal = {k: CALIBRATION[k] for k in FIT_GRID}
     best = loss(cal)
     # the compute side jointly (its terms trade against each other), then every term in turn
-    joint = ("bw_frac", "half_bytes", "fill_us")
+    joint = ("bw_frac", "half_bytes", "fill_us", "fill_sm_scaled")
     for combo in itertools.product(*(FIT_GRID[k] for k in joint)):
         trial = {**cal, **dict(zip(joint, combo))}
         l = loss(trial)
@@ -267,7 +267,10 @@ def breakdown(f: dict, cal: dict | None = None) -> list[str]:
         out.append(f"{k['name']:<20}{k['count']:>6}{k['bytes_read'] / 1e6:>10.3f}{k['us']:>9.2f}"
                    f"{k['count'] * k['us']:>10.1f}  {k['bound']}")
     n = sum(k["count"] for k in comp["by_kernel"] if k["bytes_read"] > 0)
-    ramp_us = float(cal.get("half_bytes", 0.0)) / (bw * 1e3 * cal["bw_frac"]) + float(cal.get("fill_us", 0.0))
+    from commprof.analysis.computemodel import FILL_REF_SMS
+
+    fill = float(cal.get("fill_us", 0.0)) * (FILL_REF_SMS / gpu.sm_count if cal.get("fill_sm_scaled") else 1.0)
+    ramp_us = float(cal.get("half_bytes", 0.0)) / (bw * 1e3 * cal["bw_frac"]) + fill
     out += [f"{'host (gaps)':<20}{'':>6}{'':>10}{'':>9}{comp['gap_us']:>10.1f}",
             f"{'collectives':<20}{r['collectives_per_step']:>6}{'':>10}{'':>9}{r['comm_ms'] * 1e3:>10.1f}",
             f"{'step':<20}{'':>6}{comp['bytes_read'] / 1e6:>10.1f}{'':>9}{r['ms_per_token'] * 1e3:>10.1f}",

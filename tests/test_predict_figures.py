@@ -162,6 +162,26 @@ def test_fill_time_is_a_time_per_kernel_hand_computed():
     assert _price("k", 1, 0.0, 0.0, a100, "bf16", {**cal, "floor_us": 2.5}, 0.6).us == 2.5
 
 
+def test_fill_time_shared_by_the_sms_hand_computed():
+    """fill_sm_scaled: fill_us is an A100's (108 SMs); a GPU with n SMs pays fill_us x 108 / n."""
+    from commprof.analysis.computemodel import FILL_REF_SMS, _price
+    from commprof.model.gpus import get_gpu
+
+    assert FILL_REF_SMS == 108
+    cal = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 0.0, "fill_us": 3.0, "fill_sm_scaled": 1.0}
+    a100, r4090, h20 = get_gpu("a100-sxm"), get_gpu("rtx4090"), get_gpu("h20")     # 108, 128, 78 SMs
+    assert _price("k", 1, 40e6, 0.0, a100, "bf16", cal, 0.6).us == pytest.approx(40e6 / (2039e3 * 0.8) + 3.0)
+    assert _price("k", 1, 40e6, 0.0, r4090, "bf16", cal, 0.6).us == pytest.approx(40e6 / (1008e3 * 0.8) + 3.0 * 108 / 128)
+    h20_bw = h20.roofline_bandwidth_gbps
+    assert _price("k", 1, 40e6, 0.0, h20, "bf16", cal, 0.6).us == pytest.approx(40e6 / (h20_bw * 1e3 * 0.8) + 3.0 * 108 / 78)
+    # per active expert: the scaled fill once per stream
+    assert _price("k", 1, 40e6, 0.0, r4090, "bf16", cal, 0.6, streams=4.0).us == pytest.approx(
+        40e6 / (1008e3 * 0.8) + 4 * 3.0 * 108 / 128)
+    # off: the same time on every GPU
+    assert _price("k", 1, 40e6, 0.0, r4090, "bf16", {**cal, "fill_sm_scaled": 0.0}, 0.6).us == pytest.approx(
+        40e6 / (1008e3 * 0.8) + 3.0)
+
+
 def test_int4_weight_only_gemms_on_hopper_reach_a_share_of_the_bandwidth_hand_computed():
     from commprof.analysis.computemodel import quant_bw_scale, step_kernels
     from commprof.analysis.quant import bytes_per_weight
@@ -341,7 +361,7 @@ def test_benchmark_rows_and_summary_follow_from_the_corpus():
 
 def test_breakdown_adds_up_to_the_predicted_step_and_names_the_ramp_hand_computed():
     """--breakdown: the kernels' us per step, the host and the collectives add up to the step; the ramp
-    line is half_bytes / (bandwidth x bw_frac) + fill_us per memory kernel (RTX 4090: 1008 GB/s)."""
+    line is half_bytes / (bandwidth x bw_frac) + fill_us per memory kernel (RTX 4090: 1008 GB/s, 128 SMs)."""
     from commprof.analysis.computemodel import CALIBRATION
 
     b = _bench()
@@ -353,7 +373,8 @@ def test_breakdown_adds_up_to_the_predicted_step_and_names_the_ramp_hand_compute
     step = float(next(ln for ln in lines if ln.startswith("step")).split()[-1])
     assert sum(float(r[4]) for r in rows) + host + comm == pytest.approx(step, abs=0.5)
     assert step / 1e3 == pytest.approx(b.predict_figure(f)["step_ms"], rel=1e-4)
-    ramp = CALIBRATION["half_bytes"] / (1008 * 1e3 * CALIBRATION["bw_frac"]) + CALIBRATION["fill_us"]
+    ramp = (CALIBRATION["half_bytes"] / (1008 * 1e3 * CALIBRATION["bw_frac"])
+            + CALIBRATION["fill_us"] * (108 / 128 if CALIBRATION["fill_sm_scaled"] else 1.0))   # 128 SMs
     assert f"{ramp:.2f} us on this GPU" in lines[-1]
     n = sum(int(r[1]) for r in rows)           # every kernel of this dense bf16 step reads bytes
     assert f"over {n} memory kernels: {n * ramp / 1e3:.2f} ms" in lines[-1]

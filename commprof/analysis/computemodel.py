@@ -61,13 +61,18 @@ CALIBRATION = {
     # (b + half_bytes) / (bandwidth x bw_frac), i.e. it reaches half of its best bandwidth at
     # b = half_bytes (the bytes in flight a GPU needs to cover its memory latency, by Little's law:
     # a small GEMM at TP=8 or of a small model never has them). 0 = one bw_frac for every shape.
-    "half_bytes": 6e6,
+    "half_bytes": 2e6,
     # The same ramp as a time: a memory-bound kernel pays fill_us on top of its bytes (launch into
     # the graph, the first loads' latency, the tail wave). By Little's law the bytes a GPU needs in
     # flight are bandwidth x latency, so a fixed time, not fixed bytes, is the same on a slow and a
     # fast memory; half_bytes, a fixed byte count, costs a GDDR card (1 TB/s) 2-3x the time it costs
     # an HBM part. 0 = none.
-    "fill_us": 1.0,
+    "fill_us": 3.0,
+    # 1: fill_us is an A100's (FILL_REF_SMS streaming multiprocessors) and a GPU with n SMs pays
+    # fill_us x FILL_REF_SMS / n: the fixed work of a kernel beyond its bytes (each thread block's
+    # prologue, partial-sum reduction and epilogue, the tail wave) is done by the SMs side by side, so it
+    # shrinks with their number, not with DRAM bandwidth; 0: the same time on every GPU.
+    "fill_sm_scaled": 1.0,
     # 4-bit weight-only GEMMs (AWQ/GPTQ/w4a16 via Marlin) on Hopper reach this share of the
     # bandwidth a 16-bit GEMM reaches there (quant_bw_scale); 1 = the same.
     "int4_hopper_frac": 0.65,
@@ -80,12 +85,13 @@ CALIBRATION = {
     # graphs, more per call in eager mode, and the rank skew of NCCL over PCIe (a fraction).
     "coll_graph_us": 0.0,
     "coll_eager_us": 0.0,
-    "pcie_skew_frac": 0.0,
+    "pcie_skew_frac": 0.75,
     # 1: the roofline starts from a GPU's published measured achievable bandwidth where gpus.toml
     # gives one lower than the datasheet (mem_bandwidth_achievable_gbps, with its source); 0: the datasheet
     "achievable_bw": 1.0,
 }
-CALIBRATION_SOURCE = ("bw_frac, half_bytes, fill_us, step_overhead_us, eager_gap_us, int4_hopper_frac (4-bit "
+CALIBRATION_SOURCE = ("bw_frac, half_bytes, fill_us (shared by the SMs, fill_sm_scaled: x 108 / the GPU's sm_count), "
+                      "step_overhead_us, eager_gap_us, int4_hopper_frac (4-bit "
                       "weight-only GEMMs on Hopper: Marlin is built for Ampere, "
                       "https://github.com/IST-DASLab/marlin_artifact), moe_expert_streams, sm_stream_gbps and the "
                       "engine-collective terms "
@@ -98,13 +104,16 @@ CALIBRATION_SOURCE = ("bw_frac, half_bytes, fill_us, step_overhead_us, eager_gap
                       "(H20: NVIDIA/nvbandwidth #48), in place of its datasheet's; the other constants set; "
                       "see results/bench/predict_figures.md")
 MODES = ("graph", "eager")
+#: The SM count fill_us is quoted at when ``fill_sm_scaled`` is on: an A100's 108 SMs
+#: (https://images.nvidia.com/aem-dam/en-zz/Solutions/data-center/nvidia-ampere-architecture-whitepaper.pdf).
+FILL_REF_SMS = 108
 
 #: The datasheet bound: every byte at peak bandwidth, every FLOP at peak, no floors or overheads
 #: (a measured figure faster than this did not run as described).
 IDEAL = {"bw_frac": 1.0, "flop_frac": 1.0, "prefill_flop_frac": 1.0, "floor_us": 0.0, "eager_gap_us": 0.0,
          "step_overhead_us": 0.0, "half_bytes": 0.0, "coll_graph_us": 0.0, "coll_eager_us": 0.0,
          "pcie_skew_frac": 0.0, "achievable_bw": 0.0,
-         "fill_us": 0.0, "int4_hopper_frac": 1.0, "moe_expert_streams": 0.0, "sm_stream_gbps": 0.0}
+         "fill_us": 0.0, "fill_sm_scaled": 0.0, "int4_hopper_frac": 1.0, "moe_expert_streams": 0.0, "sm_stream_gbps": 0.0}
 
 #: The constants ``scripts/bench_predict_figures.py --fit`` may move, with the values it tries
 #: (fit figures only; everything else is set).
@@ -117,6 +126,7 @@ FIT_GRID = {
     "pcie_skew_frac": [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0],
     "eager_gap_us": [2.0, 4.0, 6.0, 8.0, 10.0, 15.0],
     "fill_us": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0],
+    "fill_sm_scaled": [0.0, 1.0],
     "int4_hopper_frac": [0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9, 1.0],
     "moe_expert_streams": [0.0, 1.0],
     "sm_stream_gbps": [0.0, 50.0, 100.0, 150.0, 200.0, 300.0],
@@ -152,6 +162,8 @@ def _price(name, count, nbytes, flops, gpu: GpuSpec, dtype: str, cal: dict, flop
     # for a GEMM, once per active expert for a grouped MoE GEMM (``streams``)
     half = float(cal.get("half_bytes", 0.0)) * streams if nbytes > 0 else 0.0
     fill = float(cal.get("fill_us", 0.0)) * streams if nbytes > 0 else 0.0
+    if cal.get("fill_sm_scaled", 0.0) and gpu.sm_count > 0:     # the fixed work shared by the SMs
+        fill *= FILL_REF_SMS / gpu.sm_count
     # the roofline starts from the datasheet, or from a published measured achievable bandwidth where
     # the GPU has one and it is lower (GpuSpec.roofline_bandwidth_gbps); the datasheet bound (IDEAL)
     # keeps the datasheet
