@@ -1,6 +1,6 @@
 """Benchmark: ``commprof predict`` against the corpus of published, measured decode figures.
 
-    python scripts/bench_predict_figures.py [--out results/bench] [--fit]
+    python scripts/bench_predict_figures.py [--out results/bench] [--fit] [--breakdown ID ...]
 
 The corpus is ``tests/data/published-decode/figures.csv`` (one row per published figure: engine,
 GPU, interconnect, model, weights, TP, batch, prompt/output lengths, metric, source URL and table;
@@ -222,7 +222,7 @@ def fit(figures: list[dict]) -> dict:
     cal = {k: CALIBRATION[k] for k in FIT_GRID}
     best = loss(cal)
     # the compute side jointly (its terms trade against each other), then every term in turn
-    joint = ("bw_frac", "half_bytes", "step_overhead_us")
+    joint = ("bw_frac", "half_bytes", "fill_us", "fill_sm_scaled")
     for combo in itertools.product(*(FIT_GRID[k] for k in joint)):
         trial = {**cal, **dict(zip(joint, combo))}
         l = loss(trial)
@@ -241,6 +241,49 @@ def fit(figures: list[dict]) -> dict:
     return {"cal": cal, "loss": best[0], "n": best[1]}
 
 
+def breakdown(f: dict, cal: dict | None = None) -> list[str]:
+    """The figure's modelled decode step on one rank, kernel by kernel (count, MB read per run, us per
+    run with its ramp, us per step), then the host overhead and the collectives: what each term adds
+    to the predicted ms/token. Lines of text; their us per step add up to the step's modelled time."""
+    from commprof.analysis.computemodel import CALIBRATION, step_compute
+    from commprof.model.gpus import get_gpu
+
+    cal = {**CALIBRATION, **(cal or {})}
+    p = predict_figure(f, cal)
+    if p is None:
+        return [f"{f['id']}: weights {f['weights']} not in this model"]
+    r = p["row"]
+    gpu = get_gpu(f["gpu"])
+    serving = f["metric"] in ("TPOT", "ITL")
+    mixed = f["batch"] * f["isl"] // f["osl"] if serving and f["batch"] > 1 else 0
+    comp = step_compute(_model(f["model"]), gpu, f["tp"], f["batch"], r["context"], mode=f["mode"], cal=cal,
+                        weights=_weights_of(f), mixed_tokens=mixed)
+    bw = gpu.roofline_bandwidth_gbps if cal.get("achievable_bw", 1.0) else gpu.mem_bandwidth_gbps
+    out = [f"{f['id']}: {f['model']} {f['weights']} on {gpu.key} x{f['tp']}, batch {f['batch']}, context {r['context']}, "
+           f"{f['mode']}; roofline {bw:g} GB/s x bw_frac {cal['bw_frac']:g}; measured {f['measured_ms']:.3f} ms, "
+           f"predicted {p['ms']:.3f} ms ({f['metric']})",
+           f"{'kernel':<20}{'count':>6}{'MB/run':>10}{'us/run':>9}{'us/step':>10}  bound"]
+    for k in comp["by_kernel"]:
+        out.append(f"{k['name']:<20}{k['count']:>6}{k['bytes_read'] / 1e6:>10.3f}{k['us']:>9.2f}"
+                   f"{k['count'] * k['us']:>10.1f}  {k['bound']}")
+    n = sum(k["count"] for k in comp["by_kernel"] if k["bytes_read"] > 0)
+    from commprof.analysis.computemodel import FILL_REF_SMS
+
+    fill = float(cal.get("fill_us", 0.0)) * (FILL_REF_SMS / gpu.sm_count if cal.get("fill_sm_scaled") else 1.0)
+    ramp_us = float(cal.get("half_bytes", 0.0)) / (bw * 1e3 * cal["bw_frac"]) + fill
+    out += [f"{'host (gaps)':<20}{'':>6}{'':>10}{'':>9}{comp['gap_us']:>10.1f}",
+            f"{'collectives':<20}{r['collectives_per_step']:>6}{'':>10}{'':>9}{r['comm_ms'] * 1e3:>10.1f}",
+            f"{'step':<20}{'':>6}{comp['bytes_read'] / 1e6:>10.1f}{'':>9}{r['ms_per_token'] * 1e3:>10.1f}",
+            f"of which the per-kernel ramp (half_bytes / bandwidth + fill_us, {ramp_us:.2f} us on this GPU) over "
+            f"{n} memory kernels: {n * ramp_us / 1e3:.2f} ms; every byte at bw_frac: "
+            f"{comp['bytes_read'] / (bw * 1e3 * cal['bw_frac']) / 1e3:.2f} ms"]
+    return out
+
+
+def _weights_of(f: dict) -> str:
+    return WEIGHT_ALIASES.get(f["weights"], (f["weights"],))[0]
+
+
 COLUMNS = ["id", "role", "kind", "status", "engine", "gpu", "tp", "interconnect", "comm", "model", "weights", "batch",
            "isl", "osl", "mode", "metric", "measured_ms", "predicted_ms", "predicted_lo_ms", "predicted_hi_ms",
            "ratio", "in_band", "comm_ms", "comm_share_pct", "datasheet_bound_ms", "note", "source_url", "where"]
@@ -250,8 +293,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     ap.add_argument("--fit", action="store_true", help="print the constants fitted on the fit figures and stop")
+    ap.add_argument("--breakdown", metavar="ID", action="append", default=[],
+                    help="print figure ID's modelled step kernel by kernel and stop (repeatable)")
     args = ap.parse_args()
     figures = load_figures()
+    if args.breakdown:
+        by_id = {f["id"]: f for f in figures}
+        for fid in args.breakdown:
+            if fid not in by_id:
+                print(f"--breakdown {fid}: no such figure in {os.path.join(CORPUS, 'figures.csv')}", file=sys.stderr)
+                return 2
+            print("\n".join(breakdown(by_id[fid])) + "\n")
+        return 0
     if args.fit:
         print(fit(figures))
         return 0

@@ -145,6 +145,84 @@ def test_a_measured_achievable_bandwidth_below_the_datasheet_sets_the_roofline_h
     assert get_gpu("h100-sxm").roofline_bandwidth_gbps == 3350
 
 
+def test_fill_time_is_a_time_per_kernel_hand_computed():
+    from commprof.analysis.computemodel import _price
+    from commprof.model.gpus import get_gpu
+
+    cal = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 0.0, "fill_us": 3.0}
+    a100, r4090 = get_gpu("a100-sxm"), get_gpu("rtx4090")           # 2039 and 1008 GB/s
+    assert _price("k", 1, 40e6, 0.0, a100, "bf16", cal, 0.6).us == pytest.approx(40e6 / (2039e3 * 0.8) + 3.0)
+    assert _price("k", 1, 40e6, 0.0, r4090, "bf16", cal, 0.6).us == pytest.approx(40e6 / (1008e3 * 0.8) + 3.0)
+    # half_bytes, by contrast, costs the slower memory more time: 4e6 B is 2.45 us on the A100, 4.96 us on the 4090
+    hb = {**cal, "fill_us": 0.0, "half_bytes": 4e6}
+    extra = [_price("k", 1, 40e6, 0.0, g, "bf16", hb, 0.6).us - 40e6 / (g.mem_bandwidth_gbps * 1e3 * 0.8)
+             for g in (a100, r4090)]
+    assert extra == pytest.approx([4e6 / (2039e3 * 0.8), 4e6 / (1008e3 * 0.8)])
+    # a kernel that reads nothing pays no fill (it sits on the floor)
+    assert _price("k", 1, 0.0, 0.0, a100, "bf16", {**cal, "floor_us": 2.5}, 0.6).us == 2.5
+
+
+def test_fill_time_shared_by_the_sms_hand_computed():
+    """fill_sm_scaled: fill_us is an A100's (108 SMs); a GPU with n SMs pays fill_us x 108 / n."""
+    from commprof.analysis.computemodel import FILL_REF_SMS, _price
+    from commprof.model.gpus import get_gpu
+
+    assert FILL_REF_SMS == 108
+    cal = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 0.0, "fill_us": 3.0, "fill_sm_scaled": 1.0}
+    a100, r4090, h20 = get_gpu("a100-sxm"), get_gpu("rtx4090"), get_gpu("h20")     # 108, 128, 78 SMs
+    assert _price("k", 1, 40e6, 0.0, a100, "bf16", cal, 0.6).us == pytest.approx(40e6 / (2039e3 * 0.8) + 3.0)
+    assert _price("k", 1, 40e6, 0.0, r4090, "bf16", cal, 0.6).us == pytest.approx(40e6 / (1008e3 * 0.8) + 3.0 * 108 / 128)
+    h20_bw = h20.roofline_bandwidth_gbps
+    assert _price("k", 1, 40e6, 0.0, h20, "bf16", cal, 0.6).us == pytest.approx(40e6 / (h20_bw * 1e3 * 0.8) + 3.0 * 108 / 78)
+    # per active expert: the scaled fill once per stream
+    assert _price("k", 1, 40e6, 0.0, r4090, "bf16", cal, 0.6, streams=4.0).us == pytest.approx(
+        40e6 / (1008e3 * 0.8) + 4 * 3.0 * 108 / 128)
+    # off: the same time on every GPU
+    assert _price("k", 1, 40e6, 0.0, r4090, "bf16", {**cal, "fill_sm_scaled": 0.0}, 0.6).us == pytest.approx(
+        40e6 / (1008e3 * 0.8) + 3.0)
+
+
+def test_int4_weight_only_gemms_on_hopper_reach_a_share_of_the_bandwidth_hand_computed():
+    from commprof.analysis.computemodel import quant_bw_scale, step_kernels
+    from commprof.analysis.quant import bytes_per_weight
+    from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
+
+    h100, a100 = get_gpu("h100-sxm"), get_gpu("a100-sxm")
+    assert h100.arch == "hopper" and get_gpu("h20").arch == "hopper" and a100.arch == ""
+    assert "cuda-gpus" in h100.optional_sources["arch"]
+    cal = {"int4_hopper_frac": 0.5}
+    assert quant_bw_scale("int4-awq", h100, cal) == 0.5
+    assert quant_bw_scale("int4-gptq", h100, cal) == 0.5 and quant_bw_scale("w4a16", h100, cal) == 0.5
+    assert quant_bw_scale("int4-awq", a100, cal) == 1.0          # Ampere: Marlin's design target
+    assert quant_bw_scale("fp8", h100, cal) == 1.0 and quant_bw_scale("bf16", h100, cal) == 1.0
+    # Qwen3-32B down_proj at TP=1, batch 1: 25600 x 5120 int4 weights (0.5195 B each) + 5120 x 2 B of activations
+    m = get_model("Qwen3-32B")
+    c = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 0.0, "fill_us": 0.0, "int4_hopper_frac": 0.5}
+    k = {x.name: x for x in step_kernels(m, h100, 1, 1, 1, 1024, cal=c, weights="int4-awq")}
+    nbytes = 25600 * 5120 * bytes_per_weight("int4-awq") + 5120 * 2
+    assert k["down_proj"].bytes_read == pytest.approx(nbytes)
+    assert k["down_proj"].us == pytest.approx(nbytes / (3350e3 * 0.8 * 0.5))        # 25.4 us, not 12.7
+    # attention and lm_head are not quantized: they keep the full bandwidth
+    assert k["lm_head"].us == pytest.approx(k["lm_head"].bytes_read / (3350e3 * 0.8))
+
+
+def test_moe_expert_gemm_pays_the_ramp_per_active_expert_hand_computed():
+    from commprof.analysis.computemodel import experts_touched, step_kernels
+    from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
+
+    m, g = get_model("Qwen3-30B-A3B"), get_gpu("a100-sxm")
+    c = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 4e6, "fill_us": 1.0, "moe_expert_streams": 1.0}
+    k = {x.name: x for x in step_kernels(m, g, 1, 1, 1, 1024, cal=c)}["moe_experts"]
+    touched = experts_touched(m.experts, m.top_k, 1)
+    assert touched == pytest.approx(m.top_k)                     # batch 1: its 8 experts
+    nbytes = touched * 3 * m.hidden * m.expert_ffn * 2
+    assert k.us == pytest.approx((nbytes + 8 * 4e6) / (2039e3 * 0.8) + 8 * 1.0)
+    one = {x.name: x for x in step_kernels(m, g, 1, 1, 1, 1024, cal={**c, "moe_expert_streams": 0.0})}["moe_experts"]
+    assert one.us == pytest.approx((nbytes + 4e6) / (2039e3 * 0.8) + 1.0)
+
+
 def test_the_same_model_is_further_from_the_roofline_at_tp8_than_at_tp1():
     from commprof.analysis.computemodel import step_kernels
     from commprof.model.gpus import get_gpu
@@ -238,6 +316,7 @@ def test_chart_draws_the_band(tmp_path):
 
 def test_corpus_has_30_sourced_figures_at_least_half_held_out():
     from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
 
     b = _bench()
     figs = b.load_figures()
@@ -252,10 +331,11 @@ def test_corpus_has_30_sourced_figures_at_least_half_held_out():
         assert f["mode"] in ("graph", "eager") and f["count"] == f["tp"] and 1 <= f["batch"] <= 64
         assert f["interconnect"] and f["comm"].startswith("reference:")
         get_gpu(f["gpu"])
-        assert f["model"] in shapes or f["model"] in ("Llama-3.1-70B",)
+        assert f["model"] in shapes or "https://" in get_model(f["model"]).source   # built in, sourced
     kinds = {(f["tp"] > 1, "nvlink" in f["comm"]) for f in figs}
     assert (True, True) in kinds and (True, False) in kinds           # NVLink and PCIe boxes at TP > 1
-    assert {"bf16", "fp8"} <= {f["weights"] for f in figs}
+    assert {"bf16", "fp8", "int4-awq"} <= {f["weights"] for f in figs}
+    assert any(get_model(f["model"]).experts for f in figs if f["model"] not in shapes)          # MoE among them
 
 
 def test_measured_ms_per_unit():
@@ -277,6 +357,27 @@ def test_benchmark_rows_and_summary_follow_from_the_corpus():
     assert b.summary([r["ratio"] for r in counted if r["role"] == "fit"]) == doc["fit"]
     assert doc["met"] == (doc["held_out"]["median_abs_err_pct"] <= 10 and doc["held_out"]["worst_abs_err_pct"] <= 25
                           and 0.95 <= doc["held_out"]["median_ratio"] <= 1.05)
+
+
+def test_breakdown_adds_up_to_the_predicted_step_and_names_the_ramp_hand_computed():
+    """--breakdown: the kernels' us per step, the host and the collectives add up to the step; the ramp
+    line is half_bytes / (bandwidth x bw_frac) + fill_us per memory kernel (RTX 4090: 1008 GB/s, 128 SMs)."""
+    from commprof.analysis.computemodel import CALIBRATION
+
+    b = _bench()
+    f = next(x for x in b.load_figures() if x["id"] == "tt394-qwen3-4b-rtx4090-c1-128")
+    lines = b.breakdown(f)
+    rows = [ln.split() for ln in lines[2:] if ln.split() and ln.split()[0] not in ("step", "of", "host", "collectives")]
+    host = float(next(ln for ln in lines if ln.startswith("host")).split()[-1])
+    comm = float(next(ln for ln in lines if ln.startswith("collectives")).split()[-1])
+    step = float(next(ln for ln in lines if ln.startswith("step")).split()[-1])
+    assert sum(float(r[4]) for r in rows) + host + comm == pytest.approx(step, abs=0.5)
+    assert step / 1e3 == pytest.approx(b.predict_figure(f)["step_ms"], rel=1e-4)
+    ramp = (CALIBRATION["half_bytes"] / (1008 * 1e3 * CALIBRATION["bw_frac"])
+            + CALIBRATION["fill_us"] * (108 / 128 if CALIBRATION["fill_sm_scaled"] else 1.0))   # 128 SMs
+    assert f"{ramp:.2f} us on this GPU" in lines[-1]
+    n = sum(int(r[1]) for r in rows)           # every kernel of this dense bf16 step reads bytes
+    assert f"over {n} memory kernels: {n * ramp / 1e3:.2f} ms" in lines[-1]
 
 
 # --- a fast verb -------------------------------------------------------------------------------------

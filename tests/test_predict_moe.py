@@ -44,8 +44,10 @@ def test_the_busiest_ranks_expert_kernel_by_hand():
     # whole experts (tp / ep = 1): 3 x 2048 x 768 weights each, bf16
     assert k.count == 48 and k.bytes_read == pytest.approx(active * 3 * 2048 * 768 * 2)
     assert k.flops == pytest.approx(6.0 * (1 * 8 / 4) * 2048 * 768)
-    want_us = max((k.bytes_read + CALIBRATION["half_bytes"]) / (3350e3 * CALIBRATION["bw_frac"]), k.flops / (989.5e6 * CALIBRATION["flop_frac"]),
-                  CALIBRATION["floor_us"])
+    # each active expert a GEMM of its own: the ramp (half_bytes, fill_us) paid once per expert
+    ramps = active if CALIBRATION["moe_expert_streams"] else 1.0
+    want_us = max((k.bytes_read + ramps * CALIBRATION["half_bytes"]) / (3350e3 * CALIBRATION["bw_frac"])
+                  + ramps * CALIBRATION["fill_us"] * (108 / 132 if CALIBRATION["fill_sm_scaled"] else 1.0), k.flops / (989.5e6 * CALIBRATION["flop_frac"]), CALIBRATION["floor_us"])
     assert k.us == pytest.approx(want_us)
     # tp 8, ep 4: each expert sharded over 2 GPUs, half the bytes per expert
     assert ep_expert_kernel(m, gpu, 8, 4, 1).bytes_read == pytest.approx(active * 3 * 2048 * 384 * 2)

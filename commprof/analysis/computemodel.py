@@ -41,36 +41,60 @@ from commprof.analysis.stepmodel import check_tp, dtype_bytes, kv_bytes_per_sequ
 from commprof.analysis.quant import FORMATS as QUANT_FORMATS, bytes_per_weight, gemm_dtype as quant_gemm_dtype
 
 #: The modelled GPU's achievable fractions, floors and the engine's per-collective terms.
-#: ``bw_frac``, ``half_bytes``, ``step_overhead_us``, ``eager_gap_us``, ``coll_graph_us``,
-#: ``coll_eager_us`` and ``pcie_skew_frac`` are what ``scripts/bench_predict_figures.py --fit``
-#: printed on the 15 priced ``fit`` figures of ``tests/data/published-decode/figures.csv`` (NVIDIA
-#: NIM 2x H100 fp8; vLLM's dashboard on H100/A100 SXM; Qwen's speed benchmarks on A100 and H20;
-#: 8x L20 eager); the 22 held-out figures were never used. Errors per figure, fit and held out
-#: apart, in ``results/bench/predict_figures.md``. ``flop_frac``, ``prefill_flop_frac``,
-#: ``floor_us`` and ``small_kernels_per_layer`` are set, not fitted.
+#: ``bw_frac``, ``half_bytes``, ``fill_us``, ``step_overhead_us``, ``eager_gap_us``, ``int4_hopper_frac``,
+#: ``moe_expert_streams``, ``sm_stream_gbps``, ``coll_graph_us``, ``coll_eager_us`` and ``pcie_skew_frac``
+#: are what ``scripts/bench_predict_figures.py --fit`` printed on the 21 ``fit`` figures of
+#: ``tests/data/published-decode/figures.csv`` (NVIDIA NIM 2x H100 fp8; vLLM's dashboard on H100/A100
+#: SXM; Qwen's speed benchmarks on A100 and H20, AWQ and MoE among them; 8x L20 eager; QwQ-32B-AWQ on
+#: RTX 5090); the 27 held-out figures were never used. Errors per figure, fit and held out apart, in
+#: ``results/bench/predict_figures.md``. ``flop_frac``, ``prefill_flop_frac``, ``floor_us`` and
+#: ``small_kernels_per_layer`` are set, not fitted.
 CALIBRATION = {
     "bw_frac": 0.74,            # best achieved / datasheet memory bandwidth (a large decode GEMM or attention read)
     "flop_frac": 0.60,          # achieved / datasheet dense tensor FLOP/s (decode GEMMs at large batch)
     "prefill_flop_frac": 0.60,  # the same for prefill GEMMs
     "floor_us": 2.5,            # a kernel's shortest run on the GPU (graph replay)
-    "eager_gap_us": 6.0,        # host time to launch one kernel without CUDA graphs (hidden behind longer kernels)
+    "eager_gap_us": 8.0,        # host time to launch one kernel without CUDA graphs (hidden behind longer kernels)
     "small_kernels_per_layer": 5,   # norms, rotary, activation, residual adds: floor-bound
-    "step_overhead_us": 1000.0,  # host work per step: scheduler, sampling, input preparation
+    "step_overhead_us": 700.0,   # host work per step: scheduler, sampling, input preparation
     # Efficiency that falls with the work per kernel: a memory-bound kernel of b bytes runs
     # (b + half_bytes) / (bandwidth x bw_frac), i.e. it reaches half of its best bandwidth at
     # b = half_bytes (the bytes in flight a GPU needs to cover its memory latency, by Little's law:
     # a small GEMM at TP=8 or of a small model never has them). 0 = one bw_frac for every shape.
-    "half_bytes": 6e6,
+    "half_bytes": 2e6,
+    # The same ramp as a time: a memory-bound kernel pays fill_us on top of its bytes (launch into
+    # the graph, the first loads' latency, the tail wave). By Little's law the bytes a GPU needs in
+    # flight are bandwidth x latency, so a fixed time, not fixed bytes, is the same on a slow and a
+    # fast memory; half_bytes, a fixed byte count, costs a GDDR card (1 TB/s) 2-3x the time it costs
+    # an HBM part. 0 = none.
+    "fill_us": 3.0,
+    # 1: fill_us is an A100's (FILL_REF_SMS streaming multiprocessors) and a GPU with n SMs pays
+    # fill_us x FILL_REF_SMS / n: the fixed work of a kernel beyond its bytes (each thread block's
+    # prologue, partial-sum reduction and epilogue, the tail wave) is done by the SMs side by side, so it
+    # shrinks with their number, not with DRAM bandwidth; 0: the same time on every GPU.
+    "fill_sm_scaled": 1.0,
+    # 4-bit weight-only GEMMs (AWQ/GPTQ/w4a16 via Marlin) on Hopper reach this share of the
+    # bandwidth a 16-bit GEMM reaches there (quant_bw_scale); 1 = the same.
+    "int4_hopper_frac": 0.65,
+    # Per-SM streaming rate (GB/s): a kernel's bytes pass the SMs' load pipes (bytes in flight per
+    # SM / memory latency, Little's law) and DRAM in series; 0 = DRAM only.
+    "sm_stream_gbps": 0.0,
+    # 1: a grouped MoE expert GEMM pays the per-kernel ramp once per active expert; 0: once per layer
+    "moe_expert_streams": 1.0,
     # The collective as the engine pays it (commprof.analysis.enginecomm): per call under CUDA
     # graphs, more per call in eager mode, and the rank skew of NCCL over PCIe (a fraction).
-    "coll_graph_us": 2.0,
-    "coll_eager_us": 5.0,
-    "pcie_skew_frac": 0.0,
+    "coll_graph_us": 0.0,
+    "coll_eager_us": 0.0,
+    "pcie_skew_frac": 0.75,
     # 1: the roofline starts from a GPU's published measured achievable bandwidth where gpus.toml
     # gives one lower than the datasheet (mem_bandwidth_achievable_gbps, with its source); 0: the datasheet
     "achievable_bw": 1.0,
 }
-CALIBRATION_SOURCE = ("bw_frac, half_bytes, step_overhead_us, eager_gap_us and the engine-collective terms "
+CALIBRATION_SOURCE = ("bw_frac, half_bytes, fill_us (shared by the SMs, fill_sm_scaled: x 108 / the GPU's sm_count), "
+                      "step_overhead_us, eager_gap_us, int4_hopper_frac (4-bit "
+                      "weight-only GEMMs on Hopper: Marlin is built for Ampere, "
+                      "https://github.com/IST-DASLab/marlin_artifact), moe_expert_streams, sm_stream_gbps and the "
+                      "engine-collective terms "
                       "(coll_graph_us, coll_eager_us, pcie_skew_frac) fitted by scripts/bench_predict_figures.py --fit "
                       "on the fit figures of tests/data/published-decode/figures.csv (NVIDIA NIM "
                       "https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance, vLLM's performance dashboard "
@@ -80,12 +104,16 @@ CALIBRATION_SOURCE = ("bw_frac, half_bytes, step_overhead_us, eager_gap_us and t
                       "(H20: NVIDIA/nvbandwidth #48), in place of its datasheet's; the other constants set; "
                       "see results/bench/predict_figures.md")
 MODES = ("graph", "eager")
+#: The SM count fill_us is quoted at when ``fill_sm_scaled`` is on: an A100's 108 SMs
+#: (https://images.nvidia.com/aem-dam/en-zz/Solutions/data-center/nvidia-ampere-architecture-whitepaper.pdf).
+FILL_REF_SMS = 108
 
 #: The datasheet bound: every byte at peak bandwidth, every FLOP at peak, no floors or overheads
 #: (a measured figure faster than this did not run as described).
 IDEAL = {"bw_frac": 1.0, "flop_frac": 1.0, "prefill_flop_frac": 1.0, "floor_us": 0.0, "eager_gap_us": 0.0,
          "step_overhead_us": 0.0, "half_bytes": 0.0, "coll_graph_us": 0.0, "coll_eager_us": 0.0,
-         "pcie_skew_frac": 0.0, "achievable_bw": 0.0}
+         "pcie_skew_frac": 0.0, "achievable_bw": 0.0,
+         "fill_us": 0.0, "fill_sm_scaled": 0.0, "int4_hopper_frac": 1.0, "moe_expert_streams": 0.0, "sm_stream_gbps": 0.0}
 
 #: The constants ``scripts/bench_predict_figures.py --fit`` may move, with the values it tries
 #: (fit figures only; everything else is set).
@@ -97,6 +125,11 @@ FIT_GRID = {
     "coll_eager_us": [0.0, 5.0, 10.0, 20.0, 30.0, 50.0, 80.0],
     "pcie_skew_frac": [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0],
     "eager_gap_us": [2.0, 4.0, 6.0, 8.0, 10.0, 15.0],
+    "fill_us": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0],
+    "fill_sm_scaled": [0.0, 1.0],
+    "int4_hopper_frac": [0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9, 1.0],
+    "moe_expert_streams": [0.0, 1.0],
+    "sm_stream_gbps": [0.0, 50.0, 100.0, 150.0, 200.0, 300.0],
 }
 
 
@@ -123,17 +156,46 @@ def weight_bytes_per_elem(weights: str, dtype: str) -> float:
     return bytes_per_weight(weights, dtype_bytes(dtype))
 
 
-def _price(name, count, nbytes, flops, gpu: GpuSpec, dtype: str, cal: dict, flop_frac: float) -> Kernel:
-    half = float(cal.get("half_bytes", 0.0)) if nbytes > 0 else 0.0
+def _price(name, count, nbytes, flops, gpu: GpuSpec, dtype: str, cal: dict, flop_frac: float,
+           bw_scale: float = 1.0, streams: float = 1.0) -> Kernel:
+    # the ramp (half_bytes, fill_us) is paid once per independent weight stream of the kernel: once
+    # for a GEMM, once per active expert for a grouped MoE GEMM (``streams``)
+    half = float(cal.get("half_bytes", 0.0)) * streams if nbytes > 0 else 0.0
+    fill = float(cal.get("fill_us", 0.0)) * streams if nbytes > 0 else 0.0
+    if cal.get("fill_sm_scaled", 0.0) and gpu.sm_count > 0:     # the fixed work shared by the SMs
+        fill *= FILL_REF_SMS / gpu.sm_count
     # the roofline starts from the datasheet, or from a published measured achievable bandwidth where
     # the GPU has one and it is lower (GpuSpec.roofline_bandwidth_gbps); the datasheet bound (IDEAL)
     # keeps the datasheet
     bw_gbps = gpu.roofline_bandwidth_gbps if cal.get("achievable_bw", 1.0) else gpu.mem_bandwidth_gbps
-    t_mem = (nbytes + half) / (bw_gbps * 1e3 * cal["bw_frac"])  # GB/s = 1e3 B/us
+    t_mem = (nbytes + half) / (bw_gbps * 1e3 * cal["bw_frac"] * bw_scale) + fill  # GB/s = 1e3 B/us
+    # the SMs' side of the stream, in series with DRAM's (sm_stream_gbps per SM, 0 = off): a GPU with
+    # few SMs for its bandwidth (H200, H20) keeps fewer bytes in flight per GB/s than one with many
+    # (RTX 4090/5090, L20), so it reaches less of its DRAM bandwidth in a streaming GEMV
+    sm_rate = float(cal.get("sm_stream_gbps", 0.0))
+    if sm_rate > 0 and nbytes > 0 and gpu.sm_count > 0:
+        t_mem += (nbytes + half) / (gpu.sm_count * sm_rate * 1e3 * bw_scale)
     t_fl = flops / (gpu.peak_tflops(dtype) * 1e6 * flop_frac)                 # TFLOP/s = 1e6 FLOP/us
     us = max(t_mem, t_fl, cal["floor_us"])
     bound = "floor" if us == cal["floor_us"] and us > max(t_mem, t_fl) else ("memory" if t_mem >= t_fl else "compute")
     return Kernel(name, int(count), float(nbytes), float(flops), float(us), bound)
+
+
+def quant_bw_scale(weights: str, gpu: GpuSpec, cal: dict | None = None) -> float:
+    """The share of a 16-bit GEMM's bandwidth a quantized GEMM over ``weights`` reaches on ``gpu``:
+    ``int4_hopper_frac`` for a 4-bit weight-only format (AWQ, GPTQ, w4a16) on a Hopper GPU
+    (``arch = "hopper"`` in gpus.toml), else 1. The engines run these through Marlin kernels
+    (vLLM's ``awq_marlin``/``gptq_marlin``, which SGLang borrows), built on Ampere's ``mma.sync`` and
+    ``cp.async``; their authors state MARLIN "is not yet optimized for Hopper"
+    (https://github.com/IST-DASLab/marlin_artifact README, Requirements), and on Hopper the
+    in-register dequantization, not DRAM, sets the pace: the decode GEMM moves a quarter of the bytes
+    but does not reach the bandwidth a BF16 or FP8 one does. Fitted (fit figures: Qwen3-4B and
+    Qwen3-14B AWQ on H20)."""
+    cal = {**CALIBRATION, **(cal or {})}
+    f = QUANT_FORMATS.get(weights)
+    if f is None or not f.quantized or f.bits != 4 or f.compute != "act":
+        return 1.0
+    return float(cal.get("int4_hopper_frac", 1.0)) if getattr(gpu, "arch", "") == "hopper" else 1.0
 
 
 def _shard(n: int, tp: int) -> int:
@@ -188,12 +250,15 @@ def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: in
     heads = model.q_heads // tp
     out: list[Kernel] = []
 
-    def add(name, count, nbytes, flops, gemm=True):
+    qscale = quant_bw_scale(weights, gpu, cal)
+
+    def add(name, count, nbytes, flops, gemm=True, quantized=False, streams=1.0):
         if count:
-            out.append(_price(name, count, nbytes, flops, gpu, gemm_dtype if gemm else dtype, cal, ff))
+            out.append(_price(name, count, nbytes, flops, gpu, gemm_dtype if gemm else dtype, cal, ff,
+                              qscale if quantized else 1.0, streams))
 
     act = tokens * h * e          # activations in and out of a GEMM: small beside the weights at decode
-    add("qkv_proj", L, qkv * we + act, 2.0 * tokens * qkv)
+    add("qkv_proj", L, qkv * we + act, 2.0 * tokens * qkv, quantized=True)
     # attention: every sequence reads its KV cache; sliding layers only their window
     if model.is_mla:
         qk_dim, v_dim = model.kv_lora_rank + model.qk_rope_head_dim, model.kv_lora_rank
@@ -208,21 +273,27 @@ def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: in
             add(name, n, seqs * ctx * kv_tok_layer, 2.0 * pairs * heads * (qk_dim + v_dim), gemm=False)
         else:
             add(name, n, seqs * ctx * kv_tok_layer, 2.0 * seqs * ctx * heads * (qk_dim + v_dim), gemm=False)
-    add("o_proj", L, o * we + act, 2.0 * tokens * o)
+    add("o_proj", L, o * we + act, 2.0 * tokens * o, quantized=True)
     moe_layers = sum(1 for i in range(L) if is_moe_layer(model, i))
     dense = L - moe_layers
     ffn_r = _shard(model.ffn, tp)
-    add("gate_up_proj", dense, 2 * h * ffn_r * we + act, 4.0 * tokens * h * ffn_r)
-    add("down_proj", dense, ffn_r * h * we + act, 2.0 * tokens * h * ffn_r)
+    add("gate_up_proj", dense, 2 * h * ffn_r * we + act, 4.0 * tokens * h * ffn_r, quantized=True)
+    add("down_proj", dense, ffn_r * h * we + act, 2.0 * tokens * h * ffn_r, quantized=True)
     if moe_layers:
         ef = _shard(model.expert_ffn, tp)
         touched = experts_touched(model.experts, model.top_k, tokens)
         add("moe_router", moe_layers, h * model.experts * e, 2.0 * tokens * h * model.experts)
-        add("moe_experts", moe_layers, touched * 3 * h * ef * we, 6.0 * tokens * model.top_k * h * ef)
+        # The grouped expert GEMM (vLLM's and SGLang's fused_moe) sorts the step's tokens by expert and
+        # pads each expert's rows to its tile (moe_align_block_size), so each active expert's weights
+        # are a GEMM of their own inside the one launch: at a small batch, `touched` small GEMMs, each
+        # paying the ramp of a small kernel (moe_expert_streams: 1 = the whole layer as one GEMM).
+        streams = max(1.0, touched) if cal.get("moe_expert_streams", 1.0) else 1.0
+        add("moe_experts", moe_layers, touched * 3 * h * ef * we, 6.0 * tokens * model.top_k * h * ef,
+            quantized=True, streams=streams)
         if model.shared_experts:
             sf = _shard(model.shared_expert_ffn or model.expert_ffn, tp)
             add("moe_shared", moe_layers, model.shared_experts * 3 * h * sf * we,
-                6.0 * tokens * model.shared_experts * h * sf)
+                6.0 * tokens * model.shared_experts * h * sf, quantized=True)
     add("small", L * int(cal["small_kernels_per_layer"]), 2 * act, 0.0, gemm=False)
     vocab_r = _shard(model.vocab, tp)
     logit_tokens = seqs

@@ -19,7 +19,7 @@ from commprof.analysis.inengine import factor_against, inspector_rows
 from commprof.results.meta import shown_path
 from commprof.analysis.errorband import BAND_SOURCE, ERROR_BANDS, band, error_kind, share_band
 from commprof.analysis.computemodel import (CALIBRATION, CALIBRATION_SOURCE, MODES, WEIGHT_DTYPES, prefill_compute,
-                                            step_compute)
+                                            quant_bw_scale, step_compute)
 from commprof.analysis.stepmodel import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_tp, dtype_bytes, kv_budget,
                                          kv_bytes_per_sequence_per_rank, prefill_comm_us, step_collectives,
                                          weights_per_rank)
@@ -188,6 +188,17 @@ def make_boxes(gpus: list, comms: list, notes: list | None = None) -> list[tuple
 
 
 
+def quant_rate_note(weights: str, gpu, cal: dict | None = None) -> str:
+    """One line when ``weights``' GEMMs on ``gpu`` are priced below the bandwidth a 16-bit GEMM
+    reaches there (4-bit weight-only on Hopper: :func:`commprof.analysis.computemodel.quant_bw_scale`)."""
+    s = quant_bw_scale(weights, gpu, cal)
+    if s >= 1.0:
+        return ""
+    return (f"{gpu.key}: --weights {weights} GEMMs priced at {s:g} of a 16-bit GEMM's bandwidth (int4_hopper_frac: "
+            "Marlin kernels are built for Ampere, not yet optimized for Hopper, "
+            "https://github.com/IST-DASLab/marlin_artifact; the share fitted on published AWQ figures)")
+
+
 def achievable_bw_note(gpu) -> str:
     """One line when ``gpu``'s roofline starts from a published measured achievable bandwidth below
     its datasheet (``mem_bandwidth_achievable_gbps`` in gpus.toml), naming both and the source."""
@@ -257,6 +268,7 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     comms_used = {id(c): c for _, c in boxes}
     notes[:0] = chosen
     notes += list(dict.fromkeys(n for g, _ in boxes if (n := gemm_rate_note(weights, g, dtype))))   # quantized weights
+    notes += list(dict.fromkeys(n for g, _ in boxes if (n := quant_rate_note(weights, g, calibration))))
     notes += list(dict.fromkeys(n for g, _ in boxes if (n := achievable_bw_note(g))))   # measured bandwidth
     notes += [n for c in comms_used.values() for n in c.notes]
     meta = {

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 
-from commprof.analysis.computemodel import CALIBRATION, _price, experts_touched, step_kernels, weight_bytes_per_elem
+from commprof.analysis.computemodel import (CALIBRATION, _price, experts_touched, quant_bw_scale, step_kernels,
+                                            weight_bytes_per_elem)
 from commprof.analysis.quant import gemm_dtype as quant_gemm_dtype
 from commprof.analysis.stepmodel import dtype_bytes, step_collectives
 from commprof.model.collectives import COLLECTIVES
@@ -101,8 +102,11 @@ def ep_expert_kernel(model: ModelShape, gpu, tp: int, ep: int, tokens: int, dtyp
     h, ef = model.hidden, -(-model.expert_ffn // (tp // ep))
     active = active_experts_per_rank(model, ep, tokens, imbalance)
     choices = (1.0 if imbalance is None else float(imbalance)) * tokens * model.top_k / ep
+    # as in step_kernels: each active expert a GEMM of its own (its ramp), 4-bit weights on Hopper at their rate
+    streams = max(1.0, active) if cal.get("moe_expert_streams", 1.0) else 1.0
     return _price("moe_experts", moe_layers, active * 3 * h * ef * weight_bytes_per_elem(weights, dtype),
-                  6.0 * choices * h * ef, gpu, quant_gemm_dtype(weights, gpu, dtype), cal, cal["flop_frac"])
+                  6.0 * choices * h * ef, gpu, quant_gemm_dtype(weights, gpu, dtype), cal, cal["flop_frac"],
+                  quant_bw_scale(weights, gpu, cal), streams)
 
 
 def _roof_split(k) -> tuple[float, float]:
