@@ -120,25 +120,42 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
     elif p2p:
         items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory", "PASS",
                            f"{_distinct(p2p)} rank pair(s) inside one node go via P2P", ""))
+    elif acc.get("p2p_refused"):     # a fragment with NCCL's refusal lines but no channel line: the refusal decides
+        lines = acc["p2p_refused"]
+        items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory",
+                           lv["shm_with_override"] if blockers else lv["shm_platform"],
+                           f"no channel line printed, but NCCL says the platform refused P2P between GPUs "
+                           f"({len(lines)} line(s), first: {lines[0]}): their traffic goes through host memory"
+                           + (f"; {', '.join(blockers)} set by the environment too" if blockers else ""),
+                           t["what_now_shm_platform"]))
     # N2: nodes joined over TCP
     multi = _multi_node(comms)
     socket_pairs = [p for p in pairs if p["transport_class"] == "NET/Socket"]
-    if multi:
+    # NCCL connects two ranks over the network only when no P2P or SHM path joins them (another node, or
+    # a GPU of this host in another container): a fragment's NET channel lines say so without a node count
+    net_pairs = [p for p in pairs if p["transport_class"].startswith("NET/")]
+    if multi or net_pairs:
         nets = sorted(acc.get("networks", {}))
+        span = (f"{len(multi)} communicator(s) span {max(c['nnodes'] for c in multi)} nodes" if multi else
+                f"{_distinct(net_pairs)} rank pair(s) go over the network (node count not printed)")
         if socket_pairs or nets == ["Socket"]:
             items.append(_item("N2", "nodes are joined over RDMA (InfiniBand/RoCE/EFA), not TCP sockets",
                                lv["socket_multinode"],
-                               f"{len(multi)} communicator(s) span {max(c['nnodes'] for c in multi)} nodes and the "
-                               f"log says 'Using network {', '.join(nets) or 'Socket'}'"
+                               f"{span} and the log says 'Using network {', '.join(nets) or 'Socket'}'"
                                + (f"; {_distinct(socket_pairs)} rank pair(s) via NET/Socket" if socket_pairs else "")
                                + _rdma_words(acc),
                                t["what_now_socket"]))
+        elif not nets and not net_pairs:
+            items.append(_item("N2", "nodes are joined over RDMA (InfiniBand/RoCE/EFA), not TCP sockets", "INFO",
+                               f"{span}, but the log names no network ('Using network ..') and has no network "
+                               "channel line: how the nodes are joined is not in it",
+                               "Send the whole log (NCCL_DEBUG_SUBSYS=INIT,NET) to see the network NCCL chose."))
         else:
             gdr = [p for p in pairs if p["transport_class"].startswith("NET/") and "GDRDMA" in p["transport"]]
-            net = [p for p in pairs if p["transport_class"].startswith("NET/")]
+            net = net_pairs
             verdict = "PASS" if gdr or not net else lv["net_without_gdr"]
             items.append(_item("N2", "nodes are joined over RDMA (InfiniBand/RoCE/EFA), not TCP sockets", verdict,
-                               f"network {', '.join(nets) or '?'}{_layers(acc)}; {_distinct(net)} rank pair(s) over the network, {_distinct(gdr)} with "
+                               f"network {', '.join(nets) or 'not named in the log'}{_layers(acc)}; {_distinct(net)} rank pair(s) over the network, {_distinct(gdr)} with "
                                "GPUDirect RDMA (GDRDMA)",
                                "" if verdict == "PASS" else t["what_now_no_gdr"]))
     # N3: NVLS available, not used
@@ -152,10 +169,16 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
                                "has 0 nvls channels" + (f"; NCCL_NVLS_ENABLE={off[0]} set by the environment" if off
                                                         else ""),
                                t["what_now_nvls"]))
-        else:
+        elif nvls_channels or any(c.get("nvls_heads") for c in comms):
             items.append(_item("N3", "NVLink SHARP (NVLS) is used where the switch offers it", "PASS",
-                               f"NVLS available on {nv['available_on']} GPU(s), nvls channels {max(nvls_channels or [0])}",
+                               f"NVLS available on {nv['available_on']} GPU(s), nvls channels {max(nvls_channels or [0])}"
+                               + ("; NVLS buffers set up" if any(c.get("nvls_heads") for c in comms) else ""),
                                ""))
+        else:                    # a fragment: the switch offers NVLS, whether a communicator used it is not printed
+            items.append(_item("N3", "NVLink SHARP (NVLS) is used where the switch offers it", "INFO",
+                               f"NVLS multicast is available on {nv['available_on']} GPU(s); no 'nvls channels' count "
+                               "or NVLS setup line is in the log, so whether it is used is not known",
+                               "Send the whole log (NCCL_DEBUG_SUBSYS=INIT) to see the nvls channel count."))
     elif env.get("NCCL_NVLS_ENABLE") and env["NCCL_NVLS_ENABLE"][0] in ("0", "false"):
         items.append(_item("N3", "NVLink SHARP (NVLS) is used where the switch offers it", "INFO",
                            "NCCL_NVLS_ENABLE=0 set by the environment; whether the switch offers NVLS is not in the "

@@ -60,6 +60,18 @@ _REPEATED = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
 #: (function) NCCL WARN msg`` (2.30): the source location sits between the device and the level
 _NCCL = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+:\d+ (?:\([^)]*\) )?)?"
                    r"NCCL (?P<lvl>INFO|WARN|ERROR) (?P<msg>.*)")
+#: the same line where a paste lost or redacted the prefix's parts (NVIDIA/nccl issues #952 ``<cluster_name>:919:1150
+#: [0]``, #1466 ``pod-id:num:num [3]``) or all of it (#527, #1190: ``NCCL INFO Channel 00 : ...``, ``misc/ibvwrap.cc:63
+#: NCCL WARN ..``): tried only where the strict prefix does not match, at the start of what is left after a tag
+#: (``[0] ``, a timestamp, ``| ``), so a timestamp's ``14:10:52`` is never read as ``host:pid:tid``
+_NCCL_LOOSE = re.compile(r"(?:^|[\s|\]])(?:(?P<host>[^\s:\[\]|]+):(?P<pid>[^\s:]+):(?P<tid>[^\s:\[]+) )?"
+                         r"(?:\[(?P<dev>\d+)\] )?(?:[\w./\-]+\.(?:cc|h|cu|cpp):\d+ (?:\([^)]*\) )?)?"
+                         r"NCCL (?P<lvl>INFO|WARN|ERROR) (?P<msg>.*)")
+#: NCCL_DEBUG's VERSION level line (src/init.cc showVersion through src/debug.cc): no prefix at all, printed
+#: by rank 0 (under Ray each worker's copy carries its ``(RayWorkerWrapper pid=..)`` tag)
+_BARE_VERSION = re.compile(r"(?:^|[\s)\]])NCCL version (?P<v>\d+\.\d+\.\d+)(?:\+cuda(?P<cuda>[\d.]+))?\s*$")
+#: the host a line without one is filed under; never counted as a host of the box
+NO_HOST = "(no host in the line)"
 _VERSION = re.compile(r"^NCCL version (?P<v>[\w.]+)(?:\+cuda(?P<cuda>[\d.]+))?")
 _ENV = re.compile(r"^(?P<name>NCCL_\w+) set by environment to (?P<value>.*?)\.?$")
 #: the network plugin's name may hold a space (aws-ofi-nccl up to 1.11 calls itself "AWS Libfabric")
@@ -190,6 +202,7 @@ class Comm:
     collnet: set = field(default_factory=set)           # (channel, rank, direction) of its CollNet lines
     connected: set = field(default_factory=set)         # what it connected: rings, trees, NVLS tree, CollNet
     ring_gdr: set = field(default_factory=set)          # "Connected all rings, use ring PXN p GDR g": (p, g)
+    unkeyed: bool = False                               # no commId printed: its ranks joined by shape (_unkeyed)
 
 
 @dataclass
@@ -200,6 +213,7 @@ class Account:
     nccl_lines: int = 0
     warn_lines: list = field(default_factory=list)
     truncated_lines: int = 0              # channel lines cut before their transport
+    unprefixed_lines: int = 0             # NCCL lines without NCCL's host:pid:tid prefix (a paste that dropped it)
     repeated_lines: int = 0               # Ray folded this many more lines into "[repeated Nx]" suffixes
     versions: Counter = field(default_factory=Counter)
     cuda_versions: Counter = field(default_factory=Counter)
@@ -244,7 +258,7 @@ def _lines(path: str):
 
 
 def _thread_key(m) -> tuple:
-    return m.group("host"), m.group("pid"), m.group("tid")
+    return m.group("host") or NO_HOST, m.group("pid") or "", m.group("tid") or ""
 
 
 def read_logs(paths: list[str]) -> Account:
@@ -265,18 +279,30 @@ def read_logs(paths: list[str]) -> Account:
             low = line.lower()
             if any(k in low for k in _ENGINE_WORDS):     # the engine's regexes only on lines that can match
                 _engine_line(acc, line)
-            m = _NCCL.search(line) if "NCCL" in line else None     # a plain test first: 1 GB of others' lines
+            if "NCCL" not in line:         # a plain test first: 1 GB of others' lines
+                continue
+            m = _NCCL.search(line) or _NCCL_LOOSE.search(line)
             if not m:
+                if (bv := _BARE_VERSION.search(line)):
+                    acc.versions[bv.group("v")] += 1
+                    if bv.group("cuda"):
+                        acc.cuda_versions[bv.group("cuda")] += 1
                 continue
             acc.nccl_lines += 1
             host, msg = m.group("host"), m.group("msg").strip()
-            acc.hosts.add(host)
-            acc.host_lines[host] += 1
-            acc.host_devs.setdefault(host, set()).add(int(m.group("dev")))
-            acc.host_pids.setdefault(host, set()).add(m.group("pid"))
+            if host is None:
+                acc.unprefixed_lines += 1
+                host = NO_HOST
+            else:
+                acc.hosts.add(host)
+                acc.host_lines[host] += 1
+                acc.host_pids.setdefault(host, set()).add(m.group("pid"))
+                if m.group("dev") is not None:
+                    acc.host_devs.setdefault(host, set()).add(int(m.group("dev")))
             if m.group("lvl") != "INFO":
                 if len(acc.warn_lines) < 20:
-                    acc.warn_lines.append(f"{host} [{m.group('dev')}] NCCL {m.group('lvl')} {msg}"[:300])
+                    dev = f" [{m.group('dev')}]" if m.group("dev") is not None else ""
+                    acc.warn_lines.append(f"{host}{dev} NCCL {m.group('lvl')} {msg}"[:300])
                 continue
             _nccl_line(acc, m, host, msg, by_pointer, current)
     return acc
@@ -326,8 +352,24 @@ def _split_key(i, host: str, pid: str, by_pointer: dict) -> str | None:
     return f"{base}/split{i.group('split') or ''}/color{i.group('color')}"
 
 
+def _unkeyed(acc: Account, nranks: int, nnodes: int | None, rank: int, key: str) -> Comm:
+    """The communicator of a rank whose lines name no commId (NCCL 2.12-2.15's Init lines; a fragment
+    holding only ``comm P rank R nRanks N nNodes K ..`` lines): each process prints its own comm
+    pointer, so the ranks of one communicator are joined by shape: the latest such communicator of
+    the same size (and node count, where printed) that has not seen this rank yet; a rank seen again
+    starts the next one. Communicators are built one after another, so their ranks' lines come
+    together."""
+    for comm in reversed(list(acc.comms.values())):
+        if (comm.unkeyed and comm.nranks == nranks and rank not in comm.ranks
+                and (nnodes is None or comm.nnodes is None or comm.nnodes == nnodes)):
+            return comm
+    comm = acc.comms.setdefault(key, Comm(key=key))
+    comm.unkeyed = True
+    return comm
+
+
 def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: dict) -> None:
-    pid, thread = m.group("pid"), _thread_key(m)
+    pid, thread = m.group("pid") or "", _thread_key(m)
     if (v := _VERSION.match(msg)):
         acc.versions[v.group("v")] += 1
         if v.group("cuda"):
@@ -342,17 +384,22 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
     if (i := _INIT.match(msg)):
         ptr = (host, pid, i.group("comm"))
         comm = by_pointer.get(ptr)
-        key = i.group("id") or _split_key(i, host, pid, by_pointer) or f"{host}:{pid}:{i.group('comm')}"
+        key = i.group("id") or _split_key(i, host, pid, by_pointer)
+        if comm is None and key is None:   # NCCL 2.12-2.15 print no commId: the ranks met by shape
+            comm = _unkeyed(acc, int(i.group("n")), None, int(i.group("rank")), f"{host}:{pid}:{i.group('comm')}")
+            by_pointer[ptr] = comm
         if comm is None:
             comm = acc.comms.get(key) or Comm(key=key)
             acc.comms[key] = comm
             by_pointer[ptr] = comm
         comm.nranks = int(i.group("n"))
         comm.ranks.add(int(i.group("rank")))
-        comm.hosts.add(host)
+        if host != NO_HOST:
+            comm.hosts.add(host)
         if i.group("func"):
             comm.funcs.add(i.group("func"))
-        acc.host_bus.setdefault(host, set()).add(i.group("bus").lower().lstrip("0") or "0")
+        if host != NO_HOST:
+            acc.host_bus.setdefault(host, set()).add(i.group("bus").lower().lstrip("0") or "0")
         if i.group("state") == "COMPLETE":
             comm.complete += 1
         current[thread] = comm
@@ -361,15 +408,16 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
     if (c := _COMM.match(msg)):
         ptr = (host, pid, c.group("comm"))
         comm = by_pointer.get(ptr)
-        if comm is None:                   # a fragment without its Init line
-            key = f"{host}:{pid}:{c.group('comm')}"
-            comm = acc.comms.setdefault(key, Comm(key=key))
+        if comm is None:                   # a fragment without its Init line: the ranks met by shape
+            comm = _unkeyed(acc, int(c.group("n")), int(c.group("nodes")), int(c.group("rank")),
+                            f"{host}:{pid}:{c.group('comm')}")
             by_pointer[ptr] = comm
         comm.nranks = int(c.group("n"))
         comm.nnodes = int(c.group("nodes"))
         comm.local_ranks.add(int(c.group("local")))
         comm.ranks.add(int(c.group("rank")))
-        comm.hosts.add(host)
+        if host != NO_HOST:
+            comm.hosts.add(host)
         if c.group("mnnvl") is not None:
             comm.mnnvl = int(c.group("mnnvl"))
         current[thread] = comm
@@ -425,7 +473,8 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
         if comm is None:                   # its comm's lines were not printed (a fragment, Ray's folding)
             comm = acc.comms.setdefault(UNATTRIBUTED, Comm(key=UNATTRIBUTED))
         comm.channels[(int(ch.group("ch")), int(ch.group("src")), int(ch.group("dst")), ch.group("dir") or "")] = via
-        comm.hosts.add(host)
+        if host != NO_HOST:
+            comm.hosts.add(host)
         return
     if "channels" in msg and (counts := _CHANNELS.findall(msg)):
         comm = current.get(thread) or current[("last",)].get((host, pid))
@@ -588,6 +637,7 @@ def summary(acc: Account) -> dict:
     return {
         "files": len(acc.files), "lines": acc.lines, "nccl_lines": acc.nccl_lines,
         "repeated_lines_folded": acc.repeated_lines, "truncated_channel_lines": acc.truncated_lines,
+        "lines_without_host": acc.unprefixed_lines,
         "nccl_version": [v for v, _ in acc.versions.most_common()],
         "cuda_version": [v for v, _ in acc.cuda_versions.most_common()],
         "env_overrides": {k: sorted(v) for k, v in sorted(acc.env.items())},
