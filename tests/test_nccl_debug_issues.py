@@ -94,3 +94,22 @@ def test_ray_timestamped_cuda_failure_is_a_warning():
     info, _, _, got = _read("issue1283_ray-timestamp_cuda-failure-warn.log")
     assert info["nccl_lines"] == 8 and got["N6"] == "WARN"
     assert "Cuda failure 1 'invalid argument'" in info["warnings"][0]
+
+
+def test_shm_between_sxm_gpus_and_the_plain_set_to_override():
+    # NVIDIA/nccl-tests#228: 8x A100-SXM4-80GB (the thread's nvidia-smi), every pair printed via
+    # SHM/direct/direct; NCCL_IB_HCA is printed 'set to', not 'set by environment to'
+    info, comms, pairs, got = _read("issue228_a100x8-sxm_shm-on-nvswitch.log")
+    assert {p["transport"] for p in pairs} == {"SHM/direct/direct"} and len(pairs) == 7
+    assert info["env_overrides"]["NCCL_IB_HCA"] == ["mlx5_2:1,mlx5_0:1"]
+    assert got["N1"] == "WARN"
+    n1 = [i for i in engine_items(info, comms, pairs) if i["id"] == "N1"][0]
+    assert "fabric manager" in n1["evidence"]
+
+
+def test_nvls_setup_failure_is_an_nvls_finding_not_only_a_warning():
+    # NVIDIA/nccl#1705: an H100 box, '[2025-05-10 23:09:41] ' timestamps (NCCL 2.26 on), four
+    # 'transport/nvls.cc:254 NCCL WARN Cuda failure 1' lines; the thread points at the NVSwitch fabric
+    info, _, _, got = _read("issue1705_h100x8_nvls-cuda-failure_timestamps.log")
+    assert len(info["nvls_setup_failed"]) == 4 and got["N3"] == "WARN" and got["N6"] == "WARN"
+    assert "transport/nvls.cc:254 NCCL WARN" in info["warnings"][0]

@@ -114,8 +114,9 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
             items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory",
                                lv["shm_platform"],
                                f"{n} rank pair(s) inside one node go via SHM (host memory) with no NCCL override "
-                               "in the log: the platform refused P2P (PCIe ACS or IOMMU on, a VM without P2P, or "
-                               "a GeForce driver that does not allow it)" + _refused(acc),
+                               "in the log: the platform refused P2P (PCIe ACS or IOMMU on, a VM without P2P, "
+                               "a GeForce driver that does not allow it, or on an NVSwitch box its fabric manager "
+                               "not running)" + _refused(acc),
                                t["what_now_shm_platform"]))
     elif p2p:
         items.append(_item("N1", "GPUs of one node talk directly (P2P), not through host memory", "PASS",
@@ -161,7 +162,14 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
     # N3: NVLS available, not used
     nv = acc.get("nvls", {})
     nvls_channels = [c.get("nvls_channels") for c in comms if c.get("nvls_channels") is not None]
-    if nv.get("available_on"):
+    if acc.get("nvls_setup_failed"):   # NCCL WARN from src/transport/nvls.cc: the switch's multicast did not set up
+        failed = acc["nvls_setup_failed"]
+        items.append(_item("N3", "NVLink SHARP (NVLS) is used where the switch offers it", lv["nvls_unused"],
+                           f"NVLS setup failed: {len(failed)} NCCL WARN line(s) from transport/nvls.cc, first: "
+                           f"{failed[0]}",
+                           "Check the NVSwitch fabric (nvidia-smi -q: Fabric State; the fabric manager service) and "
+                           "NVLS with nvbandwidth's multicast tests; NCCL_NVLS_ENABLE=0 runs without it meanwhile."))
+    elif nv.get("available_on"):
         off = env.get("NCCL_NVLS_ENABLE", [])
         if nvls_channels and max(nvls_channels) == 0:
             items.append(_item("N3", "NVLink SHARP (NVLS) is used where the switch offers it", lv["nvls_unused"],

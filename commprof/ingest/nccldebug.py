@@ -58,14 +58,14 @@ _REPEATED = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
 #: the line prefix NCCL's logger writes (src/debug.cc): ``host:pid:tid [cudaDev] NCCL INFO msg``, and for a
 #: warning ``host:pid:tid [cudaDev] file.cc:LINE NCCL WARN msg`` (2.2x and earlier) or ``... file.cc:LINE
 #: (function) NCCL WARN msg`` (2.30): the source location sits between the device and the level
-_NCCL = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+:\d+ (?:\([^)]*\) )?)?"
+_NCCL = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:(?P<loc>\S+:\d+) (?:\([^)]*\) )?)?"
                    r"NCCL (?P<lvl>INFO|WARN|ERROR) (?P<msg>.*)")
 #: the same line where a paste lost or redacted the prefix's parts (NVIDIA/nccl issues #952 ``<cluster_name>:919:1150
 #: [0]``, #1466 ``pod-id:num:num [3]``) or all of it (#527, #1190: ``NCCL INFO Channel 00 : ...``, ``misc/ibvwrap.cc:63
 #: NCCL WARN ..``): tried only where the strict prefix does not match, at the start of what is left after a tag
 #: (``[0] ``, a timestamp, ``| ``), so a timestamp's ``14:10:52`` is never read as ``host:pid:tid``
 _NCCL_LOOSE = re.compile(r"(?:^|[\s|\]])(?:(?P<host>[^\s:\[\]|]+):(?P<pid>[^\s:]+):(?P<tid>[^\s:\[]+) )?"
-                         r"(?:\[(?P<dev>\d+)\] )?(?:[\w./\-]+\.(?:cc|h|cu|cpp):\d+ (?:\([^)]*\) )?)?"
+                         r"(?:\[(?P<dev>\d+)\] )?(?:(?P<loc>[\w./\-]+\.(?:cc|h|cu|cpp):\d+) (?:\([^)]*\) )?)?"
                          r"NCCL (?P<lvl>INFO|WARN|ERROR) (?P<msg>.*)")
 #: NCCL_DEBUG's VERSION level line (src/init.cc showVersion through src/debug.cc): no prefix at all, printed
 #: by rank 0 (under Ray each worker's copy carries its ``(RayWorkerWrapper pid=..)`` tag)
@@ -73,7 +73,9 @@ _BARE_VERSION = re.compile(r"(?:^|[\s)\]])NCCL version (?P<v>\d+\.\d+\.\d+)(?:\+
 #: the host a line without one is filed under; never counted as a host of the box
 NO_HOST = "(no host in the line)"
 _VERSION = re.compile(r"^NCCL version (?P<v>[\w.]+)(?:\+cuda(?P<cuda>[\d.]+))?")
-_ENV = re.compile(r"^(?P<name>NCCL_\w+) set by environment to (?P<value>.*?)\.?$")
+#: ``set by environment to`` (src/misc/param.cc, ncclGetEnv) and the plain ``set to`` that src/transport/net_ib.cc
+#: prints for NCCL_IB_HCA (``NCCL_IB_HCA set to mlx5_2:1,mlx5_0:1``, NVIDIA/nccl-tests#228)
+_ENV = re.compile(r"^(?P<name>NCCL_\w+) set (?:by environment )?to (?P<value>.*?)\.?$")
 #: the network plugin's name may hold a space (aws-ofi-nccl up to 1.11 calls itself "AWS Libfabric")
 _NETWORK = re.compile(r"^Using network (?P<net>.+?)\s*$")
 #: the Init lines of src/init.cc, every shape from 2.12 to 2.30 (NVIDIA/nccl tags v2.12.12-1 .. v2.30.7-1):
@@ -213,6 +215,7 @@ class Account:
     nccl_lines: int = 0
     warn_lines: list = field(default_factory=list)
     truncated_lines: int = 0              # channel lines cut before their transport
+    nvls_failed: list = field(default_factory=list)      # NCCL WARN lines of src/transport/nvls.cc: NVLS setup failed
     unprefixed_lines: int = 0             # NCCL lines without NCCL's host:pid:tid prefix (a paste that dropped it)
     repeated_lines: int = 0               # Ray folded this many more lines into "[repeated Nx]" suffixes
     versions: Counter = field(default_factory=Counter)
@@ -302,7 +305,10 @@ def read_logs(paths: list[str]) -> Account:
             if m.group("lvl") != "INFO":
                 if len(acc.warn_lines) < 20:
                     dev = f" [{m.group('dev')}]" if m.group("dev") is not None else ""
-                    acc.warn_lines.append(f"{host}{dev} NCCL {m.group('lvl')} {msg}"[:300])
+                    loc = f" {m.group('loc')}" if m.group("loc") else ""
+                    acc.warn_lines.append(f"{host}{dev}{loc} NCCL {m.group('lvl')} {msg}"[:300])
+                if (m.group("loc") or "").startswith("transport/nvls.cc") and len(acc.nvls_failed) < 20:
+                    acc.nvls_failed.append(f"{host} {m.group('loc')}: {msg}"[:200])
                 continue
             _nccl_line(acc, m, host, msg, by_pointer, current)
     return acc
@@ -637,7 +643,7 @@ def summary(acc: Account) -> dict:
     return {
         "files": len(acc.files), "lines": acc.lines, "nccl_lines": acc.nccl_lines,
         "repeated_lines_folded": acc.repeated_lines, "truncated_channel_lines": acc.truncated_lines,
-        "lines_without_host": acc.unprefixed_lines,
+        "lines_without_host": acc.unprefixed_lines, "nvls_setup_failed": list(acc.nvls_failed),
         "nccl_version": [v for v, _ in acc.versions.most_common()],
         "cuda_version": [v for v, _ in acc.cuda_versions.most_common()],
         "env_overrides": {k: sorted(v) for k, v in sorted(acc.env.items())},
