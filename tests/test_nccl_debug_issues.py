@@ -113,3 +113,10 @@ def test_nvls_setup_failure_is_an_nvls_finding_not_only_a_warning():
     info, _, _, got = _read("issue1705_h100x8_nvls-cuda-failure_timestamps.log")
     assert len(info["nvls_setup_failed"]) == 4 and got["N3"] == "WARN" and got["N6"] == "WARN"
     assert "transport/nvls.cc:254 NCCL WARN" in info["warnings"][0]
+
+
+def test_a_missing_verbs_library_is_not_a_warning_to_send_the_vendor():
+    # NVIDIA/nccl#1190: 'misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]' twice on a 2-GPU
+    # box with no InfiniBand: NCCL 2.19 on prints the same at INFO; N6 must not WARN on it alone
+    info, _, _, got = _read("issue1190_2080tix2_shm_no-prefix.log")
+    assert len(info["warnings"]) == 2 and got["N6"] == "INFO"

@@ -15,6 +15,10 @@ from commprof.model.errors import UsageError
 #: ``nccl_debug.p2p_blocking_levels`` is what the items use
 P2P_BLOCKING_LEVELS = {"0", "LOC", "NVL"}
 VERDICT_WORDS = ("PASS", "WARN", "FAIL")
+#: NCCL WARN lines that say nothing is wrong: NCCL up to 2.18 warns "Failed to open libibverbs.so[.1]"
+#: (src/misc/ibvwrap.cc) on every host without the InfiniBand verbs library, which later releases print at
+#: INFO (NVIDIA/nccl#1817 shows it as INFO under 2.20.5); the network choice (N2) judges what it means
+BENIGN_WARNINGS = ("Failed to open libibverbs.so",)
 
 
 def _item(item_id, title, verdict, evidence, what_now):
@@ -225,7 +229,14 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
                            t["what_now_fewer"] if short else ""))
     # N6: NCCL's own warnings
     warns = acc.get("warnings", [])
-    if warns:
+    real = [w for w in warns if not any(b in w for b in BENIGN_WARNINGS)]
+    if real:
         items.append(_item("N6", "NCCL printed no warnings", lv["nccl_warnings"],
-                           f"{len(warns)} NCCL WARN line(s); first: {warns[0]}", t["what_now_warnings"]))
+                           f"{len(real)} NCCL WARN line(s); first: {real[0]}"
+                           + (f"; {len(warns) - len(real)} more NCCL prints on a healthy box" if len(real) < len(warns)
+                              else ""), t["what_now_warnings"]))
+    elif warns:
+        items.append(_item("N6", "NCCL printed no warnings", "INFO",
+                           f"{len(warns)} NCCL WARN line(s), each one NCCL prints on a healthy box without that "
+                           f"library or device (later NCCL prints it as INFO); first: {warns[0]}", ""))
     return items
