@@ -120,3 +120,11 @@ def test_a_missing_verbs_library_is_not_a_warning_to_send_the_vendor():
     # box with no InfiniBand: NCCL 2.19 on prints the same at INFO; N6 must not WARN on it alone
     info, _, _, got = _read("issue1190_2080tix2_shm_no-prefix.log")
     assert len(info["warnings"]) == 2 and got["N6"] == "INFO"
+
+
+def test_net_channel_lines_without_a_node_count_still_judge_the_network():
+    # deepseek-ai/DeepEP#143: H200 nodes, ranks 0-15; the paste's network lines are 'via NET/IB/8' and
+    # 'NET/IB/4' with no GDRDMA, and no communicator line: N2 must still say no GPUDirect RDMA
+    info, _, pairs, got = _read("issue-deepep143_h200x16_ib-no-gdrdma.log")
+    assert {p["transport_class"] for p in pairs} == {"P2P", "NET/IB"}
+    assert got["N1"] == "PASS" and got["N2"] == "WARN"      # net_without_gdr in thresholds.toml
