@@ -253,3 +253,20 @@ def test_rdma_devices_nccl_listed_are_read_and_named_in_n2(name, nics, layers, n
         assert items["N2"]["verdict"] == "FAIL" and "found no RDMA device on 2 host(s)" in items["N2"]["evidence"]
     else:
         assert f"link layer {layers[0]}" in items["N2"]["evidence"]
+
+
+@pytest.mark.parametrize("name, version", [
+    # vLLM under Ray: NCCL's VERSION line has no prefix ('(RayWorkerWrapper pid=..) NCCL version 2.21.5+cuda12.4');
+    # the source says NCCL 2.21.5 (the reader gave no version before)
+    ("a100x16_2node_ib_vllm_llmk8s-ib.log", "2.21.5"),
+    ("a100x16_2node_socket_vllm_llmk8s-noib.log", "2.21.5"),
+])
+def test_the_bare_version_line_under_ray_is_read(name, version):
+    info = summary(read_logs([shared_data("nccl-debug", name)]))
+    assert info["nccl_version"] == [version] and info["cuda_version"] == ["12.4"]
+
+
+def test_nccl_ib_hca_printed_set_to_is_an_override():
+    # grep 'NCCL_IB_HCA set to' in the 2x8 H100 RoCE log: net_ib's plain form, missed before
+    info = summary(read_logs([shared_data("nccl-debug", "h100x16_2node_roce_sglang_slurmv4.log")]))
+    assert info["env_overrides"]["NCCL_IB_HCA"] == ["mlx5_0,mlx5_1,mlx5_2,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_11"]
