@@ -270,3 +270,9 @@ def test_nccl_ib_hca_printed_set_to_is_an_override():
     # grep 'NCCL_IB_HCA set to' in the 2x8 H100 RoCE log: net_ib's plain form, missed before
     info = summary(read_logs([shared_data("nccl-debug", "h100x16_2node_roce_sglang_slurmv4.log")]))
     assert info["env_overrides"]["NCCL_IB_HCA"] == ["mlx5_0,mlx5_1,mlx5_2,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_11"]
+
+
+def test_an_hgx_h100_fabric_is_read_and_not_taken_for_a_rack():
+    # grep 'fabric UUID 0.0' in the 2x8 H100 RoCE log: 8 GPUs of one host, state 3, no multi-node domain
+    info = summary(read_logs([shared_data("nccl-debug", "h100x16_2node_roce_sglang_slurmv4.log")]))
+    assert info["nvlink_fabric"]["gpus"] == 8 and info["nvlink_fabric"]["multi_node_domain_gpus"] == 0

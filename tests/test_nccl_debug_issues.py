@@ -128,3 +128,46 @@ def test_net_channel_lines_without_a_node_count_still_judge_the_network():
     info, _, pairs, got = _read("issue-deepep143_h200x16_ib-no-gdrdma.log")
     assert {p["transport_class"] for p in pairs} == {"P2P", "NET/IB"}
     assert got["N1"] == "PASS" and got["N2"] == "WARN"      # net_without_gdr in thresholds.toml
+
+
+def test_gb200_fabric_lines_name_the_multi_node_nvlink_domain():
+    # NVIDIA/nccl#1769: 4 GPUs of a GB200 tray ('gb200a-04'); NCCL's per-GPU fabric line (src/init.cc) gives a
+    # cluster UUID, clique 0x7ffe, state 3, healthMask 0xaa; they were not read before
+    info, _, _, _ = _read("issue1769_gb200x4_mnnvl-fabric.log")
+    fab = info["nvlink_fabric"]
+    assert (fab["gpus"], fab["multi_node_domain_gpus"], fab["multi_node_domain_hosts"]) == (4, 4, 1)
+    assert fab["cliques"] == ["0x7ffe"] and fab["health_masks"] == ["0xaa"] and fab["states"] == ["3"]
+    assert info["env_overrides"]["NCCL_NVLS_ENABLE"] == ["1"]
+
+
+def test_an_hgx_box_fabric_is_not_a_multi_node_domain():
+    # deepseek-ai/DeepEP#143 (same comment): H200 GPUs print 'fabric UUID 0.0 cliqueId 0x0 state 3': an
+    # NVSwitch box, no multi-node domain, so no N7 (whose written test is below)
+    info, _, _, got = _read("issue-deepep143_h200x16_ib-no-gdrdma.log")
+    assert info["nvlink_fabric"]["multi_node_domain_gpus"] == 0 and "N7" not in got
+
+
+def _written_rack(tmp_path, mnnvl, cumem):
+    """Two hosts of one NVLink domain, written from NCCL's format strings (src/init.cc, src/misc/param.cc):
+    consistency with the reader, not truth (no real GB200 log with MNNVL 0 is at hand)."""
+    lines = []
+    for h, host in enumerate(("rack-a", "rack-b")):
+        for d in range(2):
+            r = 2 * h + d
+            p = f"{host}:{100 + d}:{200 + d} [{d}] NCCL INFO"
+            if cumem is not None:
+                lines.append(f"{p} NCCL_CUMEM_ENABLE set by environment to {cumem}.")
+            lines.append(f"{p} MNNVL busId 0x{d + 8}01000 fabric UUID 3143b15bc2cd192b.28cc9b5473fb5b93 "
+                         "cliqueId 0x7ffe state 3 healthMask 0x0")
+            lines.append(f"{p} comm 0x55{r}0 rank {r} nRanks 4 nNodes 2 localRanks 2 localRank {d} MNNVL {mnnvl}")
+    path = tmp_path / "rack.log"
+    path.write_text("\n".join(lines) + "\n")
+    acc = read_logs([str(path)])
+    info, comms, pairs = summary(acc), comm_rows(acc), pair_rows(acc)
+    return {i["id"]: i for i in engine_items(info, comms, pairs)}
+
+
+def test_n7_warns_when_hosts_of_one_nvlink_domain_do_not_use_it(tmp_path):
+    off = _written_rack(tmp_path, 0, 0)
+    assert off["N7"]["verdict"] == "WARN" and "NCCL_CUMEM_ENABLE=0" in off["N7"]["evidence"]
+    assert _written_rack(tmp_path, 1, None)["N7"]["verdict"] == "PASS"

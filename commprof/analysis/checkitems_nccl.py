@@ -1,4 +1,4 @@
-"""The checklist's items from the engine's own account of the box: N0-N6 from an imported
+"""The checklist's items from the engine's own account of the box: N0-N7 from an imported
 NCCL_DEBUG=INFO log (``commprof import nccl-debug``: :func:`commprof.analysis.ncclverdict.engine_items`
 judged again with check's thresholds, ``[nccl_debug]``), and I1 from NCCL Inspector's records
 (``commprof import nccl-inspector``) against the box's sweep (``[in_engine]``). Each item's hint is
@@ -28,7 +28,7 @@ def records(df) -> list[dict]:
 
 
 def nccl_debug_items(res, th: dict) -> list[Item]:
-    """N0-N6 of an ``import nccl-debug`` dir (its ``results.Results``)."""
+    """N0-N7 of an ``import nccl-debug`` dir (its ``results.Results``)."""
     info = res.meta.get("nccl_debug", {})
     expect = res.meta.get("expect") or {}
     comms = records(res.tables["nccl_comms"])
@@ -83,7 +83,7 @@ def in_engine_item(ev, th: dict) -> Item | None:
 
 
 def nccl_items(ev, th: dict) -> list[Item]:
-    """The box's items from the engine's own account: N0-N6 (a nccl-debug dir), I1 (an Inspector dir)."""
+    """The box's items from the engine's own account: N0-N7 (a nccl-debug dir), I1 (an Inspector dir)."""
     out = nccl_debug_items(ev.nccl_debug, th) if ev.nccl_debug is not None else []
     i1 = in_engine_item(ev, th)
     return out + ([i1] if i1 is not None else [])

@@ -163,6 +163,26 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
                                f"network {', '.join(nets) or 'not named in the log'}{_layers(acc)}; {_distinct(net)} rank pair(s) over the network, {_distinct(gdr)} with "
                                "GPUDirect RDMA (GDRDMA)",
                                "" if verdict == "PASS" else t["what_now_no_gdr"]))
+    # N7: nodes of one multi-node NVLink domain (a GB200 NVL72 rack) joined over the network instead of MNNVL
+    fab = acc.get("nvlink_fabric") or {}
+    if fab.get("multi_node_domain_hosts", 0) > 1 and multi:
+        off = [c for c in multi if c.get("mnnvl") == 0]
+        on = [c for c in multi if c.get("mnnvl")]
+        if off or (net_pairs and not on):
+            cumem = env.get("NCCL_CUMEM_ENABLE", [])
+            mn = env.get("NCCL_MNNVL_ENABLE", [])
+            items.append(_item("N7", "nodes of one NVLink domain talk over NVLink (MNNVL), not the network",
+                               str(t.get("mnnvl_unused", "WARN")).upper(),
+                               f"NCCL lists {fab['multi_node_domain_gpus']} GPU(s) on {fab['multi_node_domain_hosts']} "
+                               f"hosts in a multi-node NVLink domain, yet "
+                               + (f"{len(off)} multi-node communicator(s) print MNNVL 0" if off else
+                                  f"{_distinct(net_pairs)} rank pair(s) go over the network")
+                               + "".join(f"; {k}={v[0]} set by the environment" for k, v in
+                                         (("NCCL_CUMEM_ENABLE", cumem), ("NCCL_MNNVL_ENABLE", mn)) if v),
+                               t.get("what_now_mnnvl", "")))
+        elif on:
+            items.append(_item("N7", "nodes of one NVLink domain talk over NVLink (MNNVL), not the network", "PASS",
+                               f"{len(on)} multi-node communicator(s) print MNNVL 1", ""))
     # N3: NVLS available, not used
     nv = acc.get("nvls", {})
     nvls_channels = [c.get("nvls_channels") for c in comms if c.get("nvls_channels") is not None]

@@ -111,6 +111,11 @@ _CONNECTED = re.compile(r"^(?:rank \d+ )?Connected (?P<what>all rings|all trees|
 _MNNVL = re.compile(r"^MNNVL (?P<m>\d+) cliqueId (?P<id>(?:0x)?[0-9a-f]+) cliqueSize (?P<size>\d+) cliqueRank (?P<crank>\d+)")
 #: src/transport/net_ib.cc (net_ib/init.cc in 2.28 on), the same from 2.18 to 2.30: ``NET/IB : Using [0]mlx5_0:1/IB
 #: [1]mlx5_1:1/RoCE [RO]; OOB eth0:..`` (no device listed when it found none) or ``NET/IB : No device found.``
+#: src/init.cc (2.20 on): each GPU attached to an NVLink fabric (fabric state not NOT_SUPPORTED) prints
+#: ``MNNVL busId 0x.. fabric UUID %lx.%lx cliqueId 0x.. state S healthMask 0x..``: UUID ``0.0`` on a single
+#: NVSwitch box (HGX H100/H200), a real cluster UUID on a multi-node NVLink domain (a GB200 NVL72 rack)
+_FABRIC = re.compile(r"^MNNVL busId (?P<bus>0x[0-9a-f]+) fabric UUID (?P<uuid>[0-9a-f\-]+\.[0-9a-f\-]+) "
+                     r"cliqueId (?P<clique>0x[0-9a-f]+) state (?P<state>\d+) healthMask (?P<health>0x[0-9a-f]+)")
 _IB_USING = re.compile(r"^NET/IB : Using(?P<devs>(?: \[\d+\][^\s\[;]+)*)")
 _IB_NONE = re.compile(r"^NET/IB : No device found")
 #: src/graph/paths.cc and src/transport/p2p.cc: the platform (driver, NVML, PCIe ACS) refusing P2P
@@ -215,6 +220,7 @@ class Account:
     nccl_lines: int = 0
     warn_lines: list = field(default_factory=list)
     truncated_lines: int = 0              # channel lines cut before their transport
+    fabric: dict = field(default_factory=dict)           # (host, busId) -> (fabric UUID, cliqueId, state, healthMask)
     nvls_failed: list = field(default_factory=list)      # NCCL WARN lines of src/transport/nvls.cc: NVLS setup failed
     unprefixed_lines: int = 0             # NCCL lines without NCCL's host:pid:tid prefix (a paste that dropped it)
     repeated_lines: int = 0               # Ray folded this many more lines into "[repeated Nx]" suffixes
@@ -446,6 +452,10 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
             if cn.group("gdr") is not None:
                 comm.ring_gdr.add((int(cn.group("pxn")), int(cn.group("gdr"))))
         return
+    if (fb := _FABRIC.match(msg)):
+        acc.fabric[(host, fb.group("bus"))] = (fb.group("uuid"), fb.group("clique"), fb.group("state"),
+                                               fb.group("health"))
+        return
     if (mn := _MNNVL.match(msg)):
         comm = current.get(thread) or current[("last",)].get((host, pid))
         if comm is not None:
@@ -638,12 +648,23 @@ def box_identity(acc: Account) -> dict:
             "from": "NCCL INFO line prefixes (host:pid:tid [cudaDev]) and ncclCommInitRank busId"}
 
 
+def _fabric_summary(acc: Account) -> dict:
+    """The NVLink fabric NCCL's ``MNNVL busId .. fabric UUID ..`` lines report: how many GPUs are attached,
+    how many of them (on how many hosts) sit in a multi-node NVLink domain (a cluster UUID other than 0.0),
+    and its cliques, fabric states and health masks as printed (not judged: NVML's nvmlGpuFabricInfo_v2)."""
+    multi = {k: v for k, v in acc.fabric.items() if v[0] not in ("0.0", "0-0")}
+    return {"gpus": len(acc.fabric), "multi_node_domain_gpus": len(multi),
+            "multi_node_domain_hosts": len({h for h, _ in multi}),
+            "cliques": sorted({v[1] for v in multi.values()}), "states": sorted({v[2] for v in acc.fabric.values()}),
+            "health_masks": sorted({v[3] for v in acc.fabric.values()})}
+
+
 def summary(acc: Account) -> dict:
     """The account's scalars, as meta.json records them."""
     return {
         "files": len(acc.files), "lines": acc.lines, "nccl_lines": acc.nccl_lines,
         "repeated_lines_folded": acc.repeated_lines, "truncated_channel_lines": acc.truncated_lines,
-        "lines_without_host": acc.unprefixed_lines, "nvls_setup_failed": list(acc.nvls_failed),
+        "lines_without_host": acc.unprefixed_lines, "nvlink_fabric": _fabric_summary(acc), "nvls_setup_failed": list(acc.nvls_failed),
         "nccl_version": [v for v, _ in acc.versions.most_common()],
         "cuda_version": [v for v, _ in acc.cuda_versions.most_common()],
         "env_overrides": {k: sorted(v) for k, v in sorted(acc.env.items())},

@@ -22,6 +22,11 @@ def account_lines(meta: dict, comms: list[dict], items: list[dict]) -> list[str]
     if info.get("networks"):
         nets = [f"{k} (in the lines of {len(v)} host{'' if len(v) == 1 else 's'})" for k, v in info["networks"].items()]
         out.append("network: " + ", ".join(nets))
+    fab = info.get("nvlink_fabric") or {}
+    if fab.get("multi_node_domain_gpus"):
+        out.append(f"NVLink fabric: {fab['multi_node_domain_gpus']} GPU(s) on {fab['multi_node_domain_hosts']} host(s) "
+                   f"in a multi-node NVLink domain (clique {', '.join(fab['cliques'])}; state "
+                   f"{', '.join(fab['states'])}, healthMask {', '.join(fab['health_masks'])} as NCCL printed them)")
     if info.get("env_overrides"):
         out.append("set by environment: " + ", ".join(f"{k}={'|'.join(v)}" for k, v in info["env_overrides"].items()))
     eng = info.get("engine", {})

@@ -473,7 +473,7 @@ def write_report(out_dir: str, title: str, sources: list[str], sections: list[Se
 def nccl_debug_section(res, items, level: int = 2, prefix: str = "") -> Section:
     """NCCL's own account of the box (an ``import nccl-debug`` dir): one line per communicator (its
     transports at a glance), the network, versions, overrides and engine lines, then its check
-    items (N0-N6) with what a buyer does next."""
+    items (N0-N7) with what a buyer does next."""
     info = res.meta.get("nccl_debug", {})
     from commprof.analysis.checkitems_nccl import records
 
