@@ -171,3 +171,12 @@ def test_n7_warns_when_hosts_of_one_nvlink_domain_do_not_use_it(tmp_path):
     off = _written_rack(tmp_path, 0, 0)
     assert off["N7"]["verdict"] == "WARN" and "NCCL_CUMEM_ENABLE=0" in off["N7"]["evidence"]
     assert _written_rack(tmp_path, 1, None)["N7"]["verdict"] == "PASS"
+
+
+def test_a_timestamp_is_never_taken_for_a_host(tmp_path):
+    # a paste that kept a timestamp and dropped NCCL's prefix: '14:10:52' is not host:pid:tid
+    p = tmp_path / "t.log"
+    p.write_text("2024-05-11 14:10:52 NCCL INFO Using network Socket\n"
+                 "[2021-10-09 14:25:46.76831][2898439:2898470][0] NCCL INFO Connected all rings\n")
+    info = summary(read_logs([str(p)]))
+    assert info["nccl_lines"] == 2 and info["hosts"] == [] and info["lines_without_host"] == 2

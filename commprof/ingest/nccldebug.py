@@ -63,8 +63,8 @@ _NCCL = re.compile(r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)
 #: the same line where a paste lost or redacted the prefix's parts (NVIDIA/nccl issues #952 ``<cluster_name>:919:1150
 #: [0]``, #1466 ``pod-id:num:num [3]``) or all of it (#527, #1190: ``NCCL INFO Channel 00 : ...``, ``misc/ibvwrap.cc:63
 #: NCCL WARN ..``): tried only where the strict prefix does not match, at the start of what is left after a tag
-#: (``[0] ``, a timestamp, ``| ``), so a timestamp's ``14:10:52`` is never read as ``host:pid:tid``
-_NCCL_LOOSE = re.compile(r"(?:^|[\s|\]])(?:(?P<host>[^\s:\[\]|]+):(?P<pid>[^\s:]+):(?P<tid>[^\s:\[]+) )?"
+#: (``[0] ``, a timestamp, ``| ``); a host of digits only is a timestamp's ``14:10:52``, never ``host:pid:tid``
+_NCCL_LOOSE = re.compile(r"(?:^|[\s|\]])(?:(?![\d.]+:)(?P<host>[^\s:\[\]|]+):(?P<pid>[^\s:]+):(?P<tid>[^\s:\[]+) )?"
                          r"(?:\[(?P<dev>\d+)\] )?(?:(?P<loc>[\w./\-]+\.(?:cc|h|cu|cpp):\d+) (?:\([^)]*\) )?)?"
                          r"NCCL (?P<lvl>INFO|WARN|ERROR) (?P<msg>.*)")
 #: NCCL_DEBUG's VERSION level line (src/init.cc showVersion through src/debug.cc): no prefix at all, printed
