@@ -180,3 +180,34 @@ def test_a_timestamp_is_never_taken_for_a_host(tmp_path):
                  "[2021-10-09 14:25:46.76831][2898439:2898470][0] NCCL INFO Connected all rings\n")
     info = summary(read_logs([str(p)]))
     assert info["nccl_lines"] == 2 and info["hosts"] == [] and info["lines_without_host"] == 2
+
+
+def test_the_libfabric_provider_aws_ofi_nccl_selected_is_read():
+    # aws/aws-ofi-nccl#803: p4d in docker, 'NET/OFI Selected Provider is tcp (found 1 nics)' (no EFA device in
+    # the container); NVIDIA/nccl#1597: H200 instances, 'Selected Provider is efa (found 16 nics)'
+    info, _, _, _ = _read("issue-awsofi803_p4d-docker_ofi-tcp-provider.log")
+    assert info["ofi_providers"] == {"tcp": {"6f2d8a82d208": 1}} and info["nccl_version"] == ["2.23.4"]
+    info, _, _, _ = _read("issue1597_h200x2node_efa-provider.log")
+    assert info["ofi_providers"] == {"efa": {"8h200-3": 16}} and sorted(info["networks"]) == ["Libfabric"]
+
+
+def _written_two_nodes(tmp_path, provider):
+    """Two nodes over Libfabric, written from NCCL's and aws-ofi-nccl's format strings: consistency with
+    the reader, not truth (the real pastes above stop before their communicator lines)."""
+    lines = []
+    for h, host in enumerate(("node-a", "node-b")):
+        p = f"{host}:10:11 [0] NCCL INFO"
+        lines += [f"{p} NET/OFI Selected Provider is {provider} (found 1 nics)", f"{p} Using network Libfabric",
+                  f"{p} comm 0x5{h} rank {h} nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
+                  f"{p} Channel 00/0 : {1 - h}[0] -> {h}[0] [receive] via NET/Libfabric/0"]
+    path = tmp_path / f"{provider}.log"
+    path.write_text("\n".join(lines) + "\n")
+    acc = read_logs([str(path)])
+    info, comms, pairs = summary(acc), comm_rows(acc), pair_rows(acc)
+    return {i["id"]: i for i in engine_items(info, comms, pairs)}
+
+
+def test_libfabric_over_the_tcp_provider_is_nodes_over_tcp(tmp_path):
+    tcp = _written_two_nodes(tmp_path, "tcp")["N2"]
+    assert tcp["verdict"] == "FAIL" and "Selected Provider is tcp" in tcp["evidence"]
+    assert _written_two_nodes(tmp_path, "efa")["N2"]["verdict"] == "WARN"     # EFA, but no GDRDMA printed

@@ -18,6 +18,8 @@ VERDICT_WORDS = ("PASS", "WARN", "FAIL")
 #: NCCL WARN lines that say nothing is wrong: NCCL up to 2.18 warns "Failed to open libibverbs.so[.1]"
 #: (src/misc/ibvwrap.cc) on every host without the InfiniBand verbs library, which later releases print at
 #: INFO (NVIDIA/nccl#1817 shows it as INFO under 2.20.5); the network choice (N2) judges what it means
+#: libfabric providers that carry NCCL's traffic over TCP, not RDMA (aws-ofi-nccl's 'Selected Provider is tcp')
+TCP_PROVIDERS = ("tcp", "sockets", "tcp;ofi_rxm", "udp", "udp;ofi_rxd")
 BENIGN_WARNINGS = ("Failed to open libibverbs.so",)
 
 
@@ -59,6 +61,10 @@ def _rdma_words(acc: dict) -> str:
     """What NCCL's IB transport found: RDMA NICs it listed (then Socket was chosen over a NIC that
     exists) or no device at all (the pods or hosts were given none)."""
     nics = acc.get("rdma_nics") or {}
+    efa = {h: n for p, v in (acc.get("ofi_providers") or {}).items() if p not in TCP_PROVIDERS for h, n in v.items()}
+    if efa and not nics:
+        return (f"; yet aws-ofi-nccl found {sum(efa.values())} RDMA NIC(s) ({', '.join(sorted({p for p in acc['ofi_providers'] if p not in TCP_PROVIDERS}))}) "
+                f"on {len(efa)} host(s)")
     if nics:
         n = sum(len(v) for v in nics.values())
         return (f"; yet NCCL's IB transport listed {n} RDMA device(s) on {len(nics)} host(s) "
@@ -143,7 +149,15 @@ def engine_items(acc: dict, comms: list[dict], pairs: list[dict], expect_gpus: i
         nets = sorted(acc.get("networks", {}))
         span = (f"{len(multi)} communicator(s) span {max(c['nnodes'] for c in multi)} nodes" if multi else
                 f"{_distinct(net_pairs)} rank pair(s) go over the network (node count not printed)")
-        if socket_pairs or nets == ["Socket"]:
+        provs = acc.get("ofi_providers") or {}
+        ofi_tcp = sorted(p for p in provs if p in TCP_PROVIDERS)
+        if ofi_tcp and not [p for p in provs if p not in TCP_PROVIDERS] and not socket_pairs and nets != ["Socket"]:
+            items.append(_item("N2", "nodes are joined over RDMA (InfiniBand/RoCE/EFA), not TCP sockets",
+                               lv["socket_multinode"],
+                               f"{span} over 'Using network {', '.join(nets) or 'Libfabric'}', but aws-ofi-nccl says "
+                               f"'Selected Provider is {ofi_tcp[0]}': Libfabric over TCP, no EFA device in use",
+                               t["what_now_socket"]))
+        elif socket_pairs or nets == ["Socket"]:
             items.append(_item("N2", "nodes are joined over RDMA (InfiniBand/RoCE/EFA), not TCP sockets",
                                lv["socket_multinode"],
                                f"{span} and the log says 'Using network {', '.join(nets) or 'Socket'}'"

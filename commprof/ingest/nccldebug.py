@@ -117,6 +117,9 @@ _MNNVL = re.compile(r"^MNNVL (?P<m>\d+) cliqueId (?P<id>(?:0x)?[0-9a-f]+) clique
 _FABRIC = re.compile(r"^MNNVL busId (?P<bus>0x[0-9a-f]+) fabric UUID (?P<uuid>[0-9a-f\-]+\.[0-9a-f\-]+) "
                      r"cliqueId (?P<clique>0x[0-9a-f]+) state (?P<state>\d+) healthMask (?P<health>0x[0-9a-f]+)")
 _IB_USING = re.compile(r"^NET/IB : Using(?P<devs>(?: \[\d+\][^\s\[;]+)*)")
+#: aws-ofi-nccl (the Libfabric net plugin, ``NET/OFI`` lines): ``NET/OFI Selected Provider is efa (found 16 nics)``;
+#: a ``tcp`` (or ``sockets``) provider means Libfabric runs over TCP: no EFA device reached the process
+_OFI_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is (?P<prov>[\w;+\-]+)(?:[, ]+\(?found (?P<n>\d+) nics?)?")
 _IB_NONE = re.compile(r"^NET/IB : No device found")
 #: src/graph/paths.cc and src/transport/p2p.cc: the platform (driver, NVML, PCIe ACS) refusing P2P
 _P2P_REFUSED = re.compile(r"^(?:P2P is disabled between (?:NVLINK )?connected GPUs (?P<a>\d+) and (?P<b>\d+)"
@@ -239,6 +242,7 @@ class Account:
     host_devs: dict = field(default_factory=dict)           # host -> the cudaDev of its line prefixes
     host_pids: dict = field(default_factory=dict)           # host -> the pids of its line prefixes
     p2p_refused: list = field(default_factory=list)         # NCCL's own lines saying the platform refused P2P
+    ofi_providers: dict = field(default_factory=dict)       # aws-ofi-nccl's libfabric provider -> {host: NICs found}
     rdma_nics: dict = field(default_factory=dict)           # host -> the RDMA devices NCCL's IB transport listed
     ib_no_device: set = field(default_factory=set)          # hosts where NCCL's IB transport found no device
 
@@ -462,6 +466,9 @@ def _nccl_line(acc: Account, m, host: str, msg: str, by_pointer: dict, current: 
             comm.mnnvl = int(mn.group("m"))
             comm.clique_size = int(mn.group("size"))
         return
+    if msg.startswith("NET/OFI ") and (op := _OFI_PROVIDER.match(msg)):
+        acc.ofi_providers.setdefault(op.group("prov"), {})[host] = int(op.group("n") or 0)
+        return
     if msg.startswith("NET/IB : "):
         if (ib := _IB_USING.match(msg)):
             devs = [d.split("]", 1)[1] for d in ib.group("devs").split()]
@@ -674,6 +681,7 @@ def summary(acc: Account) -> dict:
         "graph_intra_types": dict(acc.graph_types),
         "p2p_refused": list(acc.p2p_refused),
         "rdma_nics": {h: sorted(v) for h, v in sorted(acc.rdma_nics.items())},
+        "ofi_providers": {p: dict(sorted(v.items())) for p, v in sorted(acc.ofi_providers.items())},
         "rdma_link_layers": sorted({d.rsplit("/", 1)[-1] for v in acc.rdma_nics.values() for d in v if "/" in d}),
         "ib_no_device_on": sorted(acc.ib_no_device),
         "engine": dict(acc.engine),
