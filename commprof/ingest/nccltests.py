@@ -35,6 +35,11 @@ NCCL_TYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16", "double": "fp
 
 EXIT_WRONG_RESULTS = 1          # the exit code of any run whose results were checked and found wrong
 EXPECTED = "not nccl-tests output (expected a data line with size, count, type, redop, root, time, algbw, busbw, #wrong, ...)"
+# nccl-tests built without MPI=1 and started by mpirun/srun: every process runs its own test (each is
+# "Rank 0"), and their tables land interleaved in one log (nccl-tests issues #27, #107, #182, #254)
+SEPARATE_RUNS = ("the log interleaves separate runs: nccl-tests built without MPI=1 and started by mpirun "
+                 "runs one independent test per process, not one run over all of them; rebuild with "
+                 "'make MPI=1' (or run with -g N in one process), or give each run its own file")
 
 _PREFIX_RE = re.compile(r"^(?:\[\d+(?:,\d+)*\]<std(?:out|err)>:|\s*\d+:\s|\[\d+\]\s)", re.ASCII)
 _RANK_RE = re.compile(r"^Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
@@ -290,6 +295,16 @@ MAX_LINE = 1 << 20
 MAX_JSON_BYTES = 64 << 20
 
 
+def _no_second_process(sec: Section, mr, label: str, lineno: int) -> None:
+    """UsageError when a rank index (in its group) is printed again by another process or host: each
+    process believed it was that rank, i.e. ran a test of its own (:data:`SEPARATE_RUNS`)."""
+    rank, group, pid, host = int(mr.group(1)), int(mr.group(2) or 0), int(mr.group(3)), mr.group(4)
+    for r in sec.ranks:
+        if (r["rank"], r["group"]) == (rank, group) and (r["pid"], r["host"]) != (pid, host):
+            raise UsageError(f"'{label}' line {lineno}: Rank {rank} is printed by two processes (pid {r['pid']} "
+                             f"on {r['host']}, pid {pid} on {host}): {SEPARATE_RUNS}")
+
+
 def _new_section(sections: list, path: str, lineno: int) -> Section:
     sec = Section(path=path, start_line=lineno)
     sections.append(sec)
@@ -348,6 +363,7 @@ def parse_text(path: str, text) -> list[Section]:
             mr = _RANK_RE.match(body)
             if mr:
                 seen_ours = True
+                _no_second_process(sec, mr, label, lineno)
                 sec.ranks.append({"rank": _line_int(mr.group(1), label, lineno, "Rank"),
                                   "group": _line_int(mr.group(2) or "0", label, lineno, "Group"),
                                   "pid": _line_int(mr.group(3), label, lineno, "Pid"), "host": mr.group(4),
@@ -357,6 +373,8 @@ def parse_text(path: str, text) -> list[Section]:
             hf = _header_fields(toks)
             if hf:
                 seen_ours = True
+                if sec.avg_busbw:             # a column header after a run's footer: the next run (its
+                    sec = _new_section(sections, path, lineno)   # nThread line left out of the paste)
                 sec.fields, sec.has_root = hf
                 sec.cputime = "cputime" in toks
                 continue
@@ -365,7 +383,11 @@ def parse_text(path: str, text) -> list[Section]:
             elif body.startswith("Out of bounds values"):
                 sec.out_of_bounds = body.partition(":")[2].strip()
             elif body.startswith("Avg bus bandwidth"):
+                if sec.avg_busbw and sec.rows:
+                    raise UsageError(f"'{label}' line {lineno}: a second '# Avg bus bandwidth' footer in one "
+                                     f"table (the first on line {sec.extra['footer_line']}): {SEPARATE_RUNS}")
                 sec.avg_busbw = body.partition(":")[2].strip()
+                sec.extra["footer_line"] = lineno
             elif body.startswith("Collective test concluded"):
                 sec = None
             else:
@@ -383,6 +405,9 @@ def parse_text(path: str, text) -> list[Section]:
         if (_INT_RE.match(toks[0]) and len(toks) > 1 and _INT_RE.match(toks[1])) or looks_data:
             if sec is None:
                 sec = _new_section(sections, path, lineno)
+            if sec.avg_busbw:
+                raise UsageError(f"'{label}' line {lineno}: a data line after the table's '# Avg bus bandwidth' "
+                                 f"footer (line {sec.extra['footer_line']}) with no header of its own: {SEPARATE_RUNS}")
             try:
                 row = _parse_data_line(sec, toks)
             except _Bad as e:
@@ -673,11 +698,20 @@ def _section_ranks(sec: Section, op: str) -> tuple[int, str]:
             raise UsageError(f"{label}: the rank count is ambiguous: the {how.split(' (')[0]} say {n} ranks, not a "
                              f"multiple of nThread x nGpus = {per_proc} ranks per process")
         return n, how + ("; busbw/algbw agrees" if ratio else "")
+    # all_gather, reduce_scatter and alltoall print the count per rank: size = count x type size x ranks,
+    # exact at every size (busbw/algbw is 0.00/0.00 at decode sizes, and nThread x nGpus counts one process)
+    counted = ncclinfer.count_ratio(sec.rows) if op in ("all_gather", "reduce_scatter", "all_to_all") else None
+    counted = counted if counted and counted > 1 else None
+    if ratio and counted and ratio != counted:
+        raise UsageError(f"{label}: the rank count is ambiguous: busbw/algbw says {ratio} ranks, size / (count x "
+                         f"type size) says {counted}; give a log with every '# Rank' line (or fix the file)")
+    ratio, how = (ratio, "busbw/algbw ratio (no rank lines in the log)") if ratio else \
+        (counted, "size / (count x type size): a count per rank (no rank lines in the log)")
     if ratio:
         if per_proc and ratio % per_proc:
-            raise UsageError(f"{label}: the rank count is ambiguous: busbw/algbw says {ratio} ranks, not a multiple of "
-                             f"nThread x nGpus = {per_proc} ranks per process")
-        return ratio, "busbw/algbw ratio (no rank lines in the log)"
+            raise UsageError(f"{label}: the rank count is ambiguous: {how.split(' (')[0].split(':')[0]} says {ratio} "
+                             f"ranks, not a multiple of nThread x nGpus = {per_proc} ranks per process")
+        return ratio, how + ("; size / count agrees" if counted and how.startswith("busbw") else "")
     if sec.nthreads and sec.ngpus:
         return sec.nthreads * sec.ngpus, "nThread x nGpus (no rank lines; assumes one process)"
     raise UsageError(f"'{os.path.basename(sec.path)}' line {sec.start_line}: cannot tell the number of ranks "
