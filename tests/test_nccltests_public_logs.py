@@ -29,6 +29,9 @@ IMPORTED = {
     "v100x2_2node_broadcast_nccltests82.txt": ("broadcast", 2, 2, "multinode", NOT_FAIL),
     # 2 nodes x 4 GPUs, reduce_scatter, no rank lines, busbw 0.00 at every size: 8 ranks from size / count
     "gpux8_2node_reducescatter_nccltests128.txt": ("reduce_scatter", 8, 1, "unknown", NOT_FAIL),
+    # rows of two redops (max, then min) in one table, no header: every row's busbw/algbw, read with
+    # its two-decimal rounding, fits 16 ranks and no other count
+    "allreduce_opall_maxmin_nccltests167.txt": ("all_reduce", 16, 1, "unknown", NOT_FAIL),
 }
 # file -> what the one-line refusal must say
 REFUSED = {
@@ -39,6 +42,8 @@ REFUSED = {
                                                              "'# Avg bus bandwidth' footer (line 7)",
     # rows of 8 B to 2 KiB, no rank lines, no header: the rank count is not in the excerpt
     "refused/gpux16_2node_allreduce_c0_aksrdma30.txt": "cannot tell the number of ranks",
+    # 128 GPUs, no rank lines: 2.15/1.08 at two decimals fits any count from 88 up (before: imported as TP=216)
+    "refused/gpux128_allreduce_errorcol_nccltests176.txt": "cannot tell the number of ranks",
 }
 
 
@@ -97,3 +102,18 @@ def test_separate_runs_interleaved_are_refused_in_one_line_naming_why(cli_inproc
         assert "without MPI=1" in msg and "not nccl-tests output" not in msg
     res = cli_inproc("import", "nccl-tests", str(tmp_path / "nccl.log"), "--out", str(tmp_path / "imp2"))
     assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_busbw_over_algbw_gives_a_rank_count_only_where_the_rounding_leaves_one():
+    """nccl-tests prints algbw and busbw to two decimals: 2.15/1.08 (nccl-tests#176, 128 GPUs) is
+    2(n-1)/n for every n from 88 up; the old reading took the point value and said 216 ranks."""
+    from commprof.ingest.nccltests import _ranks_from_ratio
+
+    def row(a, b):
+        return {"out-of-place": {"algbw": a, "busbw": b, "time": 1.0}}
+
+    assert _ranks_from_ratio("all_reduce", [row(1.08, 2.15)]) is None
+    assert _ranks_from_ratio("all_reduce", [row(100.0, 175.0)]) == 8          # 2 x 7/8
+    assert _ranks_from_ratio("all_reduce", [row(18.53, 18.53)]) == 2
+    assert _ranks_from_ratio("all_gather", [row(37.87, 18.94)]) == 2
+    assert _ranks_from_ratio("all_reduce", [row(0.04, 0.09)]) is None           # too coarse

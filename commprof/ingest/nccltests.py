@@ -646,25 +646,35 @@ def _json_section(path: str, doc: dict) -> Section:
 # --- sections -> rows ------------------------------------------------------------------------------
 
 def _ranks_from_ratio(op: str, rows: list[dict]) -> int | None:
-    """Number of ranks implied by busbw/algbw (the nccl-tests bus factor) of the largest algbw row."""
-    best = None
-    for r in rows:
-        e = r.get("out-of-place") or r.get("in-place")
-        if e and e["algbw"] and e["algbw"] > 0 and (best is None or e["algbw"] > best["algbw"]):
-            best = e
-    if best is None or best["algbw"] < 0.5:             # two-decimal figures: too coarse below that
-        return None
-    ratio = best["busbw"] / best["algbw"]
-    if op == "all_reduce" and ratio < 2:
-        n = 2 / (2 - ratio)
-    elif op in ("all_gather", "reduce_scatter", "all_to_all") and ratio < 1:
-        n = 1 / (1 - ratio)
+    """Number of ranks implied by busbw/algbw (the nccl-tests bus factor): the one whole rank count
+    whose factor lies within the ratio's bounds at every row, given that nccl-tests prints both
+    figures to two decimals (+-0.005). None where no count or more than one fits: near 2 (all_reduce)
+    or 1 (a count per rank) the factor changes little from one count to the next, so 2.15/1.08 fits
+    anything from 88 ranks up (nccl-tests#176, 128 GPUs), never "216"."""
+    if op == "all_reduce":
+        top = 2.0
+    elif op in ("all_gather", "reduce_scatter", "all_to_all"):
+        top = 1.0
     else:
         return None
-    k = round(n)
-    if k < 2 or abs(COLLECTIVES[op].busbw_factor(k) - ratio) > 0.03 * max(ratio, 1e-9) + 0.01:
+    lo, hi, seen = 0.0, math.inf, False
+    for r in rows:
+        for place in ("out-of-place", "in-place"):
+            e = r.get(place)
+            if not e or not e["algbw"] > 0.005 or not e["busbw"] > 0.005:
+                continue
+            lo = max(lo, (e["busbw"] - 0.005) / (e["algbw"] + 0.005))
+            hi = min(hi, (e["busbw"] + 0.005) / (e["algbw"] - 0.005))
+            seen = True
+    if not seen or hi < lo or lo >= top:
         return None
-    return k
+    k_lo = max(2, math.ceil(top / (top - lo) - 1e-9))          # factor(k) = top (1 - 1/k), increasing in k
+    if hi >= top:
+        return None
+    k_hi = math.floor(top / (top - hi) + 1e-9)
+    if k_lo != k_hi or abs(COLLECTIVES[op].busbw_factor(k_lo) - (lo + hi) / 2) > (hi - lo) / 2 + 1e-9:
+        return None
+    return k_lo
 
 
 def _section_ranks(sec: Section, op: str) -> tuple[int, str]:
