@@ -14,6 +14,7 @@ from commprof.model.errors import UsageError
 
 FIXTURES = os.path.join(REPO, "tests", "data", "nccl-tests")
 NOT_FAIL = ("PASS", "WARN", "INSUFFICIENT EVIDENCE")
+ANY = NOT_FAIL + ("FAIL",)
 
 # file -> (collective as imported, ranks, nodes, class, verdicts allowed), as the thread describes the box
 IMPORTED = {
@@ -32,6 +33,9 @@ IMPORTED = {
     # rows of two redops (max, then min) in one table, no header: every row's busbw/algbw, read with
     # its two-decimal rounding, fits 16 ranks and no other count
     "allreduce_opall_maxmin_nccltests167.txt": ("all_reduce", 16, 1, "unknown", NOT_FAIL),
+    # 8x V100 SXM2 (p3dn.24xlarge): NVLink cube-mesh, no NVSwitch (before: nvswitch). Verdict not pinned:
+    # one 8 B row of a 2019 NCCL, judged by fixed proposed thresholds
+    "v100x8_p3dn_allreduce_errorcol_nccl318.txt": ("all_reduce", 8, 1, "nvlink", ANY),
 }
 # file -> what the one-line refusal must say
 REFUSED = {
@@ -117,3 +121,15 @@ def test_busbw_over_algbw_gives_a_rank_count_only_where_the_rounding_leaves_one(
     assert _ranks_from_ratio("all_reduce", [row(18.53, 18.53)]) == 2
     assert _ranks_from_ratio("all_gather", [row(37.87, 18.94)]) == 2
     assert _ranks_from_ratio("all_reduce", [row(0.04, 0.09)]) is None           # too coarse
+
+
+def test_old_error_column_without_a_footer_is_not_called_validation_off(cli_inproc, tmp_path):
+    """nccl#318's excerpt ran with validation on (header 'validation: 1'); its old 'error' column is a
+    deviation that only the (cut) '# Out of bounds values' footer judges. Before: import and C16 said
+    '#wrong N/A: validation off'."""
+    name = "v100x8_p3dn_allreduce_errorcol_nccl318.txt"
+    res = cli_inproc("import", "nccl-tests", _neutral(tmp_path, name), "--out", str(tmp_path / "imp"))
+    assert "validation off" not in res.stdout and "old-layout 'error' column" in res.stdout, res.stdout
+    cli_inproc("check", str(tmp_path / "imp"), "--out", str(tmp_path / "chk"))
+    c16 = [i for i in json.loads((tmp_path / "chk" / "check.json").read_text())["items"] if i["id"] == "C16"][0]
+    assert c16["status"] == "SKIP" and "validation off" not in c16["value"] and "footer" in c16["value"]

@@ -819,6 +819,10 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
         info["one_rank"] = ("one rank: nothing crosses a link (busbw 0; the in-place algbw is a copy nccl-tests "
                             "skips); nothing to compare")
     info["unchecked_rows"] = sum(1 for row in out if row["status"] == "unchecked")
+    # of them, old-layout rows whose 'error' column (a deviation) no '# Out of bounds values' footer judges:
+    # validation was on, the verdict is just not in the file
+    info["unchecked_deviation_rows"] = sum(1 for row in out if row["status"] == "unchecked"
+                                           and "nccl-tests error " in row["site"])
     oob = sec.out_of_bounds.split()
     if oob and oob[0].isdigit() and int(oob[0]) > 0:
         wrong_rows.append(f"'{label}' line {sec.start_line}: footer 'Out of bounds values : {sec.out_of_bounds}'")
@@ -1050,6 +1054,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
         "algbw_mismatch_rows": mismatch,
         "collective_from": sorted({f"{i['nccl_tests_binary']}: {i.get('collective_from', '')}" for i in infos}),
         "unchecked_rows": sum(i["unchecked_rows"] for i in infos),
+        "unchecked_deviation_rows": sum(i["unchecked_deviation_rows"] for i in infos),
         "columns": {
             "latency_us_*": "nccl-tests reports one time per size: the average over its timed iterations "
                             "(by default also averaged over ranks, -a 1). latency_us_avg and latency_us_mean hold "
