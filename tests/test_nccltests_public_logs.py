@@ -48,6 +48,8 @@ REFUSED = {
     "refused/gpux16_2node_allreduce_c0_aksrdma30.txt": "cannot tell the number of ranks",
     # 128 GPUs, no rank lines: 2.15/1.08 at two decimals fits any count from 88 up (before: imported as TP=216)
     "refused/gpux128_allreduce_errorcol_nccltests176.txt": "cannot tell the number of ranks",
+    # a 2018 layout (no redop, no root; busbw = algbw = size / 2 / time on 2 GPUs): no collective fits
+    "refused/rtx2080tix2_nvlink_oldlayout_nccltests44.txt": "cannot tell which collective this is",
 }
 
 
