@@ -38,7 +38,9 @@ GPU_NAME_CLASSES = (
     (r"\bH100\b|\bH200\b|\bH20\b|\bGH200\b", "nvlink", "nvlink4",
      "Hopper SXM (H100 80GB HBM3 is how nvidia-smi names H100 SXM5): NVLink 4 (18 links)"),
     (r"\bA100-SXM|\bA100 SXM|\bA800-SXM|\bA100\b", "nvlink", "nvlink3", "A100 SXM: NVLink 3 (12 links)"),
-    (r"\bV100-SXM|\bV100 SXM", "nvlink", "nvlink2", "V100 SXM2: NVLink 2 (6 links)"),
+    (r"\bV100-SXM3|\bV100 SXM3", "nvlink", "nvlink2", "V100 SXM3 (DGX-2 / HGX-2): NVLink 2 through NVSwitch"),
+    (r"\bV100-SXM|\bV100 SXM", "nvlink", "nvlink2",
+     "V100 SXM2: NVLink 2 (6 links); 8 of them form a hybrid cube-mesh (DGX-1, AWS p3/p3dn), no NVSwitch"),
     (r"\bRTX 50\d0\b|\bRTX PRO 6000\b|\bRTX PRO \d+ Blackwell|\bB40\b", "pcie", "pcie5",
      "Blackwell PCIe card: PCIe 5.0, no NVLink"),
     (r"\bRTX 40\d0\b|\bL40S?\b|\bL4\b|\bL20\b|\bRTX 6000 Ada|\bRTX [0-9]+ Ada", "pcie", "pcie4",
@@ -47,6 +49,12 @@ GPU_NAME_CLASSES = (
      "Ampere PCIe card: PCIe 4.0 (some take NVLink bridges for pairs)"),
     (r"\bV100\b|\bT4\b|\bP100\b|\bP40\b|\bRTX 20\d0\b|\bQuadro RTX", "pcie", "pcie3", "PCIe 3.0 card"),
 )
+
+
+# NVLink modules whose 8-GPU boards have no NVSwitch: the GPUs link directly (V100 SXM2: the hybrid
+# cube-mesh of DGX-1, NVIDIA's "DGX-1 with Tesla V100 System Architecture" white paper; the first
+# NVSwitch board, DGX-2, carries V100 SXM3). Eight such GPUs are class nvlink, never nvswitch.
+NO_NVSWITCH_NAMES = r"\bV100[- ]SXM2\b"
 
 
 def class_from_gpu_names(names) -> dict | None:
@@ -259,7 +267,8 @@ def _resolve_in_node(ev: Evidence, flag: tuple[str, str] | None = None) -> Inter
     if by_name:
         gpus_seen = int(ev.sweep["tp"].max()) if ev.sweep is not None and len(ev.sweep) else 0
         if by_name["family"] == "nvlink":
-            ic.cls = "nvswitch" if gpus_seen // max(nodes, 1) >= 8 else "nvlink"
+            direct = any(re.search(NO_NVSWITCH_NAMES, n, re.IGNORECASE) for n in by_name["names"])
+            ic.cls = "nvswitch" if gpus_seen // max(nodes, 1) >= 8 and not direct else "nvlink"
         else:
             ic.cls = "pcie"
         ic.link = by_name["link"]

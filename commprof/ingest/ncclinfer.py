@@ -56,7 +56,7 @@ def _best_ratio(rows: list[dict]) -> float | None:
     return best["busbw"] / best["algbw"]
 
 
-def _count_ratio(rows: list[dict]) -> int | None:
+def count_ratio(rows: list[dict]) -> int | None:
     """size / (count x type size) over the rows with a count: 1, or the rank count for the
     per-rank-count collectives; None when unknown or not one whole number for every row."""
     seen = set()
@@ -98,7 +98,7 @@ def infer_collective(rows: list[dict], has_redop_column: bool, has_root_column: 
     elif not has_root_column:
         cands = [c for c in cands if c not in ROOTED]      # old layout: a rooted test prints a root column
         how.append("no root column")
-    q = _count_ratio(rows)
+    q = count_ratio(rows)
     if q is not None and (n is None or n > 1):
         if q == 1:
             cands = [c for c in cands if c not in PER_RANK_COUNT]

@@ -35,6 +35,11 @@ NCCL_TYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16", "double": "fp
 
 EXIT_WRONG_RESULTS = 1          # the exit code of any run whose results were checked and found wrong
 EXPECTED = "not nccl-tests output (expected a data line with size, count, type, redop, root, time, algbw, busbw, #wrong, ...)"
+# nccl-tests built without MPI=1 and started by mpirun/srun: every process runs its own test (each is
+# "Rank 0"), and their tables land interleaved in one log (nccl-tests issues #27, #107, #182, #254)
+SEPARATE_RUNS = ("the log interleaves separate runs: nccl-tests built without MPI=1 and started by mpirun "
+                 "runs one independent test per process, not one run over all of them; rebuild with "
+                 "'make MPI=1' (or run with -g N in one process), or give each run its own file")
 
 _PREFIX_RE = re.compile(r"^(?:\[\d+(?:,\d+)*\]<std(?:out|err)>:|\s*\d+:\s|\[\d+\]\s)", re.ASCII)
 _RANK_RE = re.compile(r"^Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
@@ -290,6 +295,16 @@ MAX_LINE = 1 << 20
 MAX_JSON_BYTES = 64 << 20
 
 
+def _no_second_process(sec: Section, mr, label: str, lineno: int) -> None:
+    """UsageError when a rank index (in its group) is printed again by another process or host: each
+    process believed it was that rank, i.e. ran a test of its own (:data:`SEPARATE_RUNS`)."""
+    rank, group, pid, host = int(mr.group(1)), int(mr.group(2) or 0), int(mr.group(3)), mr.group(4)
+    for r in sec.ranks:
+        if (r["rank"], r["group"]) == (rank, group) and (r["pid"], r["host"]) != (pid, host):
+            raise UsageError(f"'{label}' line {lineno}: Rank {rank} is printed by two processes (pid {r['pid']} "
+                             f"on {r['host']}, pid {pid} on {host}): {SEPARATE_RUNS}")
+
+
 def _new_section(sections: list, path: str, lineno: int) -> Section:
     sec = Section(path=path, start_line=lineno)
     sections.append(sec)
@@ -348,6 +363,7 @@ def parse_text(path: str, text) -> list[Section]:
             mr = _RANK_RE.match(body)
             if mr:
                 seen_ours = True
+                _no_second_process(sec, mr, label, lineno)
                 sec.ranks.append({"rank": _line_int(mr.group(1), label, lineno, "Rank"),
                                   "group": _line_int(mr.group(2) or "0", label, lineno, "Group"),
                                   "pid": _line_int(mr.group(3), label, lineno, "Pid"), "host": mr.group(4),
@@ -357,6 +373,8 @@ def parse_text(path: str, text) -> list[Section]:
             hf = _header_fields(toks)
             if hf:
                 seen_ours = True
+                if sec.avg_busbw:             # a column header after a run's footer: the next run (its
+                    sec = _new_section(sections, path, lineno)   # nThread line left out of the paste)
                 sec.fields, sec.has_root = hf
                 sec.cputime = "cputime" in toks
                 continue
@@ -365,7 +383,11 @@ def parse_text(path: str, text) -> list[Section]:
             elif body.startswith("Out of bounds values"):
                 sec.out_of_bounds = body.partition(":")[2].strip()
             elif body.startswith("Avg bus bandwidth"):
+                if sec.avg_busbw and sec.rows:
+                    raise UsageError(f"'{label}' line {lineno}: a second '# Avg bus bandwidth' footer in one "
+                                     f"table (the first on line {sec.extra['footer_line']}): {SEPARATE_RUNS}")
                 sec.avg_busbw = body.partition(":")[2].strip()
+                sec.extra["footer_line"] = lineno
             elif body.startswith("Collective test concluded"):
                 sec = None
             else:
@@ -383,6 +405,9 @@ def parse_text(path: str, text) -> list[Section]:
         if (_INT_RE.match(toks[0]) and len(toks) > 1 and _INT_RE.match(toks[1])) or looks_data:
             if sec is None:
                 sec = _new_section(sections, path, lineno)
+            if sec.avg_busbw:
+                raise UsageError(f"'{label}' line {lineno}: a data line after the table's '# Avg bus bandwidth' "
+                                 f"footer (line {sec.extra['footer_line']}) with no header of its own: {SEPARATE_RUNS}")
             try:
                 row = _parse_data_line(sec, toks)
             except _Bad as e:
@@ -621,25 +646,35 @@ def _json_section(path: str, doc: dict) -> Section:
 # --- sections -> rows ------------------------------------------------------------------------------
 
 def _ranks_from_ratio(op: str, rows: list[dict]) -> int | None:
-    """Number of ranks implied by busbw/algbw (the nccl-tests bus factor) of the largest algbw row."""
-    best = None
-    for r in rows:
-        e = r.get("out-of-place") or r.get("in-place")
-        if e and e["algbw"] and e["algbw"] > 0 and (best is None or e["algbw"] > best["algbw"]):
-            best = e
-    if best is None or best["algbw"] < 0.5:             # two-decimal figures: too coarse below that
-        return None
-    ratio = best["busbw"] / best["algbw"]
-    if op == "all_reduce" and ratio < 2:
-        n = 2 / (2 - ratio)
-    elif op in ("all_gather", "reduce_scatter", "all_to_all") and ratio < 1:
-        n = 1 / (1 - ratio)
+    """Number of ranks implied by busbw/algbw (the nccl-tests bus factor): the one whole rank count
+    whose factor lies within the ratio's bounds at every row, given that nccl-tests prints both
+    figures to two decimals (+-0.005). None where no count or more than one fits: near 2 (all_reduce)
+    or 1 (a count per rank) the factor changes little from one count to the next, so 2.15/1.08 fits
+    anything from 88 ranks up (nccl-tests#176, 128 GPUs), never "216"."""
+    if op == "all_reduce":
+        top = 2.0
+    elif op in ("all_gather", "reduce_scatter", "all_to_all"):
+        top = 1.0
     else:
         return None
-    k = round(n)
-    if k < 2 or abs(COLLECTIVES[op].busbw_factor(k) - ratio) > 0.03 * max(ratio, 1e-9) + 0.01:
+    lo, hi, seen = 0.0, math.inf, False
+    for r in rows:
+        for place in ("out-of-place", "in-place"):
+            e = r.get(place)
+            if not e or not e["algbw"] > 0.005 or not e["busbw"] > 0.005:
+                continue
+            lo = max(lo, (e["busbw"] - 0.005) / (e["algbw"] + 0.005))
+            hi = min(hi, (e["busbw"] + 0.005) / (e["algbw"] - 0.005))
+            seen = True
+    if not seen or hi < lo or lo >= top:
         return None
-    return k
+    k_lo = max(2, math.ceil(top / (top - lo) - 1e-9))          # factor(k) = top (1 - 1/k), increasing in k
+    if hi >= top:
+        return None
+    k_hi = math.floor(top / (top - hi) + 1e-9)
+    if k_lo != k_hi or abs(COLLECTIVES[op].busbw_factor(k_lo) - (lo + hi) / 2) > (hi - lo) / 2 + 1e-9:
+        return None
+    return k_lo
 
 
 def _section_ranks(sec: Section, op: str) -> tuple[int, str]:
@@ -673,11 +708,20 @@ def _section_ranks(sec: Section, op: str) -> tuple[int, str]:
             raise UsageError(f"{label}: the rank count is ambiguous: the {how.split(' (')[0]} say {n} ranks, not a "
                              f"multiple of nThread x nGpus = {per_proc} ranks per process")
         return n, how + ("; busbw/algbw agrees" if ratio else "")
+    # all_gather, reduce_scatter and alltoall print the count per rank: size = count x type size x ranks,
+    # exact at every size (busbw/algbw is 0.00/0.00 at decode sizes, and nThread x nGpus counts one process)
+    counted = ncclinfer.count_ratio(sec.rows) if op in ("all_gather", "reduce_scatter", "all_to_all") else None
+    counted = counted if counted and counted > 1 else None
+    if ratio and counted and ratio != counted:
+        raise UsageError(f"{label}: the rank count is ambiguous: busbw/algbw says {ratio} ranks, size / (count x "
+                         f"type size) says {counted}; give a log with every '# Rank' line (or fix the file)")
+    ratio, how = (ratio, "busbw/algbw ratio (no rank lines in the log)") if ratio else \
+        (counted, "size / (count x type size): a count per rank (no rank lines in the log)")
     if ratio:
         if per_proc and ratio % per_proc:
-            raise UsageError(f"{label}: the rank count is ambiguous: busbw/algbw says {ratio} ranks, not a multiple of "
-                             f"nThread x nGpus = {per_proc} ranks per process")
-        return ratio, "busbw/algbw ratio (no rank lines in the log)"
+            raise UsageError(f"{label}: the rank count is ambiguous: {how.split(' (')[0].split(':')[0]} says {ratio} "
+                             f"ranks, not a multiple of nThread x nGpus = {per_proc} ranks per process")
+        return ratio, how + ("; size / count agrees" if counted and how.startswith("busbw") else "")
     if sec.nthreads and sec.ngpus:
         return sec.nthreads * sec.ngpus, "nThread x nGpus (no rank lines; assumes one process)"
     raise UsageError(f"'{os.path.basename(sec.path)}' line {sec.start_line}: cannot tell the number of ranks "
@@ -775,6 +819,10 @@ def _section_rows(sec: Section, in_place: bool) -> tuple[list[dict], dict]:
         info["one_rank"] = ("one rank: nothing crosses a link (busbw 0; the in-place algbw is a copy nccl-tests "
                             "skips); nothing to compare")
     info["unchecked_rows"] = sum(1 for row in out if row["status"] == "unchecked")
+    # of them, old-layout rows whose 'error' column (a deviation) no '# Out of bounds values' footer judges:
+    # validation was on, the verdict is just not in the file
+    info["unchecked_deviation_rows"] = sum(1 for row in out if row["status"] == "unchecked"
+                                           and "nccl-tests error " in row["site"])
     oob = sec.out_of_bounds.split()
     if oob and oob[0].isdigit() and int(oob[0]) > 0:
         wrong_rows.append(f"'{label}' line {sec.start_line}: footer 'Out of bounds values : {sec.out_of_bounds}'")
@@ -1006,6 +1054,7 @@ def import_nccl_tests(paths: list[str], out_dir: str, in_place: bool = False, co
         "algbw_mismatch_rows": mismatch,
         "collective_from": sorted({f"{i['nccl_tests_binary']}: {i.get('collective_from', '')}" for i in infos}),
         "unchecked_rows": sum(i["unchecked_rows"] for i in infos),
+        "unchecked_deviation_rows": sum(i["unchecked_deviation_rows"] for i in infos),
         "columns": {
             "latency_us_*": "nccl-tests reports one time per size: the average over its timed iterations "
                             "(by default also averaged over ranks, -a 1). latency_us_avg and latency_us_mean hold "

@@ -88,9 +88,13 @@ def import_nccl_tests_dir(paths, out_dir: str) -> int:
     tps = sorted({int(r["tp"]) for r in rows})
     modes = sorted({r["mode"] for r in rows})
     unchecked = sum(r.get("status") == "unchecked" for r in rows)
+    deviation = int(results.read_meta(out_dir).get("unchecked_deviation_rows") or 0)
     print(f"imported {len(rows)} rows ({', '.join(ops)}; tp {', '.join(map(str, tps))}; "
           f"{', '.join(modes)}) from {len(paths)} file(s) into {out_dir}"
-          + (f"; correctness not checked in {unchecked} rows (#wrong N/A: validation off)" if unchecked else ""))
+          + (f"; correctness not checked in {unchecked - deviation} rows (#wrong N/A: validation off)"
+             if unchecked > deviation else "")
+          + (f"; correctness not known in {deviation} rows (an old-layout 'error' column, a deviation, and no "
+             "'# Out of bounds values' footer in the log to judge it)" if deviation else ""))
     bad = wrong_summary(out_dir)
     if bad:
         print(f"commprof: error: {bad}", file=sys.stderr)
