@@ -135,3 +135,22 @@ def test_old_error_column_without_a_footer_is_not_called_validation_off(cli_inpr
     cli_inproc("check", str(tmp_path / "imp"), "--out", str(tmp_path / "chk"))
     c16 = [i for i in json.loads((tmp_path / "chk" / "check.json").read_text())["items"] if i["id"] == "C16"][0]
     assert c16["status"] == "SKIP" and "validation off" not in c16["value"] and "footer" in c16["value"]
+
+
+def test_proposed_fixed_thresholds_alone_warn_a_slow_box_they_do_not_fail_it(cli_inproc, tmp_path):
+    """nccl#318's 8x V100 SXM2 (NVLink 2, no healthy box or reference profile of its class): 60 us at
+    decode sizes is past the proposed NVLink thresholds, which are neither healthy boxes nor a
+    physical bound (issue 33): C10 WARNs and says what a FAIL needs; before, C10 FAILed and E1 made
+    the whole box a FAIL on it. The buyer's own --thresholds file still FAILs it."""
+    name = "v100x8_p3dn_allreduce_errorcol_nccl318.txt"
+    cli_inproc("import", "nccl-tests", _neutral(tmp_path, name), "--out", str(tmp_path / "imp"))
+    cli_inproc("check", str(tmp_path / "imp"), "--out", str(tmp_path / "chk"))
+    doc = json.loads((tmp_path / "chk" / "check.json").read_text())
+    c10 = [i for i in doc["items"] if i["id"] == "C10"][0]
+    assert c10["status"] == "WARN", c10
+    assert "fixed, proposed" in c10["threshold"] and "FAIL needs 2 healthy boxes" in c10["threshold"]
+    th = tmp_path / "t.toml"
+    th.write_text("[allreduce_latency]\nnvlink_pass_us = 20.0\nnvlink_warn_us = 40.0\n")
+    cli_inproc("check", str(tmp_path / "imp"), "--thresholds", str(th), "--out", str(tmp_path / "chk2"))
+    doc2 = json.loads((tmp_path / "chk2" / "check.json").read_text())
+    assert [i for i in doc2["items"] if i["id"] == "C10"][0]["status"] == "FAIL"

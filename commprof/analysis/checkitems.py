@@ -400,16 +400,21 @@ def item_allreduce_latency(ev, th) -> Item:
     p, w = (t["nvlink_pass_us"], t["nvlink_warn_us"]) if nv else (t["pcie_pass_us"], t["pcie_warn_us"])
     status = "PASS" if worst <= p else "WARN" if worst <= w else "FAIL"
     fabric = "NVLink" if nv else "PCIe" + (" (mixed: the TP group crosses PCIe)" if ic.family == "mixed" else "")
-    why = ("your --thresholds file" if _user_fixed(th, "allreduce_latency", _FIXED_LATENCY) else
+    user = _user_fixed(th, "allreduce_latency", _FIXED_LATENCY)
+    why = ("your --thresholds file" if user else
            f"fixed, proposed: no healthy box or reference profile of {ic.cls} {ic.link or '(generation unknown)'} "
            f"at TP={tp}")
+    capped = ""
+    if status == "FAIL" and not user:   # issue 33: proposed thresholds are neither healthy boxes nor a physical bound
+        status, capped = "WARN", (f"; FAIL needs {FAIL_MIN_HEALTHY} healthy boxes of the class, a physical bound or "
+                                  "your --thresholds file, and only these proposed thresholds stand behind this one: WARN")
     hint = ""
     if mode != "graph":
         hint = ("measured without CUDA graphs; serving engines replay decode in graphs (nccl-tests -G, or "
                 "commprof sweep --modes graph on the box); ")
     if status != "PASS":
         hint += "a custom one-shot all-reduce or NVLink cuts small-message latency"
-    return noise_guard(Item("C10", name, status, value, f"{fabric}: PASS <= {p} us, WARN <= {w} us ({why})",
+    return noise_guard(Item("C10", name, status, value, f"{fabric}: PASS <= {p} us, WARN <= {w} us ({why}){capped}",
                             t["source"], hint.rstrip("; "), basis=why), _decode_rows(sub)[2], figure=worst, fail_bound=w)
 
 
