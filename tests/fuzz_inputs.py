@@ -19,6 +19,7 @@ import glob
 import json
 import math
 import os
+import re
 import random
 
 from commprof.model.errors import CommprofError
@@ -601,7 +602,9 @@ def check_smi_topo(case, tmp: str) -> str:
         for c in row:
             assert not c.startswith("NV") or (c[2:].isascii() and 1 <= int(c[2:]) <= 18), c
     for g in topo["gpus"]:
-        assert g["numa_node"] == "n/a" or (type(g["numa_node"]) is int and 0 <= g["numa_node"] <= 1023), g
+        node = g["numa_node"]               # one node, or a node list nvidia-smi printed ("0-1", sglang#7888)
+        assert node == "n/a" or (type(node) is int and 0 <= node <= 1023) or (
+            isinstance(node, str) and node.isascii() and all(int(x) <= 1023 for x in re.split(r"[,-]", node))), g
     return "accepted"
 
 

@@ -805,6 +805,11 @@ def item_numa(ev, th) -> Item:
         return Item("C12", name, "WARN", f"{len(cross)} GPU pairs cross sockets (SYS), e.g. {cross[0]}",
                     "no SYS pair inside a TP group", t["source"],
                     "keep a PCIe TP group on one socket, or expect host-memory hops between sockets")
+    if cross and _ic(ev).within_node().family != "nvlink":
+        # the fabric is not known (e.g. 'nvidia-smi topo -mp', PCIe paths only): NVLink may or may not carry them
+        return Item("C12", name, "SKIP", f"{len(cross)} GPU pairs cross sockets (SYS), e.g. {cross[0]}; whether "
+                    "NVLink carries them is not known (interconnect unknown)", "no SYS pair inside a TP group",
+                    t["source"], "pass 'nvidia-smi topo -m' output (the NVLink matrix)")
     return Item("C12", name, "PASS", "no SYS pair inside a TP group" if not cross else
                 f"{len(cross)} SYS pairs, but GPU traffic rides NVLink", "no SYS pair inside a TP group", t["source"])
 

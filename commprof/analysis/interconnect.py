@@ -275,7 +275,8 @@ def _resolve_in_node(ev: Evidence, flag: tuple[str, str] | None = None) -> Inter
         ic.evidence = f"GPU names in {_names_source(ev)} ({', '.join(by_name['names'])})"
         ic.detail = by_name["detail"] + ("; P2P not known from the names" if ic.cls == "pcie" else "")
         return ic
-    ic.detail = ("no topo.json, no --interconnect, and no GPU name commprof knows"
+    ic.detail = (("topo.json does not tell the interconnect" if ev.topo else "no topo.json")
+                 + ", no --interconnect, and no GPU name commprof knows"
                  + (f" ({', '.join(sorted(set(names)))})" if names else ""))
     return ic
 

@@ -36,6 +36,15 @@ _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|mlx5_\d+|CPU)$", re.ASCII)
 # Linux numbers NUMA nodes below MAX_NUMNODES, at most 2^10 (CONFIG_NODES_SHIFT <= 10)
 MAX_NUMA_NODE = 1023
 _MODE = re.compile(r"-p2p\s*([rwnap])\b|p2p[_-]?([rwnap])(?:\b|_|\.)", re.IGNORECASE)
+# ``nvidia-smi topo -mp`` (``--matrix_pci``) prints the PCIe paths only: an NVLink pair shows its PCIe path
+# there (DeepEP#202: 8x H20 as NODE/SYS), so such a matrix cannot tell the fabric
+_PCI_ONLY = re.compile(r"topo\s+(?:-mp|--matrix_pci)\b|topo[_-]mp\b", re.IGNORECASE)
+# the NIC legend of newer drivers: "  NIC0: mlx5_0"
+_NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", re.ASCII)
+# a NUMA affinity: one node, or a list/range of them when a GPU is near several ("0-1", sglang#7888)
+_NODE_LIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$", re.ASCII)
+# a GPU-NIC path at most through PCIe switches (no host bridge): where GPUDirect RDMA runs at full rate
+NEAR_NIC = ("PIX", "PXB")
 #: The largest file read: ``topo -m`` of 8 GPUs and 8 NICs is ~2 KB and of 72 GPUs ~40 KB, so a
 #: file over 4 MiB is no nvidia-smi topo output (a 700 MB one took 72 s and 3.1 GB before this cap).
 MAX_TOPO_BYTES = 4 << 20
@@ -70,11 +79,15 @@ def _blocks(path: str, text: str) -> list[dict]:
     if m:
         file_mode = P2P_MODES[(m.group(1) or m.group(2)).lower()]
     last_mode = None
+    file_pci_only = bool(_PCI_ONLY.search(os.path.basename(path)))
+    pci_only = None
     while i < len(lines):
         raw = lines[i]
         m = _MODE.search(raw) if "p2p" in raw.lower() else None
         if m and not raw.strip().startswith(("GPU", "NIC")):
             last_mode = P2P_MODES[(m.group(1) or m.group(2)).lower()]
+        if "topo" in raw.lower() and not raw.strip().startswith(("GPU", "NIC")):
+            pci_only = bool(_PCI_ONLY.search(raw))
         toks = raw.replace("|", " ").split()
         if toks and toks[0] == "GPU0" and (len(toks) == 1 or _DEVICE.match(toks[1]) or toks[1] == "CPU"):
             # a header: the device columns, then CPU Affinity / NUMA Affinity / GPU NUMA ID
@@ -86,7 +99,7 @@ def _blocks(path: str, text: str) -> list[dict]:
                     break
             gpu_cols = [c for c in cols if c.startswith("GPU")]
             header_line = i + 1
-            rows, cpu, numa = {}, {}, {}
+            rows, cpu, numa, nic_cells = {}, {}, {}, {}
             kind = None
             i += 1
             while i < len(lines):
@@ -117,6 +130,7 @@ def _blocks(path: str, text: str) -> list[dict]:
                                              "-p2p statuses")
                         kind = c_kind
                     rows[name] = [cells[cols.index(g)] for g in gpu_cols]
+                    nic_cells[name] = {c: cells[k] for k, c in enumerate(cols) if not c.startswith("GPU")}
                     rest = r[1 + len(cols):]
                     if rest:
                         cpu[name] = rest[0]
@@ -138,11 +152,43 @@ def _blocks(path: str, text: str) -> list[dict]:
                                      f"{shown(cells[a][a], 20)}, expected X")
             out.append({"kind": kind or "topo", "mode": last_mode or file_mode or "read", "gpus": n,
                         "cells": cells, "cpu": [cpu.get(g, NA) for g in gpu_cols],
-                        "numa": [numa.get(g, NA) for g in gpu_cols], "line": header_line, "file": path})
+                        "numa": [numa.get(g, NA) for g in gpu_cols], "line": header_line, "file": path,
+                        "nics": [c for c in cols if not c.startswith("GPU")],
+                        "nic_cells": [nic_cells[g] for g in gpu_cols],
+                        "pci_only": file_pci_only if pci_only is None else pci_only})
             last_mode = None
+            pci_only = None
             continue
         i += 1
+    legend = {m.group(1): m.group(2) for m in map(_NIC_LEGEND.match, lines) if m}
+    for b in out:
+        b["nic_legend"] = legend
     return out
+
+
+def _numa_nodes(text: str) -> set[int]:
+    """The nodes of a NUMA affinity ("3", "0-1", "0,2") as a set; empty when a node is past
+    :data:`MAX_NUMA_NODE` or a range runs backwards (no such affinity)."""
+    nodes = set()
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        lo, hi = int(a), int(b or a)
+        if hi > MAX_NUMA_NODE or lo > hi:
+            return set()
+        nodes.update(range(lo, hi + 1))
+    return nodes
+
+
+def _nic_list(t: dict) -> list[dict]:
+    """The NICs of a ``topo -m`` matrix: name, device (from the NIC legend, or the column itself on
+    older drivers: ``mlx5_0``), the path to each GPU and the GPUs at most a PCIe switch away."""
+    nics = []
+    for k, name in enumerate(t["nics"]):
+        paths = {f"GPU{g}": t["nic_cells"][g][name] for g in range(t["gpus"])}
+        device = t["nic_legend"].get(name, name if not name.startswith("NIC") else NA)
+        nics.append({"index": k, "name": name, "device": device, "gpu_paths": paths,
+                     "near_gpus": [g for g in range(t["gpus"]) if paths[f"GPU{g}"] in NEAR_NIC]})
+    return nics
 
 
 def parse_smi_topo(paths: list[str]) -> dict:
@@ -166,7 +212,10 @@ def parse_smi_topo(paths: list[str]) -> dict:
     if not topo_blocks:
         raise UsageError(f"'{os.path.basename(paths[0])}': only -p2p matrices; also pass 'nvidia-smi topo -m' "
                          "output (the link matrix)")
-    t = topo_blocks[-1]
+    # a -m matrix (NVLinks shown) decides over a -mp one (PCIe paths only) given beside it
+    full = [b for b in topo_blocks if not b["pci_only"]]
+    t = (full or topo_blocks)[-1]
+    pci_only = t["pci_only"]
     n = t["gpus"]
     for b in blocks:
         if b["gpus"] != n:
@@ -192,28 +241,41 @@ def parse_smi_topo(paths: list[str]) -> dict:
     nv = [int(matrix[i][j][2:]) for i in range(n) for j in range(n) if i != j and matrix[i][j].startswith("NV")]
     all_nv = n > 1 and len(nv) == n * (n - 1)
     switched = all_nv and len(set(nv)) == 1 and nv[0] * (n - 1) > MAX_LINKS_PER_GPU
-    gpus = []
+    gpus, numa_sets = [], []
     for i in range(n):
         g = {"index": i, **{k: NA for k in GPU_KEYS}}
         links = [int(matrix[i][j][2:]) for j in range(n) if j != i and matrix[i][j].startswith("NV")]
-        g["nvlink_active_links"] = (links[0] if switched else sum(links)) if links else 0
+        g["nvlink_active_links"] = NA if pci_only else (links[0] if switched else sum(links)) if links else 0
         g["cpu_affinity"] = t["cpu"][i] if t["cpu"][i] not in ("N/A", "") else NA
         numa = str(t["numa"][i])
-        if numa.isascii() and numa.isdigit():
-            if int(numa) > MAX_NUMA_NODE:
+        if _NODE_LIST.match(numa):
+            nodes = _numa_nodes(numa)
+            if not nodes:
                 raise UsageError(f"'{os.path.basename(t['file'])}' line {t['line'] + i + 1}: GPU{i}'s NUMA affinity "
                                  f"{shown(numa, 24)} is no NUMA node (Linux numbers them 0..{MAX_NUMA_NODE})")
-            g["numa_node"] = int(numa)
+            # one node: its number; several (a GPU near more than one): the list as nvidia-smi prints it
+            g["numa_node"] = int(numa) if numa.isdigit() else numa
+            numa_sets.append(nodes)
         elif numa in ("N/A", NA, ""):
             g["numa_node"] = NA
         else:
             raise UsageError(f"'{os.path.basename(t['file'])}' line {t['line'] + i + 1}: GPU{i}'s NUMA affinity "
-                             f"{shown(numa, 24)} is neither a node number nor N/A")
+                             f"{shown(numa, 24)} is neither a node number, a node list (0-1) nor N/A")
         gpus.append(g)
-    cls = classify_pairs(matrix, p2p, switched)
-    numa_nodes = {g["numa_node"] for g in gpus if g["numa_node"] is not NA}
+    cls = "unknown" if pci_only else classify_pairs(matrix, p2p, switched)
+    numa_nodes = set().union(*numa_sets)
+    nics = _nic_list(t)
     notes = [f"imported from nvidia-smi topo text ({', '.join(os.path.basename(p) for p in paths)}): GPU names, "
              "PCIe generation and NVLink version are not in it"]
+    if pci_only:
+        notes.append("this is 'nvidia-smi topo -mp' (PCIe paths only): NVLink pairs show their PCIe path there, "
+                     "so the interconnect is not known from it; pass 'nvidia-smi topo -m' output")
+    if nics:
+        near = [f"{x['device'] if x['device'] != NA else x['name']}: GPU{','.join(map(str, x['near_gpus']))}"
+                for x in nics if x["near_gpus"]]
+        notes.append(f"{len(nics)} NIC(s) ({', '.join(x['device'] if x['device'] != NA else x['name'] for x in nics)})"
+                     + (f"; at most a PCIe switch from a GPU (PIX/PXB, GPUDirect RDMA at full rate): {'; '.join(near)}"
+                        if near else "; none within a PCIe switch of a GPU (PIX/PXB)"))
     if switched:
         notes.append(f"every pair NV{nv[0]}: {nv[0]} x {n - 1} peers is more links than a GPU has, so the "
                      "GPUs meet in NVSwitches")
@@ -229,7 +291,7 @@ def parse_smi_topo(paths: list[str]) -> dict:
         notes.append("some pairs are SYS (across NUMA nodes): a TP group spanning them crosses the CPU interconnect")
     return {
         "kind": "imported",
-        "source": "nvidia-smi topo text" + (" -m + -p2p " + "/".join(sorted(p2p)) if p2p else " -m"),
+        "source": "nvidia-smi topo text" + (" -mp" if pci_only else " -m") + (" + -p2p " + "/".join(sorted(p2p)) if p2p else ""),
         "source_files": [shown_path(p) for p in paths],
         "commprof_version": __version__,
         "driver_version": NA,
@@ -242,6 +304,7 @@ def parse_smi_topo(paths: list[str]) -> dict:
         "p2p_given": sorted(p2p),
         "interconnect_class": cls,
         "numa_nodes": len(numa_nodes) if numa_nodes else NA,
+        "nics": nics,
         "notes": notes,
     }
 
