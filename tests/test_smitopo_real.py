@@ -45,6 +45,8 @@ def test_real_topo_outputs_import_and_judge_as_the_thread_says(tmp_path, name, g
     assert by["C12"].status == c12, by["C12"].value
     if "p2p" in name:                       # a -p2p block in the file: its NS/GNS pairs WARN
         assert by["C5"].status == "WARN" and "without P2P" in by["C5"].value
+        # neither paste says which -p2p mode ('topo -p2p rw' in a heading is none): read, and said so
+        assert any("read as -p2p r" in n for n in t["notes"])
     else:
         assert by["C5"].status == "SKIP"
 

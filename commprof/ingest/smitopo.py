@@ -150,7 +150,8 @@ def _blocks(path: str, text: str) -> list[dict]:
                 if cells[a][a] != "X":
                     raise UsageError(f"'{label}' line {header_line + a + 1}: GPU{a}'s own cell is "
                                      f"{shown(cells[a][a], 20)}, expected X")
-            out.append({"kind": kind or "topo", "mode": last_mode or file_mode or "read", "gpus": n,
+            out.append({"kind": kind or "topo", "mode": last_mode or file_mode or "read",
+                        "mode_assumed": not (last_mode or file_mode), "gpus": n,
                         "cells": cells, "cpu": [cpu.get(g, NA) for g in gpu_cols],
                         "numa": [numa.get(g, NA) for g in gpu_cols], "line": header_line, "file": path,
                         "nics": [c for c in cols if not c.startswith("GPU")],
@@ -279,6 +280,9 @@ def parse_smi_topo(paths: list[str]) -> dict:
     if switched:
         notes.append(f"every pair NV{nv[0]}: {nv[0]} x {n - 1} peers is more links than a GPU has, so the "
                      "GPUs meet in NVSwitches")
+    if any(b["kind"] == "p2p" and b["mode_assumed"] for b in blocks):
+        notes.append("a -p2p matrix with no '-p2p r|w' line before it (nor p2p_r/p2p_w in the file name) is read "
+                     "as -p2p r")
     if not any(k in p2p for k in ("read", "write")) and cls == "pcie":
         notes.append("P2P status not given: pass 'nvidia-smi topo -p2p r' output too")
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
