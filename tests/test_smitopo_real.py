@@ -20,6 +20,8 @@ CASES = [
     ("nccl-tests320_3gpu_nv4-pair_topo-m.txt", 3, "mixed", 1, ["mlx5_0", "mlx5_1"], {}, "PASS"),
     ("nccl1617_h100x4_nv6_topo-m.txt", 4, "nvlink", 4, ["NIC0", "NIC1", "NIC2", "NIC3"],
      {"NIC0": [0], "NIC1": [1], "NIC2": [2], "NIC3": [3]}, "PASS"),
+    ("nccl1264_h100x8_nv18_10nic_tabs_topo-m.txt", 8, "nvswitch", 2, [f"NIC{k}" for k in range(10)],
+     {"NIC0": [0], "NIC1": [1], "NIC2": [2], "NIC5": [3], "NIC6": [4], "NIC7": [5], "NIC8": [6], "NIC9": [7]}, "PASS"),
     ("k8stestinfra371_gb200x4_nv18_topo-m.txt", 4, "nvswitch", 2, [], {}, "PASS"),
     ("club3090-1229_rtx5090x2_phb_topo-m_p2p-rw.txt", 2, "pcie-no-p2p", 1, [], {}, "PASS"),
     ("club3090-178_rtx3090x2_sys_numa-na_topo-m.txt", 2, "pcie", 1, [], {}, "WARN"),
