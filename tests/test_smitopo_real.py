@@ -119,3 +119,12 @@ def test_shared_b200_topo_lists_its_eight_rdma_nics():
     assert t["interconnect_class"] == "nvswitch" and t["numa_nodes"] == 2
     assert [x["device"] for x in t["nics"]] == [f"mlx5_{k}" for k in range(8)]
     assert t["nics"][0]["near_gpus"] == [0, 1] and t["nics"][7]["near_gpus"] == [6, 7]
+
+
+def test_a_nic_row_cut_short_in_a_paste_is_no_refusal(tmp_path):
+    """nccl#1264's paste as the search copy ends: mid NIC3 row. The GPU rows hold every path read."""
+    text = open(os.path.join(REAL, "nccl1264_h100x8_nv18_10nic_tabs_topo-m.txt")).read()
+    p = tmp_path / "cut.txt"
+    p.write_text(text + "NIC3\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\n")
+    t = parse_smi_topo([str(p)])
+    assert t["interconnect_class"] == "nvswitch" and len(t["nics"]) == 10

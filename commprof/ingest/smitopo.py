@@ -113,6 +113,9 @@ def _blocks(path: str, text: str) -> list[dict]:
                     break
                 name = r[0]
                 cells = r[1:1 + len(cols)]
+                if len(cells) < len(cols) and not name.startswith("GPU"):
+                    i += 1              # a NIC row cut short in a paste: NIC rows are not read (GPU rows hold the paths)
+                    continue
                 if len(cells) < len(cols):
                     raise UsageError(f"'{label}' line {i + 1}: row {name} has {len(cells)} cells for the "
                                      f"{len(cols)} columns of the header on line {header_line}")
