@@ -5,6 +5,7 @@ so (C2, C3, C5, C12). Rows quoted from threads whose paste stops early are inlin
 import os
 
 import pytest
+from helpers import shared_data
 
 from commprof.analysis.checkitems import run_items
 from commprof.analysis.evidence import gather
@@ -13,7 +14,6 @@ from commprof.ingest.smitopo import parse_smi_topo, run_import_smi_topo
 from commprof.model.errors import UsageError
 
 REAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nvidia-smi-topo-real")
-SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "nccl-tests")
 
 # file, GPUs, class, NUMA nodes, NIC devices (the column name where no NIC legend names them), {NIC: GPUs at most a PCIe switch away}, C12 status
 CASES = [
@@ -112,9 +112,7 @@ def test_topo_mp_hides_nvlink_so_the_class_is_unknown_not_pcie(tmp_path):
 
 
 def test_shared_b200_topo_lists_its_eight_rdma_nics():
-    path = os.path.join(SHARED, "b200x8_a4_nvidia-smi-topo-m_dranet.txt")
-    if not os.path.exists(path):
-        pytest.skip("shared/data/nccl-tests/b200x8_a4_nvidia-smi-topo-m_dranet.txt not present")
+    path = shared_data("nccl-tests", "b200x8_a4_nvidia-smi-topo-m_dranet.txt")
     t = parse_smi_topo([path])
     assert t["interconnect_class"] == "nvswitch" and t["numa_nodes"] == 2
     assert [x["device"] for x in t["nics"]] == [f"mlx5_{k}" for k in range(8)]
