@@ -224,6 +224,7 @@ class Eta:
         self.total, self.t0, self.done, self.t_last = total, time.monotonic(), 0, None
         self.marks = [(0, self.t0)]
         self.sizes, self.seconds = [], []
+        self.setup_flags, self.setup_seconds, self.setup_s = [], [], []
 
     def timed(self, sizes: list, seconds: list) -> None:
         """Every step's size (bytes, in order) and the measured seconds of those done: the ETA is
@@ -243,7 +244,7 @@ class Eta:
     def by_setups(self, now: float) -> float | None:
         """Seconds left from :meth:`timed_setups`: each step left at the mean step time less its
         set-up, plus the mean set-up for each one left to do; None without the figures."""
-        flags, secs, sets = (getattr(self, k, None) for k in ("setup_flags", "setup_seconds", "setup_s"))
+        flags, secs, sets = self.setup_flags, self.setup_seconds, self.setup_s
         if not flags or not secs or len(secs) != self.done:
             return None
         run = sum(max(s - u, 0.0) for s, u in zip(secs, sets)) / len(secs)
