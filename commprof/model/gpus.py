@@ -33,6 +33,8 @@ OPTIONAL_FIGURES = {
     "nvlink_bridge_gbps": ("GB/s of an NVLink bridge joining two cards only (0: none; not a fabric)", 0.0),
     "mem_bandwidth_achievable_gbps": ("GB/s of DRAM traffic (read + write) a published device-local copy "
                                       "measured on the SKU, where it falls well short of the datasheet (0: none)", 0.0),
+    "boost_clock_mhz": ("MHz of the SMs' boost clock the vendor states (0: not given; the compute model's per-kernel "
+                        "fixed work then runs at the reference A100's 1410 MHz)", 0.0),
     "arch": ("the GPU architecture where a kernel's rate depends on it (hopper: compute capability 9.0; '' not given)",
              ""),
 }
@@ -59,6 +61,7 @@ class GpuSpec:
     pcie_p2p: bool | None = None
     nvlink_bridge_gbps: float = 0.0
     mem_bandwidth_achievable_gbps: float = 0.0
+    boost_clock_mhz: float = 0.0
     arch: str = ""
     optional_sources: dict = field(default_factory=dict, compare=False)
 
