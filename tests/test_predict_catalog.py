@@ -10,7 +10,8 @@ from commprof.analysis.stepmodel import weights_per_rank
 from commprof.model.gpus import FIGURES, OPTIONAL_FIGURES, get_gpu, gpu_table
 from commprof.model.models import get_model
 
-NEW_SKUS = ("a100-sxm-40gb", "rtx3090", "rtx-a6000", "rtx-pro-6000", "l40s", "l20", "h20", "a30", "h800", "gb200")
+NEW_SKUS = ("a100-sxm-40gb", "rtx3090", "rtx-a6000", "rtx-pro-6000", "l40s", "l20", "h20", "a30", "h800", "gb200",
+            "rtx3090ti", "rtx-6000-ada", "rtx4080", "rtx4070-ti-super")
 
 
 @pytest.mark.parametrize("sku", NEW_SKUS)
@@ -41,11 +42,23 @@ def test_new_skus_carry_their_datasheet_figures():
     assert gb.mem_bandwidth_gbps == pytest.approx(576e3 / 72) and gb.nvlink_gbps_per_gpu == pytest.approx(130e3 / 72, rel=0.01)
 
 
+def test_every_sku_but_h20_states_a_boost_clock_with_its_source():
+    # H20: no public clock found (and its tensor rate is capped, so none can be derived from its TFLOPS)
+    assert {k for k, g in gpu_table().items() if not g.boost_clock_mhz} == {"h20"}
+    for g in gpu_table().values():
+        if g.boost_clock_mhz:
+            assert 1000 <= g.boost_clock_mhz <= 3000 and len(g.optional_sources["boost_clock_mhz"]) >= 8
+    assert (get_gpu("a100").boost_clock_mhz, get_gpu("4090").boost_clock_mhz, get_gpu("3090ti").boost_clock_mhz) == (
+        1410, 2520, 1860)
+
+
 @pytest.mark.parametrize("sku, want, words", [
     ("a100-sxm-40gb", "reference:nvlink3", "NVLink 3"), ("gb200", "reference:nvlink5", "NVLink 5"),
     ("h800", "reference:nvlink4", "NVLink 4"), ("h20", "reference:nvlink4", "NVLink 4"),
     ("rtx3090", "reference:pcie4-nop2p", "no P2P"), ("rtx-a6000", "reference:pcie4-p2p", "P2P allowed"),
-    ("a30", "reference:pcie4-p2p", "P2P allowed"),
+    ("a30", "reference:pcie4-p2p", "P2P allowed"), ("rtx-6000-ada", "reference:pcie4-p2p", "P2P allowed"),
+    ("rtx3090ti", "reference:pcie4-nop2p", "no P2P"), ("rtx4080", "reference:pcie4-nop2p", "no P2P"),
+    ("rtx4070-ti-super", "reference:pcie4-nop2p", "no P2P"),
     # a PCIe card's NVLink bridge joins two cards only: the box is a PCIe box
     ("a100-pcie", "reference:pcie4-p2p", "P2P allowed"), ("h100-pcie", "reference:pcie5-p2p", "P2P allowed")])
 def test_the_default_comm_follows_the_interconnect_class(sku, want, words):
