@@ -221,22 +221,27 @@ def fit(figures: list[dict]) -> dict:
 
     cal = {k: CALIBRATION[k] for k in FIT_GRID}
     best = loss(cal)
-    # the compute side jointly (its terms trade against each other), then every term in turn
-    joint = ("bw_frac", "half_bytes", "fill_us", "fill_sm_scaled")
-    for combo in itertools.product(*(FIT_GRID[k] for k in joint)):
-        trial = {**cal, **dict(zip(joint, combo))}
-        l = loss(trial)
-        if l < best:
-            best, cal = l, trial
-    for _ in range(6):
-        improved = False
+    # two groups of terms trade against each other, so each is searched jointly: the compute side
+    # (bandwidth share, byte ramp, fill time and how it scales), and the GDDR share with the PCIe
+    # collective terms (a GDDR box's decode step is its bytes and its collectives); then every term in
+    # turn; the rounds repeat until nothing improves
+    joints = (("bw_frac", "half_bytes", "half_bytes_bw_scaled", "fill_us", "fill_sm_scaled", "fill_clock_scaled"),
+              ("gddr_bw_frac", "pcie_skew_frac", "pcie_call_us"))
+    for _ in range(4):
+        start = best
+        for joint in joints:
+            for combo in itertools.product(*(FIT_GRID[k] for k in joint)):
+                trial = {**cal, **dict(zip(joint, combo))}
+                l = loss(trial)
+                if l < best:
+                    best, cal = l, trial
         for k, grid in FIT_GRID.items():
             for v in grid:
                 trial = {**cal, k: v}
                 l = loss(trial)
                 if l < best:
-                    best, cal, improved = l, trial, True
-        if not improved:
+                    best, cal = l, trial
+        if best >= start:
             break
     return {"cal": cal, "loss": best[0], "n": best[1]}
 
@@ -245,7 +250,7 @@ def breakdown(f: dict, cal: dict | None = None) -> list[str]:
     """The figure's modelled decode step on one rank, kernel by kernel (count, MB read per run, us per
     run with its ramp, us per step), then the host overhead and the collectives: what each term adds
     to the predicted ms/token. Lines of text; their us per step add up to the step's modelled time."""
-    from commprof.analysis.computemodel import CALIBRATION, step_compute
+    from commprof.analysis.computemodel import CALIBRATION, mem_frac, ramp_us as ramp_of, roofline_gbps, step_compute
     from commprof.model.gpus import get_gpu
 
     cal = {**CALIBRATION, **(cal or {})}
@@ -258,25 +263,24 @@ def breakdown(f: dict, cal: dict | None = None) -> list[str]:
     mixed = f["batch"] * f["isl"] // f["osl"] if serving and f["batch"] > 1 else 0
     comp = step_compute(_model(f["model"]), gpu, f["tp"], f["batch"], r["context"], mode=f["mode"], cal=cal,
                         weights=_weights_of(f), mixed_tokens=mixed)
-    bw = gpu.roofline_bandwidth_gbps if cal.get("achievable_bw", 1.0) else gpu.mem_bandwidth_gbps
+    bw = roofline_gbps(gpu, cal)
+    frac = mem_frac(gpu, cal)
+    frac_name = "gddr_bw_frac" if gpu.is_gddr and cal.get("gddr_bw_frac") else "bw_frac"
     out = [f"{f['id']}: {f['model']} {f['weights']} on {gpu.key} x{f['tp']}, batch {f['batch']}, context {r['context']}, "
-           f"{f['mode']}; roofline {bw:g} GB/s x bw_frac {cal['bw_frac']:g}; measured {f['measured_ms']:.3f} ms, "
+           f"{f['mode']}; roofline {bw:g} GB/s x {frac_name} {frac:g}; measured {f['measured_ms']:.3f} ms, "
            f"predicted {p['ms']:.3f} ms ({f['metric']})",
            f"{'kernel':<20}{'count':>6}{'MB/run':>10}{'us/run':>9}{'us/step':>10}  bound"]
     for k in comp["by_kernel"]:
         out.append(f"{k['name']:<20}{k['count']:>6}{k['bytes_read'] / 1e6:>10.3f}{k['us']:>9.2f}"
                    f"{k['count'] * k['us']:>10.1f}  {k['bound']}")
     n = sum(k["count"] for k in comp["by_kernel"] if k["bytes_read"] > 0)
-    from commprof.analysis.computemodel import FILL_REF_SMS
-
-    fill = float(cal.get("fill_us", 0.0)) * (FILL_REF_SMS / gpu.sm_count if cal.get("fill_sm_scaled") else 1.0)
-    ramp_us = float(cal.get("half_bytes", 0.0)) / (bw * 1e3 * cal["bw_frac"]) + fill
+    ramp_us = ramp_of(gpu, cal)
     out += [f"{'host (gaps)':<20}{'':>6}{'':>10}{'':>9}{comp['gap_us']:>10.1f}",
             f"{'collectives':<20}{r['collectives_per_step']:>6}{'':>10}{'':>9}{r['comm_ms'] * 1e3:>10.1f}",
             f"{'step':<20}{'':>6}{comp['bytes_read'] / 1e6:>10.1f}{'':>9}{r['ms_per_token'] * 1e3:>10.1f}",
             f"of which the per-kernel ramp (half_bytes / bandwidth + fill_us, {ramp_us:.2f} us on this GPU) over "
             f"{n} memory kernels: {n * ramp_us / 1e3:.2f} ms; every byte at bw_frac: "
-            f"{comp['bytes_read'] / (bw * 1e3 * cal['bw_frac']) / 1e3:.2f} ms"]
+            f"{comp['bytes_read'] / (bw * 1e3 * frac) / 1e3:.2f} ms"]
     return out
 
 

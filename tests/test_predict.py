@@ -58,9 +58,11 @@ def test_decode_kernels_of_qwen25_32b_tp8_match_hand_computed_bytes_and_flops():
     assert "attention_sliding" not in ks
     assert ks["lm_head"].bytes_read == 19008 * 5120 * 2 + 19008 * 2      # 152064 / 8 = 19008 rows
     # at batch 1 every GEMM is memory bound: time = (bytes + half_bytes) / (bandwidth x bw_frac) + fill_us
-    # (an A100's, x 108 / 132 SMs on an H100 when fill_sm_scaled is on), or the floor
-    fill = CALIBRATION["fill_us"] * (108 / 132 if CALIBRATION["fill_sm_scaled"] else 1.0)
-    bw_us = ((ks["gate_up_proj"].bytes_read + CALIBRATION["half_bytes"]) / (3350 * 1e3 * CALIBRATION["bw_frac"])
+    # (an A100's, x 108 / 132 SMs on an H100 when fill_sm_scaled is on, x 1410 / 1980 MHz when
+    # fill_clock_scaled is on too; half_bytes x 3350 / 2039 GB/s when half_bytes_bw_scaled is on), or the floor
+    fill = CALIBRATION["fill_us"] * (108 / 132 if CALIBRATION["fill_sm_scaled"] else 1.0) * (1410 / 1980 if CALIBRATION["fill_sm_scaled"] and CALIBRATION["fill_clock_scaled"] else 1.0)
+    half = CALIBRATION["half_bytes"] * (3350 / 2039 if CALIBRATION["half_bytes_bw_scaled"] else 1.0)
+    bw_us = ((ks["gate_up_proj"].bytes_read + half) / (3350 * 1e3 * CALIBRATION["bw_frac"])
              + fill)
     assert ks["gate_up_proj"].bound == "memory" and ks["gate_up_proj"].us == pytest.approx(bw_us)
 
@@ -96,8 +98,9 @@ def test_large_batch_turns_gemms_compute_bound_and_floors_hold_tiny_kernels():
     assert ks["gate_up_proj"].us == pytest.approx(fl)
     small = _by_name(step_kernels(m, g, 8, 1, 1, 16))["small"]
     # a norm/add kernel moves 2 x 5120 x 2 bytes: the ramp (half_bytes, fill_us) or the floor sets its time
-    want = max(CALIBRATION["floor_us"], (2 * 5120 * 2 + CALIBRATION["half_bytes"]) / (1008 * 1e3 * CALIBRATION["bw_frac"])
-               + CALIBRATION["fill_us"] * (108 / 128 if CALIBRATION["fill_sm_scaled"] else 1.0))   # 4090: 128 SMs
+    # 4090: 128 SMs at 2520 MHz, 1008 GB/s of GDDR6X (gddr_bw_frac where it is set)
+    want = max(CALIBRATION["floor_us"], (2 * 5120 * 2 + CALIBRATION["half_bytes"] * (1008 / 2039 if CALIBRATION["half_bytes_bw_scaled"] else 1.0)) / (1008 * 1e3 * (CALIBRATION["gddr_bw_frac"] or CALIBRATION["bw_frac"]))
+               + CALIBRATION["fill_us"] * (108 / 128 if CALIBRATION["fill_sm_scaled"] else 1.0) * (1410 / 2520 if CALIBRATION["fill_sm_scaled"] and CALIBRATION["fill_clock_scaled"] else 1.0))
     assert small.us == pytest.approx(want)
 
 
@@ -136,7 +139,7 @@ def test_comm_ms_is_the_plans_collectives_priced_by_the_profile():
     direct = sum(profile_latency_us("pcie5-nop2p", s.op, 8, s.size_bytes) for s in sites)
     # the profile evaluated at the exact size, then as the engine pays it (analysis/enginecomm.py):
     # no custom all-reduce on 8 GPUs without P2P, the PCIe rank skew and the per-call cost
-    engine = direct * (1 + C["pcie_skew_frac"]) + len(sites) * (C["coll_graph_us"] + C["coll_eager_us"])
+    engine = direct * (1 + C["pcie_skew_frac"]) + len(sites) * (C["pcie_call_us"] + C["coll_graph_us"] + C["coll_eager_us"])
     assert r["comm_ms"] * 1e3 == pytest.approx(engine, rel=1e-9)
 
 
@@ -272,9 +275,9 @@ def test_the_seed_box_result_reproduces_from_its_inputs():
                       prompt=4096)
     assert float(row["compute_ms"]) == pytest.approx(r["compute_ms"], rel=1e-4)
     assert float(row["comm_ms"]) == pytest.approx(r["comm_ms"], rel=2e-3)   # the committed dir priced the cached sweep log-log; now the exact size
-    assert float(row["comm_share_pct"]) == pytest.approx(54.4, abs=0.05)          # the README's figure
+    assert float(row["comm_share_pct"]) == pytest.approx(64.6, abs=0.05)          # the README's figure
     assert float(row["ms_per_token_lo"]) == pytest.approx(r["ms_per_token_lo"], rel=2e-3)
-    assert (float(row["comm_share_lo_pct"]), float(row["comm_share_hi_pct"])) == pytest.approx((44.5, 66.0), abs=0.1)
+    assert (float(row["comm_share_lo_pct"]), float(row["comm_share_hi_pct"])) == pytest.approx((58.5, 75.2), abs=0.1)
 
 
 def test_show_reads_a_predict_dir_back(cli_inproc, tmp_path):

@@ -86,6 +86,15 @@ def test_engine_price_hand_computed():
     p = engine_price(_FakeComm("reference:pcie5-p2p"), _Gpu(), 2, "graph", cal)
     assert p("all_reduce", 53550) == pytest.approx(7.5 + 1.0 + 2.0)        # custom all-reduce, then per call
     assert p("all_gather", 100) == pytest.approx(4.0 * 1.5 + 2.0)          # the logits gather stays on NCCL
+    # pcie_call_us: a fixed cost per NCCL call on a PCIe box, on top of the skewed loop time
+    cal2 = {**cal, "pcie_call_us": 7.0}
+    p = engine_price(_FakeComm("reference:pcie5-nop2p"), _Gpu(), 8, "graph", cal2)
+    assert p("all_reduce", 1024) == pytest.approx(10.0 * 1.5 + 7.0 + 2.0)
+    p = engine_price(_FakeComm("reference:pcie5-p2p"), _Gpu(), 2, "graph", cal2)
+    assert p("all_reduce", 53550) == pytest.approx(7.5 + 1.0 + 2.0)        # custom all-reduce: not NCCL, no call cost
+    assert p("all_gather", 100) == pytest.approx(4.0 * 1.5 + 7.0 + 2.0)
+    p = engine_price(_FakeComm("reference:nvlink4"), _Gpu(), 8, "graph", cal2)
+    assert p("all_gather", 1024) == pytest.approx(4.0 + 2.0)               # NVLink: neither skew nor call cost
 
 
 def test_predict_prices_the_steps_collectives_as_the_engine_pays_them():
@@ -180,6 +189,61 @@ def test_fill_time_shared_by_the_sms_hand_computed():
     # off: the same time on every GPU
     assert _price("k", 1, 40e6, 0.0, r4090, "bf16", {**cal, "fill_sm_scaled": 0.0}, 0.6).us == pytest.approx(
         40e6 / (1008e3 * 0.8) + 3.0)
+
+
+def test_fill_time_at_the_sms_clock_hand_computed():
+    """fill_clock_scaled: the fixed work of a kernel runs at the SMs' boost clock too: fill_us is an
+    A100's (108 SMs at 1410 MHz); a GPU with n SMs at f MHz pays fill_us x 108 / n x 1410 / f."""
+    import dataclasses
+
+    from commprof.analysis.computemodel import FILL_REF_CLOCK_MHZ, _price, fill_scale
+    from commprof.model.gpus import get_gpu
+
+    assert FILL_REF_CLOCK_MHZ == 1410
+    cal = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 0.0, "fill_us": 3.0, "fill_sm_scaled": 1.0,
+           "fill_clock_scaled": 1.0}
+    a100 = get_gpu("a100-sxm")
+    fast = dataclasses.replace(a100, sm_count=216, boost_clock_mhz=2820.0)    # twice the SMs, twice the clock
+    assert fill_scale(fast, cal) == pytest.approx(0.25)
+    assert _price("k", 1, 40e6, 0.0, fast, "bf16", cal, 0.6).us == pytest.approx(40e6 / (2039e3 * 0.8) + 0.75)
+    # a GPU that gives no clock is taken at the reference clock: the SM share only
+    noclk = dataclasses.replace(a100, sm_count=216, boost_clock_mhz=0.0)
+    assert fill_scale(noclk, cal) == pytest.approx(0.5)
+    # off: the SM share only; without fill_sm_scaled the clock is not applied either
+    assert fill_scale(fast, {**cal, "fill_clock_scaled": 0.0}) == pytest.approx(0.5)
+    assert fill_scale(fast, {**cal, "fill_sm_scaled": 0.0}) == 1.0
+    # the table's own figures: an RTX 4090 (128 SMs) at its boost clock
+    r4090 = get_gpu("rtx4090")
+    assert r4090.boost_clock_mhz > 0
+    assert fill_scale(r4090, cal) == pytest.approx(108 / 128 * 1410 / r4090.boost_clock_mhz)
+
+
+def test_gddr_share_and_bandwidth_scaled_ramp_hand_computed():
+    """gddr_bw_frac: a GDDR card (gpus.toml memory_type gddr*) streams at its own share of the datasheet;
+    half_bytes_bw_scaled: half_bytes is quoted at an A100's 2039 GB/s, so a GPU of B GB/s needs
+    half_bytes x B / 2039 in flight: the same ramp time on every memory."""
+    from commprof.analysis.computemodel import HALF_REF_GBPS, _price, half_bytes_on, mem_frac, ramp_us
+    from commprof.model.gpus import get_gpu
+
+    assert HALF_REF_GBPS == 2039
+    a100, r4090 = get_gpu("a100-sxm"), get_gpu("rtx4090")
+    assert r4090.is_gddr and r4090.memory_type == "gddr6x" and not a100.is_gddr and a100.memory_type == "hbm2e"
+    cal = {"bw_frac": 0.7, "gddr_bw_frac": 0.9, "floor_us": 0.0, "half_bytes": 4e6, "fill_us": 0.0}
+    assert mem_frac(r4090, cal) == 0.9 and mem_frac(a100, cal) == 0.7
+    assert mem_frac(r4090, {**cal, "gddr_bw_frac": 0.0}) == 0.7            # 0: bw_frac everywhere
+    # fixed bytes: 4 MB at 1008 x 0.9 GB/s on the 4090, at 2039 x 0.7 on the A100
+    assert _price("k", 1, 40e6, 0.0, r4090, "bf16", cal, 0.6).us == pytest.approx(44e6 / (1008e3 * 0.9))
+    assert _price("k", 1, 40e6, 0.0, a100, "bf16", cal, 0.6).us == pytest.approx(44e6 / (2039e3 * 0.7))
+    # bandwidth-scaled: the 4090 needs 4 MB x 1008 / 2039 in flight; the A100 keeps 4 MB
+    sc = {**cal, "half_bytes_bw_scaled": 1.0}
+    assert half_bytes_on(r4090, sc) == pytest.approx(4e6 * 1008 / 2039)
+    assert half_bytes_on(a100, sc) == pytest.approx(4e6)
+    assert _price("k", 1, 40e6, 0.0, r4090, "bf16", sc, 0.6).us == pytest.approx(
+        (40e6 + 4e6 * 1008 / 2039) / (1008e3 * 0.9))
+    # the ramp in time: 4 MB / (2039 x 0.7 GB/s) = 2.80 us on the A100; on the 4090 the same bytes-per-GB/s
+    # ratio at its own share: 4e6 / 2039 / (1e3 x 0.9) = 2.18 us
+    assert ramp_us(a100, sc) == pytest.approx(4e6 / (2039e3 * 0.7))
+    assert ramp_us(r4090, sc) == pytest.approx(4e6 / 2039 / (1e3 * 0.9))
 
 
 def test_int4_weight_only_gemms_on_hopper_reach_a_share_of_the_bandwidth_hand_computed():
@@ -373,8 +437,8 @@ def test_breakdown_adds_up_to_the_predicted_step_and_names_the_ramp_hand_compute
     step = float(next(ln for ln in lines if ln.startswith("step")).split()[-1])
     assert sum(float(r[4]) for r in rows) + host + comm == pytest.approx(step, abs=0.5)
     assert step / 1e3 == pytest.approx(b.predict_figure(f)["step_ms"], rel=1e-4)
-    ramp = (CALIBRATION["half_bytes"] / (1008 * 1e3 * CALIBRATION["bw_frac"])
-            + CALIBRATION["fill_us"] * (108 / 128 if CALIBRATION["fill_sm_scaled"] else 1.0))   # 128 SMs
+    ramp = (CALIBRATION["half_bytes"] * (1008 / 2039 if CALIBRATION["half_bytes_bw_scaled"] else 1.0) / (1008 * 1e3 * (CALIBRATION["gddr_bw_frac"] or CALIBRATION["bw_frac"]))
+            + CALIBRATION["fill_us"] * (108 / 128 if CALIBRATION["fill_sm_scaled"] else 1.0) * (1410 / 2520 if CALIBRATION["fill_sm_scaled"] and CALIBRATION["fill_clock_scaled"] else 1.0))   # 128 SMs at 2520 MHz, GDDR6X
     assert f"{ramp:.2f} us on this GPU" in lines[-1]
     n = sum(int(r[1]) for r in rows)           # every kernel of this dense bf16 step reads bytes
     assert f"over {n} memory kernels: {n * ramp / 1e3:.2f} ms" in lines[-1]

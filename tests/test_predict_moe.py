@@ -46,8 +46,10 @@ def test_the_busiest_ranks_expert_kernel_by_hand():
     assert k.flops == pytest.approx(6.0 * (1 * 8 / 4) * 2048 * 768)
     # each active expert a GEMM of its own: the ramp (half_bytes, fill_us) paid once per expert
     ramps = active if CALIBRATION["moe_expert_streams"] else 1.0
-    want_us = max((k.bytes_read + ramps * CALIBRATION["half_bytes"]) / (3350e3 * CALIBRATION["bw_frac"])
-                  + ramps * CALIBRATION["fill_us"] * (108 / 132 if CALIBRATION["fill_sm_scaled"] else 1.0), k.flops / (989.5e6 * CALIBRATION["flop_frac"]), CALIBRATION["floor_us"])
+    half = CALIBRATION["half_bytes"] * (3350 / 2039 if CALIBRATION["half_bytes_bw_scaled"] else 1.0)      # H100: 3350 GB/s
+    fill = CALIBRATION["fill_us"] * (108 / 132 if CALIBRATION["fill_sm_scaled"] else 1.0) * (1410 / 1980 if CALIBRATION["fill_sm_scaled"] and CALIBRATION["fill_clock_scaled"] else 1.0)       # 132 SMs at 1980 MHz
+    want_us = max((k.bytes_read + ramps * half) / (3350e3 * CALIBRATION["bw_frac"]) + ramps * fill,
+                  k.flops / (989.5e6 * CALIBRATION["flop_frac"]), CALIBRATION["floor_us"])
     assert k.us == pytest.approx(want_us)
     # tp 8, ep 4: each expert sharded over 2 GPUs, half the bytes per expert
     assert ep_expert_kernel(m, gpu, 8, 4, 1).bytes_read == pytest.approx(active * 3 * 2048 * 384 * 2)

@@ -50,18 +50,29 @@ from commprof.analysis.quant import FORMATS as QUANT_FORMATS, bytes_per_weight, 
 #: ``results/bench/predict_figures.md``. ``flop_frac``, ``prefill_flop_frac``, ``floor_us`` and
 #: ``small_kernels_per_layer`` are set, not fitted.
 CALIBRATION = {
-    "bw_frac": 0.74,            # best achieved / datasheet memory bandwidth (a large decode GEMM or attention read)
+    "bw_frac": 0.72,            # best achieved / datasheet memory bandwidth (a large decode GEMM or attention read)
+    # the same on a GDDR card (gpus.toml memory_type gddr6/gddr6x/gddr7); 0 = bw_frac on every memory.
+    # A decode GEMV keeps a bounded number of bytes in flight per SM; by Little's law the bytes a memory
+    # needs in flight are its bandwidth x latency, per SM about 5-7 KB on a GDDR card (RTX 4090: 1008 GB/s
+    # over 128 SMs) and 11-18 KB on an HBM part (A100: 2039 GB/s over 108, H100: 3350 over 132), so the
+    # same kernels stream nearer a GDDR card's datasheet (a plain read kernel reaches 91% of a 4090's
+    # 1008 GB/s, https://github.com/krrishnarraj/clpeak/issues/106). Fitted on the GDDR fit figures.
+    "gddr_bw_frac": 0.82,
     "flop_frac": 0.60,          # achieved / datasheet dense tensor FLOP/s (decode GEMMs at large batch)
     "prefill_flop_frac": 0.60,  # the same for prefill GEMMs
     "floor_us": 2.5,            # a kernel's shortest run on the GPU (graph replay)
-    "eager_gap_us": 8.0,        # host time to launch one kernel without CUDA graphs (hidden behind longer kernels)
+    "eager_gap_us": 6.0,        # host time to launch one kernel without CUDA graphs (hidden behind longer kernels)
     "small_kernels_per_layer": 5,   # norms, rotary, activation, residual adds: floor-bound
-    "step_overhead_us": 700.0,   # host work per step: scheduler, sampling, input preparation
+    "step_overhead_us": 500.0,   # host work per step: scheduler, sampling, input preparation
     # Efficiency that falls with the work per kernel: a memory-bound kernel of b bytes runs
     # (b + half_bytes) / (bandwidth x bw_frac), i.e. it reaches half of its best bandwidth at
     # b = half_bytes (the bytes in flight a GPU needs to cover its memory latency, by Little's law:
     # a small GEMM at TP=8 or of a small model never has them). 0 = one bw_frac for every shape.
     "half_bytes": 2e6,
+    # 1: half_bytes is quoted at an A100's bandwidth (HALF_REF_GBPS) and a GPU streaming B GB/s needs
+    # half_bytes x B / HALF_REF_GBPS in flight (Little's law: bandwidth x latency), so the ramp costs the
+    # same time on a slow and a fast memory; 0: the same bytes on every GPU (a slow memory pays longer).
+    "half_bytes_bw_scaled": 1.0,
     # The same ramp as a time: a memory-bound kernel pays fill_us on top of its bytes (launch into
     # the graph, the first loads' latency, the tail wave). By Little's law the bytes a GPU needs in
     # flight are bandwidth x latency, so a fixed time, not fixed bytes, is the same on a slow and a
@@ -73,6 +84,11 @@ CALIBRATION = {
     # prologue, partial-sum reduction and epilogue, the tail wave) is done by the SMs side by side, so it
     # shrinks with their number, not with DRAM bandwidth; 0: the same time on every GPU.
     "fill_sm_scaled": 1.0,
+    # 1 (with fill_sm_scaled): that fixed work runs at the SMs' clock too, so a GPU whose SMs boost to
+    # f MHz pays a further FILL_REF_CLOCK_MHZ / f (gpus.toml boost_clock_mhz, the vendor's figure; a
+    # GPU without one is taken at the reference clock): a GeForce card at 2.5 GHz does a kernel's
+    # prologue, partial-sum reduction and epilogue in 0.56 of the time an A100 at 1.41 GHz does. 0: SMs only.
+    "fill_clock_scaled": 1.0,
     # 4-bit weight-only GEMMs (AWQ/GPTQ/w4a16 via Marlin) on Hopper reach this share of the
     # bandwidth a 16-bit GEMM reaches there (quant_bw_scale); 1 = the same.
     "int4_hopper_frac": 0.65,
@@ -85,7 +101,8 @@ CALIBRATION = {
     # graphs, more per call in eager mode, and the rank skew of NCCL over PCIe (a fraction).
     "coll_graph_us": 0.0,
     "coll_eager_us": 0.0,
-    "pcie_skew_frac": 0.75,
+    "pcie_skew_frac": 1.0,
+    "pcie_call_us": 10.0,
     # 1: the roofline starts from a GPU's published measured achievable bandwidth where gpus.toml
     # gives one lower than the datasheet (mem_bandwidth_achievable_gbps, with its source); 0: the datasheet
     "achievable_bw": 1.0,
@@ -107,13 +124,60 @@ MODES = ("graph", "eager")
 #: The SM count fill_us is quoted at when ``fill_sm_scaled`` is on: an A100's 108 SMs
 #: (https://images.nvidia.com/aem-dam/en-zz/Solutions/data-center/nvidia-ampere-architecture-whitepaper.pdf).
 FILL_REF_SMS = 108
+#: The bandwidth half_bytes is quoted at when ``half_bytes_bw_scaled`` is on: an A100 80GB SXM's 2039 GB/s
+#: (https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf).
+HALF_REF_GBPS = 2039.0
+#: The SM boost clock fill_us is quoted at when ``fill_clock_scaled`` is on: an A100's 1410 MHz (same whitepaper).
+FILL_REF_CLOCK_MHZ = 1410.0
+
+
+def mem_frac(gpu: GpuSpec, cal: dict) -> float:
+    """The share of ``gpu``'s roofline bandwidth a large memory-bound kernel reaches: ``gddr_bw_frac``
+    on a GDDR card where it is set, else ``bw_frac``."""
+    g = float(cal.get("gddr_bw_frac", 0.0) or 0.0)
+    return g if g > 0 and getattr(gpu, "is_gddr", False) else float(cal["bw_frac"])
+
+
+def roofline_gbps(gpu: GpuSpec, cal: dict) -> float:
+    """The bandwidth the roofline starts from: the datasheet's, or a published measured achievable one
+    where the GPU has one and it is lower (``achievable_bw`` on; the datasheet bound keeps the datasheet)."""
+    return gpu.roofline_bandwidth_gbps if cal.get("achievable_bw", 1.0) else gpu.mem_bandwidth_gbps
+
+
+def half_bytes_on(gpu: GpuSpec, cal: dict) -> float:
+    """``half_bytes`` on ``gpu``: as given, or scaled by the GPU's roofline bandwidth over
+    ``HALF_REF_GBPS`` when ``half_bytes_bw_scaled`` is on (the same ramp time on every memory)."""
+    half = float(cal.get("half_bytes", 0.0))
+    if cal.get("half_bytes_bw_scaled", 0.0):
+        half *= roofline_gbps(gpu, cal) / HALF_REF_GBPS
+    return half
+
+
+def ramp_us(gpu: GpuSpec, cal: dict) -> float:
+    """What a memory-bound kernel pays on ``gpu`` beyond its bytes: the byte ramp at the kernel's
+    bandwidth plus the fill time (both once per weight stream)."""
+    return (half_bytes_on(gpu, cal) / (roofline_gbps(gpu, cal) * 1e3 * mem_frac(gpu, cal))
+            + float(cal.get("fill_us", 0.0)) * fill_scale(gpu, cal))
+
+
+def fill_scale(gpu: GpuSpec, cal: dict) -> float:
+    """What one ``fill_us`` costs on ``gpu``: ``FILL_REF_SMS / sm_count`` when ``fill_sm_scaled`` is on,
+    times ``FILL_REF_CLOCK_MHZ / boost_clock_mhz`` when ``fill_clock_scaled`` is on too (and the GPU
+    gives its clock); 1 otherwise. The fixed work of a kernel is done by the SMs side by side, at their clock."""
+    if not cal.get("fill_sm_scaled", 0.0) or gpu.sm_count <= 0:
+        return 1.0
+    k = FILL_REF_SMS / gpu.sm_count
+    clk = float(getattr(gpu, "boost_clock_mhz", 0.0) or 0.0)
+    if cal.get("fill_clock_scaled", 0.0) and clk > 0:
+        k *= FILL_REF_CLOCK_MHZ / clk
+    return k
 
 #: The datasheet bound: every byte at peak bandwidth, every FLOP at peak, no floors or overheads
 #: (a measured figure faster than this did not run as described).
 IDEAL = {"bw_frac": 1.0, "flop_frac": 1.0, "prefill_flop_frac": 1.0, "floor_us": 0.0, "eager_gap_us": 0.0,
          "step_overhead_us": 0.0, "half_bytes": 0.0, "coll_graph_us": 0.0, "coll_eager_us": 0.0,
-         "pcie_skew_frac": 0.0, "achievable_bw": 0.0,
-         "fill_us": 0.0, "fill_sm_scaled": 0.0, "int4_hopper_frac": 1.0, "moe_expert_streams": 0.0, "sm_stream_gbps": 0.0}
+         "pcie_skew_frac": 0.0, "pcie_call_us": 0.0, "achievable_bw": 0.0,
+         "fill_us": 0.0, "fill_sm_scaled": 0.0, "fill_clock_scaled": 0.0, "gddr_bw_frac": 0.0, "half_bytes_bw_scaled": 0.0, "int4_hopper_frac": 1.0, "moe_expert_streams": 0.0, "sm_stream_gbps": 0.0}
 
 #: The constants ``scripts/bench_predict_figures.py --fit`` may move, with the values it tries
 #: (fit figures only; everything else is set).
@@ -124,9 +188,13 @@ FIT_GRID = {
     "coll_graph_us": [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 15.0, 20.0, 30.0],
     "coll_eager_us": [0.0, 5.0, 10.0, 20.0, 30.0, 50.0, 80.0],
     "pcie_skew_frac": [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0],
+    "pcie_call_us": [0.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0],
     "eager_gap_us": [2.0, 4.0, 6.0, 8.0, 10.0, 15.0],
     "fill_us": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0],
     "fill_sm_scaled": [0.0, 1.0],
+    "fill_clock_scaled": [0.0, 1.0],
+    "half_bytes_bw_scaled": [0.0, 1.0],
+    "gddr_bw_frac": [0.0] + [x / 100 for x in range(70, 97, 2)],
     "int4_hopper_frac": [0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9, 1.0],
     "moe_expert_streams": [0.0, 1.0],
     "sm_stream_gbps": [0.0, 50.0, 100.0, 150.0, 200.0, 300.0],
@@ -160,15 +228,11 @@ def _price(name, count, nbytes, flops, gpu: GpuSpec, dtype: str, cal: dict, flop
            bw_scale: float = 1.0, streams: float = 1.0) -> Kernel:
     # the ramp (half_bytes, fill_us) is paid once per independent weight stream of the kernel: once
     # for a GEMM, once per active expert for a grouped MoE GEMM (``streams``)
-    half = float(cal.get("half_bytes", 0.0)) * streams if nbytes > 0 else 0.0
-    fill = float(cal.get("fill_us", 0.0)) * streams if nbytes > 0 else 0.0
-    if cal.get("fill_sm_scaled", 0.0) and gpu.sm_count > 0:     # the fixed work shared by the SMs
-        fill *= FILL_REF_SMS / gpu.sm_count
-    # the roofline starts from the datasheet, or from a published measured achievable bandwidth where
-    # the GPU has one and it is lower (GpuSpec.roofline_bandwidth_gbps); the datasheet bound (IDEAL)
-    # keeps the datasheet
-    bw_gbps = gpu.roofline_bandwidth_gbps if cal.get("achievable_bw", 1.0) else gpu.mem_bandwidth_gbps
-    t_mem = (nbytes + half) / (bw_gbps * 1e3 * cal["bw_frac"] * bw_scale) + fill  # GB/s = 1e3 B/us
+    half = half_bytes_on(gpu, cal) * streams if nbytes > 0 else 0.0
+    # the fixed work shared by the SMs, at their clock (fill_scale)
+    fill = float(cal.get("fill_us", 0.0)) * streams * fill_scale(gpu, cal) if nbytes > 0 else 0.0
+    bw_gbps = roofline_gbps(gpu, cal)
+    t_mem = (nbytes + half) / (bw_gbps * 1e3 * mem_frac(gpu, cal) * bw_scale) + fill  # GB/s = 1e3 B/us
     # the SMs' side of the stream, in series with DRAM's (sm_stream_gbps per SM, 0 = off): a GPU with
     # few SMs for its bandwidth (H200, H20) keeps fewer bytes in flight per GB/s than one with many
     # (RTX 4090/5090, L20), so it reaches less of its DRAM bandwidth in a streaming GEMV

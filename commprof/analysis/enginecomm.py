@@ -22,6 +22,11 @@ named term here:
   host round trips whose spread grows with the ranks; a step waits for the slowest, so the price is
   ``(1 + pcie_skew_frac)`` times the loop's mean. Fitted on the PCIe ``fit`` figures (8x L20 eager,
   2x RTX 5090 where the weights are priced).
+* **a fixed in-step cost of NCCL over PCIe** (``pcie_call_us``): an additive cost per NCCL call on a
+  PCIe box, the same at any TP, beside the skew that scales with the loop's time (which grows with the
+  ranks). The fit figures at TP 2 and 8 decide how the in-step excess splits between the two; what
+  causes the fixed part (host-memory round trips, the engine's stream wait) is not separated here.
+  Fitted on the PCIe ``fit`` figures; 0 = none.
 
 :func:`engine_price` wraps a :class:`~commprof.analysis.commsource.CommSource`'s ``price`` with
 these terms; a measured dir (``commprof sweep``/``import``) keeps its own NCCL numbers and gets the
@@ -78,6 +83,7 @@ def engine_price(comm, gpu, tp: int, mode: str, cal: dict):
     car = uses_custom_ar(cls, tp)
     per_call = float(cal.get("coll_graph_us", 0.0)) + (float(cal.get("coll_eager_us", 0.0)) if mode == "eager" else 0.0)
     skew = 1.0 + (float(cal.get("pcie_skew_frac", 0.0)) if cls.startswith("pcie") else 0.0)
+    pcie_call = float(cal.get("pcie_call_us", 0.0)) if cls.startswith("pcie") else 0.0
     nvl, pcie = int(getattr(gpu, "nvlink_gen", 4) or 4), int(getattr(gpu, "pcie_gen", 5) or 5)
 
     memo: dict = {}
@@ -88,6 +94,6 @@ def engine_price(comm, gpu, tp: int, mode: str, cal: dict):
             if op == "all_reduce" and car:
                 memo[key] = custom_ar_us(size_bytes, tp, cls, nvl, pcie) + per_call
             else:
-                memo[key] = base(op, size_bytes) * skew + per_call
+                memo[key] = base(op, size_bytes) * skew + pcie_call + per_call
         return memo[key]
     return price

@@ -16,6 +16,8 @@ Only the standard library is imported here.
 """
 from __future__ import annotations
 
+import functools
+
 import math
 from dataclasses import asdict, dataclass
 
@@ -144,6 +146,14 @@ def decode_collectives(model: ModelShape, tp: int, batch: int, dtype: str = "bf1
 
 def step_collectives(model: ModelShape, tp: int, tokens: int, logits_tokens: int, dtype: str = "bf16",
                      sp: bool = False, moe: str = "tp") -> list[CollectiveSite]:
+    """Every collective of one forward step (:func:`_step_collectives`); a new list of the same frozen
+    sites each call (the sites of a shape are computed once: a fit prices the same steps thousands of times)."""
+    return list(_step_collectives(model, tp, tokens, logits_tokens, dtype, sp, moe))
+
+
+@functools.lru_cache(maxsize=4096)
+def _step_collectives(model: ModelShape, tp: int, tokens: int, logits_tokens: int, dtype: str = "bf16",
+                      sp: bool = False, moe: str = "tp") -> tuple[CollectiveSite, ...]:
     """Every collective of one forward step that carries ``tokens`` tokens and takes the logits of
     ``logits_tokens`` of them, in execution order (see :func:`decode_collectives`, whose step has
     ``tokens = logits_tokens = batch``). A prefill chunk of K tokens has ``tokens = K`` and
@@ -181,7 +191,7 @@ def step_collectives(model: ModelShape, tp: int, tokens: int, logits_tokens: int
         else:
             reduce(f"layer {i} MLP-out", "mlp_out", i, activation)
     add("logits", "logits", None, "all_gather", logits_tokens * model.vocab * elem)
-    return sites
+    return tuple(sites)
 
 
 def step_counts(sites: list[CollectiveSite], batch: int) -> dict:

@@ -33,6 +33,8 @@ OPTIONAL_FIGURES = {
     "nvlink_bridge_gbps": ("GB/s of an NVLink bridge joining two cards only (0: none; not a fabric)", 0.0),
     "mem_bandwidth_achievable_gbps": ("GB/s of DRAM traffic (read + write) a published device-local copy "
                                       "measured on the SKU, where it falls well short of the datasheet (0: none)", 0.0),
+    "memory_type": ("the DRAM the vendor names (hbm2, hbm2e, hbm3, hbm3e, gddr6, gddr6x, gddr7; '' not given): "
+                    "the compute model's roofline takes gddr_bw_frac of a GDDR card's bandwidth", ""),
     "boost_clock_mhz": ("MHz of the SMs' boost clock the vendor states (0: not given; the compute model's per-kernel "
                         "fixed work then runs at the reference A100's 1410 MHz)", 0.0),
     "arch": ("the GPU architecture where a kernel's rate depends on it (hopper: compute capability 9.0; '' not given)",
@@ -61,6 +63,7 @@ class GpuSpec:
     pcie_p2p: bool | None = None
     nvlink_bridge_gbps: float = 0.0
     mem_bandwidth_achievable_gbps: float = 0.0
+    memory_type: str = ""
     boost_clock_mhz: float = 0.0
     arch: str = ""
     optional_sources: dict = field(default_factory=dict, compare=False)
@@ -68,6 +71,11 @@ class GpuSpec:
     @property
     def memory_bytes(self) -> int:
         return int(self.memory_gb * 1e9)
+
+    @property
+    def is_gddr(self) -> bool:
+        """True for a card on GDDR memory (memory_type gddr*), False for HBM or not given."""
+        return str(self.memory_type).lower().startswith("gddr")
 
     @property
     def roofline_bandwidth_gbps(self) -> float:
