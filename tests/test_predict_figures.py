@@ -477,3 +477,19 @@ def test_predict_names_the_measured_bandwidth_it_prices_a_gpu_from():
     note = achievable_bw_note(get_gpu("h20"))
     assert "2232 GB/s" in note and "datasheet 4000 GB/s" in note and "nvbandwidth/issues/48" in note
     assert achievable_bw_note(get_gpu("h100-sxm")) == ""          # datasheet roofline: nothing to say
+
+
+def test_step_collectives_of_an_unhashable_shape_are_priced_without_the_cache():
+    """A shape read from a config.json may carry a list (global_layers): its collectives are the same
+    as the hashable shape's, computed without the cache (no TypeError)."""
+    import dataclasses
+
+    from commprof.analysis.stepmodel import decode_collectives
+    from commprof.model.models import get_model
+
+    m = get_model("Gemma-3-27B")
+    listy = dataclasses.replace(m, global_layers=list(m.global_layers))
+    a, b = decode_collectives(m, 8, 2), decode_collectives(listy, 8, 2)
+    assert a == b and len(a) == 2 * m.layers + 2
+    a.append("x")                                        # each call returns a list of its own
+    assert len(decode_collectives(m, 8, 2)) == 2 * m.layers + 2

@@ -41,14 +41,13 @@ from commprof.analysis.stepmodel import check_tp, dtype_bytes, kv_bytes_per_sequ
 from commprof.analysis.quant import FORMATS as QUANT_FORMATS, bytes_per_weight, gemm_dtype as quant_gemm_dtype
 
 #: The modelled GPU's achievable fractions, floors and the engine's per-collective terms.
-#: ``bw_frac``, ``half_bytes``, ``fill_us``, ``step_overhead_us``, ``eager_gap_us``, ``int4_hopper_frac``,
-#: ``moe_expert_streams``, ``sm_stream_gbps``, ``coll_graph_us``, ``coll_eager_us`` and ``pcie_skew_frac``
-#: are what ``scripts/bench_predict_figures.py --fit`` printed on the 21 ``fit`` figures of
-#: ``tests/data/published-decode/figures.csv`` (NVIDIA NIM 2x H100 fp8; vLLM's dashboard on H100/A100
-#: SXM; Qwen's speed benchmarks on A100 and H20, AWQ and MoE among them; 8x L20 eager; QwQ-32B-AWQ on
-#: RTX 5090); the 27 held-out figures were never used. Errors per figure, fit and held out apart, in
-#: ``results/bench/predict_figures.md``. ``flop_frac``, ``prefill_flop_frac``, ``floor_us`` and
-#: ``small_kernels_per_layer`` are set, not fitted.
+#: Every constant of :data:`FIT_GRID` is what ``scripts/bench_predict_figures.py --fit`` finds on the 26
+#: ``fit`` figures of ``tests/data/published-decode/figures.csv`` (NVIDIA NIM 2x H100 fp8; vLLM's dashboard
+#: on H100/A100 SXM; Qwen's speed benchmarks on A100 and H20, AWQ and MoE among them; 8x L20 eager;
+#: QwQ-32B-AWQ on RTX 5090, RTX 3090 Ti and 2x RTX 4070 Ti SUPER; silybench Qwen3-8B on H100); the 35
+#: held-out figures were never used (tests/test_predict.py checks that these are the fit's fixed point).
+#: Errors per figure, fit and held out apart, in ``results/bench/predict_figures.md``. ``flop_frac``,
+#: ``prefill_flop_frac``, ``floor_us`` and ``small_kernels_per_layer`` are set, not fitted.
 CALIBRATION = {
     "bw_frac": 0.72,            # best achieved / datasheet memory bandwidth (a large decode GEMM or attention read)
     # the same on a GDDR card (gpus.toml memory_type gddr6/gddr6x/gddr7); 0 = bw_frac on every memory.
@@ -107,12 +106,14 @@ CALIBRATION = {
     # gives one lower than the datasheet (mem_bandwidth_achievable_gbps, with its source); 0: the datasheet
     "achievable_bw": 1.0,
 }
-CALIBRATION_SOURCE = ("bw_frac, half_bytes, fill_us (shared by the SMs, fill_sm_scaled: x 108 / the GPU's sm_count), "
+CALIBRATION_SOURCE = ("bw_frac (HBM) and gddr_bw_frac (GDDR cards, gpus.toml memory_type), half_bytes (scaled with the "
+                      "GPU's bandwidth, half_bytes_bw_scaled), fill_us (shared by the SMs at their clock, fill_sm_scaled "
+                      "and fill_clock_scaled: x 108 / sm_count x 1410 / boost_clock_mhz), "
                       "step_overhead_us, eager_gap_us, int4_hopper_frac (4-bit "
                       "weight-only GEMMs on Hopper: Marlin is built for Ampere, "
                       "https://github.com/IST-DASLab/marlin_artifact), moe_expert_streams, sm_stream_gbps and the "
                       "engine-collective terms "
-                      "(coll_graph_us, coll_eager_us, pcie_skew_frac) fitted by scripts/bench_predict_figures.py --fit "
+                      "(coll_graph_us, coll_eager_us, pcie_skew_frac, pcie_call_us) fitted by scripts/bench_predict_figures.py --fit "
                       "on the fit figures of tests/data/published-decode/figures.csv (NVIDIA NIM "
                       "https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance, vLLM's performance dashboard "
                       "https://buildkite.com/vllm/performance-benchmark/builds/, Qwen's speed benchmarks "

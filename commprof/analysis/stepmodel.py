@@ -148,6 +148,10 @@ def step_collectives(model: ModelShape, tp: int, tokens: int, logits_tokens: int
                      sp: bool = False, moe: str = "tp") -> list[CollectiveSite]:
     """Every collective of one forward step (:func:`_step_collectives`); a new list of the same frozen
     sites each call (the sites of a shape are computed once: a fit prices the same steps thousands of times)."""
+    try:
+        hash(model)
+    except TypeError:       # a shape read from a config.json may hold lists: priced without the cache
+        return list(_step_collectives.__wrapped__(model, tp, tokens, logits_tokens, dtype, sp, moe))
     return list(_step_collectives(model, tp, tokens, logits_tokens, dtype, sp, moe))
 
 
