@@ -11,7 +11,7 @@ from commprof.model.gpus import FIGURES, OPTIONAL_FIGURES, get_gpu, gpu_table
 from commprof.model.models import get_model
 
 NEW_SKUS = ("a100-sxm-40gb", "rtx3090", "rtx-a6000", "rtx-pro-6000", "l40s", "l20", "h20", "a30", "h800", "gb200",
-            "rtx3090ti", "rtx-6000-ada", "rtx4080", "rtx4070-ti-super")
+            "rtx3090ti", "rtx-6000-ada", "rtx4080", "rtx4070-ti-super", "rtx5080", "rtx5070-ti")
 
 
 @pytest.mark.parametrize("sku", NEW_SKUS)
@@ -59,6 +59,8 @@ def test_every_sku_but_h20_states_a_boost_clock_with_its_source():
     ("a30", "reference:pcie4-p2p", "P2P allowed"), ("rtx-6000-ada", "reference:pcie4-p2p", "P2P allowed"),
     ("rtx3090ti", "reference:pcie4-nop2p", "no P2P"), ("rtx4080", "reference:pcie4-nop2p", "no P2P"),
     ("rtx4070-ti-super", "reference:pcie4-nop2p", "no P2P"),
+    ("rtx5080", "reference:pcie5-nop2p", "no P2P"),
+    ("rtx5070-ti", "reference:pcie5-nop2p", "no P2P"),
     # a PCIe card's NVLink bridge joins two cards only: the box is a PCIe box
     ("a100-pcie", "reference:pcie4-p2p", "P2P allowed"), ("h100-pcie", "reference:pcie5-p2p", "P2P allowed")])
 def test_the_default_comm_follows_the_interconnect_class(sku, want, words):
