@@ -339,3 +339,22 @@ def test_json_nested_too_deep(tmp_path):
 def test_json_size_infinity_through_the_cli(tmp_path):
     path = _jfile(tmp_path, JSON_CASES["size_infinity"][0](_jdoc()))
     cli_refused("import", "nccl-tests", path, "--out", tmp_path / "o", parts=["results[0].size = inf"])
+
+
+def test_numbers_read_from_files_are_a_finite_float_or_none():
+    """model/units: the one reader of a number from a CSV cell or JSON value (finite_float), and of
+    a JSON number kept as given (json_number); bools, text, NaN and infinities are None."""
+    from commprof.model.units import finite_float, json_number
+
+    assert finite_float("2.5") == 2.5 and finite_float(3) == 3.0 and finite_float(" 1e3 ") == 1000.0
+    for bad in (None, "", "n/a", "nan", "inf", "-inf", float("nan"), float("inf"), True, [1], "1" * 400 + ".0e999"):
+        assert finite_float(bad) is None, bad
+    assert finite_float(10 ** 400) is None                  # too large for a float: None, not OverflowError
+    assert finite_float("0", above=0.0) is None and finite_float("0.1", above=0.0) == 0.1
+    assert finite_float(0.99, at_least=1.0) is None and finite_float(1, at_least=1.0) == 1.0
+    import math
+
+    assert json_number(3) == 3 and json_number(2.5) == 2.5
+    assert math.isnan(json_number(float("nan")))            # kept as given: the caller judges it
+    for bad in (True, False, "3", None, [3]):
+        assert json_number(bad) is None

@@ -10,7 +10,7 @@ from commprof.analysis.evidence import Evidence
 from commprof.analysis.expect import busbw_expectation, decode_expectation, method_of
 from commprof.analysis.interconnect import gpu_names, resolve_all, resolve_interconnect, row_nodes
 from commprof.analysis.verdict import DECIDING_ITEMS, MULTINODE, Interconnect, Item, latency_stat
-from commprof.model.units import human_bytes
+from commprof.model.units import human_bytes, json_number as _num
 from commprof.model.models import get_model
 from commprof.analysis.stepmodel import build_plan
 from commprof.analysis.checkitems_health import health_items
@@ -35,10 +35,6 @@ DECIDING_EVIDENCE = ("--interconnect CLASS, a topo.json ('commprof topo --out DI
 
 def _gpus(topo):
     return (topo or {}).get("gpus") or []
-
-
-def _num(v):
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _cpu_backend(meta) -> bool:

@@ -8,6 +8,7 @@ import json
 import os
 
 from commprof.analysis.verdict import Item
+from commprof.model.units import json_number as _num
 
 NA = "n/a"
 HEALTH_JSON = "health.json"
@@ -16,10 +17,6 @@ NO_HEALTH_HINT = ("run 'commprof topo --out DIR' or 'commprof sweep' on the box 
                   "or ask the seller for 'nvidia-smi -q' (or -q -x) of every GPU taken right after a load test and "
                   "import it: commprof import nvidia-smi-q FILE")
 XID_HINT = "XID errors are not in these samples: ask for 'dmesg | grep -i xid' (kernel log) of the box after the run"
-
-
-def _num(v):
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def read_docs(dirs) -> list[dict]:
@@ -192,22 +189,19 @@ def _counter_findings(gpus, t) -> tuple[list[str], list[str]]:
 def item_temperature(gpus, t) -> Item:
     name = "temperature vs slowdown"
     thr = f"hottest > {t['temp_margin_warn_c']:g} C below the slowdown threshold"
-    worst = None
+    # the margin to the slowdown threshold, and to the max operating temperature (above it the driver
+    # may hold the clocks below base, NVML_TEMPERATURE_THRESHOLD_GPU_MAX; a WARN, never a FAIL: it is
+    # a software limit, not a fault), each the smallest over every GPU, in one walk
+    worst = near_max = None
     for i, s in gpus.items():
         for _, g in s:
-            temp, slow = _num(g.get("temperature_c")), _num(g.get("temperature_slowdown_c"))
-            if temp is None or slow is None:
+            temp = _num(g.get("temperature_c"))
+            if temp is None:
                 continue
-            m = slow - temp
-            if worst is None or m < worst[0]:
-                worst = (m, i, temp, slow, g)
-    # the max operating temperature: above it the driver may hold the clocks below base (NVML
-    # NVML_TEMPERATURE_THRESHOLD_GPU_MAX); a WARN, never a FAIL: it is a software limit, not a fault
-    near_max = None
-    for i, s in gpus.items():
-        for _, g in s:
-            temp, mx = _num(g.get("temperature_c")), _num(g.get("temperature_max_operating_c"))
-            if temp is not None and mx is not None and (near_max is None or mx - temp < near_max[0]):
+            slow, mx = _num(g.get("temperature_slowdown_c")), _num(g.get("temperature_max_operating_c"))
+            if slow is not None and (worst is None or slow - temp < worst[0]):
+                worst = (slow - temp, i, temp, slow, g)
+            if mx is not None and (near_max is None or mx - temp < near_max[0]):
                 near_max = (mx - temp, i, temp, mx)
     if worst is None and near_max is None:
         return _skip("H4", name, "n/a from the source (temperature or its slowdown threshold not reported)",

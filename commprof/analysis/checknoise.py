@@ -8,11 +8,10 @@ fails), else it is INSUFFICIENT too. Results from before the column are judged a
 Numbers in, items out (no I/O)."""
 from __future__ import annotations
 
-import math
 
 from commprof.analysis.verdict import Item
 from commprof.analysis.whatnow import basis_for
-from commprof.model.units import human_bytes
+from commprof.model.units import finite_float, human_bytes
 
 #: The most unstable cells an item names one by one (the rest are counted).
 NAMED_MAX = 3
@@ -23,11 +22,7 @@ def _text(v) -> str:
 
 
 def _factor(v) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) and f >= 1.0 else None
+    return finite_float(v, at_least=1.0)
 
 
 def unstable_cells(rows, verb: str = "sweep") -> list[tuple[str, str, float | None]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from commprof.analysis.latency import PREDICT_STATS, loglog_lookup
 from commprof import results
 from commprof.model.errors import UsageError
+from commprof.model.units import finite_float
 
 #: the sweep's mode an engine's decode runs in (CUDA graphs), else the first the sweep holds
 PREFERRED_MODES = ("graph", "eager")
@@ -22,12 +23,8 @@ COLUMNS = ["op", "tp", "size_bytes", "calls", "rank_dumps", "timing", "in_engine
 
 
 def finite_or_none(v) -> float | None:
-    """``v`` as a float, or None when it is missing, not a number or NaN (a CSV's empty cell)."""
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if x == x else None
+    """``v`` as a float, or None when it is missing, not a number, NaN or infinite (a CSV's empty cell)."""
+    return finite_float(v)
 
 
 def pooled(insp_rows) -> dict:

@@ -36,6 +36,7 @@ from commprof.analysis.stepmodel import dtype_bytes, step_collectives
 from commprof.model.collectives import COLLECTIVES
 from commprof.model.errors import UsageError
 from commprof.model.models import ModelShape, is_moe_layer
+from commprof.model.units import finite_float
 
 #: The columns ``--ep`` adds to predict.csv.
 MOE_COLUMNS = ["ep", "moe_active_experts", "moe_active_experts_per_rank", "moe_expert_ms", "moe_a2a_ms",
@@ -186,11 +187,7 @@ def pick_imbalance(rows: list[dict], ep: int, tokens: int) -> tuple[float, str] 
 
 
 def _num(v):
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) and x > 0 else None
+    return finite_float(v, above=0.0)
 
 
 def _int(v):

@@ -10,11 +10,11 @@ added here is *measured*; ``meta.json`` names the dir. Only the standard library
 """
 from __future__ import annotations
 
-import math
 import os
 
 from commprof import results
 from commprof.model.errors import UsageError, shown
+from commprof.model.units import finite_float as _num
 from commprof.results.meta import require_results_dir, shown_path
 
 #: The columns ``--serve`` adds to predict.csv, each measured (the ratios compare modelled / measured).
@@ -32,14 +32,6 @@ SERVE_COLUMN_DOCS = {
     "tpot_modelled_vs_served": "ms_per_token / served_tpot_ms_p50 (1.0: the model's step matches the served one)",
     "ttft_modelled_vs_served": "ttft_ms / served_ttft_ms_p50 (needs --prompt; queueing is in the served figure only)",
 }
-
-
-def _num(text) -> float | None:
-    try:
-        v = float(text)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 class ServeAccount:

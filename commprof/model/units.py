@@ -1,6 +1,7 @@
-"""Byte sizes: parse ``4K``/``64M`` style values and print them back."""
+"""Byte sizes: parse ``4K``/``64M`` style values and print them back; numbers read from files as a float or None."""
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -80,3 +81,22 @@ def parse_int_list(text: str, flag: str, maximum: int = MAX_LIST_INT) -> list[in
             raise UsageError(f"{flag} {shown(text)}: {p} is not positive; {example}")
         values.append(int(p))
     return values
+
+
+def finite_float(v, *, above: float | None = None, at_least: float | None = None) -> float | None:
+    """``v`` as a float (a number or its text: a CSV cell, a JSON value), or None when it is missing,
+    not a number, NaN or infinite, or not ``> above`` / ``>= at_least`` where those are given."""
+    if isinstance(v, bool):
+        return None
+    try:
+        x = float(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not math.isfinite(x) or (above is not None and not x > above) or (at_least is not None and not x >= at_least):
+        return None
+    return x
+
+
+def json_number(v):
+    """``v`` itself when a JSON document gave a number (int or float, not a bool), else None."""
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
