@@ -279,7 +279,7 @@ def breakdown(f: dict, cal: dict | None = None) -> list[str]:
             f"{'collectives':<20}{r['collectives_per_step']:>6}{'':>10}{'':>9}{r['comm_ms'] * 1e3:>10.1f}",
             f"{'step':<20}{'':>6}{comp['bytes_read'] / 1e6:>10.1f}{'':>9}{r['ms_per_token'] * 1e3:>10.1f}",
             f"of which the per-kernel ramp (half_bytes / bandwidth + fill_us, {ramp_us:.2f} us on this GPU) over "
-            f"{n} memory kernels: {n * ramp_us / 1e3:.2f} ms; every byte at bw_frac: "
+            f"{n} memory kernels: {n * ramp_us / 1e3:.2f} ms; every byte at {frac_name}: "
             f"{comp['bytes_read'] / (bw * 1e3 * frac) / 1e3:.2f} ms"]
     return out
 

@@ -8,7 +8,6 @@ fails), else it is INSUFFICIENT too. Results from before the column are judged a
 Numbers in, items out (no I/O)."""
 from __future__ import annotations
 
-
 from commprof.analysis.verdict import Item
 from commprof.analysis.whatnow import basis_for
 from commprof.model.units import finite_float, human_bytes

@@ -22,11 +22,6 @@ COLUMNS = ["op", "tp", "size_bytes", "calls", "rank_dumps", "timing", "in_engine
            "back_to_back_us", "sweep_stat", "sweep_mode", "sweep_timing", "how", "ratio"]
 
 
-def finite_or_none(v) -> float | None:
-    """``v`` as a float, or None when it is missing, not a number, NaN or infinite (a CSV's empty cell)."""
-    return finite_float(v)
-
-
 def pooled(insp_rows) -> dict:
     """(op, tp, size_bytes) -> the engine's calls pooled over communicators and ranks: calls, the
     calls-weighted mean, the median of the ranks' medians, and how they were timed. GPU-timed rows
@@ -43,8 +38,8 @@ def pooled(insp_rows) -> dict:
         timing = "yes" if "yes" in groups else "unknown"
         rows = groups[timing]
         calls = sum(int(float(r["calls"])) for r in rows)
-        mean = sum(finite_or_none(r["time_us_mean"]) * int(float(r["calls"])) for r in rows) / calls if calls else None
-        p50s = sorted(x for x in (finite_or_none(r.get("time_us_p50")) for r in rows) if x is not None)
+        mean = sum(finite_float(r["time_us_mean"]) * int(float(r["calls"])) for r in rows) / calls if calls else None
+        p50s = sorted(x for x in (finite_float(r.get("time_us_p50")) for r in rows) if x is not None)
         out[k] = {"calls": calls, "rank_dumps": len(rows), "mean": mean,
                   "p50": p50s[len(p50s) // 2] if p50s else None,
                   "timing": "GPU-timed" if timing == "yes" else "timing unknown"}
@@ -72,13 +67,13 @@ def engine_vs_sweep(insp_rows, sweep_rows, sweep_timing: str = "per-call") -> li
             modes = {str(r.get("mode", "")) for r in sub}
             mode = next((m for m in PREFERRED_MODES if m in modes), sorted(modes)[0])
             sub = [r for r in sub if str(r.get("mode", "")) == mode]
-            stat = next((s for s in PREDICT_STATS if all(finite_or_none(r.get(s)) is not None for r in sub)), None)
+            stat = next((s for s in PREDICT_STATS if all(finite_float(r.get(s)) is not None for r in sub)), None)
             if stat is None:
                 row["how"] = f"the sweep's rows lack {' and '.join(PREDICT_STATS)}"
             else:
                 by_size = {}
                 for r in sub:
-                    by_size.setdefault(int(float(r["size_bytes"])), []).append(finite_or_none(r[stat]))
+                    by_size.setdefault(int(float(r["size_bytes"])), []).append(finite_float(r[stat]))
                 xs = sorted(by_size)
                 ys = [sorted(by_size[x])[len(by_size[x]) // 2] for x in xs]
                 val, how = loglog_lookup([float(x) for x in xs], ys, float(size))

@@ -17,7 +17,6 @@ Only the standard library is imported here.
 from __future__ import annotations
 
 import functools
-
 import math
 from dataclasses import asdict, dataclass
 

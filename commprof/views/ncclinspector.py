@@ -2,8 +2,7 @@
 engine ran most (across ranks: calls, median time, bus bandwidth, how they were timed)."""
 from __future__ import annotations
 
-from commprof.analysis.inengine import finite_or_none as _f
-from commprof.model.units import human_bytes
+from commprof.model.units import finite_float as _f, human_bytes
 
 #: collective lines shown (the most-called first); the table holds them all
 SHOWN = 12
