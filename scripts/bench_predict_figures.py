@@ -226,7 +226,7 @@ def fit(figures: list[dict]) -> dict:
     # collective terms (a GDDR box's decode step is its bytes and its collectives); then every term in
     # turn; the rounds repeat until nothing improves
     joints = (("bw_frac", "half_bytes", "half_bytes_bw_scaled", "fill_us", "fill_sm_scaled", "fill_clock_scaled"),
-              ("gddr_bw_frac", "pcie_skew_frac", "pcie_call_us"))
+              ("gddr_bw_frac", "pcie_skew_frac", "pcie_skew_graph_frac", "pcie_call_us"))
     for _ in range(4):
         start = best
         for joint in joints:

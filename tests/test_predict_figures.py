@@ -95,6 +95,12 @@ def test_engine_price_hand_computed():
     assert p("all_gather", 100) == pytest.approx(4.0 * 1.5 + 7.0 + 2.0)
     p = engine_price(_FakeComm("reference:nvlink4"), _Gpu(), 8, "graph", cal2)
     assert p("all_gather", 1024) == pytest.approx(4.0 + 2.0)               # NVLink: neither skew nor call cost
+    # pcie_skew_graph_frac: the skew under CUDA graphs apart from the eager one (pcie_skew_frac)
+    cal3 = {**cal2, "pcie_skew_graph_frac": 0.2}
+    p = engine_price(_FakeComm("reference:pcie5-nop2p"), _Gpu(), 8, "graph", cal3)
+    assert p("all_reduce", 1024) == pytest.approx(10.0 * 1.2 + 7.0 + 2.0)
+    p = engine_price(_FakeComm("reference:pcie5-nop2p"), _Gpu(), 8, "eager", cal3)
+    assert p("all_reduce", 1024) == pytest.approx(10.0 * 1.5 + 7.0 + 2.0 + 3.0)
 
 
 def test_predict_prices_the_steps_collectives_as_the_engine_pays_them():

@@ -97,11 +97,14 @@ CALIBRATION = {
     # 1: a grouped MoE expert GEMM pays the per-kernel ramp once per active expert; 0: once per layer
     "moe_expert_streams": 1.0,
     # The collective as the engine pays it (commprof.analysis.enginecomm): per call under CUDA
-    # graphs, more per call in eager mode, and the rank skew of NCCL over PCIe (a fraction).
+    # graphs, more per call in eager mode, and the rank skew of NCCL over PCIe (a fraction of the
+    # loop's time; pcie_skew_frac in eager mode, where each rank's host launches each collective,
+    # pcie_skew_graph_frac under CUDA graphs), plus a fixed cost per NCCL call on PCIe.
     "coll_graph_us": 0.0,
     "coll_eager_us": 0.0,
-    "pcie_skew_frac": 1.0,
-    "pcie_call_us": 10.0,
+    "pcie_skew_frac": 0.75,
+    "pcie_skew_graph_frac": 0.5,
+    "pcie_call_us": 15.0,
     # 1: the roofline starts from a GPU's published measured achievable bandwidth where gpus.toml
     # gives one lower than the datasheet (mem_bandwidth_achievable_gbps, with its source); 0: the datasheet
     "achievable_bw": 1.0,
@@ -113,7 +116,7 @@ CALIBRATION_SOURCE = ("bw_frac (HBM) and gddr_bw_frac (GDDR cards, gpus.toml mem
                       "weight-only GEMMs on Hopper: Marlin is built for Ampere, "
                       "https://github.com/IST-DASLab/marlin_artifact), moe_expert_streams, sm_stream_gbps and the "
                       "engine-collective terms "
-                      "(coll_graph_us, coll_eager_us, pcie_skew_frac, pcie_call_us) fitted by scripts/bench_predict_figures.py --fit "
+                      "(coll_graph_us, coll_eager_us, pcie_skew_frac, pcie_skew_graph_frac, pcie_call_us) fitted by scripts/bench_predict_figures.py --fit "
                       "on the fit figures of tests/data/published-decode/figures.csv (NVIDIA NIM "
                       "https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance, vLLM's performance dashboard "
                       "https://buildkite.com/vllm/performance-benchmark/builds/, Qwen's speed benchmarks "
@@ -177,7 +180,7 @@ def fill_scale(gpu: GpuSpec, cal: dict) -> float:
 #: (a measured figure faster than this did not run as described).
 IDEAL = {"bw_frac": 1.0, "flop_frac": 1.0, "prefill_flop_frac": 1.0, "floor_us": 0.0, "eager_gap_us": 0.0,
          "step_overhead_us": 0.0, "half_bytes": 0.0, "coll_graph_us": 0.0, "coll_eager_us": 0.0,
-         "pcie_skew_frac": 0.0, "pcie_call_us": 0.0, "achievable_bw": 0.0,
+         "pcie_skew_frac": 0.0, "pcie_skew_graph_frac": 0.0, "pcie_call_us": 0.0, "achievable_bw": 0.0,
          "fill_us": 0.0, "fill_sm_scaled": 0.0, "fill_clock_scaled": 0.0, "gddr_bw_frac": 0.0, "half_bytes_bw_scaled": 0.0, "int4_hopper_frac": 1.0, "moe_expert_streams": 0.0, "sm_stream_gbps": 0.0}
 
 #: The constants ``scripts/bench_predict_figures.py --fit`` may move, with the values it tries
@@ -189,6 +192,7 @@ FIT_GRID = {
     "coll_graph_us": [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 15.0, 20.0, 30.0],
     "coll_eager_us": [0.0, 5.0, 10.0, 20.0, 30.0, 50.0, 80.0],
     "pcie_skew_frac": [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0],
+    "pcie_skew_graph_frac": [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0],
     "pcie_call_us": [0.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0],
     "eager_gap_us": [2.0, 4.0, 6.0, 8.0, 10.0, 15.0],
     "fill_us": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0],

@@ -18,10 +18,13 @@ named term here:
   more without): the launch, the stream wait and the wait for the slowest rank that a step pays on
   every collective and a back-to-back loop hides. Fitted on the ``fit`` figures of
   ``tests/data/published-decode/figures.csv`` (``scripts/bench_predict_figures.py --fit``).
-* **rank skew of NCCL over PCIe** (``pcie_skew_frac``): on PCIe boxes NCCL's small-message time is
-  host round trips whose spread grows with the ranks; a step waits for the slowest, so the price is
-  ``(1 + pcie_skew_frac)`` times the loop's mean. Fitted on the PCIe ``fit`` figures (8x L20 eager,
-  2x RTX 5090 where the weights are priced).
+* **rank skew of NCCL over PCIe** (``pcie_skew_frac`` in eager mode, ``pcie_skew_graph_frac`` under CUDA
+  graphs): on PCIe boxes NCCL's small-message time is host round trips whose spread grows with the
+  ranks; a step waits for the slowest, so the price is ``(1 + skew)`` times the loop's mean. In eager
+  mode every rank's host launches each collective on its own, so their skew adds to the spread; under
+  CUDA graphs the host is out of the launch. Each is fitted on the PCIe ``fit`` figures (8x L20 eager;
+  2x RTX 5090, 2x RTX 4070 Ti SUPER, 2x RTX 3090 Ti under graphs); a calibration without the graph
+  term uses the eager one for both.
 * **a fixed in-step cost of NCCL over PCIe** (``pcie_call_us``): an additive cost per NCCL call on a
   PCIe box, the same at any TP, beside the skew that scales with the loop's time (which grows with the
   ranks). The fit figures at TP 2 and 8 decide how the in-step excess splits between the two; what
@@ -74,6 +77,15 @@ def custom_ar_us(size_bytes: int, tp: int, cls: str, nvlink_gen: int = 4, pcie_g
     return CUSTOM_AR_PCIE_ALPHA_US + size_bytes * (tp - 1) / (link * 1e3)
 
 
+def pcie_skew(cal: dict, mode: str) -> float:
+    """The skew fraction of NCCL over PCIe in this mode: ``pcie_skew_frac`` in eager mode,
+    ``pcie_skew_graph_frac`` under CUDA graphs (``pcie_skew_frac`` where a calibration has no graph term)."""
+    eager = float(cal.get("pcie_skew_frac", 0.0))
+    if mode == "eager":
+        return eager
+    return float(cal.get("pcie_skew_graph_frac", eager))
+
+
 def engine_price(comm, gpu, tp: int, mode: str, cal: dict):
     """``price(op, size_bytes) -> us`` of one collective inside a decode step on this box."""
     base = comm.price(tp, mode)
@@ -82,7 +94,7 @@ def engine_price(comm, gpu, tp: int, mode: str, cal: dict):
     cls = link_class(comm, gpu)
     car = uses_custom_ar(cls, tp)
     per_call = float(cal.get("coll_graph_us", 0.0)) + (float(cal.get("coll_eager_us", 0.0)) if mode == "eager" else 0.0)
-    skew = 1.0 + (float(cal.get("pcie_skew_frac", 0.0)) if cls.startswith("pcie") else 0.0)
+    skew = 1.0 + (pcie_skew(cal, mode) if cls.startswith("pcie") else 0.0)
     pcie_call = float(cal.get("pcie_call_us", 0.0)) if cls.startswith("pcie") else 0.0
     nvl, pcie = int(getattr(gpu, "nvlink_gen", 4) or 4), int(getattr(gpu, "pcie_gen", 5) or 5)
 
