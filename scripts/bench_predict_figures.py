@@ -37,18 +37,6 @@ CORPUS = os.path.join(REPO, "tests", "data", "published-decode")
 WEIGHT_ALIASES = {"int4-awq": ("int4-awq", "int4", "w4a16", "awq")}
 
 
-def load_shapes(path: str = os.path.join(CORPUS, "shapes.csv")) -> dict:
-    from commprof.model.models import ModelShape
-
-    out = {}
-    with open(path, newline="") as fh:
-        for r in csv.DictReader(fh):
-            out[r["name"]] = ModelShape(r["name"], int(r["layers"]), int(r["hidden"]), int(r["q_heads"]),
-                                        int(r["kv_heads"]), int(r["head_dim"]), int(r["ffn"]), int(r["vocab"]),
-                                        source=r["source"], tie_word_embeddings=r["tie_word_embeddings"] == "true")
-    return out
-
-
 def measured_ms(f: dict) -> float:
     """The figure as ms per output token: ``ms`` as it is, ``ms e2e`` over osl, ``tok/s`` inverted."""
     v = float(f["value"])
@@ -87,9 +75,9 @@ def _comm(spec: str):
 def _model(name: str):
     from commprof.model.models import get_model
 
-    if not _SHAPES:
-        _SHAPES.update(load_shapes())
-    return _SHAPES[name] if name in _SHAPES else get_model(name)
+    if name not in _SHAPES:
+        _SHAPES[name] = get_model(name)
+    return _SHAPES[name]
 
 
 def predict_figure(f: dict, cal: dict | None = None) -> dict | None:

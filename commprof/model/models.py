@@ -99,6 +99,24 @@ BUILTIN: dict[str, ModelShape] = {m.name.lower(): m for m in [
     ModelShape("Qwen3-8B", 36, 4096, 32, 8, 128, 12288, 151936, source=_hf("Qwen/Qwen3-8B")),
     ModelShape("Llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256, source=_hf("meta-llama/Llama-3.1-8B")),
     ModelShape("Llama-3.3-70B", 80, 8192, 64, 8, 128, 28672, 128256, source=_hf("meta-llama/Llama-3.3-70B-Instruct")),
+    # --- the dense models of the published decode figures predict is calibrated and judged on -------
+    # (tests/data/published-decode/figures.csv); tied embeddings where the config.json ties them.
+    ModelShape("Qwen2.5-1.5B", 28, 1536, 12, 2, 128, 8960, 151936, source=_hf("Qwen/Qwen2.5-1.5B-Instruct"),
+               tie_word_embeddings=True),
+    ModelShape("Qwen2.5-3B", 36, 2048, 16, 2, 128, 11008, 151936, source=_hf("Qwen/Qwen2.5-3B-Instruct"),
+               tie_word_embeddings=True),
+    ModelShape("Qwen2.5-7B", 28, 3584, 28, 4, 128, 18944, 152064, source=_hf("Qwen/Qwen2.5-7B-Instruct")),
+    ModelShape("Qwen2-7B", 28, 3584, 28, 4, 128, 18944, 152064, source=_hf("Qwen/Qwen2-7B-Instruct")),
+    ModelShape("Qwen2.5-14B", 48, 5120, 40, 8, 128, 13824, 152064, source=_hf("Qwen/Qwen2.5-14B-Instruct")),
+    # QwQ-32B: Qwen2.5-32B's architecture (its config.json gives the same figures)
+    ModelShape("QwQ-32B", 64, 5120, 40, 8, 128, 27648, 152064, source=_hf("Qwen/QwQ-32B")),
+    ModelShape("Qwen2-72B", 80, 8192, 64, 8, 128, 29568, 152064, source=_hf("Qwen/Qwen2-72B-Instruct")),
+    ModelShape("Qwen1.5-72B", 80, 8192, 64, 64, 128, 24576, 152064, source=_hf("Qwen/Qwen1.5-72B-Chat")),
+    ModelShape("Qwen3-1.7B", 28, 2048, 16, 8, 128, 6144, 151936, source=_hf("Qwen/Qwen3-1.7B"),
+               tie_word_embeddings=True),
+    ModelShape("Qwen3-4B", 36, 2560, 32, 8, 128, 9728, 151936, source=_hf("Qwen/Qwen3-4B"),
+               tie_word_embeddings=True),
+    ModelShape("Qwen3-14B", 40, 5120, 40, 8, 128, 17408, 151936, source=_hf("Qwen/Qwen3-14B")),
     # --- more MoE models ---------------------------------------------------------------------------
     # DeepSeek-R1: DeepSeek-V3's architecture and config.json figures (same shapes, other weights).
     ModelShape("DeepSeek-R1", 61, 7168, 128, 128, 128, 18432, 129280, experts=256, top_k=8,
