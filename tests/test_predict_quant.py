@@ -21,6 +21,11 @@ def test_bytes_per_weight_include_scales_and_zero_points_by_hand():
     assert bytes_per_weight("int4-awq") == 0.5 + (2.0 + 0.5) / 128           # 0.51953125
     assert bytes_per_weight("int4-gptq") == 0.51953125
     assert bytes_per_weight("w4a16") == 0.5 + 2.0 / 128                      # 0.515625, symmetric
+    assert bytes_per_weight("nvfp4") == 0.5 + 1.0 / 16                       # 0.5625: an E4M3 scale per 16
+    assert bytes_per_weight("mxfp4") == 0.5 + 1.0 / 32                       # 0.53125: an E8M0 scale per 32
+    from commprof.analysis.quant import gemm_rate_note
+    note = gemm_rate_note("nvfp4", get_gpu("b200"))
+    assert note.startswith("--weights nvfp4: 0.5625 bytes a weight (group 16, scales included)") and "upper value" in note
     assert all(f.source for f in FORMATS.values())
     with pytest.raises(UsageError, match="--weights 'int3'"):
         bytes_per_weight("int3")
@@ -31,6 +36,7 @@ def test_bytes_per_weight_include_scales_and_zero_points_by_hand():
     ("fp8", "a100-sxm", "bf16"),          # Ampere: FP8 Marlin, weight-only, the BF16 rate
     ("fp8", "rtx3090", "bf16"),
     ("int4-awq", "h100-sxm", "bf16"), ("int4-gptq", "rtx4090", "bf16"), ("w4a16", "b200", "bf16"),
+    ("nvfp4", "b200", "bf16"), ("mxfp4", "h100-sxm", "bf16"),
     ("bf16", "h100-sxm", "bf16")])
 def test_the_gemm_rate_each_format_gets_on_each_gpu(weights, gpu, want):
     assert gemm_dtype(weights, get_gpu(gpu)) == want

@@ -218,7 +218,7 @@ class Kernel:
     bound: str          # "memory", "compute" or "floor"
 
 
-WEIGHT_DTYPES = tuple(QUANT_FORMATS)       # bf16, fp16, fp8, fp8-block, int4-awq, int4-gptq, w4a16
+WEIGHT_DTYPES = tuple(QUANT_FORMATS)       # bf16, fp16, fp8, fp8-block, int4-awq, int4-gptq, w4a16, nvfp4, mxfp4
 
 
 def weight_bytes_per_elem(weights: str, dtype: str) -> float:

@@ -17,6 +17,12 @@ cover, their sizes, and what the GEMM computes in. Bytes per weight (:func:`byte
   int32 per input row) adds 4 / output columns, under 0.001 bytes for every real layer, left out;
 * ``w4a16`` (symmetric 4-bit weights, BF16/FP16 activations, group 128, as compressed-tensors'
   W4A16 scheme and the Marlin kernel take them, arXiv:2408.11743): 0.5 + 2 / 128 bytes, no zeros.
+* ``nvfp4`` (NVIDIA's 4-bit float: E2M1 elements, one FP8 E4M3 scale per 16, one FP32 scale per
+  tensor; NVIDIA's NVFP4 introduction, https://developer.nvidia.com/blog/introducing-nvfp4-for-efficient-and-accurate-low-precision-inference/):
+  0.5 + 1 / 16 bytes;
+* ``mxfp4`` (the Open Compute Project's microscaling FP4: E2M1 elements, one E8M0 scale per 32; OCP
+  Microscaling Formats (MX) v1.0, https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf):
+  0.5 + 1 / 32 bytes.
 
 What is quantized: every linear layer of the decoder blocks (q/k/v/o, gate/up/down, routed and
 shared experts). Embeddings, lm_head, norms and the MoE router stay in the activation dtype, as
@@ -28,7 +34,10 @@ FP8 on the fly (W8A8); without them (Ampere) vLLM runs FP8 checkpoints weight-on
 Marlin kernel (W8A16: the weights dequantized to 16 bits in the kernel), so the GEMM computes at
 the BF16/FP16 rate and only the bytes shrink. 4-bit weight-only formats always dequantize to the
 activation dtype inside the kernel: the GEMM's rate is the BF16/FP16 one, and at decode, where the
-GEMMs are memory bound, the 4-bit bytes are what is saved. Modelled; standard library only.
+GEMMs are memory bound, the 4-bit bytes are what is saved. The FP4 formats are priced the same way:
+Blackwell's FP4 tensor cores (W4A4) run a compute-bound GEMM faster than that rate, which gpus.toml
+does not give, so a large batch or a prefill on FP4 weights is an upper value there; elsewhere engines
+run them weight-only (FP4 Marlin), as priced. Modelled; standard library only.
 """
 from __future__ import annotations
 
@@ -72,7 +81,18 @@ FORMATS: dict[str, QuantFormat] = {f.name: f for f in (
     QuantFormat("int4-gptq", 4, 128, 2.0, 4, "act", _GPTQ),
     QuantFormat("w4a16", 4, 128, 2.0, 0, "act", "symmetric 4-bit weights, group 128, fp16 scales, 16-bit "
                 "activations: compressed-tensors W4A16 as vLLM's Marlin kernel runs it (Marlin arXiv:2408.11743)"),
+    QuantFormat("nvfp4", 4, 16, 1.0, 0, "act", "NVFP4: E2M1 weights, one FP8 E4M3 scale per 16 and one FP32 scale "
+                "per tensor (https://developer.nvidia.com/blog/introducing-nvfp4-for-efficient-and-accurate-low-precision-"
+                "inference/); priced at the activation dtype's GEMM rate (Blackwell's FP4 tensor cores are faster "
+                "when compute bound)"),
+    QuantFormat("mxfp4", 4, 32, 1.0, 0, "act", "MXFP4: E2M1 weights, one E8M0 scale per 32 (OCP Microscaling Formats "
+                "(MX) v1.0, https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf); "
+                "priced at the activation dtype's GEMM rate"),
 )}
+
+
+#: The 4-bit float formats (E2M1 elements with block scales).
+FP4_FORMATS = ("nvfp4", "mxfp4")
 
 
 def quant_format(weights: str) -> QuantFormat:
@@ -112,6 +132,8 @@ def gemm_rate_note(weights: str, gpu, act_dtype: str = "bf16") -> str:
     how = ("FP8 tensor cores (W8A8)" if g == "fp8" else
            ("no FP8 tensor cores: weight-only, dequantized to " + act_dtype if f.compute == "fp8" else
             f"weight-only, dequantized to {act_dtype} in the GEMM"))
+    if f.name in FP4_FORMATS:
+        how += " (FP4 tensor cores, where the GPU has them, are faster when compute bound: an upper value at a large batch)"
     return (f"--weights {weights}: {bytes_per_weight(weights):.4g} bytes a weight (group {f.group or 'per tensor'}, "
             f"scales{' and zero points' if f.zero_bits else ''} included) on the decoder's linear layers; "
             f"GEMMs at {rate:g} TFLOP/s on {gpu.key}, {how}; embeddings, lm_head, norms and router in {act_dtype}")
