@@ -148,3 +148,12 @@ def test_load_with_ep_skips_the_tp_it_does_not_divide_and_skew_needs_ep(tmp_path
     assert [r["tp"] for r in rows] == [4] and "tp=2 skipped (--ep 4 does not divide tp=2)" in notes
     with pytest.raises(UsageError, match="--moe-skew needs --ep"):
         predict_table(Q30, ["h100-sxm"], [], [4], [1], moe_steps=[{"ep": "4", "tokens": "1", "imbalance": "2"}])
+
+
+def test_an_mla_prediction_says_it_is_a_lower_bound_and_a_dense_one_does_not():
+    from commprof.analysis.predictmodel import MLA_NOTE
+
+    _, notes, meta = predict_table("DeepSeek-R1", ["h100-sxm"], ["reference:nvlink4"], [8], [1], weights="int4-awq")
+    assert MLA_NOTE in notes and MLA_NOTE in meta["notes"] and "lower bound" in MLA_NOTE
+    _, notes, _ = predict_table("Qwen3-30B-A3B", ["h100-sxm"], ["reference:nvlink4"], [2], [1])
+    assert MLA_NOTE not in notes

@@ -209,6 +209,13 @@ def achievable_bw_note(gpu) -> str:
             f"(datasheet {gpu.mem_bandwidth_gbps:g} GB/s): {src.split(' ')[0]}")
 
 
+#: Said with every prediction of a multi-head latent attention model (DeepSeek-V2/V3/R1, Kimi-K2).
+MLA_NOTE = ("MLA model: no published figure of this class is among the fit figures, and the held-out one "
+            "(DeepSeek-R1 AWQ on 8x H100, results/bench/predict_figures.md) was measured slower than predicted, "
+            "beyond the error band: the engine's MLA and MoE kernels at a small batch are not modelled one by one; "
+            "read the ms/token as a lower bound")
+
+
 def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,
                   dtype: str = "bf16", weights: str = "bf16", mode: str = "graph", mem_util: float = 0.9,
                   calibration: dict | None = None, ep: int = 1, moe_steps: list | None = None,
@@ -271,6 +278,8 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     notes += list(dict.fromkeys(n for g, _ in boxes if (n := quant_rate_note(weights, g, calibration))))
     notes += list(dict.fromkeys(n for g, _ in boxes if (n := achievable_bw_note(g))))   # measured bandwidth
     notes += [n for c in comms_used.values() for n in c.notes]
+    if model.is_mla:
+        notes.append(MLA_NOTE)
     meta = {
         "gpus": sorted({g.name for g, _ in boxes}), "model": model.to_dict(), "dtype": dtype, "weights": weights,
         "mode": mode, "context": context, "prompt": prompt, "mem_util": mem_util,
