@@ -215,7 +215,7 @@ def fit(figures: list[dict]) -> dict:
 
 def _hf_config(f: dict, path: str) -> None:
     m = _shape(f)
-    qwen = m.name.startswith("Qwen")
+    qwen = m.name.startswith(("Qwen", "QwQ"))
     cfg = {"architectures": ["Qwen2ForCausalLM" if qwen else "LlamaForCausalLM"],
            "model_type": "qwen2" if qwen else "llama", "hidden_size": m.hidden,
            "intermediate_size": m.ffn, "num_hidden_layers": m.layers, "num_attention_heads": m.q_heads,
@@ -229,7 +229,7 @@ def _hf_config(f: dict, path: str) -> None:
 def aic_ms(f: dict, exe: str) -> dict | None:
     """AIConfigurator's TPOT for the figure's case; None where it has no such system (or failed)."""
     system = AIC_SYSTEMS.get(f["gpu"])
-    if not exe or not system or not f["model"].startswith(("Llama", "Qwen")):
+    if not exe or not system or not f["model"].startswith(("Llama", "Qwen", "QwQ")):
         return None
     with tempfile.TemporaryDirectory() as d:
         _hf_config(f, d)

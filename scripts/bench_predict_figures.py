@@ -1,6 +1,6 @@
 """Benchmark: ``commprof predict`` against the corpus of published, measured decode figures.
 
-    python scripts/bench_predict_figures.py [--out results/bench] [--fit] [--breakdown ID ...]
+    python scripts/bench_predict_figures.py [--out results/bench] [--fit] [--breakdown ID ...] [--aic PATH | --no-aic]
 
 The corpus is ``tests/data/published-decode/figures.csv`` (one row per published figure: engine,
 GPU, interconnect, model, weights, TP, batch, prompt/output lengths, metric, source URL and table;
@@ -16,6 +16,12 @@ band per kind derived from the held-out residuals: :data:`commprof.analysis.erro
 must equal what this prints). ``--fit`` prints the engine-collective and efficiency parameters
 fitted on the ``fit`` figures only and stops. Nothing is timed: the figures are published
 measurements, the predictions modelled.
+
+NVIDIA AIConfigurator beside each figure where it has the system (``--aic``, default
+``.venv-aic/bin/aiconfigurator`` when present; ``python -m venv .venv-aic && .venv-aic/bin/pip install
+aiconfigurator``): ``aiconfigurator cli estimate`` on the same case (``scripts/bench_predict.py``'s
+:func:`aic_ms`), for dense Llama and Qwen models in bf16 or fp8 on the systems it has (H100 SXM/PCIe,
+H200, A100 SXM/PCIe, B200, L40S, RTX PRO 6000); each row says why it was not run otherwise.
 """
 from __future__ import annotations
 
@@ -281,10 +287,33 @@ COLUMNS = ["id", "role", "kind", "status", "engine", "gpu", "tp", "interconnect"
            "ratio", "in_band", "comm_ms", "comm_share_pct", "datasheet_bound_ms", "note", "source_url", "where"]
 
 
+def aic_row(f: dict, exe: str) -> dict:
+    """AIConfigurator's figure for ``f`` as ``aic_ms``/``aic_ratio``/``aic_note`` (the note says why not)."""
+    from commprof.model.models import get_model
+    from bench_predict import AIC_SYSTEMS, aic_ms
+
+    m = get_model(f["model"])
+    why = ("" if f["gpu"] in AIC_SYSTEMS else f"AIConfigurator has no {f['gpu']} system") or \
+          ("MoE model: not run here" if m.experts else "") or \
+          ("" if f["weights"] in ("bf16", "fp16", "fp8") else f"{f['weights']} weights: not run here") or \
+          ("" if m.name.startswith(("Llama", "Qwen", "QwQ")) else f"{m.name}: not run here")
+    if why:
+        return {"aic_ms": None, "aic_ratio": None, "aic_note": why}
+    case = {**f, "metric": "e2e / osl" if f["metric"] in ("e2e/osl", "tok/s") else f["metric"]}
+    r = aic_ms(case, exe)
+    if not r or "ms" not in r:
+        return {"aic_ms": None, "aic_ratio": None, "aic_note": (r or {}).get("error", "no estimate")}
+    return {"aic_ms": round(r["ms"], 4), "aic_ratio": round(r["ms"] / f["measured_ms"], 4), "aic_note": r["command"]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     ap.add_argument("--fit", action="store_true", help="print the constants fitted on the fit figures and stop")
+    default_aic = os.path.join(REPO, ".venv-aic", "bin", "aiconfigurator")
+    ap.add_argument("--aic", default=default_aic if os.path.exists(default_aic) else "",
+                    help="aiconfigurator executable, beside each figure where it has the system (skipped when absent)")
+    ap.add_argument("--no-aic", dest="aic", action="store_const", const="", help="leave AIConfigurator out")
     ap.add_argument("--breakdown", metavar="ID", action="append", default=[],
                     help="print figure ID's modelled step kernel by kernel and stop (repeatable)")
     args = ap.parse_args()
@@ -306,6 +335,11 @@ def main() -> int:
 
     start = now_iso()
     rows = evaluate(figures)
+    aic_on = bool(args.aic)
+    if aic_on:
+        by_id = {f["id"]: f for f in figures}
+        for r in rows:
+            r.update(aic_row(by_id[r["id"]], args.aic))
     counted = [r for r in rows if r["status"] == "counted"]
     fit_s = summary([r["ratio"] for r in counted if r["role"] == "fit"])
     held_s = summary([r["ratio"] for r in counted if r["role"] == "heldout"])
@@ -328,8 +362,18 @@ def main() -> int:
               "error_bands_in_code": ERROR_BANDS, "bands_match_code": bands == ERROR_BANDS,
               "target": "held-out figures: median |error| <= 10%, every figure within 25%, median ratio 0.95-1.05",
               "met": met}
+    if aic_on:
+        from bench_predict import aic_version
+
+        both = [r for r in counted if r.get("aic_ratio") is not None]
+        result["aiconfigurator"] = {
+            "version": aic_version(args.aic),
+            "where_it_ran": {part: {"n": len(rs), "commprof": summary([r["ratio"] for r in rs]),
+                                    "aiconfigurator": summary([r["aic_ratio"] for r in rs])}
+                             for part, rs in (("all", both), ("fit", [r for r in both if r["role"] == "fit"]),
+                                              ("heldout", [r for r in both if r["role"] == "heldout"]))}}
     table = ["| figure | role | kind | GPU x TP | weights | batch | metric | measured ms | predicted ms (band) | ratio | "
-             "comm share | source |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "comm share | AIConfigurator ms (ratio) | source |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "predicted_ms" in r:
             pred = f"{r['predicted_ms']:.2f} ({r['predicted_lo_ms']:.2f}-{r['predicted_hi_ms']:.2f})"
@@ -337,8 +381,11 @@ def main() -> int:
             share = f"{r['comm_share_pct']:.0f}%"
         else:
             pred, ratio, share = "-", r["status"] + ": " + r["note"], "-"
+        aic = ("not run (no --aic)" if not aic_on else
+               f"{r['aic_ms']:.2f} ({r['aic_ratio']:.3f})" if r.get("aic_ratio") is not None else "- " + r["aic_note"])
         table.append(f"| {r['id']} | {r['role']} | {r['kind']} | {r['gpu']} x{r['tp']} | {r['weights']} | {r['batch']} | "
-                     f"{r['metric']} | {r['measured_ms']:.3f} | {pred} | {ratio} | {share} | {r['source_url']} ({r['where']}) |")
+                     f"{r['metric']} | {r['measured_ms']:.3f} | {pred} | {ratio} | {share} | {aic} | "
+                     f"{r['source_url']} ({r['where']}) |")
 
     def line(name, s):
         if not s.get("n"):
@@ -351,6 +398,12 @@ def main() -> int:
               line("Held-out figures (never used to fit anything)", held_s) + "."]
     for k, s in by_kind.items():
         table.append("- " + line(f"held out, {k}", s))
+    if aic_on:
+        a = result["aiconfigurator"]
+        table.append("")
+        table += [f"AIConfigurator {a['version']} beside commprof where it ran ({part}): " +
+                  (line("commprof", v["commprof"]) + "; " + line("AIConfigurator", v["aiconfigurator"])
+                   if v["n"] else "none") + "." for part, v in a["where_it_ran"].items()]
     table += ["", "Error band per kind (measured / predicted over the held-out figures, 10th to 90th percentile; "
               "extremes in brackets): " +
               "; ".join(f"{k} {v['lo']}-{v['hi']} [{v['min']}-{v['max']}] (n={v['n']})" for k, v in bands.items()) +

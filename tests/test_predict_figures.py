@@ -498,3 +498,22 @@ def test_step_collectives_of_an_unhashable_shape_are_priced_without_the_cache():
     assert a == b and len(a) == 2 * m.layers + 2
     a.append("x")                                        # each call returns a list of its own
     assert len(decode_collectives(m, 8, 2)) == 2 * m.layers + 2
+
+
+def test_aiconfigurator_beside_the_figures_follows_from_the_committed_rows():
+    """The committed benchmark's AIConfigurator summary (written where .venv-aic was present) is what its
+    rows say, commprof and AIConfigurator over the same figures; a row it did not run says why."""
+    b = _bench()
+    doc = json.load(open(os.path.join(ROOT, "results", "bench", "predict_figures.json")))
+    if "aiconfigurator" not in doc:
+        pytest.skip("results/bench/predict_figures.json was written without AIConfigurator (--no-aic)")
+    counted = [r for r in doc["figures"] if r["status"] == "counted"]
+    both = [r for r in counted if r.get("aic_ratio") is not None]
+    got = doc["aiconfigurator"]["where_it_ran"]
+    assert got["all"]["n"] == len(both) > 0
+    assert got["heldout"]["commprof"] == b.summary([r["ratio"] for r in both if r["role"] == "heldout"])
+    assert got["heldout"]["aiconfigurator"] == b.summary([r["aic_ratio"] for r in both if r["role"] == "heldout"])
+    for r in doc["figures"]:
+        assert (r.get("aic_ratio") is None) == (r.get("aic_ms") is None) and r.get("aic_note")
+        if r.get("aic_ratio") is not None:
+            assert r["aic_ratio"] == pytest.approx(r["aic_ms"] / r["measured_ms"], rel=1e-3)
