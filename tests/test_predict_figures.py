@@ -517,3 +517,18 @@ def test_aiconfigurator_beside_the_figures_follows_from_the_committed_rows():
         assert (r.get("aic_ratio") is None) == (r.get("aic_ms") is None) and r.get("aic_note")
         if r.get("aic_ratio") is not None:
             assert r["aic_ratio"] == pytest.approx(r["aic_ms"] / r["measured_ms"], rel=1e-3)
+
+
+def test_the_console_line_says_when_the_band_lies_all_on_one_side_of_the_prediction():
+    from commprof.views.predict import predict_line
+
+    base = {"gpu": "rtx5090", "tp": 8, "batch": 1, "ms_per_token": 16.7, "compute_ms": 6.66, "comm_ms": 10.05,
+            "comm_kind": "modelled", "comm": "reference:pcie5-nop2p", "comm_share_pct": 60.1, "comm_share_lo_pct": 51.6,
+            "comm_share_hi_pct": 73.0, "tokens_s_per_user": 59.9, "tokens_s_per_box": 59.9, "kv_max_sequences": 228,
+            "context": 4096, "weights_fit": True, "error_kind": "pcie"}
+    below = predict_line({**base, "ms_per_token_lo": 13.76, "ms_per_token_hi": 15.60})
+    assert "all of it below the prediction, where such figures ran faster than predicted" in below
+    above = predict_line({**base, "ms_per_token_lo": 17.0, "ms_per_token_hi": 20.0})
+    assert "all of it above the prediction" in above
+    around = predict_line({**base, "ms_per_token_lo": 15.0, "ms_per_token_hi": 18.0})
+    assert "all of it" not in around and "band 15.00-18.00 ms/token" in around

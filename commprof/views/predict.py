@@ -16,8 +16,11 @@ def predict_line(r: dict) -> str:
     if fmt_cell(r.get("ms_per_token_lo")) != "-":
         kind = r.get("error_kind", "?")
         whose = band_whose(kind)
+        lo, hi, ms = float(r["ms_per_token_lo"]), float(r["ms_per_token_hi"]), float(r["ms_per_token"])
+        side = (": all of it below the prediction, where such figures ran faster than predicted" if hi < ms else
+                ": all of it above the prediction, where such figures ran slower than predicted" if lo > ms else "")
         band = (f"; band {fmt_cell(r['ms_per_token_lo'], 2)}-{fmt_cell(r['ms_per_token_hi'], 2)} ms/token "
-                f"(past error on held-out published figures, {whose})")
+                f"(past error on held-out published figures, {whose}{side})")
     share = (f" (band {fmt_cell(r['comm_share_lo_pct'])}-{fmt_cell(r['comm_share_hi_pct'])}%)"
              if fmt_cell(r.get("comm_share_lo_pct")) != "-" and float(r["comm_ms"]) > 0 else "")
     return (f"{r['gpu']} TP={r['tp']} batch {r['batch']}: {fmt_cell(r['ms_per_token'], 2)} ms/token = compute "
