@@ -160,6 +160,11 @@ AIC_SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-sxm": "a100_sxm
                "b200": "b200_sxm", "l40s": "l40s", "h100-pcie": "h100_pcie", "rtx-pro-6000": "rtx_pro_6000_server"}
 
 
+#: The model families whose config.json _hf_config writes (dense Llama, and Qwen2-style: Qwen and QwQ).
+AIC_FAMILIES = ("Llama", "Qwen", "QwQ")
+QWEN_FAMILIES = ("Qwen", "QwQ")
+
+
 def _shape(f: dict):
     from commprof.model.models import ModelShape, get_model
 
@@ -215,7 +220,7 @@ def fit(figures: list[dict]) -> dict:
 
 def _hf_config(f: dict, path: str) -> None:
     m = _shape(f)
-    qwen = m.name.startswith(("Qwen", "QwQ"))
+    qwen = m.name.startswith(QWEN_FAMILIES)
     cfg = {"architectures": ["Qwen2ForCausalLM" if qwen else "LlamaForCausalLM"],
            "model_type": "qwen2" if qwen else "llama", "hidden_size": m.hidden,
            "intermediate_size": m.ffn, "num_hidden_layers": m.layers, "num_attention_heads": m.q_heads,
@@ -229,7 +234,7 @@ def _hf_config(f: dict, path: str) -> None:
 def aic_ms(f: dict, exe: str) -> dict | None:
     """AIConfigurator's TPOT for the figure's case; None where it has no such system (or failed)."""
     system = AIC_SYSTEMS.get(f["gpu"])
-    if not exe or not system or not f["model"].startswith(("Llama", "Qwen", "QwQ")):
+    if not exe or not system or not f["model"].startswith(AIC_FAMILIES):
         return None
     with tempfile.TemporaryDirectory() as d:
         _hf_config(f, d)

@@ -244,7 +244,7 @@ def breakdown(f: dict, cal: dict | None = None) -> list[str]:
     """The figure's modelled decode step on one rank, kernel by kernel (count, MB read per run, us per
     run with its ramp, us per step), then the host overhead and the collectives: what each term adds
     to the predicted ms/token. Lines of text; their us per step add up to the step's modelled time."""
-    from commprof.analysis.computemodel import CALIBRATION, mem_frac, ramp_us as ramp_of, roofline_gbps, step_compute
+    from commprof.analysis.computemodel import CALIBRATION, mem_frac_key, ramp_us as ramp_of, roofline_gbps, step_compute
     from commprof.model.gpus import get_gpu
 
     cal = {**CALIBRATION, **(cal or {})}
@@ -258,8 +258,8 @@ def breakdown(f: dict, cal: dict | None = None) -> list[str]:
     comp = step_compute(_model(f["model"]), gpu, f["tp"], f["batch"], r["context"], mode=f["mode"], cal=cal,
                         weights=_weights_of(f), mixed_tokens=mixed)
     bw = roofline_gbps(gpu, cal)
-    frac = mem_frac(gpu, cal)
-    frac_name = "gddr_bw_frac" if gpu.is_gddr and cal.get("gddr_bw_frac") else "bw_frac"
+    frac_name = mem_frac_key(gpu, cal)
+    frac = float(cal[frac_name])
     out = [f"{f['id']}: {f['model']} {f['weights']} on {gpu.key} x{f['tp']}, batch {f['batch']}, context {r['context']}, "
            f"{f['mode']}; roofline {bw:g} GB/s x {frac_name} {frac:g}; measured {f['measured_ms']:.3f} ms, "
            f"predicted {p['ms']:.3f} ms ({f['metric']})",
@@ -290,13 +290,14 @@ COLUMNS = ["id", "role", "kind", "status", "engine", "gpu", "tp", "interconnect"
 def aic_row(f: dict, exe: str) -> dict:
     """AIConfigurator's figure for ``f`` as ``aic_ms``/``aic_ratio``/``aic_note`` (the note says why not)."""
     from commprof.model.models import get_model
-    from bench_predict import AIC_SYSTEMS, aic_ms
+    from bench_predict import AIC_FAMILIES, AIC_SYSTEMS, aic_ms
 
     m = get_model(f["model"])
-    why = ("" if f["gpu"] in AIC_SYSTEMS else f"AIConfigurator has no {f['gpu']} system") or \
-          ("MoE model: not run here" if m.experts else "") or \
-          ("" if f["weights"] in ("bf16", "fp16", "fp8") else f"{f['weights']} weights: not run here") or \
-          ("" if m.name.startswith(("Llama", "Qwen", "QwQ")) else f"{m.name}: not run here")
+    why_not = [(f["gpu"] not in AIC_SYSTEMS, f"AIConfigurator has no {f['gpu']} system"),
+               (bool(m.experts), "MoE model: not run here"),
+               (f["weights"] not in ("bf16", "fp16", "fp8"), f"{f['weights']} weights: not run here"),
+               (not m.name.startswith(AIC_FAMILIES), f"{m.name}: not run here")]
+    why = next((text for hit, text in why_not if hit), "")
     if why:
         return {"aic_ms": None, "aic_ratio": None, "aic_note": why}
     case = {**f, "metric": "e2e / osl" if f["metric"] in ("e2e/osl", "tok/s") else f["metric"]}

@@ -135,11 +135,16 @@ HALF_REF_GBPS = 2039.0
 FILL_REF_CLOCK_MHZ = 1410.0
 
 
+def mem_frac_key(gpu: GpuSpec, cal: dict) -> str:
+    """Which calibration constant prices ``gpu``'s streaming: ``gddr_bw_frac`` on a GDDR card where it
+    is set, else ``bw_frac``."""
+    gddr = float(cal.get("gddr_bw_frac", 0.0) or 0.0) > 0 and getattr(gpu, "is_gddr", False)
+    return "gddr_bw_frac" if gddr else "bw_frac"
+
+
 def mem_frac(gpu: GpuSpec, cal: dict) -> float:
-    """The share of ``gpu``'s roofline bandwidth a large memory-bound kernel reaches: ``gddr_bw_frac``
-    on a GDDR card where it is set, else ``bw_frac``."""
-    g = float(cal.get("gddr_bw_frac", 0.0) or 0.0)
-    return g if g > 0 and getattr(gpu, "is_gddr", False) else float(cal["bw_frac"])
+    """The share of ``gpu``'s roofline bandwidth a large memory-bound kernel reaches (:func:`mem_frac_key`)."""
+    return float(cal[mem_frac_key(gpu, cal)])
 
 
 def roofline_gbps(gpu: GpuSpec, cal: dict) -> float:

@@ -94,8 +94,9 @@ def engine_price(comm, gpu, tp: int, mode: str, cal: dict):
     cls = link_class(comm, gpu)
     car = uses_custom_ar(cls, tp)
     per_call = float(cal.get("coll_graph_us", 0.0)) + (float(cal.get("coll_eager_us", 0.0)) if mode == "eager" else 0.0)
-    skew = 1.0 + (pcie_skew(cal, mode) if cls.startswith("pcie") else 0.0)
-    pcie_call = float(cal.get("pcie_call_us", 0.0)) if cls.startswith("pcie") else 0.0
+    on_pcie = cls.startswith("pcie")
+    skew = 1.0 + (pcie_skew(cal, mode) if on_pcie else 0.0)
+    pcie_call = float(cal.get("pcie_call_us", 0.0)) if on_pcie else 0.0
     nvl, pcie = int(getattr(gpu, "nvlink_gen", 4) or 4), int(getattr(gpu, "pcie_gen", 5) or 5)
 
     memo: dict = {}
