@@ -445,3 +445,22 @@ def test_no_step_marks_cut_by_the_plans_count(cli_inproc, tmp_path, gloo_kineto)
     assert "4 steps (every 18 collectives" in res.stdout and "(plan: 18, matches)" in res.stdout
     res = cli_inproc("import", "kineto", *paths, "--out", str(tmp_path / "whole"))
     assert res.returncode == 0 and "1 step (the whole capture" in res.stdout and "72 collectives/step" in res.stdout
+
+
+def test_straggler_is_decided_at_the_nanosecond_trace_json_records():
+    """A run's straggler and the one read back from its trace.json agree: durations that differ by less
+    than the nanosecond trace.json keeps are a tie, and a tie goes to the lower rank on both sides (a
+    CI run once named rank 1 from the floats and rank 0 from the file)."""
+    import numpy as np
+
+    from commprof.analysis.attribution import attribute
+    from microbench.decode_engine import Segment
+
+    segs = [Segment("layer 0 attention", "attn", 0, False), Segment("layer 0 attention-out", "attn_out", 0, True),
+            Segment("layer 1 attention", "attn", 1, False), Segment("layer 1 attention-out", "attn_out", 1, True)]
+    # layer 0: rank 1 shorter by 0.3 ns (a tie at 1 ns); layer 1: rank 1 shorter by 1 us
+    durs = {0: [3.0, 5.0004, 3.0, 6.0], 1: [3.0, 5.0001, 3.0, 5.0]}
+    recs = [{"rank": r, "segments": segs, "lat": np.array([20.0]),
+             "offs": np.array([[0.0, 3.0, 8.1, 11.1]]), "durs": np.array([d])} for r, d in durs.items()]
+    lay = {(x["layer"], x["rank"]): x["straggler_count"] for x in attribute(recs, 2, tp=2)["layers"]}
+    assert lay == {(0, 0): 1, (0, 1): 0, (1, 0): 0, (1, 1): 1}

@@ -15,6 +15,8 @@ numbers: no torch, no files.
 """
 from __future__ import annotations
 
+from commprof.results.trace import trace_us
+
 
 def attribute(recs: list[dict], layers_model: int, tp: int | None = None) -> dict:
     """Per token and rank: compute/transfer/wait/gaps/residual (us), scaled to the model's depth
@@ -38,7 +40,9 @@ def attribute(recs: list[dict], layers_model: int, tp: int | None = None) -> dic
     transfer = np.where(comm, np.broadcast_to(durs.min(axis=0), durs.shape), 0.0)   # (R, T, S), same for all r
     wait = np.where(comm, durs - transfer, 0.0)
     compute = np.where(comm, 0.0, durs)
-    straggler = durs.argmin(axis=0)                                            # (T, S) rank index
+    # the straggler at the resolution trace.json records (1 ns): a tie goes to the lower rank, here and
+    # in the import of that file alike
+    straggler = np.vectorize(trace_us)(durs).argmin(axis=0)                    # (T, S) rank index
     ends = offs + durs
     gaps_between = np.concatenate([offs[:, :, :1], offs[:, :, 1:] - ends[:, :, :-1]], axis=2)
     trailing = lat - ends[:, :, -1]

@@ -14,6 +14,14 @@ from commprof.results.meta import check_out_dir, finish_meta, provenance, rank_f
 from commprof.results.table import TableAppender
 from commprof.model.collectives import DTYPE_BYTES
 
+TRACE_US_DECIMALS = 3       # trace.json records its times in us to the nanosecond
+
+
+def trace_us(x) -> float:
+    """A time in us as trace.json records it: to the nanosecond. The straggler of a collective is
+    decided on these values, so a run and its trace.json read back name the same rank."""
+    return round(float(x), TRACE_US_DECIMALS)
+
 
 TOKENS_CSV = "trace_tokens.csv"
 
@@ -102,14 +110,14 @@ def timeline_events(runs: list, model: dict, dtype: str, backend: str, chunk: in
                     {"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "compute"}},
                     {"ph": "M", "name": "thread_name", "pid": pid, "tid": 2, "args": {"name": "communication"}}]
             for t, t0 in enumerate(starts):
-                step = {"ph": "X", "name": f"ProfilerStep#{t}", "pid": pid, "tid": 0, "ts": round(t0, 3),
-                        "dur": round(float(r["lat"][t]), 3)}
+                step = {"ph": "X", "name": f"ProfilerStep#{t}", "pid": pid, "tid": 0, "ts": trace_us(t0),
+                        "dur": trace_us(r["lat"][t])}
                 out.append({**step, "cat": "user_annotation"})
                 for j, seg in enumerate(r["segments"]):
                     if seg.is_comm and tp == 1:
                         continue                 # no collective runs at tp=1: its time is a gap, as in trace
                     ev = {"ph": "X", "cat": cat, "name": seg.name, "pid": pid, "tid": 2 if seg.is_comm else 1,
-                          "ts": round(t0 + float(r["offs"][t][j]), 3), "dur": round(float(r["durs"][t][j]), 3),
+                          "ts": trace_us(t0 + float(r["offs"][t][j])), "dur": trace_us(r["durs"][t][j]),
                           "args": {"site": seg.kind, "layer": seg.layer}}
                     if seg.is_comm and tp > 1:
                         coll = _COLL_NAME.get(seg.kind, "allreduce")
