@@ -293,6 +293,26 @@ def test_moe_expert_gemm_pays_the_ramp_per_active_expert_hand_computed():
     assert one.us == pytest.approx((nbytes + 4e6) / (2039e3 * 0.8) + 1.0)
 
 
+def test_moe_ramps_stop_adding_beyond_moe_stream_cap_hand_computed():
+    """At batch 64 a Qwen3-30B-A3B layer touches nearly all of its 128 experts: the grouped GEMM pays
+    the ramp of at most moe_stream_cap of them (the rest stream side by side), of all of them with no cap."""
+    from commprof.analysis.computemodel import experts_touched, moe_streams, step_kernels
+    from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
+
+    m, g = get_model("Qwen3-30B-A3B"), get_gpu("a100-sxm")
+    c = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 4e6, "fill_us": 1.0, "moe_expert_streams": 1.0,
+         "flop_frac": 1e9}                                      # memory-bound: the FLOPs take no time
+    touched = experts_touched(m.experts, m.top_k, 64)
+    assert touched == pytest.approx(128 * (1 - (120 / 128) ** 64))          # 126.8 of 128
+    nbytes = touched * 3 * m.hidden * m.expert_ffn * 2
+    for cap, ramps in ((16.0, 16), (0.0, touched), (200.0, touched)):
+        k = {x.name: x for x in step_kernels(m, g, 1, 64, 64, 1024, cal={**c, "moe_stream_cap": cap})}["moe_experts"]
+        assert k.us == pytest.approx((nbytes + ramps * 4e6) / (2039e3 * 0.8) + ramps * 1.0), cap
+    assert moe_streams(8.0, {"moe_stream_cap": 16.0}) == 8.0                 # batch 1: below the cap
+    assert moe_streams(126.8, {"moe_expert_streams": 0.0, "moe_stream_cap": 16.0}) == 1.0
+
+
 def test_the_same_model_is_further_from_the_roofline_at_tp8_than_at_tp1():
     from commprof.analysis.computemodel import step_kernels
     from commprof.model.gpus import get_gpu

@@ -41,15 +41,16 @@ from commprof.analysis.stepmodel import check_tp, dtype_bytes, kv_bytes_per_sequ
 from commprof.analysis.quant import FORMATS as QUANT_FORMATS, bytes_per_weight, gemm_dtype as quant_gemm_dtype
 
 #: The modelled GPU's achievable fractions, floors and the engine's per-collective terms.
-#: Every constant of :data:`FIT_GRID` is what ``scripts/bench_predict_figures.py --fit`` finds on the 26
+#: Every constant of :data:`FIT_GRID` is what ``scripts/bench_predict_figures.py --fit`` finds on the 39
 #: ``fit`` figures of ``tests/data/published-decode/figures.csv`` (NVIDIA NIM 2x H100 fp8; vLLM's dashboard
 #: on H100/A100 SXM; Qwen's speed benchmarks on A100 and H20, AWQ and MoE among them; 8x L20 eager;
-#: QwQ-32B-AWQ on RTX 5090, RTX 3090 Ti and 2x RTX 4070 Ti SUPER; silybench Qwen3-8B on H100); the 35
-#: held-out figures were never used (tests/test_predict.py checks that these are the fit's fixed point).
+#: QwQ-32B-AWQ on RTX 5090, RTX 3090 Ti and 2x RTX 4070 Ti SUPER; silybench Qwen3-8B on H100; SGLang's
+#: cookbook, DeepSeek-R1 and Qwen3-235B on 8x B200 under load); the 51 held-out figures were never used
+#: to fit anything (the committed constants are the fit's fixed point).
 #: Errors per figure, fit and held out apart, in ``results/bench/predict_figures.md``. ``flop_frac``,
 #: ``prefill_flop_frac``, ``floor_us`` and ``small_kernels_per_layer`` are set, not fitted.
 CALIBRATION = {
-    "bw_frac": 0.72,            # best achieved / datasheet memory bandwidth (a large decode GEMM or attention read)
+    "bw_frac": 0.70,            # best achieved / datasheet memory bandwidth (a large decode GEMM or attention read)
     # the same on a GDDR card (gpus.toml memory_type gddr6/gddr6x/gddr7); 0 = bw_frac on every memory.
     # A decode GEMV keeps a bounded number of bytes in flight per SM; by Little's law the bytes a memory
     # needs in flight are its bandwidth x latency, per SM about 5-7 KB on a GDDR card (RTX 4090: 1008 GB/s
@@ -60,14 +61,14 @@ CALIBRATION = {
     "flop_frac": 0.60,          # achieved / datasheet dense tensor FLOP/s (decode GEMMs at large batch)
     "prefill_flop_frac": 0.60,  # the same for prefill GEMMs
     "floor_us": 2.5,            # a kernel's shortest run on the GPU (graph replay)
-    "eager_gap_us": 6.0,        # host time to launch one kernel without CUDA graphs (hidden behind longer kernels)
+    "eager_gap_us": 4.0,        # host time to launch one kernel without CUDA graphs (hidden behind longer kernels)
     "small_kernels_per_layer": 5,   # norms, rotary, activation, residual adds: floor-bound
     "step_overhead_us": 500.0,   # host work per step: scheduler, sampling, input preparation
     # Efficiency that falls with the work per kernel: a memory-bound kernel of b bytes runs
     # (b + half_bytes) / (bandwidth x bw_frac), i.e. it reaches half of its best bandwidth at
     # b = half_bytes (the bytes in flight a GPU needs to cover its memory latency, by Little's law:
     # a small GEMM at TP=8 or of a small model never has them). 0 = one bw_frac for every shape.
-    "half_bytes": 2e6,
+    "half_bytes": 1e6,
     # 1: half_bytes is quoted at an A100's bandwidth (HALF_REF_GBPS) and a GPU streaming B GB/s needs
     # half_bytes x B / HALF_REF_GBPS in flight (Little's law: bandwidth x latency), so the ramp costs the
     # same time on a slow and a fast memory; 0: the same bytes on every GPU (a slow memory pays longer).
@@ -96,15 +97,21 @@ CALIBRATION = {
     "sm_stream_gbps": 0.0,
     # 1: a grouped MoE expert GEMM pays the per-kernel ramp once per active expert; 0: once per layer
     "moe_expert_streams": 1.0,
+    # ... but for at most this many experts (0 = no bound): the grouped GEMM's tiles of different
+    # experts run side by side over the SMs, so beyond a few experts (a batch that touches most of a
+    # layer's experts) more experts fill SMs that were idle instead of adding their ramps one after
+    # another. Fitted on the fit figures at concurrency 16-64 (SGLang on 8x B200); the batch-1 figures
+    # touch top_k experts and do not see it.
+    "moe_stream_cap": 32.0,
     # The collective as the engine pays it (commprof.analysis.enginecomm): per call under CUDA
     # graphs, more per call in eager mode, and the rank skew of NCCL over PCIe (a fraction of the
     # loop's time; pcie_skew_frac in eager mode, where each rank's host launches each collective,
     # pcie_skew_graph_frac under CUDA graphs), plus a fixed cost per NCCL call on PCIe.
-    "coll_graph_us": 0.0,
+    "coll_graph_us": 2.0,
     "coll_eager_us": 0.0,
-    "pcie_skew_frac": 0.75,
-    "pcie_skew_graph_frac": 0.5,
-    "pcie_call_us": 15.0,
+    "pcie_skew_frac": 1.5,
+    "pcie_skew_graph_frac": 1.5,
+    "pcie_call_us": 0.0,
     # 1: the roofline starts from a GPU's published measured achievable bandwidth where gpus.toml
     # gives one lower than the datasheet (mem_bandwidth_achievable_gbps, with its source); 0: the datasheet
     "achievable_bw": 1.0,
@@ -114,13 +121,14 @@ CALIBRATION_SOURCE = ("bw_frac (HBM) and gddr_bw_frac (GDDR cards, gpus.toml mem
                       "and fill_clock_scaled: x 108 / sm_count x 1410 / boost_clock_mhz), "
                       "step_overhead_us, eager_gap_us, int4_hopper_frac (4-bit "
                       "weight-only GEMMs on Hopper: Marlin is built for Ampere, "
-                      "https://github.com/IST-DASLab/marlin_artifact), moe_expert_streams, sm_stream_gbps and the "
+                      "https://github.com/IST-DASLab/marlin_artifact), moe_expert_streams, moe_stream_cap, sm_stream_gbps and the "
                       "engine-collective terms "
                       "(coll_graph_us, coll_eager_us, pcie_skew_frac, pcie_skew_graph_frac, pcie_call_us) fitted by scripts/bench_predict_figures.py --fit "
                       "on the fit figures of tests/data/published-decode/figures.csv (NVIDIA NIM "
                       "https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance, vLLM's performance dashboard "
                       "https://buildkite.com/vllm/performance-benchmark/builds/, Qwen's speed benchmarks "
-                      "https://github.com/QwenLM/Qwen2.5 docs, vLLM issue #4852); custom all-reduce from "
+                      "https://github.com/QwenLM/Qwen2.5 docs, vLLM issue #4852, SGLang's cookbook "
+                      "https://github.com/sgl-project/sgl-cookbook); custom all-reduce from "
                       "sgl-project/sglang #2904; a GPU's measured achievable bandwidth, where gpus.toml gives one "
                       "(H20: NVIDIA/nvbandwidth #48), in place of its datasheet's; the other constants set; "
                       "see results/bench/predict_figures.md")
@@ -207,6 +215,7 @@ FIT_GRID = {
     "gddr_bw_frac": [0.0] + [x / 100 for x in range(70, 97, 2)],
     "int4_hopper_frac": [0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9, 1.0],
     "moe_expert_streams": [0.0, 1.0],
+    "moe_stream_cap": [0.0, 4.0, 8.0, 16.0, 32.0, 64.0],
     "sm_stream_gbps": [0.0, 50.0, 100.0, 150.0, 200.0, 300.0],
 }
 
@@ -299,6 +308,15 @@ def experts_touched(experts: int, top_k: int, tokens: int) -> float:
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
+def moe_streams(active: float, cal: dict) -> float:
+    """The ramps a grouped MoE expert GEMM pays over ``active`` experts: one per expert
+    (``moe_expert_streams``), at most ``moe_stream_cap`` of them (0 = no bound); 1 when off."""
+    if not cal.get("moe_expert_streams", 1.0):
+        return 1.0
+    cap = float(cal.get("moe_stream_cap", 0.0) or 0.0)
+    return max(1.0, min(active, cap) if cap > 0 else active)
+
+
 def causal_pairs(tokens: int, window: int) -> float:
     """(query, key) pairs of causal attention over ``tokens`` tokens when each attends to at most
     ``window`` (itself included): ``sum over i of min(i, window)``."""
@@ -361,7 +379,7 @@ def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: in
         # pads each expert's rows to its tile (moe_align_block_size), so each active expert's weights
         # are a GEMM of their own inside the one launch: at a small batch, `touched` small GEMMs, each
         # paying the ramp of a small kernel (moe_expert_streams: 1 = the whole layer as one GEMM).
-        streams = max(1.0, touched) if cal.get("moe_expert_streams", 1.0) else 1.0
+        streams = moe_streams(touched, cal)
         add("moe_experts", moe_layers, touched * 3 * h * ef * we, 6.0 * tokens * model.top_k * h * ef,
             quantized=True, streams=streams)
         if model.shared_experts:
