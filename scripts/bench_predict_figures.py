@@ -86,6 +86,28 @@ def _model(name: str):
     return _SHAPES[name]
 
 
+def _load_row(f: dict, weights: str, cal: dict | None) -> dict:
+    """The figure's box at concurrency ``batch`` with its ISL/OSL, through predict's load model; a
+    median figure (``stat``) is the median step: a pure decode step while fewer than half of a
+    request's steps carry another's prompt chunk, else a mixed one (the mean, ``tpot_ms``, blends them)."""
+    from commprof.analysis.predictload import load_point, load_spec, split_in_flight
+    from commprof.analysis.predictmodel import predict_point
+    from commprof.model.gpus import get_gpu
+    from commprof.model.registry import PredictConfig
+
+    model, gpu, comm = _model(f["model"]), get_gpu(f["gpu"]), _comm(f["comm"])
+    spec = load_spec([f["batch"]], [], f["isl"], f["osl"], PredictConfig().chunk)
+
+    def step_row(b, m, ctx):
+        return predict_point(model, gpu, comm, f["tp"], b, ctx, mode=f["mode"], weights=weights, cal=cal,
+                             mixed_tokens=m)
+    row = load_point(step_row, spec, "concurrency", float(f["batch"]))
+    sp = split_in_flight(float(row["requests_in_flight"]), spec)
+    mixed = sp.chunk_tokens if sp.mixed_share >= 0.5 else 0
+    row["median_ms"] = step_row(sp.decode_batch, mixed, f["isl"] + f["osl"] // 2)["ms_per_token"]
+    return row
+
+
 def predict_figure(f: dict, cal: dict | None = None) -> dict | None:
     """The figure's metric as predicted (ms per output token), with the step's compute and
     communication; None when the model cannot price the figure's weights."""
@@ -94,15 +116,19 @@ def predict_figure(f: dict, cal: dict | None = None) -> dict | None:
 
     serving = f["metric"] in ("TPOT", "ITL")
     ctx = f["isl"] + f["osl"] // 2
-    # Under continuous batching at concurrency c > 1, the other requests' prompts are prefilled in
-    # the same steps: c x isl / osl prompt tokens per step on average.
-    mixed = f["batch"] * f["isl"] // f["osl"] if serving and f["batch"] > 1 else 0
+    # A serving figure at concurrency c > 1 is priced as `predict --concurrency c --isl --osl` prices it
+    # (commprof.analysis.predictload, the default --chunk): decode steps, and steps that also carry a
+    # whole prompt chunk of another request, blended by the share of a request's steps that meet one.
+    loaded = serving and f["batch"] > 1
     r = None
     for w in WEIGHT_ALIASES.get(f["weights"], (f["weights"],)):
         try:
-            r = predict_point(_model(f["model"]), get_gpu(f["gpu"]), _comm(f["comm"]), f["tp"], f["batch"], ctx,
-                              prompt=None if serving else f["batch"] * f["isl"], mode=f["mode"], weights=w, cal=cal,
-                              mixed_tokens=mixed)
+            if loaded:
+                r = _load_row(f, w, cal)
+            else:
+                r = predict_point(_model(f["model"]), get_gpu(f["gpu"]), _comm(f["comm"]), f["tp"], f["batch"], ctx,
+                                  prompt=None if serving else f["batch"] * f["isl"], mode=f["mode"], weights=w,
+                                  cal=cal)
             break
         except (ValueError, KeyError):
             continue
@@ -111,7 +137,7 @@ def predict_figure(f: dict, cal: dict | None = None) -> dict | None:
                 raise
     if r is None:
         return None
-    ms = r["ms_per_token"]
+    ms = (r["median_ms"] if f.get("stat") == "median" else r["tpot_ms"]) if loaded else r["ms_per_token"]
     if not serving:      # the batch's prompts in one prefill step (the first token), then osl - 1 decode steps
         prefill_ms = r["ttft_ms"] - r["ms_per_token"]
         ms = (prefill_ms + (f["osl"] - 1) * r["ms_per_token"]) / f["osl"]

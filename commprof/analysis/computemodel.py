@@ -63,22 +63,22 @@ CALIBRATION = {
     "floor_us": 2.5,            # a kernel's shortest run on the GPU (graph replay)
     "eager_gap_us": 4.0,        # host time to launch one kernel without CUDA graphs (hidden behind longer kernels)
     "small_kernels_per_layer": 5,   # norms, rotary, activation, residual adds: floor-bound
-    "step_overhead_us": 500.0,   # host work per step: scheduler, sampling, input preparation
+    "step_overhead_us": 400.0,   # host work per step: scheduler, sampling, input preparation
     # Efficiency that falls with the work per kernel: a memory-bound kernel of b bytes runs
     # (b + half_bytes) / (bandwidth x bw_frac), i.e. it reaches half of its best bandwidth at
     # b = half_bytes (the bytes in flight a GPU needs to cover its memory latency, by Little's law:
     # a small GEMM at TP=8 or of a small model never has them). 0 = one bw_frac for every shape.
-    "half_bytes": 1e6,
+    "half_bytes": 0.0,
     # 1: half_bytes is quoted at an A100's bandwidth (HALF_REF_GBPS) and a GPU streaming B GB/s needs
     # half_bytes x B / HALF_REF_GBPS in flight (Little's law: bandwidth x latency), so the ramp costs the
     # same time on a slow and a fast memory; 0: the same bytes on every GPU (a slow memory pays longer).
-    "half_bytes_bw_scaled": 1.0,
+    "half_bytes_bw_scaled": 0.0,
     # The same ramp as a time: a memory-bound kernel pays fill_us on top of its bytes (launch into
     # the graph, the first loads' latency, the tail wave). By Little's law the bytes a GPU needs in
     # flight are bandwidth x latency, so a fixed time, not fixed bytes, is the same on a slow and a
     # fast memory; half_bytes, a fixed byte count, costs a GDDR card (1 TB/s) 2-3x the time it costs
     # an HBM part. 0 = none.
-    "fill_us": 3.0,
+    "fill_us": 4.0,
     # 1: fill_us is an A100's (FILL_REF_SMS streaming multiprocessors) and a GPU with n SMs pays
     # fill_us x FILL_REF_SMS / n: the fixed work of a kernel beyond its bytes (each thread block's
     # prologue, partial-sum reduction and epilogue, the tail wave) is done by the SMs side by side, so it
