@@ -210,10 +210,10 @@ def achievable_bw_note(gpu) -> str:
 
 
 #: Said with every prediction of a multi-head latent attention model (DeepSeek-V2/V3/R1, Kimi-K2).
-MLA_NOTE = ("MLA model: no published figure of this class is among the fit figures, and the held-out one "
-            "(DeepSeek-R1 AWQ on 8x H100, results/bench/predict_figures.md) was measured slower than predicted, "
-            "beyond the error band: the engine's MLA and MoE kernels at a small batch are not modelled one by one; "
-            "read the ms/token as a lower bound")
+MLA_NOTE = ("MLA model: the published figures of this class (DeepSeek-R1 FP8 on 8x B200 under SGLang, fit and "
+            "held out; DeepSeek-R1 AWQ on 8x H100 under vLLM, held out; results/bench/predict_figures.md) ran 1.9-2.6x "
+            "slower than predicted at concurrency 1 and within 25% at 16-64: the engines' MLA and MoE kernels at a "
+            "small batch are not modelled one by one; at a small batch read the ms/token as a lower bound")
 
 
 def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,
