@@ -89,7 +89,8 @@ def _model(name: str):
 def _load_row(f: dict, weights: str, cal: dict | None) -> dict:
     """The figure's box at concurrency ``batch`` with its ISL/OSL, through predict's load model; a
     median figure (``stat``) is the median step: a pure decode step while fewer than half of a
-    request's steps carry another's prompt chunk, else a mixed one (the mean, ``tpot_ms``, blends them)."""
+    request's steps carry another's prompt chunk, else a mixed one (the mean, ``tpot_ms``, blends them).
+    The row keeps both steps (``decode_row``, ``mixed_row``) and the split (``split``) for :func:`breakdown`."""
     from commprof.analysis.predictload import load_point, load_spec, split_in_flight
     from commprof.analysis.predictmodel import predict_point
     from commprof.model.gpus import get_gpu
@@ -97,14 +98,19 @@ def _load_row(f: dict, weights: str, cal: dict | None) -> dict:
 
     model, gpu, comm = _model(f["model"]), get_gpu(f["gpu"]), _comm(f["comm"])
     spec = load_spec([f["batch"]], [], f["isl"], f["osl"], PredictConfig().chunk)
+    steps: dict = {}
 
-    def step_row(b, m, ctx):
-        return predict_point(model, gpu, comm, f["tp"], b, ctx, mode=f["mode"], weights=weights, cal=cal,
-                             mixed_tokens=m)
+    def step_row(b, m, ctx):            # each step priced once: load_point's steps are the median's too
+        if (b, m, ctx) not in steps:
+            steps[b, m, ctx] = predict_point(model, gpu, comm, f["tp"], b, ctx, mode=f["mode"], weights=weights,
+                                             cal=cal, mixed_tokens=m)
+        return steps[b, m, ctx]
     row = load_point(step_row, spec, "concurrency", float(f["batch"]))
     sp = split_in_flight(float(row["requests_in_flight"]), spec)
-    mixed = sp.chunk_tokens if sp.mixed_share >= 0.5 else 0
-    row["median_ms"] = step_row(sp.decode_batch, mixed, f["isl"] + f["osl"] // 2)["ms_per_token"]
+    ctx = f["isl"] + f["osl"] // 2
+    row.update(split=sp, decode_row=step_row(sp.decode_batch, 0, ctx),
+               mixed_row=step_row(sp.decode_batch, sp.chunk_tokens, ctx))
+    row["median_ms"] = (row["mixed_row"] if sp.mixed_share >= 0.5 else row["decode_row"])["ms_per_token"]
     return row
 
 
@@ -269,7 +275,9 @@ def fit(figures: list[dict]) -> dict:
 def breakdown(f: dict, cal: dict | None = None) -> list[str]:
     """The figure's modelled decode step on one rank, kernel by kernel (count, MB read per run, us per
     run with its ramp, us per step), then the host overhead and the collectives: what each term adds
-    to the predicted ms/token. Lines of text; their us per step add up to the step's modelled time."""
+    to the predicted ms/token. Lines of text; their us per step add up to the step's modelled time. Under
+    load (a serving figure at concurrency > 1) the table is the pure decode step at the load's decode
+    batch, and a last line says how the load blends it with the steps carrying a prompt chunk."""
     from commprof.analysis.computemodel import CALIBRATION, mem_frac_key, ramp_us as ramp_of, roofline_gbps, step_compute
     from commprof.model.gpus import get_gpu
 
@@ -279,10 +287,16 @@ def breakdown(f: dict, cal: dict | None = None) -> list[str]:
         return [f"{f['id']}: weights {f['weights']} not in this model"]
     r = p["row"]
     gpu = get_gpu(f["gpu"])
-    serving = f["metric"] in ("TPOT", "ITL")
-    mixed = f["batch"] * f["isl"] // f["osl"] if serving and f["batch"] > 1 else 0
-    comp = step_compute(_model(f["model"]), gpu, f["tp"], f["batch"], r["context"], mode=f["mode"], cal=cal,
-                        weights=_weights_of(f), mixed_tokens=mixed)
+    load = []
+    if "decode_row" in r:              # under load: the table is the pure decode step, then how the load blends it
+        sp, mix = r["split"], r["mixed_row"]
+        load = [f"load: concurrency {f['batch']}, ISL {f['isl']}, OSL {f['osl']}: {sp.mixed_share:.1%} of a request's "
+                f"steps also carry a {sp.chunk_tokens}-token prompt chunk ({mix['ms_per_token']:.3f} ms, of which "
+                f"collectives {mix['comm_ms']:.3f} ms); mean step (TPOT) {r['tpot_ms']:.3f} ms, median step "
+                f"{r['median_ms']:.3f} ms"]
+        r = r["decode_row"]
+    comp = step_compute(_model(f["model"]), gpu, f["tp"], r["batch"], r["context"], mode=f["mode"], cal=cal,
+                        weights=_weights_of(f))
     bw = roofline_gbps(gpu, cal)
     frac_name = mem_frac_key(gpu, cal)
     frac = float(cal[frac_name])
@@ -301,7 +315,7 @@ def breakdown(f: dict, cal: dict | None = None) -> list[str]:
             f"of which the per-kernel ramp (half_bytes / bandwidth + fill_us, {ramp_us:.2f} us on this GPU) over "
             f"{n} memory kernels: {n * ramp_us / 1e3:.2f} ms; every byte at {frac_name}: "
             f"{comp['bytes_read'] / (bw * 1e3 * frac) / 1e3:.2f} ms"]
-    return out
+    return out + load
 
 
 def _weights_of(f: dict) -> str:
