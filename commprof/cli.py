@@ -184,6 +184,21 @@ def _sigterm_as_interrupt() -> None:
         pass
 
 
+def _wrapped_interrupt(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM (:class:`Terminated`) inside an exception Python raised around it.
+
+    A signal handler raises wherever the main thread is. Python 3.11 wraps what a class body's
+    ``__set_name__`` raises in a RuntimeError, so SIGTERM arriving while a verb's module is still
+    being imported (torchrun stopping a sibling rank) would otherwise read as an unexpected error."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def main():
     """Console entry: every failure, flag errors included, ends as one line and an exit code."""
     debug = os.environ.get("COMMPROF_DEBUG") == "1"
@@ -203,6 +218,8 @@ def main():
             sys.exit(2)
         if _is(e, "Abort"):
             code = getattr(e.__cause__, "exit_code", 130)     # click wraps a KeyboardInterrupt in Abort
+        elif (stop := _wrapped_interrupt(e)) is not None:
+            code = getattr(stop, "exit_code", 130)
         elif isinstance(e, OSError) and e.filename and not debug:
             # A file the core did not expect to fail (a full disk under a chart): name it.
             target = f"'{e.filename}'" + (f" -> '{e.filename2}'" if e.filename2 else "")
