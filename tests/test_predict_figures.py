@@ -283,7 +283,8 @@ def test_moe_expert_gemm_pays_the_ramp_per_active_expert_hand_computed():
     from commprof.model.models import get_model
 
     m, g = get_model("Qwen3-30B-A3B"), get_gpu("a100-sxm")
-    c = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 4e6, "fill_us": 1.0, "moe_expert_streams": 1.0}
+    c = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 4e6, "fill_us": 1.0, "moe_expert_streams": 1.0,
+         "moe_gemm_launches": 1.0}
     k = {x.name: x for x in step_kernels(m, g, 1, 1, 1, 1024, cal=c)}["moe_experts"]
     touched = experts_touched(m.experts, m.top_k, 1)
     assert touched == pytest.approx(m.top_k)                     # batch 1: its 8 experts
@@ -302,7 +303,7 @@ def test_moe_ramps_stop_adding_beyond_moe_stream_cap_hand_computed():
 
     m, g = get_model("Qwen3-30B-A3B"), get_gpu("a100-sxm")
     c = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 4e6, "fill_us": 1.0, "moe_expert_streams": 1.0,
-         "flop_frac": 1e9}                                      # memory-bound: the FLOPs take no time
+         "moe_gemm_launches": 1.0, "flop_frac": 1e9}            # memory-bound: the FLOPs take no time
     touched = experts_touched(m.experts, m.top_k, 64)
     assert touched == pytest.approx(128 * (1 - (120 / 128) ** 64))          # 126.8 of 128
     nbytes = touched * 3 * m.hidden * m.expert_ffn * 2
@@ -311,6 +312,33 @@ def test_moe_ramps_stop_adding_beyond_moe_stream_cap_hand_computed():
         assert k.us == pytest.approx((nbytes + ramps * 4e6) / (2039e3 * 0.8) + ramps * 1.0), cap
     assert moe_streams(8.0, {"moe_stream_cap": 16.0}) == 8.0                 # batch 1: below the cap
     assert moe_streams(126.8, {"moe_expert_streams": 0.0, "moe_stream_cap": 16.0}) == 1.0
+
+
+def test_moe_layer_is_two_grouped_gemm_launches_and_four_small_kernels_hand_computed():
+    """vLLM's fused_moe (and SGLang's adaptation): w13 and w2 are two launches, each paying its experts'
+    ramps, around them top-k routing, moe_align_block_size, the activation and moe_sum, each at least
+    a floor. Qwen3-30B-A3B at batch 1 on an A100: 8 experts, 48 MoE layers."""
+    from commprof.analysis.computemodel import step_kernels
+    from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
+
+    m, g = get_model("Qwen3-30B-A3B"), get_gpu("a100-sxm")
+    c = {"bw_frac": 0.8, "floor_us": 2.5, "half_bytes": 0.0, "fill_us": 1.0, "moe_expert_streams": 1.0,
+         "moe_stream_cap": 32.0, "flop_frac": 1e9}
+    nbytes = 8 * 3 * m.hidden * m.expert_ffn * 2
+    for launches, aux in ((1.0, 0.0), (2.0, 4.0)):
+        ks = {x.name: x for x in step_kernels(m, g, 1, 1, 1, 1024, cal={**c, "moe_gemm_launches": launches,
+                                                                            "moe_aux_kernels": aux})}
+        # the A100 is fill_us's reference GPU (108 SMs at 1410 MHz): 1 us per ramp
+        assert ks["moe_experts"].us == pytest.approx(nbytes / (2039e3 * 0.8) + 8 * launches * 1.0)
+        assert ks["moe_experts"].count == 48
+        if aux:
+            # each small kernel reads top_k rows of the hidden state twice: 8 x 2048 x 2 B x 2 = 64 KiB,
+            # 0.04 us at the roofline plus its 1 us ramp: the 2.5 us floor
+            assert ks["moe_aux"].count == 48 * 4 and ks["moe_aux"].us == pytest.approx(2.5)
+            assert ks["moe_aux"].bound == "floor"
+        else:
+            assert "moe_aux" not in ks
 
 
 def test_the_same_model_is_further_from_the_roofline_at_tp8_than_at_tp1():

@@ -50,20 +50,20 @@ from commprof.analysis.quant import FORMATS as QUANT_FORMATS, bytes_per_weight, 
 #: Errors per figure, fit and held out apart, in ``results/bench/predict_figures.md``. ``flop_frac``,
 #: ``prefill_flop_frac``, ``floor_us`` and ``small_kernels_per_layer`` are set, not fitted.
 CALIBRATION = {
-    "bw_frac": 0.70,            # best achieved / datasheet memory bandwidth (a large decode GEMM or attention read)
+    "bw_frac": 0.72,            # best achieved / datasheet memory bandwidth (a large decode GEMM or attention read)
     # the same on a GDDR card (gpus.toml memory_type gddr6/gddr6x/gddr7); 0 = bw_frac on every memory.
     # A decode GEMV keeps a bounded number of bytes in flight per SM; by Little's law the bytes a memory
     # needs in flight are its bandwidth x latency, per SM about 5-7 KB on a GDDR card (RTX 4090: 1008 GB/s
     # over 128 SMs) and 11-18 KB on an HBM part (A100: 2039 GB/s over 108, H100: 3350 over 132), so the
     # same kernels stream nearer a GDDR card's datasheet (a plain read kernel reaches 91% of a 4090's
     # 1008 GB/s, https://github.com/krrishnarraj/clpeak/issues/106). Fitted on the GDDR fit figures.
-    "gddr_bw_frac": 0.82,
+    "gddr_bw_frac": 0.84,
     "flop_frac": 0.60,          # achieved / datasheet dense tensor FLOP/s (decode GEMMs at large batch)
     "prefill_flop_frac": 0.60,  # the same for prefill GEMMs
     "floor_us": 2.5,            # a kernel's shortest run on the GPU (graph replay)
-    "eager_gap_us": 4.0,        # host time to launch one kernel without CUDA graphs (hidden behind longer kernels)
+    "eager_gap_us": 8.0,        # host time to launch one kernel without CUDA graphs (hidden behind longer kernels)
     "small_kernels_per_layer": 5,   # norms, rotary, activation, residual adds: floor-bound
-    "step_overhead_us": 400.0,   # host work per step: scheduler, sampling, input preparation
+    "step_overhead_us": 500.0,   # host work per step: scheduler, sampling, input preparation
     # Efficiency that falls with the work per kernel: a memory-bound kernel of b bytes runs
     # (b + half_bytes) / (bandwidth x bw_frac), i.e. it reaches half of its best bandwidth at
     # b = half_bytes (the bytes in flight a GPU needs to cover its memory latency, by Little's law:
@@ -78,7 +78,7 @@ CALIBRATION = {
     # flight are bandwidth x latency, so a fixed time, not fixed bytes, is the same on a slow and a
     # fast memory; half_bytes, a fixed byte count, costs a GDDR card (1 TB/s) 2-3x the time it costs
     # an HBM part. 0 = none.
-    "fill_us": 4.0,
+    "fill_us": 5.0,
     # 1: fill_us is an A100's (FILL_REF_SMS streaming multiprocessors) and a GPU with n SMs pays
     # fill_us x FILL_REF_SMS / n: the fixed work of a kernel beyond its bytes (each thread block's
     # prologue, partial-sum reduction and epilogue, the tail wave) is done by the SMs side by side, so it
@@ -91,7 +91,7 @@ CALIBRATION = {
     "fill_clock_scaled": 1.0,
     # 4-bit weight-only GEMMs (AWQ/GPTQ/w4a16 via Marlin) on Hopper reach this share of the
     # bandwidth a 16-bit GEMM reaches there (quant_bw_scale); 1 = the same.
-    "int4_hopper_frac": 0.65,
+    "int4_hopper_frac": 0.6,
     # Per-SM streaming rate (GB/s): a kernel's bytes pass the SMs' load pipes (bytes in flight per
     # SM / memory latency, Little's law) and DRAM in series; 0 = DRAM only.
     "sm_stream_gbps": 0.0,
@@ -100,18 +100,25 @@ CALIBRATION = {
     # ... but for at most this many experts (0 = no bound): the grouped GEMM's tiles of different
     # experts run side by side over the SMs, so beyond a few experts (a batch that touches most of a
     # layer's experts) more experts fill SMs that were idle instead of adding their ramps one after
-    # another. Fitted on the fit figures at concurrency 16-64 (SGLang on 8x B200); the batch-1 figures
+    # another. Fitted on the fit figures (per launch: moe_gemm_launches below); the batch-1 figures
     # touch top_k experts and do not see it.
-    "moe_stream_cap": 32.0,
+    "moe_stream_cap": 16.0,
+    # Set from the engines' source, not fitted: the fused MoE path of a decode step is two grouped
+    # GEMM launches (w13, then w2), each paying the ramps above, and four small kernels around them
+    # (top-k routing, moe_align_block_size, the activation, moe_sum): vLLM's
+    # vllm/model_executor/layers/fused_moe/fused_moe.py (fused_experts_impl), which SGLang's
+    # fused_moe_triton adapts. 1 and 0 = the whole MoE layer as one launch.
+    "moe_gemm_launches": 2.0,
+    "moe_aux_kernels": 4.0,
     # The collective as the engine pays it (commprof.analysis.enginecomm): per call under CUDA
     # graphs, more per call in eager mode, and the rank skew of NCCL over PCIe (a fraction of the
     # loop's time; pcie_skew_frac in eager mode, where each rank's host launches each collective,
     # pcie_skew_graph_frac under CUDA graphs), plus a fixed cost per NCCL call on PCIe.
     "coll_graph_us": 2.0,
     "coll_eager_us": 0.0,
-    "pcie_skew_frac": 1.5,
-    "pcie_skew_graph_frac": 1.5,
-    "pcie_call_us": 0.0,
+    "pcie_skew_frac": 0.75,
+    "pcie_skew_graph_frac": 0.75,
+    "pcie_call_us": 10.0,
     # 1: the roofline starts from a GPU's published measured achievable bandwidth where gpus.toml
     # gives one lower than the datasheet (mem_bandwidth_achievable_gbps, with its source); 0: the datasheet
     "achievable_bw": 1.0,
@@ -129,7 +136,8 @@ CALIBRATION_SOURCE = ("bw_frac (HBM) and gddr_bw_frac (GDDR cards, gpus.toml mem
                       "https://buildkite.com/vllm/performance-benchmark/builds/, Qwen's speed benchmarks "
                       "https://github.com/QwenLM/Qwen2.5 docs, vLLM issue #4852, SGLang's cookbook "
                       "https://github.com/sgl-project/sgl-cookbook); custom all-reduce from "
-                      "sgl-project/sglang #2904; a GPU's measured achievable bandwidth, where gpus.toml gives one "
+                      "sgl-project/sglang #2904; the MoE layer's kernels (moe_gemm_launches, moe_aux_kernels) from vLLM's "
+                      "vllm/model_executor/layers/fused_moe/fused_moe.py; a GPU's measured achievable bandwidth, where gpus.toml gives one "
                       "(H20: NVIDIA/nvbandwidth #48), in place of its datasheet's; the other constants set; "
                       "see results/bench/predict_figures.md")
 MODES = ("graph", "eager")
@@ -194,7 +202,8 @@ def fill_scale(gpu: GpuSpec, cal: dict) -> float:
 IDEAL = {"bw_frac": 1.0, "flop_frac": 1.0, "prefill_flop_frac": 1.0, "floor_us": 0.0, "eager_gap_us": 0.0,
          "step_overhead_us": 0.0, "half_bytes": 0.0, "coll_graph_us": 0.0, "coll_eager_us": 0.0,
          "pcie_skew_frac": 0.0, "pcie_skew_graph_frac": 0.0, "pcie_call_us": 0.0, "achievable_bw": 0.0,
-         "fill_us": 0.0, "fill_sm_scaled": 0.0, "fill_clock_scaled": 0.0, "gddr_bw_frac": 0.0, "half_bytes_bw_scaled": 0.0, "int4_hopper_frac": 1.0, "moe_expert_streams": 0.0, "sm_stream_gbps": 0.0}
+         "fill_us": 0.0, "fill_sm_scaled": 0.0, "fill_clock_scaled": 0.0, "gddr_bw_frac": 0.0, "half_bytes_bw_scaled": 0.0, "int4_hopper_frac": 1.0, "moe_expert_streams": 0.0, "sm_stream_gbps": 0.0,
+         "moe_aux_kernels": 0.0}
 
 #: The constants ``scripts/bench_predict_figures.py --fit`` may move, with the values it tries
 #: (fit figures only; everything else is set).
@@ -317,6 +326,12 @@ def moe_streams(active: float, cal: dict) -> float:
     return max(1.0, min(active, cap) if cap > 0 else active)
 
 
+def moe_launches(cal: dict) -> float:
+    """The grouped GEMM launches of one MoE layer (``moe_gemm_launches``: w13 and w2), each paying
+    its experts' ramps; at least 1."""
+    return max(1.0, float(cal.get("moe_gemm_launches", 1.0) or 1.0))
+
+
 def causal_pairs(tokens: int, window: int) -> float:
     """(query, key) pairs of causal attention over ``tokens`` tokens when each attends to at most
     ``window`` (itself included): ``sum over i of min(i, window)``."""
@@ -379,9 +394,12 @@ def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: in
         # pads each expert's rows to its tile (moe_align_block_size), so each active expert's weights
         # are a GEMM of their own inside the one launch: at a small batch, `touched` small GEMMs, each
         # paying the ramp of a small kernel (moe_expert_streams: 1 = the whole layer as one GEMM).
-        streams = moe_streams(touched, cal)
+        streams = moe_streams(touched, cal) * moe_launches(cal)
         add("moe_experts", moe_layers, touched * 3 * h * ef * we, 6.0 * tokens * model.top_k * h * ef,
             quantized=True, streams=streams)
+        # routing, alignment, activation and the weighted sum: small kernels over top_k rows per token
+        add("moe_aux", moe_layers * int(cal.get("moe_aux_kernels", 0)), 2 * tokens * model.top_k * h * e, 0.0,
+            gemm=False)
         if model.shared_experts:
             sf = _shard(model.shared_expert_ffn or model.expert_ffn, tp)
             add("moe_shared", moe_layers, model.shared_experts * 3 * h * sf * we,

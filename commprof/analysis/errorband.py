@@ -21,10 +21,10 @@ MIN_FIGURES = 3
 #: percentile, the extremes (``min``, ``max``) and how many figures (``n``). Copied from results/bench/predict_figures.json
 #: ("held_out_bands"); tests/test_predict_figures.py checks that the two agree.
 ERROR_BANDS: dict = {
-    'tp1': {'lo': 0.86, 'hi': 1.136, 'min': 0.82, 'max': 1.471, 'n': 25},
-    'nvlink': {'lo': 0.901, 'hi': 1.872, 'min': 0.814, 'max': 2.629, 'n': 20},
-    'pcie': {'lo': 0.78, 'hi': 0.955, 'min': 0.746, 'max': 0.96, 'n': 5},
-    'all': {'lo': 0.858, 'hi': 1.328, 'min': 0.746, 'max': 2.629, 'n': 50},
+    'tp1': {'lo': 0.875, 'hi': 1.112, 'min': 0.649, 'max': 1.354, 'n': 25},
+    'nvlink': {'lo': 0.765, 'hi': 1.325, 'min': 0.699, 'max': 1.817, 'n': 20},
+    'pcie': {'lo': 0.818, 'hi': 0.934, 'min': 0.791, 'max': 0.938, 'n': 5},
+    'all': {'lo': 0.848, 'hi': 1.137, 'min': 0.649, 'max': 1.817, 'n': 50},
 }
 
 BAND_SOURCE = ("measured / predicted over the held-out published figures of tests/data/published-decode/figures.csv "

@@ -211,8 +211,8 @@ def achievable_bw_note(gpu) -> str:
 
 #: Said with every prediction of a multi-head latent attention model (DeepSeek-V2/V3/R1, Kimi-K2).
 MLA_NOTE = ("MLA model: the published figures of this class (DeepSeek-R1 FP8 on 8x B200 under SGLang, fit and "
-            "held out; DeepSeek-R1 AWQ on 8x H100 under vLLM, held out; results/bench/predict_figures.md) ran 1.9-2.6x "
-            "slower than predicted at concurrency 1 and within 25% at 16-64: the engines' MLA and MoE kernels at a "
+            "held out; DeepSeek-R1 AWQ on 8x H100 under vLLM, held out; results/bench/predict_figures.md) ran 1.3-1.8x "
+            "slower than predicted at concurrency 1 and within 10% at 16-64: the engines' MLA kernels at a "
             "small batch are not modelled one by one; at a small batch read the ms/token as a lower bound")
 
 
