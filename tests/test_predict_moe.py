@@ -44,8 +44,10 @@ def test_the_busiest_ranks_expert_kernel_by_hand():
     # whole experts (tp / ep = 1): 3 x 2048 x 768 weights each, bf16
     assert k.count == 48 and k.bytes_read == pytest.approx(active * 3 * 2048 * 768 * 2)
     assert k.flops == pytest.approx(6.0 * (1 * 8 / 4) * 2048 * 768)
-    # each active expert a GEMM of its own: the ramp (half_bytes, fill_us) paid once per expert
-    ramps = active if CALIBRATION["moe_expert_streams"] else 1.0
+    # each active expert a GEMM of its own: the ramp (half_bytes, fill_us) paid once per expert (at most
+    # moe_stream_cap of them) in each of the layer's grouped GEMM launches (w13 and w2)
+    cap = CALIBRATION["moe_stream_cap"] or active
+    ramps = (min(active, cap) if CALIBRATION["moe_expert_streams"] else 1.0) * CALIBRATION["moe_gemm_launches"]
     half = CALIBRATION["half_bytes"] * (3350 / 2039 if CALIBRATION["half_bytes_bw_scaled"] else 1.0)      # H100: 3350 GB/s
     fill = CALIBRATION["fill_us"] * (108 / 132 if CALIBRATION["fill_sm_scaled"] else 1.0) * (1410 / 1980 if CALIBRATION["fill_sm_scaled"] and CALIBRATION["fill_clock_scaled"] else 1.0)       # 132 SMs at 1980 MHz
     want_us = max((k.bytes_read + ramps * half) / (3350e3 * CALIBRATION["bw_frac"]) + ramps * fill,
