@@ -42,9 +42,13 @@ def test_new_skus_carry_their_datasheet_figures():
     assert gb.mem_bandwidth_gbps == pytest.approx(576e3 / 72) and gb.nvlink_gbps_per_gpu == pytest.approx(130e3 / 72, rel=0.01)
 
 
-def test_every_sku_but_h20_states_a_boost_clock_with_its_source():
-    # H20: no public clock found (and its tensor rate is capped, so none can be derived from its TFLOPS)
-    assert {k for k, g in gpu_table().items() if not g.boost_clock_mhz} == {"h20"}
+def test_every_sku_states_a_boost_clock_with_its_source():
+    assert {k for k, g in gpu_table().items() if not g.boost_clock_mhz} == set()
+    # H20: NVIDIA gives no clock (and its tensor rate is capped, so none follows from its TFLOPS): derived
+    # from its GH100 siblings, and the source says so
+    h20 = get_gpu("h20")
+    assert h20.boost_clock_mhz == get_gpu("h100-sxm").boost_clock_mhz == 1980
+    assert h20.optional_sources["boost_clock_mhz"].startswith("derived:")
     for g in gpu_table().values():
         if g.boost_clock_mhz:
             assert 1000 <= g.boost_clock_mhz <= 3000 and len(g.optional_sources["boost_clock_mhz"]) >= 8
