@@ -318,18 +318,14 @@ def experts_touched(experts: int, top_k: int, tokens: int) -> float:
 
 
 def moe_streams(active: float, cal: dict) -> float:
-    """The ramps a grouped MoE expert GEMM pays over ``active`` experts: one per expert
-    (``moe_expert_streams``), at most ``moe_stream_cap`` of them (0 = no bound); 1 when off."""
+    """The ramps an MoE layer's grouped expert GEMMs pay over ``active`` experts: one per expert
+    (``moe_expert_streams``), at most ``moe_stream_cap`` of them (0 = no bound), in each of its
+    ``moe_gemm_launches`` launches (w13 and w2); one per launch when ``moe_expert_streams`` is off."""
+    launches = max(1.0, float(cal.get("moe_gemm_launches", 1.0) or 1.0))
     if not cal.get("moe_expert_streams", 1.0):
-        return 1.0
+        return launches
     cap = float(cal.get("moe_stream_cap", 0.0) or 0.0)
-    return max(1.0, min(active, cap) if cap > 0 else active)
-
-
-def moe_launches(cal: dict) -> float:
-    """The grouped GEMM launches of one MoE layer (``moe_gemm_launches``: w13 and w2), each paying
-    its experts' ramps; at least 1."""
-    return max(1.0, float(cal.get("moe_gemm_launches", 1.0) or 1.0))
+    return launches * max(1.0, min(active, cap) if cap > 0 else active)
 
 
 def causal_pairs(tokens: int, window: int) -> float:
@@ -394,7 +390,7 @@ def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: in
         # pads each expert's rows to its tile (moe_align_block_size), so each active expert's weights
         # are a GEMM of their own inside the one launch: at a small batch, `touched` small GEMMs, each
         # paying the ramp of a small kernel (moe_expert_streams: 1 = the whole layer as one GEMM).
-        streams = moe_streams(touched, cal) * moe_launches(cal)
+        streams = moe_streams(touched, cal)
         add("moe_experts", moe_layers, touched * 3 * h * ef * we, 6.0 * tokens * model.top_k * h * ef,
             quantized=True, streams=streams)
         # routing, alignment, activation and the weighted sum: small kernels over top_k rows per token
