@@ -249,10 +249,13 @@ def fit(figures: list[dict]) -> dict:
     best = loss(cal)
     # two groups of terms trade against each other, so each is searched jointly: the compute side
     # (bandwidth share, byte ramp, fill time and how it scales), and the GDDR share with the PCIe
-    # collective terms (a GDDR box's decode step is its bytes and its collectives); then every term in
+    # collective terms (a GDDR box's decode step is its bytes and its collectives), and the MoE layer's
+    # ramps with its tile cap; then every term in
     # turn; the rounds repeat until nothing improves
     joints = (("bw_frac", "half_bytes", "half_bytes_bw_scaled", "fill_us", "fill_sm_scaled", "fill_clock_scaled"),
-              ("gddr_bw_frac", "pcie_skew_frac", "pcie_skew_graph_frac", "pcie_call_us"))
+              ("gddr_bw_frac", "pcie_skew_frac", "pcie_skew_graph_frac", "pcie_call_us"),
+              # the MoE layer's terms: per-expert ramps and the tile cap price the same idle SMs two ways
+              ("moe_expert_streams", "moe_stream_cap", "moe_tile_gbps"))
     for _ in range(4):
         start = best
         for joint in joints:

@@ -580,3 +580,53 @@ def test_the_console_line_says_when_the_band_lies_all_on_one_side_of_the_predict
     assert "all of it above the prediction" in above
     around = predict_line({**base, "ms_per_token_lo": 15.0, "ms_per_token_hi": 18.0})
     assert "all of it" not in around and "band 15.00-18.00 ms/token" in around
+
+
+def test_moe_launch_with_few_tiles_streams_at_its_tiles_rate_hand_computed():
+    """The grouped expert GEMM has one thread block per (expert, 64-column tile) and no split-K: Qwen3-235B
+    at TP=8, batch 1, runs w13 (2 x 1536 / 8 = 384 columns) as 8 x 6 = 48 blocks and w2 (4096 columns) as
+    8 x 64 = 512; at 10 GB/s a block, w13 streams at 480 GB/s, w2 at 5120, both under a B200's 8000 x 0.8."""
+    from commprof.analysis.computemodel import moe_tiles, roofline_gbps, step_kernels
+    from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
+
+    m, g = get_model("Qwen3-235B-A22B"), get_gpu("b200")
+    c = {"bw_frac": 0.8, "floor_us": 0.0, "half_bytes": 0.0, "fill_us": 0.0, "moe_expert_streams": 0.0,
+         "moe_gemm_launches": 2.0, "moe_tile_n": 64.0, "moe_tile_gbps": 10.0, "flop_frac": 1e9}
+    assert roofline_gbps(g, c) == 8000
+    assert moe_tiles(8.0, 384, c) == 48 and moe_tiles(8.0, 4096, c) == 512
+    w13 = 8 * 2 * 4096 * 192 * 2            # bytes: 8 experts' gate and up shards, bf16
+    w2 = 8 * 4096 * 192 * 2
+    k = {x.name: x for x in step_kernels(m, g, 8, 1, 1, 1024, cal=c)}["moe_experts"]
+    assert k.us == pytest.approx(w13 / 480e3 + w2 / 5120e3)            # 52.43 + 2.46 us
+    off = {x.name: x for x in step_kernels(m, g, 8, 1, 1, 1024, cal={**c, "moe_tile_gbps": 0.0})}["moe_experts"]
+    assert off.us == pytest.approx((w13 + w2) / 6400e3)                  # 5.90 us: DRAM's rate
+    # a TP=1 Qwen3-30B-A3B fills an H20's SMs (8 x 24 and 8 x 32 blocks): the cap does not bind
+    m1, h20 = get_model("Qwen3-30B-A3B"), get_gpu("h20")
+    on = {x.name: x for x in step_kernels(m1, h20, 1, 1, 1, 1024, cal=c)}["moe_experts"]
+    free = {x.name: x for x in step_kernels(m1, h20, 1, 1, 1, 1024, cal={**c, "moe_tile_gbps": 0.0})}["moe_experts"]
+    assert moe_tiles(8.0, 2 * 768, c) * 10 > roofline_gbps(h20, c) * 0.8
+    assert on.us == pytest.approx(free.us)
+
+
+def test_mla_layer_pays_four_projection_ramps_and_two_norms_hand_computed():
+    """SGLang's absorbed MLA decode path reads the q/kv-side weights in four launches (fused q_a + kv_a,
+    q_b, w_kc, w_vc) and runs q_a_layernorm and kv_a_layernorm: DeepSeek-R1's 61 layers at TP=8 on an
+    A100 (fill_us's reference GPU, 1 us a ramp) pay three more ramps each and 122 more small kernels."""
+    from commprof.analysis.computemodel import step_kernels
+    from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
+
+    m, g = get_model("DeepSeek-R1"), get_gpu("a100-sxm")
+    c = {"bw_frac": 0.8, "floor_us": 2.5, "half_bytes": 0.0, "fill_us": 1.0, "flop_frac": 1e9}
+    one = {x.name: x for x in step_kernels(m, g, 8, 1, 1, 1024, cal={**c, "mla_proj_launches": 1.0,
+                                                                        "mla_norm_kernels": 0.0})}
+    four = {x.name: x for x in step_kernels(m, g, 8, 1, 1, 1024, cal={**c, "mla_proj_launches": 4.0,
+                                                                         "mla_norm_kernels": 2.0})}
+    assert four["qkv_proj"].us - one["qkv_proj"].us == pytest.approx(3 * 1.0)
+    assert "mla_norm" not in one
+    assert four["mla_norm"].count == 2 * 61 and four["mla_norm"].us == pytest.approx(2.5)   # a floor each
+    # a model without MLA has neither
+    dense = {x.name: x for x in step_kernels(get_model("Qwen3-8B"), g, 1, 1, 1, 1024, cal={**c, "mla_proj_launches": 4.0,
+                                                                                           "mla_norm_kernels": 2.0})}
+    assert "mla_norm" not in dense

@@ -5,6 +5,7 @@ their bytes on the busiest expert group, the dispatch/combine all-to-all priced 
 from __future__ import annotations
 
 import csv
+import math
 
 import pytest
 
@@ -45,13 +46,21 @@ def test_the_busiest_ranks_expert_kernel_by_hand():
     assert k.count == 48 and k.bytes_read == pytest.approx(active * 3 * 2048 * 768 * 2)
     assert k.flops == pytest.approx(6.0 * (1 * 8 / 4) * 2048 * 768)
     # each active expert a GEMM of its own: the ramp (half_bytes, fill_us) paid once per expert (at most
-    # moe_stream_cap of them) in each of the layer's grouped GEMM launches (w13 and w2)
+    # moe_stream_cap of them, or once per launch with moe_expert_streams off) in each of the layer's grouped
+    # GEMM launches, w13 (2 x 768 columns, two thirds of the bytes) and w2 (2048 columns, one third), each
+    # streaming at most moe_tile_gbps per thread block: active x ceil(columns / 64) blocks
     cap = CALIBRATION["moe_stream_cap"] or active
-    ramps = (min(active, cap) if CALIBRATION["moe_expert_streams"] else 1.0) * CALIBRATION["moe_gemm_launches"]
+    ramps = (min(active, cap) if CALIBRATION["moe_expert_streams"] else 1.0)
     half = CALIBRATION["half_bytes"] * (3350 / 2039 if CALIBRATION["half_bytes_bw_scaled"] else 1.0)      # H100: 3350 GB/s
     fill = CALIBRATION["fill_us"] * (108 / 132 if CALIBRATION["fill_sm_scaled"] else 1.0) * (1410 / 1980 if CALIBRATION["fill_sm_scaled"] and CALIBRATION["fill_clock_scaled"] else 1.0)       # 132 SMs at 1980 MHz
-    want_us = max((k.bytes_read + ramps * half) / (3350e3 * CALIBRATION["bw_frac"]) + ramps * fill,
-                  k.flops / (989.5e6 * CALIBRATION["flop_frac"]), CALIBRATION["floor_us"])
+    assert CALIBRATION["moe_gemm_launches"] == 2 and CALIBRATION["moe_tile_n"] == 64
+    want_us = 0.0
+    for cols, share in ((2 * 768, 2 / 3), (2048, 1 / 3)):
+        rate = 3350 * CALIBRATION["bw_frac"]
+        if CALIBRATION["moe_tile_gbps"]:
+            rate = min(rate, active * math.ceil(cols / 64) * CALIBRATION["moe_tile_gbps"])
+        want_us += max((k.bytes_read * share + ramps * half) / (rate * 1e3) + ramps * fill,
+                       k.flops * share / (989.5e6 * CALIBRATION["flop_frac"]), CALIBRATION["floor_us"])
     assert k.us == pytest.approx(want_us)
     # tp 8, ep 4: each expert sharded over 2 GPUs, half the bytes per expert
     assert ep_expert_kernel(m, gpu, 8, 4, 1).bytes_read == pytest.approx(active * 3 * 2048 * 384 * 2)

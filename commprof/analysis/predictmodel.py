@@ -211,9 +211,10 @@ def achievable_bw_note(gpu) -> str:
 
 #: Said with every prediction of a multi-head latent attention model (DeepSeek-V2/V3/R1, Kimi-K2).
 MLA_NOTE = ("MLA model: the published figures of this class (DeepSeek-R1 FP8 on 8x B200 under SGLang, fit and "
-            "held out; DeepSeek-R1 AWQ on 8x H100 under vLLM, held out; results/bench/predict_figures.md) ran 1.3-1.8x "
-            "slower than predicted at concurrency 1 and within 10% at 16-64: the engines' MLA kernels at a "
-            "small batch are not modelled one by one; at a small batch read the ms/token as a lower bound")
+            "held out; DeepSeek-R1 AWQ on 8x H100 under vLLM, held out; results/bench/predict_figures.md) ran within 5% "
+            "of the prediction at concurrency 1 under SGLang and 1.15-1.36x slower at 16-64; the AWQ one ran 1.8x "
+            "slower at concurrency 1 (vLLM's 4-bit MoE kernels are not modelled one by one): read the ms/token "
+            "as a lower bound")
 
 
 def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,

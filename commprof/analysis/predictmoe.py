@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 
-from commprof.analysis.computemodel import (CALIBRATION, _price, experts_touched, moe_streams, quant_bw_scale, step_kernels,
+from commprof.analysis.computemodel import (CALIBRATION, experts_touched, moe_expert_kernel, quant_bw_scale, step_kernels,
                                             weight_bytes_per_elem)
 from commprof.analysis.quant import gemm_dtype as quant_gemm_dtype
 from commprof.analysis.stepmodel import dtype_bytes, step_collectives
@@ -104,10 +104,9 @@ def ep_expert_kernel(model: ModelShape, gpu, tp: int, ep: int, tokens: int, dtyp
     active = active_experts_per_rank(model, ep, tokens, imbalance)
     choices = (1.0 if imbalance is None else float(imbalance)) * tokens * model.top_k / ep
     # as in step_kernels: each active expert a GEMM of its own (its ramp), 4-bit weights on Hopper at their rate
-    streams = moe_streams(active, cal)
-    return _price("moe_experts", moe_layers, active * 3 * h * ef * weight_bytes_per_elem(weights, dtype),
-                  6.0 * choices * h * ef, gpu, quant_gemm_dtype(weights, gpu, dtype), cal, cal["flop_frac"],
-                  quant_bw_scale(weights, gpu, cal), streams)
+    return moe_expert_kernel(moe_layers, active, choices, h, ef, weight_bytes_per_elem(weights, dtype), gpu,
+                             quant_gemm_dtype(weights, gpu, dtype), cal, cal["flop_frac"],
+                             quant_bw_scale(weights, gpu, cal))
 
 
 def _roof_split(k) -> tuple[float, float]:
