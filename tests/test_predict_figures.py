@@ -595,6 +595,10 @@ def test_moe_launch_with_few_tiles_streams_at_its_tiles_rate_hand_computed():
          "moe_gemm_launches": 2.0, "moe_tile_n": 64.0, "moe_tile_gbps": 10.0, "flop_frac": 1e9}
     assert roofline_gbps(g, c) == 8000
     assert moe_tiles(8.0, 384, c) == 48 and moe_tiles(8.0, 4096, c) == 512
+    # rows: a decode step's token choices per expert fit one 16-row tile; a 4096-token prefill over all 128
+    # experts gives each 4096 x 8 / 128 = 256 rows, 16 row tiles, so the cap does not bind there
+    assert moe_tiles(8.0, 384, c, choices=8) == 48 and moe_tiles(8.0, 384, c, choices=128) == 48
+    assert moe_tiles(128.0, 384, c, choices=4096 * 8) == 128 * 6 * 16
     w13 = 8 * 2 * 4096 * 192 * 2            # bytes: 8 experts' gate and up shards, bf16
     w2 = 8 * 4096 * 192 * 2
     k = {x.name: x for x in step_kernels(m, g, 8, 1, 1, 1024, cal=c)}["moe_experts"]

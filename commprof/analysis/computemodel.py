@@ -358,11 +358,21 @@ def moe_streams(active: float, cal: dict) -> float:
     return launches * max(1.0, min(active, cap) if cap > 0 else active)
 
 
-def moe_tiles(active: float, n: int, cal: dict) -> float:
+#: The grouped expert GEMM's row tile (``BLOCK_SIZE_M``) at a small batch: 16 in SGLang's tuned fused_moe
+#: configs up to M = 128 or more (the same files as ``moe_tile_n``). Each active expert's rows are padded
+#: to it (moe_align_block_size), so a decode step's few tokens per expert are one row tile.
+MOE_TILE_M = 16
+
+
+def moe_tiles(active: float, n: int, cal: dict, choices: float = 0.0) -> float:
     """Working thread blocks of one grouped expert GEMM launch over ``active`` experts whose output
-    has ``n`` columns: ``active x ceil(n / moe_tile_n)`` (one row tile per expert at a small batch)."""
+    has ``n`` columns, ``choices`` token choices spread over them: ``active x ceil(n / moe_tile_n)``
+    column tiles, times the row tiles each expert's rows fill (``ceil(choices / active / MOE_TILE_M)``,
+    one at a decode step's batch, many in a prefill)."""
     tile = max(1.0, float(cal.get("moe_tile_n", 64.0) or 64.0))
-    return max(1.0, active) * -(-float(n) // tile)
+    act = max(1.0, active)
+    rows = max(1.0, -(-float(choices) / act // MOE_TILE_M)) if choices > 0 else 1.0
+    return act * -(-float(n) // tile) * rows
 
 
 def moe_expert_kernel(count: int, active: float, choices: float, h: int, ef: int, we: float, gpu: GpuSpec,
@@ -387,7 +397,7 @@ def moe_expert_kernel(count: int, active: float, choices: float, h: int, ef: int
     for n, share in parts:
         k = _price("moe_experts", count, nbytes * share, flops * share, gpu, gemm_dtype, cal, flop_frac,
                    bw_scale, streams * share if launches < 2 else streams / launches,
-                   cap_gbps=moe_tiles(active, n, cal) * rate)
+                   cap_gbps=moe_tiles(active, n, cal, choices) * rate)
         us += k.us
     t_fl = flops / (gpu.peak_tflops(gemm_dtype) * 1e6 * flop_frac) if flops else 0.0
     return Kernel("moe_experts", int(count), float(nbytes), float(flops), float(us),
