@@ -223,10 +223,11 @@ def held_out_bands(rows: list[dict], min_n: int | None = None) -> dict:
     return out
 
 
-def fit(figures: list[dict]) -> dict:
+def fit(figures: list[dict], start: dict | None = None) -> dict:
     """The free calibration constants minimising (median, max) |log ratio| over the fit figures
     only: a coordinate search over :data:`commprof.analysis.computemodel.FITTED` and
-    :data:`commprof.analysis.enginecomm.FITTED` (their grids)."""
+    :data:`commprof.analysis.enginecomm.FITTED` (their grids), from the committed constants or, with
+    ``start``, from them with those replaced (a second start: the search is local)."""
     from commprof.analysis.computemodel import CALIBRATION, FIT_GRID
 
     fitset = [f for f in figures if f["role"] == "fit"]
@@ -246,6 +247,7 @@ def fit(figures: list[dict]) -> dict:
     import itertools
 
     cal = {k: CALIBRATION[k] for k in FIT_GRID}
+    cal.update(start or {})
     best = loss(cal)
     # two groups of terms trade against each other, so each is searched jointly: the compute side
     # (bandwidth share, byte ramp, fill time and how it scales), and the GDDR share with the PCIe
@@ -354,6 +356,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench"))
     ap.add_argument("--fit", action="store_true", help="print the constants fitted on the fit figures and stop")
+    ap.add_argument("--fit-start", default="", metavar="K=V,...",
+                    help="with --fit: start the search from the committed constants with these replaced, e.g. "
+                         "moe_expert_streams=0,moe_tile_gbps=10 (the ninth pass's second start)")
     default_aic = os.path.join(REPO, ".venv-aic", "bin", "aiconfigurator")
     ap.add_argument("--aic", default=default_aic if os.path.exists(default_aic) else "",
                     help="aiconfigurator executable, beside each figure where it has the system (skipped when absent)")
@@ -371,7 +376,21 @@ def main() -> int:
             print("\n".join(breakdown(by_id[fid])) + "\n")
         return 0
     if args.fit:
-        print(fit(figures))
+        from commprof.analysis.computemodel import FIT_GRID
+
+        start = {}
+        for item in filter(None, args.fit_start.split(",")):
+            key, _, val = item.partition("=")
+            if key.strip() not in FIT_GRID:
+                print(f"--fit-start {item}: {key.strip()!r} is not a fitted constant ({', '.join(FIT_GRID)})",
+                      file=sys.stderr)
+                return 2
+            try:
+                start[key.strip()] = float(val)
+            except ValueError:
+                print(f"--fit-start {item}: {val!r} is not a number", file=sys.stderr)
+                return 2
+        print(fit(figures, start))
         return 0
     from commprof.analysis.computemodel import CALIBRATION
     from commprof.analysis.errorband import ERROR_BANDS
