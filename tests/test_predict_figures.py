@@ -634,3 +634,12 @@ def test_mla_layer_pays_four_projection_ramps_and_two_norms_hand_computed():
     dense = {x.name: x for x in step_kernels(get_model("Qwen3-8B"), g, 1, 1, 1, 1024, cal={**c, "mla_proj_launches": 4.0,
                                                                                            "mla_norm_kernels": 2.0})}
     assert "mla_norm" not in dense
+
+
+def test_fit_start_rejects_an_unknown_constant_or_a_non_number_in_one_line(capsys, monkeypatch):
+    b = _bench()
+    for arg, says in (("foo=1", "'foo' is not a fitted constant"), ("moe_tile_gbps=x", "'x' is not a number")):
+        monkeypatch.setattr(sys, "argv", ["bench_predict_figures.py", "--fit", "--fit-start", arg])
+        assert b.main() == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1
