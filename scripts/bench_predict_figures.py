@@ -320,7 +320,27 @@ def breakdown(f: dict, cal: dict | None = None) -> list[str]:
             f"of which the per-kernel ramp (half_bytes / bandwidth + fill_us, {ramp_us:.2f} us on this GPU) over "
             f"{n} memory kernels: {n * ramp_us / 1e3:.2f} ms; every byte at {frac_name}: "
             f"{comp['bytes_read'] / (bw * 1e3 * frac) / 1e3:.2f} ms"]
+    out += _moe_tile_lines(_model(f["model"]), gpu, f["tp"], r["batch"], cal, bw * frac)
     return out + load
+
+
+def _moe_tile_lines(model, gpu, tp: int, tokens: int, cal: dict, dram_gbps: float) -> list[str]:
+    """How the grouped expert GEMM's launches stream (moe_tile_gbps): each launch's working blocks and the
+    rate they cap it at, beside DRAM's; nothing for a dense model or with the cap off."""
+    from commprof.analysis.computemodel import experts_touched, moe_tiles
+
+    rate = float(cal.get("moe_tile_gbps", 0.0) or 0.0)
+    if not model.experts or rate <= 0:
+        return []
+    active = experts_touched(model.experts, model.top_k, tokens)
+    ef = -(-model.expert_ffn // tp)
+    parts = []
+    for name, cols in (("w13", 2 * ef), ("w2", model.hidden)):
+        blocks = moe_tiles(active, cols, cal, tokens * model.top_k)
+        parts.append(f"{name} {blocks:.0f} blocks x {rate:g} GB/s = {blocks * rate:.0f} GB/s"
+                     f"{' (binds)' if blocks * rate < dram_gbps else ''}")
+    return [f"moe_experts: {active:.1f} active experts a layer; " + ", ".join(parts)
+            + f"; DRAM {dram_gbps:.0f} GB/s (moe_tile_gbps, moe_tile_n {cal.get('moe_tile_n', 64):g})"]
 
 
 def _weights_of(f: dict) -> str:

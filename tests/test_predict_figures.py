@@ -643,3 +643,19 @@ def test_fit_start_rejects_an_unknown_constant_or_a_non_number_in_one_line(capsy
         assert b.main() == 2
         err = capsys.readouterr().err.strip()
         assert says in err and len(err.splitlines()) == 1
+
+
+def test_breakdown_names_the_blocks_an_moe_launch_streams_with():
+    """Qwen3-235B at TP=8, batch 1: w13 is 8 experts x 6 tiles of 64 columns, w2 8 x 64; at moe_tile_gbps
+    a block they cap the launch below a B200's 8000 GB/s x bw_frac where blocks x rate is the lower."""
+    from commprof.analysis.computemodel import CALIBRATION
+
+    b = _bench()
+    f = next(x for x in b.load_figures() if x["id"] == "sglcb-qwen3-235b-bf16-b200x8-c1-610-421")
+    line = next(ln for ln in b.breakdown(f) if ln.startswith("moe_experts:"))
+    rate, dram = CALIBRATION["moe_tile_gbps"], 8000 * CALIBRATION["bw_frac"]
+    assert rate > 0 and "8.0 active experts" in line
+    assert f"w13 48 blocks x {rate:g} GB/s = {48 * rate:.0f} GB/s{' (binds)' if 48 * rate < dram else ''}," in line
+    assert f"w2 512 blocks x {rate:g} GB/s = {512 * rate:.0f} GB/s" in line and f"DRAM {dram:.0f} GB/s" in line
+    dense = next(x for x in b.load_figures() if x["id"] == "tt394-qwen3-4b-rtx4090-c1-128")
+    assert not any(ln.startswith("moe_experts:") for ln in b.breakdown(dense))
