@@ -124,6 +124,8 @@ CALIBRATION = {
     # fused_moe configs at M=1 (python/sglang/srt/layers/moe/fused_moe_triton/configs: E=128,N=192
     # on H100, E=128,N=768 on H20, E=257,N=256 fp8 block on B200: BLOCK_SIZE_N 64); moe_tile_gbps
     # is fitted (0 = off: the launch streams at DRAM's rate).
+    "moe_tile_n": 64.0,
+    "moe_tile_gbps": 10.0,
     # Set from the engines' source, not fitted: an MLA layer (DeepSeek-V2/V3/R1, Kimi-K2) on SGLang's
     # absorbed decode path (python/sglang/srt/models/deepseek_v2.py, forward_absorb) reads its q/kv-side
     # weights in four launches, the fused q_a + kv_a down-projection, q_b, and the two absorbed batched
@@ -131,8 +133,6 @@ CALIBRATION = {
     # kv_a_layernorm) beside the layer's others. 1 and 0 = the q/kv side as one GEMM, no extra norms.
     "mla_proj_launches": 4.0,
     "mla_norm_kernels": 2.0,
-    "moe_tile_n": 64.0,
-    "moe_tile_gbps": 10.0,
     # The collective as the engine pays it (commprof.analysis.enginecomm): per call under CUDA
     # graphs, more per call in eager mode, and the rank skew of NCCL over PCIe (a fraction of the
     # loop's time; pcie_skew_frac in eager mode, where each rank's host launches each collective,
