@@ -327,18 +327,16 @@ def breakdown(f: dict, cal: dict | None = None) -> list[str]:
 def _moe_tile_lines(model, gpu, tp: int, tokens: int, cal: dict, dram_gbps: float) -> list[str]:
     """How the grouped expert GEMM's launches stream (moe_tile_gbps): each launch's working blocks and the
     rate they cap it at, beside DRAM's; nothing for a dense model or with the cap off."""
-    from commprof.analysis.computemodel import experts_touched, moe_tiles
+    from commprof.analysis.computemodel import experts_touched, moe_launches
 
     rate = float(cal.get("moe_tile_gbps", 0.0) or 0.0)
     if not model.experts or rate <= 0:
         return []
     active = experts_touched(model.experts, model.top_k, tokens)
-    ef = -(-model.expert_ffn // tp)
-    parts = []
-    for name, cols in (("w13", 2 * ef), ("w2", model.hidden)):
-        blocks = moe_tiles(active, cols, cal, tokens * model.top_k)
-        parts.append(f"{name} {blocks:.0f} blocks x {rate:g} GB/s = {blocks * rate:.0f} GB/s"
-                     f"{' (binds)' if blocks * rate < dram_gbps else ''}")
+    parts = [f"{name} {blocks:.0f} blocks x {rate:g} GB/s = {blocks * rate:.0f} GB/s"
+             f"{' (binds)' if blocks * rate < dram_gbps else ''}"
+             for name, _, _, blocks in moe_launches(active, tokens * model.top_k, model.hidden,
+                                                    -(-model.expert_ffn // tp), cal)]
     return [f"moe_experts: {active:.1f} active experts a layer; " + ", ".join(parts)
             + f"; DRAM {dram_gbps:.0f} GB/s (moe_tile_gbps, moe_tile_n {cal.get('moe_tile_n', 64):g})"]
 
@@ -400,16 +398,18 @@ def main() -> int:
 
         start = {}
         for item in filter(None, args.fit_start.split(",")):
-            key, _, val = item.partition("=")
-            if key.strip() not in FIT_GRID:
-                print(f"--fit-start {item}: {key.strip()!r} is not a fitted constant ({', '.join(FIT_GRID)})",
-                      file=sys.stderr)
+            key, _, val = (x.strip() for x in item.partition("="))
+            if key not in FIT_GRID:
+                print(f"--fit-start {item}: {key!r} is not a fitted constant ({', '.join(FIT_GRID)})", file=sys.stderr)
                 return 2
             try:
-                start[key.strip()] = float(val)
+                num = float(val)
             except ValueError:
-                print(f"--fit-start {item}: {val!r} is not a number", file=sys.stderr)
+                num = math.nan
+            if not (math.isfinite(num) and num >= 0):
+                print(f"--fit-start {item}: {val!r} is not a finite number >= 0", file=sys.stderr)
                 return 2
+            start[key] = num
         print(fit(figures, start))
         return 0
     from commprof.analysis.computemodel import CALIBRATION

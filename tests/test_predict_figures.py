@@ -638,7 +638,9 @@ def test_mla_layer_pays_four_projection_ramps_and_two_norms_hand_computed():
 
 def test_fit_start_rejects_an_unknown_constant_or_a_non_number_in_one_line(capsys, monkeypatch):
     b = _bench()
-    for arg, says in (("foo=1", "'foo' is not a fitted constant"), ("moe_tile_gbps=x", "'x' is not a number")):
+    for arg, says in (("foo=1", "'foo' is not a fitted constant"), ("moe_tile_gbps=x", "'x' is not a finite number"),
+                      ("moe_tile_gbps=nan", "'nan' is not a finite number"), ("bw_frac=-1", "'-1' is not a finite number"),
+                      ("bw_frac=inf", "'inf' is not a finite number")):
         monkeypatch.setattr(sys, "argv", ["bench_predict_figures.py", "--fit", "--fit-start", arg])
         assert b.main() == 2
         err = capsys.readouterr().err.strip()

@@ -375,33 +375,34 @@ def moe_tiles(active: float, n: int, cal: dict, choices: float = 0.0) -> float:
     return act * -(-float(n) // tile) * rows
 
 
+def moe_launches(active: float, choices: float, h: int, ef: int, cal: dict) -> list[tuple[str, int, float, float]]:
+    """The grouped expert GEMM launches of one MoE layer on one rank, as ``(name, output columns,
+    share of the layer's expert bytes and FLOPs, working blocks)``: w13 (``2 x ef`` columns over ``h``)
+    and w2 (``h`` columns over ``ef``) with ``moe_gemm_launches`` 2, one launch of both otherwise;
+    blocks by :func:`moe_tiles`."""
+    launches = max(1.0, float(cal.get("moe_gemm_launches", 1.0) or 1.0))
+    parts = (("w13", 2 * ef, 2.0 / 3.0), ("w2", h, 1.0 / 3.0)) if launches >= 2 else (("w13+w2", 2 * ef + h, 1.0),)
+    return [(name, cols, share, moe_tiles(active, cols, cal, choices)) for name, cols, share in parts]
+
+
 def moe_expert_kernel(count: int, active: float, choices: float, h: int, ef: int, we: float, gpu: GpuSpec,
                       gemm_dtype: str, cal: dict, flop_frac: float, bw_scale: float = 1.0) -> Kernel:
     """The routed experts of one MoE layer on one rank, ``count`` layers: ``active`` experts'
     ``3 x h x ef`` weights of ``we`` bytes read, ``6 x h x ef`` FLOPs per token choice
     (``choices`` = tokens x top_k reaching this rank). With ``moe_tile_gbps`` off, one kernel paying
-    :func:`moe_streams` ramps; with it on, w13 (``2 x ef`` columns over ``h``) and w2 (``h``
-    columns over ``ef``) each priced as a launch of :func:`moe_tiles` blocks, capped at
-    ``tiles x moe_tile_gbps``, each paying its share of the ramps, and summed into one entry."""
+    :func:`moe_streams` ramps; with it on, each of :func:`moe_launches` priced on its own, capped at
+    ``blocks x moe_tile_gbps``, paying its share of the ramps, and summed into one entry (its bound
+    the longest launch's)."""
     streams = moe_streams(active, cal)
     nbytes, flops = active * 3 * h * ef * we, 6.0 * choices * h * ef
     rate = float(cal.get("moe_tile_gbps", 0.0) or 0.0)
     if rate <= 0:
         return _price("moe_experts", count, nbytes, flops, gpu, gemm_dtype, cal, flop_frac, bw_scale, streams)
-    launches = max(1.0, float(cal.get("moe_gemm_launches", 1.0) or 1.0))
-    if launches >= 2:
-        parts = ((2 * ef, 2.0 / 3.0), (h, 1.0 / 3.0))     # (output columns, share of the bytes and FLOPs)
-    else:
-        parts = ((2 * ef + h, 1.0),)
-    us = 0.0
-    for n, share in parts:
-        k = _price("moe_experts", count, nbytes * share, flops * share, gpu, gemm_dtype, cal, flop_frac,
-                   bw_scale, streams * share if launches < 2 else streams / launches,
-                   cap_gbps=moe_tiles(active, n, cal, choices) * rate)
-        us += k.us
-    t_fl = flops / (gpu.peak_tflops(gemm_dtype) * 1e6 * flop_frac) if flops else 0.0
-    return Kernel("moe_experts", int(count), float(nbytes), float(flops), float(us),
-                  "compute" if t_fl >= us else "memory")
+    launches = moe_launches(active, choices, h, ef, cal)
+    ks = [_price("moe_experts", count, nbytes * share, flops * share, gpu, gemm_dtype, cal, flop_frac, bw_scale,
+                 streams / len(launches), cap_gbps=blocks * rate) for _, _, share, blocks in launches]
+    return Kernel("moe_experts", int(count), float(nbytes), float(flops), float(sum(k.us for k in ks)),
+                  max(ks, key=lambda k: k.us).bound)
 
 
 def causal_pairs(tokens: int, window: int) -> float:
