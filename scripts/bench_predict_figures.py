@@ -66,6 +66,61 @@ def load_figures(path: str = os.path.join(CORPUS, "figures.csv")) -> list[dict]:
     return rows
 
 
+#: A card sold in two form factors, and its other one: the PCIe card, on the PCIe reference profile with
+#: P2P (data-center cards do P2P over PCIe; vLLM's custom all-reduce follows from the profile).
+OTHER_FORM = {"a100-sxm": ("a100-pcie", "reference:pcie4-p2p", "PCIe 4.0 (identified)"),
+              "h100-sxm": ("h100-pcie", "reference:pcie5-p2p", "PCIe 5.0 (identified)")}
+
+
+def as_pcie_card(f: dict) -> dict:
+    """Figure ``f`` on the PCIe form of its card (:data:`OTHER_FORM`)."""
+    gpu, comm, link = OTHER_FORM[f["gpu"]]
+    return {**f, "gpu": gpu, "comm": comm, "interconnect": link if f["tp"] > 1 else f["interconnect"]}
+
+
+def identify_boxes(figures: list[dict], cal: dict | None = None) -> dict[str, dict]:
+    """Per source whose page does not state its card's form factor (``form_factor`` = ``not stated``, a
+    card of :data:`OTHER_FORM`): which box its figures were measured on, SXM on NVLink as transcribed or
+    the PCIe card, judged on the source's own ``fit`` figures at TP > 1 only (where the link decides; a
+    single GPU differs by a few percent of bandwidth): the lower sum of squared log(predicted / measured)
+    wins. A source without such a figure keeps SXM. Held-out figures never take part."""
+    out: dict[str, dict] = {}
+    for f in figures:
+        if f.get("form_factor") != "not stated" or f["gpu"] not in OTHER_FORM:
+            continue
+        src = out.setdefault(f["source_url"], {"gpu": f["gpu"], "judged_on": []})
+        if f["role"] == "fit" and f["tp"] > 1:
+            src["judged_on"].append(f)
+    for src in out.values():
+        judges = src.pop("judged_on")
+        src["fit_figures"] = [f["id"] for f in judges]
+        if not judges:
+            src.update(box="sxm", why="form factor not stated, SXM taken: no fit figure at TP > 1 to tell")
+            continue
+        loss = {}
+        for box, pick in (("sxm", lambda f: f), ("pcie", as_pcie_card)):
+            loss[box] = sum(math.log(predict_figure(pick(f), cal)["ms"] / f["measured_ms"]) ** 2 for f in judges)
+        box = "pcie" if loss["pcie"] < loss["sxm"] else "sxm"
+        src.update(box=box, loss={k: round(v, 5) for k, v in loss.items()},
+                   why=f"form factor not stated: {OTHER_FORM[src['gpu']][0] if box == 'pcie' else src['gpu']} "
+                       f"identified on {len(judges)} fit figure(s) at TP > 1 (sum of squared log ratio: SXM "
+                       f"{loss['sxm']:.4f}, PCIe {loss['pcie']:.4f})")
+    return out
+
+
+def as_judged(figures: list[dict], boxes: dict[str, dict] | None = None) -> list[dict]:
+    """The figures on the boxes :func:`identify_boxes` found (``box`` says which and why, per row)."""
+    boxes = identify_boxes(figures) if boxes is None else boxes
+    out = []
+    for f in figures:
+        b = boxes.get(f["source_url"]) if f.get("form_factor") == "not stated" else None
+        if b is None:
+            out.append({**f, "box": "as stated"})
+        else:
+            out.append({**(as_pcie_card(f) if b["box"] == "pcie" else f), "box": b["why"]})
+    return out
+
+
 _COMMS: dict = {}
 _SHAPES: dict = {}
 
@@ -177,7 +232,7 @@ def evaluate(figures: list[dict], cal: dict | None = None) -> list[dict]:
                "weights": f["weights"], "batch": f["batch"], "isl": f["isl"], "osl": f["osl"], "mode": f["mode"],
                "metric": f["metric"], "measured_ms": round(f["measured_ms"], 4),
                "datasheet_bound_ms": None if bound is None else round(bound, 4),
-               "source_url": f["source_url"], "where": f["where"]}
+               "source_url": f["source_url"], "where": f["where"], "box": f.get("box", "as stated")}
         if p is None:
             row.update(status="not priced", note=f"weights {f['weights']}: not in this model")
         elif f["measured_ms"] < bound:
@@ -347,7 +402,7 @@ def _weights_of(f: dict) -> str:
 
 COLUMNS = ["id", "role", "kind", "status", "engine", "gpu", "tp", "interconnect", "comm", "model", "weights", "batch",
            "isl", "osl", "mode", "metric", "measured_ms", "predicted_ms", "predicted_lo_ms", "predicted_hi_ms",
-           "ratio", "in_band", "comm_ms", "comm_share_pct", "datasheet_bound_ms", "note", "source_url", "where"]
+           "ratio", "in_band", "comm_ms", "comm_share_pct", "datasheet_bound_ms", "note", "source_url", "where", "box"]
 
 
 def aic_row(f: dict, exe: str) -> dict:
@@ -384,7 +439,9 @@ def main() -> int:
     ap.add_argument("--breakdown", metavar="ID", action="append", default=[],
                     help="print figure ID's modelled step kernel by kernel and stop (repeatable)")
     args = ap.parse_args()
-    figures = load_figures()
+    raw = load_figures()
+    boxes = identify_boxes(raw)
+    figures = as_judged(raw, boxes)
     if args.breakdown:
         by_id = {f["id"]: f for f in figures}
         for fid in args.breakdown:
@@ -441,6 +498,7 @@ def main() -> int:
     result = {**measured(__file__, start, "commprof predict against published measured decode figures "
                                           "(tests/data/published-decode/figures.csv), fit and held-out figures apart"),
               "kind": "modelled-vs-published", "calibration": CALIBRATION, "figures": rows, "fit": fit_s,
+              "boxes": boxes,
               "held_out": held_s, "held_out_by_kind": by_kind, "held_out_bands": bands,
               "error_bands_in_code": ERROR_BANDS, "bands_match_code": bands == ERROR_BANDS,
               "target": "held-out figures: median |error| <= 10%, every figure within 25%, median ratio 0.95-1.05",
@@ -494,6 +552,9 @@ def main() -> int:
               f"Held-out figures inside their band: {len(in_band)} of {held_s['n']} (the band is drawn from these "
               "same residuals: it says how far off a prediction of its kind has been on figures the fit never saw, "
               "not a confidence interval; a kind with fewer than 3 held-out figures takes the 'all' band).",
+              "Boxes where the page does not state the card's form factor (identified on the source's own fit "
+              "figures at TP > 1, never on held-out ones): " +
+              "; ".join(f"{src} -> {b['why']}" for src, b in boxes.items()) + ".",
               f"Not priced: {', '.join(r['id'] for r in rows if r['status'] == 'not priced') or 'none'}. "
               f"Not counted (faster than the datasheet): {', '.join(r['id'] for r in rows if r['status'] == 'impossible') or 'none'}."]
     write_result(args.out, "predict_figures", "commprof predict vs published decode figures", result, table)

@@ -467,7 +467,7 @@ def test_measured_ms_per_unit():
 def test_benchmark_rows_and_summary_follow_from_the_corpus():
     b = _bench()
     doc = json.load(open(os.path.join(ROOT, "results", "bench", "predict_figures.json")))
-    rows = b.evaluate(b.load_figures())
+    rows = b.evaluate(b.as_judged(b.load_figures()))
     assert [r["id"] for r in rows] == [r["id"] for r in doc["figures"]]
     counted = [r for r in rows if r["status"] == "counted"]
     assert b.summary([r["ratio"] for r in counted if r["role"] == "heldout"]) == doc["held_out"]
@@ -661,3 +661,56 @@ def test_breakdown_names_the_blocks_an_moe_launch_streams_with():
     assert f"w2 512 blocks x {rate:g} GB/s = {512 * rate:.0f} GB/s" in line and f"DRAM {dram:.0f} GB/s" in line
     dense = next(x for x in b.load_figures() if x["id"] == "tt394-qwen3-4b-rtx4090-c1-128")
     assert not any(ln.startswith("moe_experts:") for ln in b.breakdown(dense))
+
+
+def test_a_source_that_does_not_state_its_form_factor_is_judged_on_the_box_its_fit_figures_tell():
+    """identify_boxes: a source whose page says "A100" (SXM or PCIe not stated) is priced on the box whose
+    predictions its own fit figures at TP > 1 agree with (sum of squared log ratio); held-out figures and
+    single-GPU figures take no part; a source that states its box, or has no fit figure at TP > 1, keeps it."""
+    import math
+
+    b = _bench()
+    src = [f for f in b.load_figures() if f["id"].startswith("vllm16300-")]
+    assert {f["form_factor"] for f in src} == {"not stated"} and {f["gpu"] for f in src} == {"a100-sxm"}
+    judges = [f for f in src if f["role"] == "fit" and f["tp"] > 1]
+    assert len(judges) == 3
+    sxm = {f["id"]: b.predict_figure(f)["ms"] for f in judges}
+    pcie = {f["id"]: b.predict_figure(b.as_pcie_card(f))["ms"] for f in judges}
+    assert b.as_pcie_card(judges[0])["gpu"] == "a100-pcie" and b.as_pcie_card(judges[0])["comm"] == "reference:pcie4-p2p"
+
+    def source(measured, held_out_ms=1e-3):
+        out = []
+        for f in src:
+            ms = measured[f["id"]] if f["id"] in measured else held_out_ms
+            out.append({**f, "measured_ms": ms})
+        return out
+
+    # measured exactly as the PCIe card predicts: PCIe, with zero loss; a wild held-out value changes nothing
+    got = b.identify_boxes(source(pcie))[src[0]["source_url"]]
+    assert got["box"] == "pcie" and got["loss"]["pcie"] == 0
+    want_sxm = sum(math.log(sxm[k] / pcie[k]) ** 2 for k in sxm)
+    assert got["loss"]["sxm"] == pytest.approx(want_sxm, abs=1e-5)
+    assert b.identify_boxes(source(pcie, held_out_ms=1e6))[src[0]["source_url"]]["box"] == "pcie"
+    # measured exactly as SXM predicts: SXM kept
+    assert b.identify_boxes(source(sxm))[src[0]["source_url"]]["box"] == "sxm"
+    judged = b.as_judged(source(pcie))
+    assert {f["gpu"] for f in judged} == {"a100-pcie"} and all("identified" in f["box"] for f in judged)
+    assert {f["interconnect"] for f in judged if f["tp"] > 1} == {"PCIe 4.0 (identified)"}
+    # no fit figure at TP > 1: SXM as transcribed, and says why
+    only_held = [{**f, "role": "heldout"} for f in source(pcie)]
+    got = b.identify_boxes(only_held)[src[0]["source_url"]]
+    assert got["box"] == "sxm" and "no fit figure at TP > 1" in got["why"]
+    # a source that states its box is never touched
+    stated = [{**f, "form_factor": "stated"} for f in source(pcie)]
+    assert b.identify_boxes(stated) == {} and all(f["box"] == "as stated" and f["gpu"] == "a100-sxm"
+                                                  for f in b.as_judged(stated))
+
+
+def test_the_corpus_boxes_are_what_the_committed_benchmark_judged_on():
+    b = _bench()
+    doc = json.load(open(os.path.join(ROOT, "results", "bench", "predict_figures.json")))
+    boxes = b.identify_boxes(b.load_figures())
+    assert json.loads(json.dumps(boxes)) == doc["boxes"]
+    assert boxes["https://github.com/vllm-project/vllm/issues/16300"]["box"] == "pcie"
+    for r in doc["figures"]:
+        assert r["box"] == "as stated" or "form factor not stated" in r["box"]

@@ -58,7 +58,7 @@ CALIBRATION = {
     # over 128 SMs) and 11-18 KB on an HBM part (A100: 2039 GB/s over 108, H100: 3350 over 132), so the
     # same kernels stream nearer a GDDR card's datasheet (a plain read kernel reaches 91% of a 4090's
     # 1008 GB/s, https://github.com/krrishnarraj/clpeak/issues/106). Fitted on the GDDR fit figures.
-    "gddr_bw_frac": 0.86,
+    "gddr_bw_frac": 0.84,
     "flop_frac": 0.60,          # achieved / datasheet dense tensor FLOP/s (decode GEMMs at large batch)
     "prefill_flop_frac": 0.60,  # the same for prefill GEMMs
     "floor_us": 2.5,            # a kernel's shortest run on the GPU (graph replay)
@@ -139,9 +139,9 @@ CALIBRATION = {
     # pcie_skew_graph_frac under CUDA graphs), plus a fixed cost per NCCL call on PCIe.
     "coll_graph_us": 2.0,
     "coll_eager_us": 0.0,
-    "pcie_skew_frac": 0.75,
+    "pcie_skew_frac": 1.0,
     "pcie_skew_graph_frac": 0.5,
-    "pcie_call_us": 15.0,
+    "pcie_call_us": 5.0,
     # 1: the roofline starts from a GPU's published measured achievable bandwidth where gpus.toml
     # gives one lower than the datasheet (mem_bandwidth_achievable_gbps, with its source); 0: the datasheet
     "achievable_bw": 1.0,
