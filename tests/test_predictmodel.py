@@ -83,3 +83,24 @@ def test_default_comm_follows_the_gpus_class_and_says_so(gpu, want):
     rows, notes, meta = predict_table("Qwen2.5-32B", [gpu], [], [8], [1])
     assert rows[0]["comm"] == want
     assert notes[0].startswith(f"no --comm: {want} chosen for {gpu} (")
+
+
+def test_a_bare_card_name_sold_in_two_forms_says_which_was_taken_and_how_to_price_both():
+    """--gpu a100 / h100 name a chip sold as an SXM module and as a PCIe card: the SXM one is taken and
+    a note says so and how to price both (the form moves a TP=8 step by 1.5x: a100-sxm on NVLink 3
+    against a100-pcie on PCIe 4.0); a key, or an alias that names the form, says nothing."""
+    from commprof.analysis.predictmodel import predict_table
+    from commprof.model.gpus import other_forms
+
+    assert [g.key for g in other_forms("a100")] == ["a100-pcie"]
+    assert [g.key for g in other_forms("H100")] == ["h100-pcie"]
+    for named in ("a100-sxm", "a100-pcie", "a100_sxm", "h100-pcie-80gb", "a100-40gb", "rtx5090", "4090", "b200"):
+        assert other_forms(named) == [], named
+    rows, notes, _ = predict_table("QwQ-32B", ["a100"], [], [8], [1])
+    note = next(n for n in notes if n.startswith("--gpu a100:"))
+    assert "taken as a100-sxm" in note and "a100-pcie" in note and "--gpu a100-sxm,a100-pcie" in note
+    rows, notes, _ = predict_table("QwQ-32B", ["a100-sxm", "a100-pcie"], [], [8], [1])
+    assert not any(n.startswith("--gpu") for n in notes)
+    sxm, pcie = (next(r for r in rows if r["gpu"] == g) for g in ("a100-sxm", "a100-pcie"))
+    assert sxm["comm"] == "reference:nvlink3" and pcie["comm"] == "reference:pcie4-p2p"
+    assert pcie["ms_per_token"] > 1.3 * sxm["ms_per_token"]

@@ -24,7 +24,7 @@ from commprof.analysis.stepmodel import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_t
                                          kv_bytes_per_sequence_per_rank, prefill_comm_us, step_collectives,
                                          weights_per_rank)
 from commprof.model.errors import UsageError, shown
-from commprof.model.gpus import GpuSpec, get_gpu
+from commprof.model.gpus import GpuSpec, get_gpu, other_forms
 from commprof.model.models import ModelShape, get_model
 from commprof.analysis.quant import gemm_rate_note, weight_bytes_per_rank as quant_weight_bytes
 from commprof.analysis.predictmoe import MOE_COLUMN_DOCS, MOE_COLUMN_KINDS, MOE_COLUMNS, check_ep, ep_rows
@@ -169,6 +169,15 @@ def make_boxes(gpus: list, comms: list, notes: list | None = None) -> list[tuple
             comms.append(spec)
             if notes is not None:
                 notes.append(f"no --comm: {spec} chosen for {g} ({why}); give --comm to price another box")
+    if notes is not None:
+        for g in gpus:
+            others = other_forms(g) if isinstance(g, str) else []
+            if others:
+                taken = get_gpu(g)
+                alts = ", ".join(f"{o.key} ({o.interconnect_class})" for o in others)
+                notes.append(f"--gpu {g}: taken as {taken.key} ({taken.interconnect_class}); the same chip is also "
+                             f"sold as {alts}, whose collectives at TP > 2 go over PCIe: if the box's form is not "
+                             f"known, price both (--gpu {taken.key},{others[0].key})")
     if not gpus or not comms:
         raise UsageError("predict needs --gpu SKU and --comm reference:<profile> | DIR")
     if len(gpus) != len(comms) and 1 not in (len(gpus), len(comms)):
