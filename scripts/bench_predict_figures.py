@@ -376,6 +376,8 @@ def breakdown(f: dict, cal: dict | None = None) -> list[str]:
             f"{n} memory kernels: {n * ramp_us / 1e3:.2f} ms; every byte at {frac_name}: "
             f"{comp['bytes_read'] / (bw * 1e3 * frac) / 1e3:.2f} ms"]
     out += _moe_tile_lines(_model(f["model"]), gpu, f["tp"], r["batch"], cal, bw * frac)
+    if f.get("box", "as stated") != "as stated":       # the page does not say SXM or PCIe: identify_boxes
+        out.append(f"box: {f['box']}")
     return out + load
 
 

@@ -712,5 +712,9 @@ def test_the_corpus_boxes_are_what_the_committed_benchmark_judged_on():
     boxes = b.identify_boxes(b.load_figures())
     assert json.loads(json.dumps(boxes)) == doc["boxes"]
     assert boxes["https://github.com/vllm-project/vllm/issues/16300"]["box"] == "pcie"
+    judged = {f["id"]: f for f in b.as_judged(b.load_figures(), boxes)}
+    lines = b.breakdown(judged["vllm16300-qwq32b-a100x8-tp8-b16"])       # --breakdown says which box and why
+    assert " on a100-pcie x8" in lines[0] and lines[-1].startswith("box: form factor not stated: a100-pcie identified")
+    assert not any(x.startswith("box:") for x in b.breakdown(judged["tt394-qwen3-4b-rtx4090-c1-128"]))
     for r in doc["figures"]:
         assert r["box"] == "as stated" or "form factor not stated" in r["box"]

@@ -222,8 +222,9 @@ def achievable_bw_note(gpu) -> str:
 MLA_NOTE = ("MLA model: the published figures of this class (DeepSeek-R1 FP8 on 8x B200 under SGLang, fit and "
             "held out; DeepSeek-R1 AWQ on 8x H100 under vLLM, held out; results/bench/predict_figures.md) ran within 5% "
             "of the prediction at concurrency 1 under SGLang and 1.15-1.36x slower at 16-64; the AWQ one ran 1.8x "
-            "slower at concurrency 1 (vLLM's 4-bit MoE kernels are not modelled one by one): read the ms/token "
-            "as a lower bound")
+            "slower at concurrency 1, its time per token flat from 128 to 8192 prompt tokens (a fixed cost per step "
+            "not modelled: the host between vLLM's piecewise CUDA graphs, or its 4-bit MoE kernels): read the "
+            "ms/token as a lower bound")
 
 
 def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,
