@@ -89,7 +89,7 @@ def identify_boxes(figures: list[dict], cal: dict | None = None) -> dict[str, di
         if f.get("form_factor") != "not stated" or f["gpu"] not in OTHER_FORM:
             continue
         src = out.setdefault(f["source_url"], {"gpu": f["gpu"], "judged_on": []})
-        if f["role"] == "fit" and f["tp"] > 1:
+        if f["role"] == "fit" and f["tp"] > 1 and predict_figure(f, cal) is not None:     # priced at all
             src["judged_on"].append(f)
     for src in out.values():
         judges = src.pop("judged_on")
