@@ -225,6 +225,13 @@ MLA_NOTE = ("MLA model: the published figures of this class (DeepSeek-R1 FP8 on 
             "slower at concurrency 1, its time per token flat from 128 to 8192 prompt tokens (a fixed cost per step "
             "not modelled: the host between vLLM's piecewise CUDA graphs, or its 4-bit MoE kernels): read the "
             "ms/token as a lower bound")
+#: Said when an MoE model's time to first token is printed (--prompt, or the TTFT under a load): the published
+#: concurrency-1 TTFTs of SGLang's cookbook against this model (tests/test_predict_moe.py recomputes the ratios).
+MOE_TTFT_NOTE = ("MoE model, time to first token: SGLang's published TTFTs at concurrency 1 for DeepSeek-R1 FP8 and "
+                 "Qwen3-235B-A22B on 8x B200 (https://github.com/sgl-project/sgl-cookbook, section 5.1 Speed Benchmark: "
+                 "126-166 ms and 99-140 ms for 610- and 4,194-token prompts) were 1.4-3.4x what this model prices, the "
+                 "most for short prompts (a prefill costing about 100 ms whatever its length: not modelled); read TTFT, "
+                 "and under a load the stalls other requests' prefills cause, as a lower bound")
 
 
 def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,
@@ -291,6 +298,8 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     notes += [n for c in comms_used.values() for n in c.notes]
     if model.is_mla:
         notes.append(MLA_NOTE)
+    if model.experts and (prompt or load is not None):
+        notes.append(MOE_TTFT_NOTE)
     meta = {
         "gpus": sorted({g.name for g, _ in boxes}), "model": model.to_dict(), "dtype": dtype, "weights": weights,
         "mode": mode, "context": context, "prompt": prompt, "mem_util": mem_util,
