@@ -66,44 +66,52 @@ def load_figures(path: str = os.path.join(CORPUS, "figures.csv")) -> list[dict]:
     return rows
 
 
-#: A card sold in two form factors, and its other one: the PCIe card, on the PCIe reference profile with
-#: P2P (data-center cards do P2P over PCIe; vLLM's custom all-reduce follows from the profile).
-OTHER_FORM = {"a100-sxm": ("a100-pcie", "reference:pcie4-p2p", "PCIe 4.0 (identified)"),
-              "h100-sxm": ("h100-pcie", "reference:pcie5-p2p", "PCIe 5.0 (identified)")}
+def pcie_card_of(gpu_key: str):
+    """The PCIe card of the SXM module ``gpu_key`` names (gpus.toml, :func:`commprof.model.gpus.sibling_forms`),
+    or None for a card sold in one form."""
+    from commprof.model.gpus import get_gpu, sibling_forms
+
+    g = get_gpu(gpu_key)
+    return next((o for o in sibling_forms(g) if g.form_factor == "sxm" and o.form_factor == "pcie"), None)
 
 
 def as_pcie_card(f: dict) -> dict:
-    """Figure ``f`` on the PCIe form of its card (:data:`OTHER_FORM`)."""
-    gpu, comm, link = OTHER_FORM[f["gpu"]]
-    return {**f, "gpu": gpu, "comm": comm, "interconnect": link if f["tp"] > 1 else f["interconnect"]}
+    """Figure ``f`` on the PCIe form of its card, on the reference profile that card implies
+    (:func:`commprof.analysis.predictmodel.default_comm`: PCIe of its generation, P2P on a data-center card)."""
+    from commprof.analysis.predictmodel import default_comm
+
+    card = pcie_card_of(f["gpu"])
+    comm, _ = default_comm(card)
+    link = f"PCIe {card.pcie_gen}.0 (identified)" if f["tp"] > 1 else f["interconnect"]
+    return {**f, "gpu": card.key, "comm": comm, "interconnect": link}
 
 
 def identify_boxes(figures: list[dict], cal: dict | None = None) -> dict[str, dict]:
-    """Per source whose page does not state its card's form factor (``form_factor`` = ``not stated``, a
-    card of :data:`OTHER_FORM`): which box its figures were measured on, SXM on NVLink as transcribed or
-    the PCIe card, judged on the source's own ``fit`` figures at TP > 1 only (where the link decides; a
-    single GPU differs by a few percent of bandwidth): the lower sum of squared log(predicted / measured)
-    wins. A source without such a figure keeps SXM. Held-out figures never take part."""
+    """Per source whose page does not state its card's form factor (``form_factor`` = ``not stated``, an
+    SXM module also sold as a PCIe card, :func:`pcie_card_of`): which box its figures were measured on, SXM
+    on NVLink as transcribed or the PCIe card, judged on the source's own ``fit`` figures at TP > 1 only
+    (where the link decides; a single GPU differs by a few percent of bandwidth): the lower sum of squared
+    log(predicted / measured) wins. A source without such a figure keeps SXM. Held-out figures never take part."""
     out: dict[str, dict] = {}
     for f in figures:
-        if f.get("form_factor") != "not stated" or f["gpu"] not in OTHER_FORM:
+        if f.get("form_factor") != "not stated" or pcie_card_of(f["gpu"]) is None:
             continue
         src = out.setdefault(f["source_url"], {"gpu": f["gpu"], "judged_on": []})
-        if f["role"] == "fit" and f["tp"] > 1 and predict_figure(f, cal) is not None:     # priced at all
+        if f["role"] == "fit" and f["tp"] > 1:
             src["judged_on"].append(f)
     for src in out.values():
-        judges = src.pop("judged_on")
-        src["fit_figures"] = [f["id"] for f in judges]
-        if not judges:
+        sxm = [(f, p["ms"]) for f in src.pop("judged_on") if (p := predict_figure(f, cal)) is not None]  # priced at all
+        src["fit_figures"] = [f["id"] for f, _ in sxm]
+        if not sxm:
             src.update(box="sxm", why="form factor not stated, SXM taken: no fit figure at TP > 1 to tell")
             continue
-        loss = {}
-        for box, pick in (("sxm", lambda f: f), ("pcie", as_pcie_card)):
-            loss[box] = sum(math.log(predict_figure(pick(f), cal)["ms"] / f["measured_ms"]) ** 2 for f in judges)
+        loss = {"sxm": sum(math.log(ms / f["measured_ms"]) ** 2 for f, ms in sxm),
+                "pcie": sum(math.log(predict_figure(as_pcie_card(f), cal)["ms"] / f["measured_ms"]) ** 2
+                            for f, _ in sxm)}
         box = "pcie" if loss["pcie"] < loss["sxm"] else "sxm"
         src.update(box=box, loss={k: round(v, 5) for k, v in loss.items()},
-                   why=f"form factor not stated: {OTHER_FORM[src['gpu']][0] if box == 'pcie' else src['gpu']} "
-                       f"identified on {len(judges)} fit figure(s) at TP > 1 (sum of squared log ratio: SXM "
+                   why=f"form factor not stated: {pcie_card_of(src['gpu']).key if box == 'pcie' else src['gpu']} "
+                       f"identified on {len(sxm)} fit figure(s) at TP > 1 (sum of squared log ratio: SXM "
                        f"{loss['sxm']:.4f}, PCIe {loss['pcie']:.4f})")
     return out
 

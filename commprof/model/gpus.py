@@ -139,17 +139,25 @@ def gpu_table() -> dict[str, GpuSpec]:
     return _TABLE
 
 
-def other_forms(spec: str) -> list[GpuSpec]:
-    """The other form factors of the card ``spec`` names when ``spec`` is a bare alias that does not
-    say which (``a100``, ``h100``: the same chip sold as an SXM module and as a PCIe card, with the
-    same memory), empty when it names one (a key, or an alias with sxm/pcie/nvl in it)."""
-    s = str(spec).strip().lower()
-    g = get_gpu(s)
-    if s == g.key or any(w in s for w in ("sxm", "pcie", "nvl")) or not g.form_factor:
+def sibling_forms(g: GpuSpec) -> list[GpuSpec]:
+    """The same chip in its other form factors (``a100-sxm`` -> ``a100-pcie``: the table's entries of the
+    same family and memory whose ``form_factor`` differs); empty for a card sold in one form."""
+    if not g.form_factor:
         return []
     family = g.key.split("-")[0]
     return [o for o in gpu_table().values() if o.key != g.key and o.key.split("-")[0] == family
             and o.form_factor and o.form_factor != g.form_factor and o.memory_gb == g.memory_gb]
+
+
+def other_forms(spec: str) -> list[GpuSpec]:
+    """:func:`sibling_forms` of the card ``spec`` names when ``spec`` is a bare alias that does not
+    say which form (``a100``, ``h100``: the same chip sold as an SXM module and as a PCIe card), empty
+    when it names one (a key, or an alias with sxm/pcie/nvl in it)."""
+    s = str(spec).strip().lower()
+    g = get_gpu(s)
+    if s == g.key or any(w in s for w in ("sxm", "pcie", "nvl")):
+        return []
+    return sibling_forms(g)
 
 
 def get_gpu(spec: str) -> GpuSpec:
