@@ -160,6 +160,8 @@ def _load_row(f: dict, weights: str, cal: dict | None) -> dict:
     from commprof.model.registry import PredictConfig
 
     model, gpu, comm = _model(f["model"]), get_gpu(f["gpu"]), _comm(f["comm"])
+    # predict's defaults: --chunk 2048, --prefill-steps mixed (docs/predict.md, "Eleventh pass of issue 31":
+    # SGLang's own policy, separate, was tried and not kept)
     spec = load_spec([f["batch"]], [], f["isl"], f["osl"], PredictConfig().chunk)
     steps: dict = {}
 

@@ -23,12 +23,24 @@ bound, and the row is the box at that limit with a note saying what it serves (q
 not modelled).
 
 Two steps are priced by predict's step model (context the mean ``ISL + OSL / 2``): a decode step
-``T_d`` of ``B`` tokens and a mixed step ``T_m`` of ``B`` decode and ``c`` prompt tokens
-(``mixed_tokens``). Then:
+``T_d`` of ``B`` tokens and the step that carries a prompt chunk, ``T_m``. How an engine runs that
+chunk is its scheduler's policy (``--prefill-steps``):
+
+* ``mixed`` (vLLM's chunked prefill, TensorRT-LLM's in-flight batching): the chunk rides in the decode
+  step, one forward of ``B`` decode and ``c`` prompt tokens (``mixed_tokens``), under the step budget
+  (``c = min(ISL, chunk - B)``);
+* ``separate`` (SGLang's default: ``--enable-mixed-chunk`` is off, and only decode batches are CUDA-graph
+  captured, https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py): the chunk
+  is a forward of its own, eager, and the running requests wait for it: ``T_m = T_d + T_p(c)``, ``T_p``
+  the eager prefill of ``c = min(ISL, chunk)`` tokens with its collectives (predict's TTFT prefill), and
+  a prompt's TTFT ``p x T_p``. SGLang sizes its chunk by GPU memory (``chunked_prefill_size``: 2048 under
+  35 GB, 8192 under 160 GB, else 16384; :func:`sglang_chunk`).
+
+Then:
 
 * ``tpot_ms`` = ``(1 - f) T_d + f T_m``: the mean time per output token after the first, what a serving
   benchmark reports as TPOT (and its mean ITL); the row's step columns are that same blend;
-* ``ttft_load_ms`` = ``p x T_m``: the prompt's steps (no queue);
+* ``ttft_load_ms`` = ``p x T_m`` (mixed) or ``p x T_p`` (separate): the prompt's steps (no queue);
 * ``e2e_ms`` = TTFT + (OSL - 1) x TPOT, and ``e2e_per_output_token_ms`` = e2e / OSL: what a latency
   benchmark reports as ms per token (``benchmark_latency``: end-to-end time / output tokens);
 * ``requests_s`` = L / e2e, ``output_tokens_s`` = L x OSL / e2e.
@@ -43,7 +55,7 @@ from dataclasses import dataclass
 from commprof.analysis.stepmodel import MAX_BATCH, MAX_CONTEXT
 from commprof.model.errors import UsageError, shown
 
-LOAD_COLUMNS = ["load", "concurrency", "qps", "isl", "osl", "chunk", "requests_in_flight", "decode_batch",
+LOAD_COLUMNS = ["load", "concurrency", "qps", "isl", "osl", "chunk", "prefill_steps_policy", "requests_in_flight", "decode_batch",
                 "prefill_tokens_per_step", "prefill_steps", "tpot_ms", "ttft_load_ms", "e2e_ms",
                 "e2e_per_output_token_ms", "requests_s", "output_tokens_s", "load_note"]
 LOAD_COLUMN_KINDS = {c: "predicted" for c in LOAD_COLUMNS}
@@ -51,10 +63,12 @@ LOAD_COLUMN_DOCS = {
     "requests_in_flight": "requests the engine holds at once: the concurrency (closed loop) or rate x e2e (Little's law)",
     "decode_batch": "sequences each step decodes: requests in flight x (OSL - 1) / (prefill steps + OSL - 1); the row's batch",
     "chunk": "--chunk: tokens one step carries at most (max_num_batched_tokens)",
+    "prefill_steps_policy": "--prefill-steps: mixed (a prompt chunk rides in the decode step: vLLM, TensorRT-LLM) or "
+                            "separate (a prompt chunk is its own eager forward, the running requests wait: SGLang's default)",
     "prefill_tokens_per_step": "prompt tokens of other requests chunked into each decode step (mean)",
     "prefill_steps": "steps one prompt's prefill takes: ceil(ISL / chunk), more while the prompts overrun the step budget",
     "tpot_ms": "serving benchmark's TPOT (= its mean ITL): decode steps and steps carrying others' prompt chunks, blended",
-    "ttft_load_ms": "prefill_steps x the mixed step (no queue)",
+    "ttft_load_ms": "prefill_steps x the step carrying a prompt chunk (mixed) or x the prefill forward (separate); no queue",
     "e2e_ms": "ttft_load_ms + (OSL - 1) x tpot_ms",
     "e2e_per_output_token_ms": "latency benchmark's per-token figure: e2e_ms / OSL",
     "requests_s": "requests_in_flight / e2e", "output_tokens_s": "requests_in_flight x OSL / e2e, per TP group",
@@ -74,6 +88,7 @@ class LoadSpec:
     isl: int
     osl: int
     chunk: int
+    prefill: str = "mixed"      # --prefill-steps: PREFILL_POLICIES
 
     def levels(self) -> list[tuple[str, float]]:
         return [("concurrency", float(n)) for n in self.concurrency] + [("qps", r) for r in self.qps]
@@ -87,8 +102,20 @@ def _whole(v, flag: str, hi: int) -> int:
     return v
 
 
-def load_spec(concurrency, qps, isl: int, osl: int, chunk: int) -> LoadSpec:
-    """Validate ``--concurrency``, ``--qps``, ``--isl``, ``--osl`` and ``--chunk`` together."""
+#: ``--prefill-steps``: how the engine runs a waiting prompt's chunk (module docstring).
+PREFILL_POLICIES = ("mixed", "separate")
+
+
+def sglang_chunk(memory_gb: float) -> int:
+    """SGLang's default ``chunked_prefill_size`` on a GPU of ``memory_gb``: 2048 under 35 GB, 8192 under
+    160 GB, else 16384 (server_args.py, https://github.com/sgl-project/sglang)."""
+    return 2048 if memory_gb < 35 else 8192 if memory_gb < 160 else 16384
+
+
+def load_spec(concurrency, qps, isl: int, osl: int, chunk: int, prefill: str = "mixed") -> LoadSpec:
+    """Validate ``--concurrency``, ``--qps``, ``--isl``, ``--osl``, ``--chunk`` and ``--prefill-steps`` together."""
+    if prefill not in PREFILL_POLICIES:
+        raise UsageError(f"--prefill-steps {shown(prefill)}: use mixed (vLLM, TensorRT-LLM) or separate (SGLang)")
     conc = tuple(_whole(n, "--concurrency", MAX_BATCH) for n in (concurrency or []))
     rates = []
     for r in qps or []:
@@ -102,7 +129,7 @@ def load_spec(concurrency, qps, isl: int, osl: int, chunk: int) -> LoadSpec:
     if not conc and not rates:
         raise UsageError("predict's load needs --concurrency N or --qps R")
     return LoadSpec(conc, tuple(rates), _whole(isl, "--isl", MAX_CONTEXT), _whole(osl, "--osl", MAX_CONTEXT),
-                    _whole(chunk, "--chunk", MAX_CONTEXT))
+                    _whole(chunk, "--chunk", MAX_CONTEXT), prefill)
 
 
 @dataclass(frozen=True)
@@ -122,10 +149,11 @@ def split_in_flight(in_flight: float, spec: LoadSpec) -> Split:
     ``B = L (OSL-1) / (p + OSL - 1)``, ``m = L ISL / (p + OSL - 1)``, ``c = min(ISL, chunk - B)``,
     ``p = ceil(ISL / c)``, raised while ``m > chunk - B``; ``f = min(1, m (L-1)/L / c)``."""
     isl, osl, chunk = spec.isl, spec.osl, spec.chunk
+    mixed = spec.prefill == "mixed"     # separate: a prefill forward has the whole budget to itself
     p = max(1, math.ceil(isl / chunk))
     for _ in range(64):             # the least p whose prompts fit the room the decode batch leaves
         b = max(1, round(in_flight * (osl - 1) / (p + osl - 1)))
-        room = max(1, chunk - b)
+        room = max(1, chunk - b) if mixed else chunk
         p_new = max(math.ceil(isl / min(isl, room)), math.ceil(in_flight * isl / room) - osl + 1)
         if p_new <= p:
             break
@@ -133,7 +161,7 @@ def split_in_flight(in_flight: float, spec: LoadSpec) -> Split:
     cycle = p + osl - 1
     b = max(1, round(in_flight * (osl - 1) / cycle))
     m = in_flight * isl / cycle
-    c = max(1, min(isl, chunk - b))
+    c = max(1, min(isl, chunk - b if mixed else chunk))
     others = m * (in_flight - 1) / in_flight if in_flight > 1 else 0.0
     return Split(in_flight, b, round(m), c, p, min(1.0, others / c))
 
@@ -152,13 +180,28 @@ def _blend(dec: dict, mixed: dict, f: float) -> dict:
     return out
 
 
+def carrying_step(step_row, sp: Split, spec: LoadSpec, context: int) -> tuple[dict, float]:
+    """(the step that carries a prompt chunk, as a decoding request meets it; the prefill's share of it,
+    ms): mixed, one forward of ``B`` decode and ``c`` prompt tokens; separate, the decode step plus the
+    eager prefill forward of ``c`` tokens that the running requests wait for
+    (``step_row(B, 0, ctx, prompt=c)``: its ``prefill_ms`` and ``prefill_comm_ms``)."""
+    if spec.prefill == "mixed":
+        mixed = step_row(sp.decode_batch, sp.chunk_tokens, context)
+        return mixed, mixed["ms_per_token"]
+    r = step_row(sp.decode_batch, 0, context, prompt=sp.chunk_tokens)
+    pre, pre_comm = r["prefill_ms"], r["prefill_comm_ms"]
+    out = {**r, "ms_per_token": r["ms_per_token"] + pre, "comm_ms": r["comm_ms"] + pre_comm,
+           "compute_ms": r["compute_ms"] + pre - pre_comm, "kernel_ms": r["kernel_ms"] + pre - pre_comm}
+    return out, pre
+
+
 def evaluate(step_row, sp: Split, spec: LoadSpec, context: int) -> tuple[dict, dict]:
-    """(the row a decoding request sees: pure decode and mixed steps blended by ``f``, the load
-    figures): TPOT the blended step, TTFT ``p`` mixed steps, e2e TTFT + (OSL - 1) TPOT."""
+    """(the row a decoding request sees: pure decode and chunk-carrying steps blended by ``f``, the
+    load figures): TPOT the blended step, TTFT ``p`` prompt steps, e2e TTFT + (OSL - 1) TPOT."""
     dec = step_row(sp.decode_batch, 0, context)
-    mixed = step_row(sp.decode_batch, sp.chunk_tokens, context)
+    mixed, prompt_ms = carrying_step(step_row, sp, spec, context)
     row = _blend(dec, mixed, sp.mixed_share)
-    tpot, ttft = row["ms_per_token"], sp.prefill_steps * mixed["ms_per_token"]
+    tpot, ttft = row["ms_per_token"], sp.prefill_steps * prompt_ms
     e2e = ttft + (spec.osl - 1) * tpot
     return row, {"requests_in_flight": sp.in_flight, "decode_batch": sp.decode_batch,
                  "prefill_tokens_per_step": sp.prompt_tokens, "prefill_steps": sp.prefill_steps,
@@ -171,7 +214,8 @@ def load_point(step_row, spec: LoadSpec, kind: str, level: float) -> dict:
     step (predict_point); returns the blended row with :data:`LOAD_COLUMNS`."""
     context = spec.isl + spec.osl // 2
     base = {"load": f"{kind} {level:g}", "concurrency": int(level) if kind == "concurrency" else "",
-            "qps": level if kind == "qps" else "", "isl": spec.isl, "osl": spec.osl, "chunk": spec.chunk}
+            "qps": level if kind == "qps" else "", "isl": spec.isl, "osl": spec.osl, "chunk": spec.chunk,
+            "prefill_steps_policy": spec.prefill}
     first = step_row(1, 0, context)
     kv = first.get("kv_max_sequences") if first.get("weights_fit") else None
     cap = float(min(kv, MAX_BATCH)) if isinstance(kv, (int, float)) and kv >= 1 else float(MAX_BATCH)
@@ -225,7 +269,9 @@ def load_rows(boxes: list, tps: list, spec: LoadSpec, step_row_of) -> tuple[list
                 rows.append(load_point(fn, spec, kind, level))
     if not rows:
         raise UsageError("predict: no TP degree of --tp is covered by the --comm input(s): " + "; ".join(notes))
-    notes.append(f"load: ISL {spec.isl}, OSL {spec.osl}, at most {spec.chunk} tokens a step (chunked prefill); the "
+    how = ("prompt chunks ride in the decode steps" if spec.prefill == "mixed" else
+           "each prompt chunk is its own eager forward and the running requests wait for it")
+    notes.append(f"load: ISL {spec.isl}, OSL {spec.osl}, at most {spec.chunk} tokens a step (chunked prefill; {how}); the "
                  "batch each row decodes is the load's (--batch is not used); tpot_ms is a serving benchmark's "
                  "TPOT/ITL, e2e_per_output_token_ms a latency benchmark's end-to-end / output tokens")
     return rows, notes
@@ -234,7 +280,8 @@ def load_rows(boxes: list, tps: list, spec: LoadSpec, step_row_of) -> tuple[list
 def load_line(row: dict) -> str:
     """One line per load row, each figure named."""
     s = (f"{row['gpu']} TP={row['tp']} {row['load']} (ISL {row['isl']}, OSL {row['osl']}): decode batch "
-         f"{row['decode_batch']} + {row['prefill_tokens_per_step']} prompt tokens a step; TPOT/ITL (serving benchmark) "
+         f"{row['decode_batch']} + {row['prefill_tokens_per_step']} prompt tokens a step"
+         f"{' (in prefill forwards of their own)' if row.get('prefill_steps_policy') == 'separate' else ''}; TPOT/ITL (serving benchmark) "
          f"{row['tpot_ms']:.2f} ms, end-to-end / output tokens (latency benchmark) {row['e2e_per_output_token_ms']:.2f} ms, "
          f"TTFT {row['ttft_load_ms']:.1f} ms, {row['output_tokens_s']:.0f} output tokens/s")
     return s + (f"; note: {row['load_note']}" if row.get("load_note") else "")

@@ -119,6 +119,8 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommSource, tp: int, ba
         pc = prefill_comm_us(model, tp, prompt, prompt, price, dtype=dtype) if tp > 1 else 0.0
         row["ttft_ms"] = (pre["compute_us"] + pc + step_us) / 1e3
         row["ttft_comm_ms"] = pc / 1e3
+        # the prompt's eager forward alone (a load's separate prefill step: analysis/predictload.py)
+        row["prefill_ms"], row["prefill_comm_ms"] = (pre["compute_us"] + pc) / 1e3, pc / 1e3
     return row
 
 
@@ -265,8 +267,8 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     ep_on, load_notes = ep != 1 or moe_steps is not None, []
     if load is not None:        # the load decides the batch: analysis/predictload.py
         def step_row_of(g, c, tp):
-            def step_row(b, m, ctx):
-                r = predict_point(model, g, c, tp, b, ctx, None, dtype, mode, mem_util, calibration, weights, m)
+            def step_row(b, m, ctx, prompt=None):
+                r = predict_point(model, g, c, tp, b, ctx, prompt, dtype, mode, mem_util, calibration, weights, m)
                 if ep_on:
                     (r,), ns = ep_rows([r], model, [(g, c)], ep, ctx, dtype, mode, calibration, weights, moe_steps,
                                        tokens_of=lambda _: b + m)

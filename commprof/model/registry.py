@@ -119,6 +119,7 @@ class PredictConfig:
     isl: int = flag(1024, "--isl", help="With --concurrency/--qps: input (prompt) tokens per request.")
     osl: int = flag(256, "--osl", help="With --concurrency/--qps: output tokens per request.")
     chunk: int = flag(2048, "--chunk", help="With --concurrency/--qps: tokens one step carries at most (the engine's max_num_batched_tokens: decode tokens + a prompt chunk).")
+    prefill_steps: str = flag("mixed", "--prefill-steps", help="With --concurrency/--qps: how the engine runs a waiting prompt's chunk: mixed (it rides in the decode step: vLLM, TensorRT-LLM) or separate (its own eager forward while the running requests wait: SGLang's default, whose chunk is 8192 tokens on GPUs under 160 GB and 16384 above, 2048 under 35 GB).")
     calibration: dict = field(default_factory=dict)
     comm_overhead_from: str | None = flag(None, "--comm-overhead-from", help="An 'import nccl-inspector' dir: each collective's price times the engine's in-service factor (its mean per call / the --comm source's at the same op, TP and size).")
 

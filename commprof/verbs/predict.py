@@ -43,7 +43,7 @@ def run(cfg: PredictConfig, console=None) -> int:
     """``commprof predict``: rows, files, console table and chart; the exit code."""
     more = dict(ep=cfg.ep, moe_steps=read_moe_steps(cfg.moe_skew) if cfg.moe_skew else None)   # predictmoe.py
     if cfg.concurrency or cfg.qps:       # the load: predictload.py
-        more.update(load=load_spec(cfg.concurrency, cfg.qps, cfg.isl, cfg.osl, cfg.chunk))
+        more.update(load=load_spec(cfg.concurrency, cfg.qps, cfg.isl, cfg.osl, cfg.chunk, cfg.prefill_steps))
     rows, notes, meta_extra = predict_table(cfg.model, cfg.gpus, cfg.comms, cfg.tps, cfg.batches, cfg.context,
                                             cfg.prompt, cfg.dtype, cfg.weights, cfg.mode, cfg.mem_util,
                                             cfg.calibration, comm_overhead_from=cfg.comm_overhead_from, **more)
