@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from commprof.analysis.stepmodel import MAX_BATCH, MAX_CONTEXT
 from commprof.model.errors import UsageError, shown
 
-LOAD_COLUMNS = ["load", "concurrency", "qps", "isl", "osl", "chunk", "prefill_steps_policy", "requests_in_flight", "decode_batch",
-                "prefill_tokens_per_step", "prefill_steps", "tpot_ms", "ttft_load_ms", "e2e_ms",
+LOAD_COLUMNS = ["load", "concurrency", "qps", "isl", "osl", "chunk", "prefill_steps_policy", "requests_in_flight",
+                "decode_batch", "prefill_tokens_per_step", "prefill_steps", "tpot_ms", "ttft_load_ms", "e2e_ms",
                 "e2e_per_output_token_ms", "requests_s", "output_tokens_s", "load_note"]
 LOAD_COLUMN_KINDS = {c: "predicted" for c in LOAD_COLUMNS}
 LOAD_COLUMN_DOCS = {
@@ -147,7 +147,8 @@ class Split:
 def split_in_flight(in_flight: float, spec: LoadSpec) -> Split:
     """``in_flight`` requests as decode batch, prompt tokens and prefill steps (module docstring):
     ``B = L (OSL-1) / (p + OSL - 1)``, ``m = L ISL / (p + OSL - 1)``, ``c = min(ISL, chunk - B)``,
-    ``p = ceil(ISL / c)``, raised while ``m > chunk - B``; ``f = min(1, m (L-1)/L / c)``."""
+    ``p = ceil(ISL / c)``, raised while ``m > chunk - B``; ``f = min(1, m (L-1)/L / c)``. Under the
+    ``separate`` policy a prefill forward has the whole ``chunk`` to itself (``chunk`` in place of ``chunk - B``)."""
     isl, osl, chunk = spec.isl, spec.osl, spec.chunk
     mixed = spec.prefill == "mixed"     # separate: a prefill forward has the whole budget to itself
     p = max(1, math.ceil(isl / chunk))
