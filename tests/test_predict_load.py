@@ -94,6 +94,10 @@ def test_the_real_model_with_separate_prefill_steps():
     assert r["tpot_ms"] == pytest.approx(d["ms_per_token"] + sp.mixed_share * t_p, rel=1e-9)
     assert r["ttft_load_ms"] == pytest.approx(t_p, rel=1e-9)
     assert any("its own eager forward" in n for n in notes)
+    assert not any("SGLang's default chunk" in n for n in notes)       # --chunk 8192 is SGLang's on an H100
+    _, said, _ = predict_table("Qwen3-8B", ["h100-sxm"], [], [2], [1], load=load_spec([16], [], 1024, 256, 2048,
+                                                                                       "separate"))
+    assert any(n.startswith("h100-sxm: SGLang's default chunk on a GPU of 80 GB is 8192 tokens") for n in said)
     (m,), _, _ = predict_table("Qwen3-8B", ["h100-sxm"], [], [2], [1], load=load_spec([16], [], 1024, 256, 8192))
     assert r["tpot_ms"] > m["tpot_ms"]         # a separate prefill stalls the decode batch longer than a mixed chunk
 

@@ -275,6 +275,12 @@ def load_rows(boxes: list, tps: list, spec: LoadSpec, step_row_of) -> tuple[list
     notes.append(f"load: ISL {spec.isl}, OSL {spec.osl}, at most {spec.chunk} tokens a step (chunked prefill; {how}); the "
                  "batch each row decodes is the load's (--batch is not used); tpot_ms is a serving benchmark's "
                  "TPOT/ITL, e2e_per_output_token_ms a latency benchmark's end-to-end / output tokens")
+    if spec.prefill == "separate":      # SGLang sizes its own chunk by GPU memory: say where --chunk differs
+        for gpu in dict.fromkeys(g for g, _ in boxes):
+            own = sglang_chunk(gpu.memory_gb)
+            if own != spec.chunk:
+                notes.append(f"{gpu.key}: SGLang's default chunk on a GPU of {gpu.memory_gb:g} GB is {own} tokens "
+                             f"(chunked_prefill_size), {spec.chunk} priced; give --chunk {own} to match it")
     return rows, notes
 
 
