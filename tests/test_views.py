@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import sys
 
+import pytest
+
 
 class _Tty(io.StringIO):
     def isatty(self):
@@ -272,7 +274,6 @@ def test_trace_memory_guard_shares_cpu_memory_among_the_ranks_that_build_engines
     monkeypatch.setattr(T, "available_bytes_per_rank", lambda backend, n: (machine // n, f"test: {n} ranks"))
     layers, report = T.memory_guard(model, [2, 4, 8], [1], 4096, 2, "bf16", "gloo", ranks_on_node=8)
     assert layers == 2 and report["needed_bytes_per_rank"] <= report["available_bytes_per_rank"]
-    import pytest
 
     from commprof.model.errors import UsageError
 
@@ -412,7 +413,6 @@ def test_meta_json_records_commprofs_own_commit_and_the_run_environment(monkeypa
 def test_box_labels_come_from_label_then_import_label_then_the_dir_name(tmp_path):
     import os
 
-    import pytest
 
     from commprof.analysis.evidence import gather_boxes
     from commprof.model.errors import UsageError
@@ -456,3 +456,29 @@ def test_trace_tokens_chart_marks_where_each_repeat_begins_and_an_unstable_run(g
     ax = figs[0].axes[0]
     assert ax.get_title() == "TP=2 batch=1 eager" and not ax.texts
     assert not [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+
+
+def test_a_footer_taller_than_its_share_makes_the_chart_taller_instead_of_running_over_the_panels():
+    """predict's one-box chart carries the whole calibration source: at 6 x 4.6 in its footer needs more
+    than the 40% of the height a footer may take, so the figure grows by the footer's height (the panels
+    keep theirs) and the returned share holds every line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from commprof.views.charts import FOOTER_MAX_SHARE, footer
+
+    fig = plt.figure(figsize=(6, 4.6))
+    short = footer(fig, "measured on host-a, commprof sweep --tp 2", fontsize=7)
+    assert tuple(fig.get_size_inches()) == (6, 4.6) and short < FOOTER_MAX_SHARE
+    plt.close(fig)
+    fig = plt.figure(figsize=(6, 4.6))
+    text = " ".join(f"source{i} https://example.org/figures/{i}" for i in range(120))
+    share = footer(fig, text, fontsize=7)
+    w, h = fig.get_size_inches()
+    lines = len(fig.texts[0].get_text().splitlines())
+    need_in = (lines * 7 * 1.35 + 4) / 72
+    assert w == 6 and h == pytest.approx(4.6 + need_in) and share == pytest.approx(need_in / h)
+    assert h - share * h == pytest.approx(4.6)          # the panels keep their 4.6 inches
+    plt.close(fig)

@@ -57,17 +57,26 @@ def plain_log_ticks(axis, decades: float | None = None) -> None:
     axis.set_minor_formatter(mt.NullFormatter())
 
 
+#: The share of a chart's height its footer may take before the figure grows taller to hold it.
+FOOTER_MAX_SHARE = 0.4
+
+
 def footer(fig, text: str, fontsize: float = 7, width: int | None = None) -> float:
     """Write ``text`` under the chart, wrapped to the figure's width (never cut); returns the
-    fraction of the figure's height it takes, for ``tight_layout(rect=(0, that, 1, ...))``."""
+    fraction of the figure's height it takes, for ``tight_layout(rect=(0, that, 1, ...))``. A footer
+    taller than :data:`FOOTER_MAX_SHARE` of the figure makes the figure taller by its own height, so
+    the panels keep theirs and the text never runs over them."""
     import textwrap
 
-    w_in = fig.get_size_inches()[0]
+    w_in, h_in = fig.get_size_inches()
     width = width or max(40, int(w_in * 72 / (fontsize * 0.56)))       # characters per line at this size
     lines = textwrap.wrap(" ".join(str(text).split()), width) or [""]
+    need_in = (len(lines) * fontsize * 1.35 + 4) / 72
+    if need_in > FOOTER_MAX_SHARE * h_in:
+        h_in += need_in
+        fig.set_size_inches(w_in, h_in)
     fig.text(0.01, 0.005, "\n".join(lines), fontsize=fontsize, color="0.35", va="bottom", ha="left")
-    h_in = fig.get_size_inches()[1]
-    return min(0.4, (len(lines) * fontsize * 1.35 + 4) / 72 / h_in)
+    return need_in / h_in
 
 
 def title(fig, text: str, fontsize: float = 11) -> float:
