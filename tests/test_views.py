@@ -469,6 +469,7 @@ def test_a_footer_taller_than_its_share_makes_the_chart_taller_instead_of_runnin
 
     from commprof.views.charts import FOOTER_MAX_SHARE, footer
 
+    plt.close("all")          # figures other tests left open (matplotlib warns past 20)
     fig = plt.figure(figsize=(6, 4.6))
     short = footer(fig, "measured on host-a, commprof sweep --tp 2", fontsize=7)
     assert tuple(fig.get_size_inches()) == (6, 4.6) and short < FOOTER_MAX_SHARE
