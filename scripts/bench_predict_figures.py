@@ -210,8 +210,7 @@ def predict_figure(f: dict, cal: dict | None = None) -> dict | None:
         return None
     ms = (r["median_ms"] if f.get("stat") == "median" else r["tpot_ms"]) if loaded else r["ms_per_token"]
     if not serving:      # the batch's prompts in one prefill step (the first token), then osl - 1 decode steps
-        prefill_ms = r["ttft_ms"] - r["ms_per_token"]
-        ms = (prefill_ms + (f["osl"] - 1) * r["ms_per_token"]) / f["osl"]
+        ms = (r["prefill_ms"] + (f["osl"] - 1) * r["ms_per_token"]) / f["osl"]
     return {"ms": ms, "step_ms": r["ms_per_token"], "compute_ms": r["compute_ms"], "comm_ms": r["comm_ms"],
             "comm_share_pct": r["comm_share_pct"], "row": r}
 

@@ -41,7 +41,7 @@ def _fake_step(kv=10_000):
         row = {"batch": b, "tp": 1, "compute_ms": t, "kernel_ms": t, "floor_ms": 0.0, "gaps_ms": 0.0,
                "comm_ms": 0.0, "ms_per_token": t, "kv_max_sequences": kv, "weights_fit": True}
         if prompt:
-            row.update(prefill_ms=5.0 + 0.02 * prompt, prefill_comm_ms=1.0)
+            row.update(prefill_ms=5.0 + 0.02 * prompt, ttft_comm_ms=1.0)
         return row
     return step_row
 

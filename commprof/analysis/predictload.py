@@ -185,12 +185,12 @@ def carrying_step(step_row, sp: Split, spec: LoadSpec, context: int) -> tuple[di
     """(the step that carries a prompt chunk, as a decoding request meets it; the prefill's share of it,
     ms): mixed, one forward of ``B`` decode and ``c`` prompt tokens; separate, the decode step plus the
     eager prefill forward of ``c`` tokens that the running requests wait for
-    (``step_row(B, 0, ctx, prompt=c)``: its ``prefill_ms`` and ``prefill_comm_ms``)."""
+    (``step_row(B, 0, ctx, prompt=c)``: its ``prefill_ms``, ``ttft_comm_ms`` of it collectives)."""
     if spec.prefill == "mixed":
         mixed = step_row(sp.decode_batch, sp.chunk_tokens, context)
         return mixed, mixed["ms_per_token"]
     r = step_row(sp.decode_batch, 0, context, prompt=sp.chunk_tokens)
-    pre, pre_comm = r["prefill_ms"], r["prefill_comm_ms"]
+    pre, pre_comm = r["prefill_ms"], r["ttft_comm_ms"]
     out = {**r, "ms_per_token": r["ms_per_token"] + pre, "comm_ms": r["comm_ms"] + pre_comm,
            "compute_ms": r["compute_ms"] + pre - pre_comm, "kernel_ms": r["kernel_ms"] + pre - pre_comm}
     return out, pre

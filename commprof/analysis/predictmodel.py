@@ -119,8 +119,9 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommSource, tp: int, ba
         pc = prefill_comm_us(model, tp, prompt, prompt, price, dtype=dtype) if tp > 1 else 0.0
         row["ttft_ms"] = (pre["compute_us"] + pc + step_us) / 1e3
         row["ttft_comm_ms"] = pc / 1e3
-        # the prompt's eager forward alone (a load's separate prefill step: analysis/predictload.py)
-        row["prefill_ms"], row["prefill_comm_ms"] = (pre["compute_us"] + pc) / 1e3, pc / 1e3
+        # the prompt's eager forward alone, ttft_comm_ms of it collectives (a load's separate prefill step,
+        # analysis/predictload.py; ttft_ms less ms_per_token, which --ep reprices but not this)
+        row["prefill_ms"] = (pre["compute_us"] + pc) / 1e3
     return row
 
 
