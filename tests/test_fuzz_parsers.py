@@ -1,6 +1,6 @@
 """Property-based tests (hypothesis) of every parser commprof owns: byte sizes and integer lists
 (``units``), ``sweep --sizes`` (``sizes``), Hugging Face config.json (``models``), nccl-tests text
-and ``-J`` JSON output (``nccltests``).
+and ``-J`` JSON output (``nccltests``), and a load's ``--prefill-steps`` (``predictload``).
 
 The property, for every input: the parser raises commprof's own error (a ``CommprofError`` whose
 message is one line) or returns a result with no NaN, infinite or negative figure. Any other
@@ -299,3 +299,20 @@ def test_serve_workload_mutated(rnd, tmp):
 @given(rnd=RANDOMS)
 def test_results_dir_mutated(rnd, tmp):
     F.check_results_dir(F.gen_results_dir(rnd), tmp)
+
+
+@CI
+@given(st.one_of(st.text(max_size=12), st.sampled_from(["mixed", "separate", "MIXED", " separate", "nan", "-1",
+                                                         "mixed\n", "\udcff"]),
+                 st.floats(allow_nan=True), st.integers(), st.none()))
+def test_prefill_steps_any_value(value):
+    """``--prefill-steps``: mixed or separate is taken as is; anything else is one line of commprof's own error."""
+    from commprof.analysis.predictload import PREFILL_POLICIES, load_spec
+    from commprof.model.errors import CommprofError
+
+    try:
+        spec = load_spec([4], [], 128, 16, 2048, value)
+    except CommprofError as e:
+        assert F._rejected(e) == "rejected" and "--prefill-steps" in str(e)
+        return
+    assert value in PREFILL_POLICIES and spec.prefill == value
