@@ -162,7 +162,21 @@ def test_load_with_ep_skips_the_tp_it_does_not_divide_and_skew_needs_ep(tmp_path
 
 
 def test_an_mla_prediction_says_it_is_a_lower_bound_and_a_dense_one_does_not():
-    from commprof.analysis.predictmodel import MLA_NOTE
+    """MLA_NOTE quotes the two held-out vLLM DeepSeek-R1 figures of the corpus (tt-inference-server #356, AWQ on
+    8x H100, TPOT 16.1 ms at ISL 128 / OSL 1024; vLLM's recipe, FP8 on 8x H200, 15.85 ms at 7902 / 1000): measured
+    over modelled stays in the ranges it states, graph and piecewise."""
+    from commprof.analysis.commsource import comm_source
+    from commprof.analysis.predictmodel import MLA_NOTE, predict_point
+    from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
+
+    m = get_model("DeepSeek-R1")
+    figs = [("h100-sxm", "reference:nvlink4", "int4-awq", 128 + 512, 16.1),
+            ("h200", "reference:nvlink4", "fp8-block", 7902 + 500, 15.85)]
+    for mode, lo, hi, said in (("graph", 1.55, 1.85, "1.6-1.8x slower"), ("piecewise", 1.245, 1.375, "1.25-1.37x")):
+        ratios = [ms / predict_point(m, get_gpu(g), comm_source(c), 8, 1, ctx, mode=mode, weights=w)["ms_per_token"]
+                  for g, c, w, ctx, ms in figs]
+        assert lo <= min(ratios) and max(ratios) <= hi and said in MLA_NOTE, (mode, ratios)
 
     _, notes, meta = predict_table("DeepSeek-R1", ["h100-sxm"], ["reference:nvlink4"], [8], [1], weights="int4-awq")
     assert MLA_NOTE in notes and MLA_NOTE in meta["notes"] and "lower bound" in MLA_NOTE

@@ -21,7 +21,10 @@ Per layer and rank at TP=N, every kernel of the step is priced as a roofline wit
 * ``floor_us`` is the shortest a kernel runs on a GPU (launch, ramp and tail of a tiny kernel); in
   eager mode a kernel shorter than ``eager_gap_us`` (the host's launch time) waits for the next
   launch, a longer one hides it; under CUDA graphs there is no such wait;
-* the step pays ``step_overhead_us`` of host work (scheduler, sampling, input preparation) once.
+* the step pays ``step_overhead_us`` of host work (scheduler, sampling, input preparation) once;
+* under piecewise CUDA graphs (vLLM V1 0.7-0.10.x) the host runs each layer's attention op from Python
+  between captured pieces: the step waits for the host where its time for the layers
+  (``piecewise_host_us``) exceeds the GPU's work.
 
 Prefill (TTFT) is the same sum over a ``prompt``-token step, compute bound: its GEMMs carry
 ``prompt`` tokens and attention is causal (``prompt^2 / 2`` per head).
@@ -145,6 +148,24 @@ CALIBRATION = {
     # 1: the roofline starts from a GPU's published measured achievable bandwidth where gpus.toml
     # gives one lower than the datasheet (mem_bandwidth_achievable_gbps, with its source); 0: the datasheet
     "achievable_bw": 1.0,
+    # Piecewise CUDA graphs (mode "piecewise": vLLM's V1 engine from 0.7 to 0.10.x captures the layers
+    # between attention ops and runs each attention op from Python; from 0.11 its default captures
+    # decode steps whole). The host then does per layer: one graph piece's launch and the attention
+    # op's dispatch and kernel launches. On the GPU each launch made outside a graph waits as in eager
+    # mode (piecewise_launch_us); the host launches ahead of the GPU, so a step costs
+    # step_overhead_us + max(GPU work, layers x host per layer) (piecewise_host_us).
+    # Set, not fitted: piecewise_layer_us is the host time per layer of a standard (FlashAttention)
+    # attention op, from a published A/B in which the piecewise run is host-bound (vLLM issue #47089,
+    # Qwen3-0.6B, TP1, B200, vLLM 0.23.0, batch 1: median TPOT 3.64 ms piecewise vs 1.53 ms full graph;
+    # (3.64 ms - step_overhead_us) / 28 layers). An attention op that launches more kernels pays
+    # eager_gap_us for each one beyond piecewise_attn_kernels: vLLM's V1 FlashAttention op launches 2
+    # (reshape_and_cache_flash, flash_attn_varlen_func); its MLA decode op with FlashMLA 8
+    # (concat_and_cache_mla, the W_UK batched product, the q concatenation, FlashMLA's split-KV and
+    # combine kernels, the W_UV batched product, its reshape copy, the copy into the output):
+    # vllm/v1/attention/backends/flash_attn.py and mla/common.py, mla/flashmla.py.
+    "piecewise_layer_us": 112.0,
+    "piecewise_attn_kernels": 2.0,
+    "piecewise_mla_attn_kernels": 8.0,
 }
 CALIBRATION_SOURCE = ("bw_frac (HBM) and gddr_bw_frac (GDDR cards, gpus.toml memory_type), half_bytes (scaled with the "
                       "GPU's bandwidth, half_bytes_bw_scaled), fill_us (shared by the SMs at their clock, fill_sm_scaled "
@@ -164,9 +185,16 @@ CALIBRATION_SOURCE = ("bw_frac (HBM) and gddr_bw_frac (GDDR cards, gpus.toml mem
                       "SGLang's tuned fused_moe configs (python/sglang/srt/layers/moe/fused_moe_triton/configs, M=1); "
                       "the MLA layer's launches (mla_proj_launches, mla_norm_kernels) from SGLang's "
                       "python/sglang/srt/models/deepseek_v2.py; a GPU's measured achievable bandwidth, where gpus.toml gives one "
-                      "(H20: NVIDIA/nvbandwidth #48), in place of its datasheet's; the other constants set; "
+                      "(H20: NVIDIA/nvbandwidth #48), in place of its datasheet's; for --mode piecewise, piecewise_layer_us "
+                      "from vllm-project/vllm#47089's piecewise vs full-graph A/B (Qwen3-0.6B, B200, batch 1) and the "
+                      "attention op's kernels (piecewise_attn_kernels, piecewise_mla_attn_kernels) from vLLM's "
+                      "vllm/v1/attention/backends; the other constants set; "
                       "see results/bench/predict_figures.md")
-MODES = ("graph", "eager")
+MODES = ("graph", "piecewise", "eager")
+#: What each mode means, for help texts and errors.
+MODE_HELP = ("graph (CUDA graphs capture the whole decode step: SGLang, TensorRT-LLM, vLLM V0 and vLLM >= 0.11), "
+             "piecewise (vLLM V1 0.7-0.10.x: graphs between attention ops, each attention op run from Python) "
+             "or eager (no CUDA graphs)")
 #: The SM count fill_us is quoted at when ``fill_sm_scaled`` is on: an A100's 108 SMs
 #: (https://images.nvidia.com/aem-dam/en-zz/Solutions/data-center/nvidia-ampere-architecture-whitepaper.pdf).
 FILL_REF_SMS = 108
@@ -487,6 +515,46 @@ def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: in
     return out
 
 
+def collective_mode(mode: str) -> str:
+    """The mode a step's collectives are priced in: under piecewise CUDA graphs they run inside the
+    captured pieces, as under a whole-step graph."""
+    return "graph" if mode == "piecewise" else mode
+
+
+def piecewise_host_us(model: ModelShape, cal: dict | None = None) -> float:
+    """The host's time for one decode step's layers under piecewise CUDA graphs (us, modelled):
+    ``layers x (piecewise_layer_us + eager_gap_us x the attention op's kernels beyond a standard op's)``
+    (:data:`CALIBRATION`'s piecewise terms and their sources)."""
+    cal = {**CALIBRATION, **(cal or {})}
+    extra = max(0.0, attn_op_kernels(model, cal) - float(cal["piecewise_attn_kernels"]))
+    return model.layers * (float(cal["piecewise_layer_us"]) + extra * float(cal["eager_gap_us"]))
+
+
+def attn_op_kernels(model: ModelShape, cal: dict) -> float:
+    """Kernels the attention op launches from Python under piecewise CUDA graphs (CALIBRATION's
+    ``piecewise_attn_kernels``, ``piecewise_mla_attn_kernels`` for an MLA model)."""
+    return float(cal["piecewise_mla_attn_kernels"] if model.is_mla else cal["piecewise_attn_kernels"])
+
+
+def piecewise_launch_us(model: ModelShape, ks: list[Kernel], cal: dict | None = None) -> float:
+    """What the GPU waits for launches made outside a graph under piecewise CUDA graphs (us, modelled):
+    per layer the attention op's ``k`` kernels and the next piece are launched by the host, and each
+    launch makes the GPU wait ``eager_gap_us`` less the kernel before it (the eager rule of
+    :func:`_totals`): the previous piece's last kernel and the op's ``k - 1`` small kernels, at
+    ``floor_us``, and the attention kernel itself, at its modelled time:
+    ``layers x k x max(0, eager_gap_us - floor_us) + sum over attention kernels of max(0, eager_gap_us - t)``."""
+    cal = {**CALIBRATION, **(cal or {})}
+    gap, floor = float(cal["eager_gap_us"]), float(cal["floor_us"])
+    small = model.layers * attn_op_kernels(model, cal) * max(0.0, gap - floor)
+    return small + sum(k.count * max(0.0, gap - k.us) for k in ks if k.name in ("attention", "attention_sliding"))
+
+
+def host_wait_us(host_us: float, gpu_us: float) -> float:
+    """What a step waits for its host beyond the GPU's own work: the host launches ahead of the GPU,
+    so only host time beyond the GPU's shows (0 when the GPU is the slower)."""
+    return max(0.0, float(host_us) - float(gpu_us))
+
+
 def step_compute(model: ModelShape, gpu: GpuSpec, tp: int, batch: int, context: int, dtype: str = "bf16",
                  mode: str = "graph", cal: dict | None = None, weights: str = "bf16", mixed_tokens: int = 0) -> dict:
     """One decode step of ``batch`` sequences at ``context`` tokens on one rank, modelled (us):
@@ -494,12 +562,23 @@ def step_compute(model: ModelShape, gpu: GpuSpec, tp: int, batch: int, context: 
     continuous batching) add their GEMM work (their attention is left out);
     ``kernel_us`` (the rooflines), ``floor_us`` (what the kernel floors add above them),
     ``gap_us`` (eager launch gaps and the step's host overhead), ``compute_us`` (their sum), with
-    the bytes and FLOPs they come from and the kernel list."""
+    the bytes and FLOPs they come from and the kernel list; ``host_us``, under piecewise CUDA graphs, the
+    host's time for the layers (:func:`piecewise_host_us`; 0 otherwise), which the step waits for only
+    where it exceeds the GPU's work (``gpu_us``, collectives added by the caller: :func:`host_wait_us`)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: use one of {MODES}")
     cal = {**CALIBRATION, **(cal or {})}
     ks = step_kernels(model, gpu, tp, batch + int(mixed_tokens), batch, context, dtype, cal, weights=weights)
-    return _totals(ks, mode, cal)
+    out = _totals(ks, mode, cal)
+    out["host_us"] = 0.0
+    if mode == "piecewise":
+        launch_us = piecewise_launch_us(model, ks, cal)
+        out.update(gap_us=out["gap_us"] + launch_us, compute_us=out["compute_us"] + launch_us,
+                   piecewise_launch_us=launch_us,
+                   # the host's own time per step: a floor the GPU's work may hide (predictmodel.predict_point)
+                   host_us=piecewise_host_us(model, cal))
+    out["gpu_us"] = out["compute_us"] - cal["step_overhead_us"]     # the GPU's own work: all but the host's step
+    return out
 
 
 def _totals(ks: list[Kernel], mode: str, cal: dict) -> dict:

@@ -18,8 +18,9 @@ from commprof.analysis.enginecomm import engine_price
 from commprof.analysis.inengine import factor_against, inspector_rows
 from commprof.results.meta import shown_path
 from commprof.analysis.errorband import BAND_SOURCE, ERROR_BANDS, band, error_kind, share_band
-from commprof.analysis.computemodel import (CALIBRATION, CALIBRATION_SOURCE, MODES, WEIGHT_DTYPES, prefill_compute,
-                                            quant_bw_scale, step_compute)
+from commprof.analysis.computemodel import (CALIBRATION, CALIBRATION_SOURCE, MODE_HELP, MODES, WEIGHT_DTYPES,
+                                           collective_mode, host_wait_us, piecewise_host_us, prefill_compute,
+                                           quant_bw_scale, step_compute)
 from commprof.analysis.stepmodel import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_tp, dtype_bytes, kv_budget,
                                          kv_bytes_per_sequence_per_rank, prefill_comm_us, step_collectives,
                                          weights_per_rank)
@@ -91,8 +92,12 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommSource, tp: int, ba
     cal = {**CALIBRATION, **(cal or {})}
     comp = step_compute(model, gpu, tp, batch, context, dtype, mode, cal, weights, mixed_tokens)
     sites = step_collectives(model, tp, batch + int(mixed_tokens), batch, dtype)
-    price = engine_price(comm, gpu, tp, mode, cal) if tp > 1 else (lambda op, s: 0.0)
+    price = engine_price(comm, gpu, tp, collective_mode(mode), cal) if tp > 1 else (lambda op, s: 0.0)
     comm_us = sum(price(s.op, s.size_bytes) for s in sites)
+    # piecewise graphs: the step waits for the host where its layers outlast the GPU's work (computemodel)
+    gpu_us = comp["gpu_us"] + comm_us
+    wait_us = host_wait_us(comp["host_us"], gpu_us)
+    comp = {**comp, "compute_us": comp["compute_us"] + wait_us, "gap_us": comp["gap_us"] + wait_us}
     step_us = comp["compute_us"] + comm_us
     w = quant_weight_bytes(weights_per_rank(model, tp, dtype), weights, dtype_bytes(dtype))   # analysis/quant.py
     kv_seq = kv_bytes_per_sequence_per_rank(model, tp, context, dtype)
@@ -109,6 +114,9 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommSource, tp: int, ba
         "weights_gb_per_rank": w / 1e9, "kv_gb_per_sequence_per_rank": kv_seq / 1e9,
         "kv_max_sequences": max_seq, "weights_fit": bool(fit),
         "note": "" if fit else f"weights ({w / 1e9:.1f} GB per rank) do not fit in {gpu.memory_gb} GB x {mem_util}",
+        # piecewise graphs: the host's time for the layers and the part of it the step waits for
+        # (kept for --ep's repricing, analysis/predictmoe.py; not CSV columns)
+        "host_ms": comp["host_us"] / 1e3, "host_wait_ms": wait_us / 1e3, "gpu_ms": gpu_us / 1e3,
     }
     kind = error_kind(tp, comm.label)
     lo, hi = band(step_us / 1e3, kind)
@@ -223,11 +231,12 @@ def achievable_bw_note(gpu) -> str:
 
 #: Said with every prediction of a multi-head latent attention model (DeepSeek-V2/V3/R1, Kimi-K2).
 MLA_NOTE = ("MLA model: the published figures of this class (DeepSeek-R1 FP8 on 8x B200 under SGLang, fit and "
-            "held out; DeepSeek-R1 AWQ on 8x H100 under vLLM, held out; results/bench/predict_figures.md) ran within 5% "
-            "of the prediction at concurrency 1 under SGLang and 1.15-1.36x slower at 16-64; the AWQ one ran 1.8x "
-            "slower at concurrency 1, its time per token flat from 128 to 8192 prompt tokens (a fixed cost per step "
-            "not modelled: the host between vLLM's piecewise CUDA graphs, or its 4-bit MoE kernels): read the "
-            "ms/token as a lower bound")
+            "held out; DeepSeek-R1 AWQ on 8x H100 and FP8 on 8x H200 under vLLM 0.9-0.10, held out; "
+            "results/bench/predict_figures.md) ran within 5% of the prediction at concurrency 1 under SGLang and "
+            "1.15-1.36x slower at 16-64; the two under vLLM ran 1.6-1.8x slower at concurrency 1 (16.1 and 15.85 ms "
+            "a token on different GPUs and weights, flat from 128 to 8192 prompt tokens: a fixed cost per step), "
+            "1.25-1.37x with --mode piecewise (vLLM V1 before 0.11: the attention op run from Python between graph "
+            "pieces; not adopted by the benchmark): read the ms/token as a lower bound")
 #: Said when an MoE model's time to first token is printed (--prompt, or the TTFT under a load): the published
 #: concurrency-1 TTFTs of SGLang's cookbook against this model (tests/test_predict_moe.py recomputes the ratios).
 MOE_TTFT_NOTE = ("MoE model, time to first token: SGLang's published TTFTs at concurrency 1 for DeepSeek-R1 FP8 and "
@@ -235,6 +244,20 @@ MOE_TTFT_NOTE = ("MoE model, time to first token: SGLang's published TTFTs at co
                  "126-166 ms and 99-140 ms for 610- and 4,194-token prompts) were 1.4-3.4x what this model prices, the "
                  "most for short prompts (a prefill costing about 100 ms whatever its length: not modelled); read TTFT, "
                  "and under a load the stalls other requests' prefills cause, as a lower bound")
+
+
+def piecewise_note(model: ModelShape, rows: list[dict], cal: dict) -> str:
+    """What ``--mode piecewise`` adds, said once: the host's time per step for the layers, and how many
+    rows wait for it (computemodel.piecewise_host_us, host_wait_us)."""
+    host_ms = piecewise_host_us(model, cal) / 1e3
+    waits = [r for r in rows if float(r.get("host_wait_ms") or 0.0) > 0]
+    told = (f"{len(waits)} of {len(rows)} rows wait for it (their GPU work is shorter: in gaps ms)" if waits
+            else "every row's GPU work outlasts it")
+    return (f"--mode piecewise (vLLM V1 0.7-0.10.x): the host runs each layer's attention op between captured graph "
+            f"pieces, {host_ms:.2f} ms a step for {model.layers} layers (piecewise_layer_us {cal['piecewise_layer_us']:g} us, "
+            f"from vllm-project/vllm#47089's piecewise vs full-graph A/B"
+            f"{', plus the MLA op' + chr(39) + 's extra launches' if model.is_mla else ''}); {told}; the op's launches "
+            f"outside a graph add their waits on the GPU")
 
 
 def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,
@@ -245,7 +268,7 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     meta.json carries). ``model``: a name, a config.json path or a :class:`ModelShape`; ``gpus``
     and ``comms``: as ``--gpu`` and ``--comm`` (specs or :class:`CommSource` objects)."""
     if mode not in MODES:
-        raise UsageError(f"--mode {shown(mode)}: use graph (CUDA graphs, as engines decode) or eager")
+        raise UsageError(f"--mode {shown(mode)}: use {MODE_HELP}")
     if not (0.0 < float(mem_util) <= 1.0):
         raise UsageError(f"--mem-util {shown(mem_util)}: expected a fraction in (0, 1]")
     dtype_bytes(dtype)
@@ -299,6 +322,8 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     notes += list(dict.fromkeys(n for g, _ in boxes if (n := quant_rate_note(weights, g, calibration))))
     notes += list(dict.fromkeys(n for g, _ in boxes if (n := achievable_bw_note(g))))   # measured bandwidth
     notes += [n for c in comms_used.values() for n in c.notes]
+    if mode == "piecewise":
+        notes.append(piecewise_note(model, rows, {**CALIBRATION, **calibration}))
     if model.is_mla:
         notes.append(MLA_NOTE)
     if model.experts and (prompt or load is not None):

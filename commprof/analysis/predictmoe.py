@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import math
 
-from commprof.analysis.computemodel import (CALIBRATION, experts_touched, moe_expert_kernel, quant_bw_scale, step_kernels,
-                                            weight_bytes_per_elem)
+from commprof.analysis.computemodel import (CALIBRATION, collective_mode, experts_touched, host_wait_us, moe_expert_kernel,
+                                           quant_bw_scale, step_kernels, weight_bytes_per_elem)
 from commprof.analysis.quant import gemm_dtype as quant_gemm_dtype
 from commprof.analysis.stepmodel import dtype_bytes, step_collectives
 from commprof.model.collectives import COLLECTIVES
@@ -139,21 +139,28 @@ def apply_ep(row: dict, model: ModelShape, gpu, comm, ep: int, tokens: int, cont
     (r_tp, f_tp), (r_ep, f_ep) = _roof_split(k_tp), _roof_split(k_ep)
     # communication: the MoE layers' MLP-out all-reduce at tp -> dispatch + combine at ep (+ group all-reduce)
     elem = dtype_bytes(dtype)
-    price_tp = comm.price(tp, mode)
+    cmode = collective_mode(mode)
+    price_tp = comm.price(tp, cmode)
     removed = sum(price_tp(s.op, s.size_bytes) for s in step_collectives(model, tp, tokens, batch, dtype)
                   if s.kind == "mlp_out" and is_moe_layer(model, s.layer))
     a2a = COLLECTIVES["all_to_all"].layout(int(tokens * model.top_k * h * elem * imb), ep, elem)
-    per_layer = 2 * comm.price(ep, mode)("all_to_all", a2a.size_bytes)
+    per_layer = 2 * comm.price(ep, cmode)("all_to_all", a2a.size_bytes)
     n_coll = 2
     if moe_tp > 1:
         ar = COLLECTIVES["all_reduce"].layout(tokens * h * elem, moe_tp, elem)
-        per_layer += comm.price(moe_tp, mode)("all_reduce", ar.size_bytes)
+        per_layer += comm.price(moe_tp, cmode)("all_reduce", ar.size_bytes)
         n_coll = 3
     added = moe_layers * per_layer
     d_compute = moe_layers * ((r_ep - r_tp) + (f_ep - f_tp))
-    step_us = (row["ms_per_token"] * 1e3) + d_compute + added - removed
     comm_us = row["comm_ms"] * 1e3 + added - removed
+    # piecewise graphs: the host's wait is taken again against the GPU's new work (computemodel.host_wait_us)
+    old_wait = float(row.get("host_wait_ms") or 0.0) * 1e3
+    gpu_us = float(row.get("gpu_ms") or 0.0) * 1e3 + d_compute + added - removed
+    wait = host_wait_us(float(row.get("host_ms") or 0.0) * 1e3, gpu_us)
+    d_compute += wait - old_wait
+    step_us = (row["ms_per_token"] * 1e3) + d_compute + added - removed
     out.update(
+        host_wait_ms=wait / 1e3, gpu_ms=gpu_us / 1e3, gaps_ms=row["gaps_ms"] + (wait - old_wait) / 1e3,
         compute_ms=row["compute_ms"] + d_compute / 1e3, kernel_ms=row["kernel_ms"] + moe_layers * (r_ep - r_tp) / 1e3,
         floor_ms=row["floor_ms"] + moe_layers * (f_ep - f_tp) / 1e3, comm_ms=comm_us / 1e3,
         ms_per_token=step_us / 1e3, tokens_s_per_user=1e6 / step_us, tokens_s_per_box=batch * 1e6 / step_us,

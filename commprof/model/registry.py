@@ -106,7 +106,9 @@ class PredictConfig:
     prompt: int | None = flag(None, "--prompt", help="Prompt tokens: adds the time to first token.")
     dtype: str = flag("bf16", "--dtype", help="bf16 or fp16 (activations, KV cache, collectives).")
     weights: str = flag("bf16", "--weights", help="bf16, fp16 (not quantized), fp8 (per tensor), fp8-block (128x128 scales), int4-awq, int4-gptq, w4a16 (4-bit, group 128), nvfp4 (FP4, an FP8 scale per 16) or mxfp4 (FP4, a power-of-two scale per 32): the linear layers' bytes, scales included; FP8 GEMMs on FP8 tensor cores where the GPU has them, 4-bit weights dequantized to --dtype (commprof/analysis/quant.py).")
-    mode: str = flag("graph", "--mode", help="graph (CUDA graphs, as engines decode) or eager.")
+    mode: str = flag("graph", "--mode", help="graph (CUDA graphs capture the whole decode step: SGLang, TensorRT-LLM, "
+                     "vLLM V0, vLLM >= 0.11), piecewise (vLLM V1 0.7-0.10.x: attention run from Python between "
+                     "captured pieces) or eager.")
     mem_util: float = flag(0.9, "--mem-util", help="Share of GPU memory for weights and KV cache.")
     out: str | None = flag(None, "--out", help="Write predict.csv, meta.json and predict.png into this new dir.")
     charts: bool = flag(True, "--no-charts", invert=True, help="Skip the chart.")
