@@ -341,3 +341,23 @@ def test_predict_chart_legend_covers_no_bar_and_no_share_label(tmp_path):
     assert bars and len(labels) == 4
     assert not any(legend.overlaps(b) for b in bars + labels)
     real_close(fig)
+
+
+def test_predict_piecewise_cli_says_the_mode_in_its_note_csv_and_chart(cli_inproc, tmp_path, monkeypatch):
+    """--mode piecewise (vLLM V1 before 0.11): the note gives the host's time per step, the CSV and meta.json
+    the mode, the chart's panel title says it; a mode that is none of the three is one line, exit 2."""
+    import matplotlib.axes
+
+    titles = []
+    real = matplotlib.axes.Axes.set_title
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title", lambda self, t, *a, **k: (titles.append(t), real(self, t, *a, **k))[1])
+    out = tmp_path / "pw"
+    r = cli_inproc("predict", "--model", "Qwen3-8B", "--gpu", "h100-sxm", "--tp", "1", "--batch", "1",
+                   "--mode", "piecewise", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "--mode piecewise (vLLM V1 0.7-0.10.x)" in r.stdout and "36 layers" in r.stdout
+    assert {x["mode"] for x in csv_rows(str(out), "predict.csv")} == {"piecewise"}
+    assert json.load(open(out / "meta.json"))["mode"] == "piecewise"
+    assert any("piecewise CUDA graphs" in t for t in titles)
+    bad = cli_inproc("predict", "--mode", "full", "--tp", "1", "--batch", "1")
+    assert bad.returncode == 2 and "--mode 'full': use graph" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

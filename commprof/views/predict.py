@@ -91,7 +91,9 @@ def predict_chart(rows: list[dict], path: str, meta: dict) -> str:
                 ax.text(i, 0, "weights\ndo not fit", ha="center", va="bottom", fontsize=7, color="0.35",
                         rotation=90)
         ax.set_xticks(range(len(sub)), labels, fontsize=7)
-        ax.set_title(f"{box}\n(comm: {sub[0]['comm_kind']})", fontsize=8)
+        # a step not captured whole by one CUDA graph says how it ran (--mode)
+        how = {"piecewise": "; piecewise CUDA graphs", "eager": "; eager"}.get(sub[0].get("mode") or "graph", "")
+        ax.set_title(f"{box}\n(comm: {sub[0]['comm_kind']}{how})", fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].set_ylabel("ms per token (one decode step)")
     # headroom above the tallest bar for its share label and the legend: the legend never covers a bar
