@@ -253,11 +253,11 @@ def piecewise_note(model: ModelShape, rows: list[dict], cal: dict) -> str:
     waits = [r for r in rows if float(r.get("host_wait_ms") or 0.0) > 0]
     told = (f"{len(waits)} of {len(rows)} rows wait for it (their GPU work is shorter: in gaps ms)" if waits
             else "every row's GPU work outlasts it")
+    mla = ", plus the MLA op's extra launches" if model.is_mla else ""
     return (f"--mode piecewise (vLLM V1 0.7-0.10.x): the host runs each layer's attention op between captured graph "
             f"pieces, {host_ms:.2f} ms a step for {model.layers} layers (piecewise_layer_us {cal['piecewise_layer_us']:g} us, "
-            f"from vllm-project/vllm#47089's piecewise vs full-graph A/B"
-            f"{', plus the MLA op' + chr(39) + 's extra launches' if model.is_mla else ''}); {told}; the op's launches "
-            f"outside a graph add their waits on the GPU")
+            f"from vllm-project/vllm#47089's piecewise vs full-graph A/B{mla}); {told}; the op's launches outside a "
+            f"graph add their waits on the GPU")
 
 
 def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,
