@@ -578,6 +578,9 @@ def main() -> int:
               "Boxes where the page does not state the card's form factor (identified on the source's own fit "
               "figures at TP > 1, never on held-out ones): " +
               "; ".join(f"{src} -> {b['why']}" for src, b in boxes.items()) + ".",
+              f"Figures recorded as run under piecewise CUDA graphs (vLLM V1 0.8-0.10.x), priced as "
+              f"{PRICED_MODE.get('piecewise', 'piecewise')} (PRICED_MODE; docs/predict.md, twelfth pass of issue 31): "
+              f"{sum(r['mode'] == 'piecewise' for r in rows)}.",
               f"Not priced: {', '.join(r['id'] for r in rows if r['status'] == 'not priced') or 'none'}. "
               f"Not counted (faster than the datasheet): {', '.join(r['id'] for r in rows if r['status'] == 'impossible') or 'none'}."]
     write_result(args.out, "predict_figures", "commprof predict vs published decode figures", result, table)
