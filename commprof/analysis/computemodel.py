@@ -564,7 +564,8 @@ def step_compute(model: ModelShape, gpu: GpuSpec, tp: int, batch: int, context: 
     ``gap_us`` (eager launch gaps and the step's host overhead), ``compute_us`` (their sum), with
     the bytes and FLOPs they come from and the kernel list; ``host_us``, under piecewise CUDA graphs, the
     host's time for the layers (:func:`piecewise_host_us`; 0 otherwise), which the step waits for only
-    where it exceeds the GPU's work (``gpu_us``, collectives added by the caller: :func:`host_wait_us`)."""
+    where it exceeds the GPU's work (``compute_us`` less ``step_overhead_us``, plus the collectives the caller
+    prices: :func:`host_wait_us`)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: use one of {MODES}")
     cal = {**CALIBRATION, **(cal or {})}
@@ -577,7 +578,6 @@ def step_compute(model: ModelShape, gpu: GpuSpec, tp: int, batch: int, context: 
                    piecewise_launch_us=launch_us,
                    # the host's own time per step: a floor the GPU's work may hide (predictmodel.predict_point)
                    host_us=piecewise_host_us(model, cal))
-    out["gpu_us"] = out["compute_us"] - cal["step_overhead_us"]     # the GPU's own work: all but the host's step
     return out
 
 

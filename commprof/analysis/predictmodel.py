@@ -95,8 +95,7 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommSource, tp: int, ba
     price = engine_price(comm, gpu, tp, collective_mode(mode), cal) if tp > 1 else (lambda op, s: 0.0)
     comm_us = sum(price(s.op, s.size_bytes) for s in sites)
     # piecewise graphs: the step waits for the host where its layers outlast the GPU's work (computemodel)
-    gpu_us = comp["gpu_us"] + comm_us
-    wait_us = host_wait_us(comp["host_us"], gpu_us)
+    wait_us = host_wait_us(comp["host_us"], comp["compute_us"] - cal["step_overhead_us"] + comm_us)
     comp = {**comp, "compute_us": comp["compute_us"] + wait_us, "gap_us": comp["gap_us"] + wait_us}
     step_us = comp["compute_us"] + comm_us
     w = quant_weight_bytes(weights_per_rank(model, tp, dtype), weights, dtype_bytes(dtype))   # analysis/quant.py
@@ -116,7 +115,7 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommSource, tp: int, ba
         "note": "" if fit else f"weights ({w / 1e9:.1f} GB per rank) do not fit in {gpu.memory_gb} GB x {mem_util}",
         # piecewise graphs: the host's time for the layers and the part of it the step waits for
         # (kept for --ep's repricing, analysis/predictmoe.py; not CSV columns)
-        "host_ms": comp["host_us"] / 1e3, "host_wait_ms": wait_us / 1e3, "gpu_ms": gpu_us / 1e3,
+        "host_ms": comp["host_us"] / 1e3, "host_wait_ms": wait_us / 1e3,
     }
     kind = error_kind(tp, comm.label)
     lo, hi = band(step_us / 1e3, kind)

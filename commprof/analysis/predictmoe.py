@@ -154,13 +154,14 @@ def apply_ep(row: dict, model: ModelShape, gpu, comm, ep: int, tokens: int, cont
     d_compute = moe_layers * ((r_ep - r_tp) + (f_ep - f_tp))
     comm_us = row["comm_ms"] * 1e3 + added - removed
     # piecewise graphs: the host's wait is taken again against the GPU's new work (computemodel.host_wait_us)
+    # (the GPU's work: the step less the host's own, its overhead and any wait, then EP's changes)
     old_wait = float(row.get("host_wait_ms") or 0.0) * 1e3
-    gpu_us = float(row.get("gpu_ms") or 0.0) * 1e3 + d_compute + added - removed
+    gpu_us = row["ms_per_token"] * 1e3 - old_wait - cal["step_overhead_us"] + d_compute + added - removed
     wait = host_wait_us(float(row.get("host_ms") or 0.0) * 1e3, gpu_us)
     d_compute += wait - old_wait
     step_us = (row["ms_per_token"] * 1e3) + d_compute + added - removed
     out.update(
-        host_wait_ms=wait / 1e3, gpu_ms=gpu_us / 1e3, gaps_ms=row["gaps_ms"] + (wait - old_wait) / 1e3,
+        host_wait_ms=wait / 1e3, gaps_ms=row["gaps_ms"] + (wait - old_wait) / 1e3,
         compute_ms=row["compute_ms"] + d_compute / 1e3, kernel_ms=row["kernel_ms"] + moe_layers * (r_ep - r_tp) / 1e3,
         floor_ms=row["floor_ms"] + moe_layers * (f_ep - f_tp) / 1e3, comm_ms=comm_us / 1e3,
         ms_per_token=step_us / 1e3, tokens_s_per_user=1e6 / step_us, tokens_s_per_box=batch * 1e6 / step_us,
