@@ -1,6 +1,7 @@
 """Property-based tests (hypothesis) of every parser commprof owns: byte sizes and integer lists
 (``units``), ``sweep --sizes`` (``sizes``), Hugging Face config.json (``models``), nccl-tests text
-and ``-J`` JSON output (``nccltests``), and a load's ``--prefill-steps`` (``predictload``).
+and ``-J`` JSON output (``nccltests``), a load's ``--prefill-steps`` (``predictload``) and predict's
+``--mode``.
 
 The property, for every input: the parser raises commprof's own error (a ``CommprofError`` whose
 message is one line) or returns a result with no NaN, infinite or negative figure. Any other
@@ -316,3 +317,21 @@ def test_prefill_steps_any_value(value):
         assert F._rejected(e) == "rejected" and "--prefill-steps" in str(e)
         return
     assert value in PREFILL_POLICIES and spec.prefill == value
+
+
+@CI
+@given(st.one_of(st.text(max_size=12), st.sampled_from(["graph", "piecewise", "eager", "PIECEWISE", " graph", "full",
+                                                         "nan", "-1", "graph\n", "\udcff"]),
+                 st.floats(allow_nan=True), st.integers(), st.none()))
+def test_predict_mode_any_value(value):
+    """predict's ``--mode``: graph, piecewise or eager is taken as is; anything else is one line of commprof's own error."""
+    from commprof.analysis.computemodel import MODES
+    from commprof.analysis.predictmodel import predict_table
+    from commprof.model.errors import CommprofError
+
+    try:
+        rows, _, meta = predict_table("Qwen3-8B", ["h100-sxm"], [], [1], [1], mode=value)
+    except CommprofError as e:
+        assert F._rejected(e) == "rejected" and "--mode" in str(e) and "\n" not in str(e)
+        return
+    assert value in MODES and meta["mode"] == value and rows[0]["mode"] == value
