@@ -51,7 +51,7 @@ def plan(model: str, tp: int, batch: int = 1, context: int = 4096, gpu_mem_bytes
 def predict(model: str = "Qwen2.5-32B", gpu="rtx5090", comm=None, tp=(2, 4, 8), batch=(1, 8, 32),
             context: int = 4096, prompt: int | None = None, dtype: str = "bf16", weights: str = "bf16",
             mode: str = "graph", mem_util: float = 0.9, ep: int = 1, concurrency=(), qps=(), isl: int = 1024,
-            osl: int = 256, chunk: int = 2048, prefill_steps: str = "mixed"):
+            osl: int = 256, chunk: int = 2048, prefill_steps: str = "mixed", sampling: str = "greedy"):
     """Each token's time on a box you don't own (``commprof predict``): one row per (box, TP, batch)
     with exactly the columns and values of the verb's ``predict.csv``; ``.attrs`` holds what its
     meta.json holds (the model, each box's GPU and comm source, the calibration, the notes).
@@ -59,7 +59,7 @@ def predict(model: str = "Qwen2.5-32B", gpu="rtx5090", comm=None, tp=(2, 4, 8), 
     :class:`commprof.analysis.commsource.CommSource`; None: the GPU's class default). ``ep``:
     expert parallelism (``--ep``); ``concurrency`` / ``qps`` with ``isl``, ``osl``, ``chunk`` and
     ``prefill_steps`` (``--prefill-steps``: mixed or separate): the load (``--concurrency``, ``--qps``),
-    which then decides the batch."""
+    which then decides the batch. ``sampling``: ``--sampling`` (greedy or full: top-p and penalties)."""
     import pandas as pd
 
     from commprof.analysis.predictmodel import CSV_COLUMNS, predict_table
@@ -71,7 +71,8 @@ def predict(model: str = "Qwen2.5-32B", gpu="rtx5090", comm=None, tp=(2, 4, 8), 
         more["load"] = load_spec(listed(concurrency) if concurrency else [], listed(qps) if qps else [], isl, osl, chunk,
                                  prefill_steps)
     rows, _, meta = predict_table(model, listed(gpu), [] if comm is None else listed(comm), listed(tp),
-                                  listed(batch), context, prompt, dtype, weights, mode, mem_util, **more)
+                                  listed(batch), context, prompt, dtype, weights, mode, mem_util, sampling=sampling,
+                                  **more)
     cols = meta.get("csv_columns", CSV_COLUMNS)
     df = pd.DataFrame([{c: r[c] for c in cols} for r in rows], columns=cols)
     df.attrs.update(kind="predicted", **meta)

@@ -335,3 +335,21 @@ def test_predict_mode_any_value(value):
         assert F._rejected(e) == "rejected" and "--mode" in str(e) and "\n" not in str(e)
         return
     assert value in MODES and meta["mode"] == value and rows[0]["mode"] == value
+
+
+@CI
+@given(st.one_of(st.text(max_size=12), st.sampled_from(["greedy", "full", "FULL", " full", "top-p", "nan", "-1",
+                                                         "full\n", "\udcff"]),
+                 st.floats(allow_nan=True), st.integers(), st.none()))
+def test_predict_sampling_any_value(value):
+    """predict's ``--sampling``: greedy or full is taken as is; anything else is one line of commprof's own error."""
+    from commprof.analysis.computemodel import SAMPLINGS
+    from commprof.analysis.predictmodel import predict_table
+    from commprof.model.errors import CommprofError
+
+    try:
+        _, _, meta = predict_table("Qwen3-8B", ["h100-sxm"], [], [1], [1], sampling=value)
+    except CommprofError as e:
+        assert F._rejected(e) == "rejected" and "--sampling" in str(e) and "\n" not in str(e)
+        return
+    assert value in SAMPLINGS and meta["sampling"] == value

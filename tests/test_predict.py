@@ -185,6 +185,7 @@ def test_predict_from_an_imported_log_skips_tp_it_lacks(cli_inproc, tmp_path):
     (["--gpu", "h100,rtx5090,l40s", "--comm", "reference:nvlink4,reference:pcie5-p2p"], "as many of each"),
     (["--weights", "int3"], "--weights"),
     (["--mode", "fast"], "--mode"),
+    (["--sampling", "top-p"], "--sampling"),
     (["--tp", "3"], "--tp 3"),
 ])
 def test_predict_bad_input_is_one_line_and_exit_2(cli_inproc, args, words):
@@ -361,3 +362,24 @@ def test_predict_piecewise_cli_says_the_mode_in_its_note_csv_and_chart(cli_inpro
     assert any("piecewise CUDA graphs" in t for t in titles)
     bad = cli_inproc("predict", "--mode", "full", "--tp", "1", "--batch", "1")
     assert bad.returncode == 2 and "--mode 'full': use graph" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_predict_sampling_full_adds_its_constant_once_a_step_in_gaps_and_says_so(cli_inproc, tmp_path):
+    """--sampling full (top-p and penalties): every row's step is sampling_full_us longer than greedy's, in
+    gaps ms; the note names the constant and where it was fitted; the CSV's rows and meta.json say it."""
+    from commprof.analysis.computemodel import CALIBRATION
+
+    cal_us = CALIBRATION["sampling_full_us"]
+    rows = {}
+    for s in ("greedy", "full"):
+        out = tmp_path / s
+        r = cli_inproc("predict", "--model", "Qwen2.5-1.5B", "--gpu", "a100-sxm", "--tp", "1", "--batch", "1,8",
+                       "--sampling", s, "--out", str(out))
+        assert r.returncode == 0, r.stderr
+        rows[s] = csv_rows(str(out), "predict.csv")
+        assert json.load(open(out / "meta.json"))["sampling"] == s
+        assert ("--sampling full:" in r.stdout) == (s == "full")
+    for g, f in zip(rows["greedy"], rows["full"]):
+        for col in ("ms_per_token", "gaps_ms", "compute_ms"):
+            assert float(f[col]) - float(g[col]) == pytest.approx(cal_us / 1e3, abs=2e-5)
+        assert float(f["kernel_ms"]) == pytest.approx(float(g["kernel_ms"]))

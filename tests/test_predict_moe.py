@@ -173,7 +173,7 @@ def test_an_mla_prediction_says_it_is_a_lower_bound_and_a_dense_one_does_not():
     m = get_model("DeepSeek-R1")
     figs = [("h100-sxm", "reference:nvlink4", "int4-awq", 128 + 512, 16.1),
             ("h200", "reference:nvlink4", "fp8-block", 7902 + 500, 15.85)]
-    for mode, lo, hi, said in (("graph", 1.55, 1.85, "1.6-1.8x slower"), ("piecewise", 1.245, 1.375, "1.25-1.37x")):
+    for mode, lo, hi, said in (("graph", 1.55, 1.85, "1.6-1.8x slower"), ("piecewise", 1.365, 1.525, "1.37-1.52x")):
         ratios = [ms / predict_point(m, get_gpu(g), comm_source(c), 8, 1, ctx, mode=mode, weights=w)["ms_per_token"]
                   for g, c, w, ctx, ms in figs]
         assert lo <= min(ratios) and max(ratios) <= hi and said in MLA_NOTE, (mode, ratios)
@@ -188,7 +188,7 @@ def test_an_moe_ttft_says_it_is_a_lower_bound_and_the_quoted_ratios_hold():
     """MOE_TTFT_NOTE quotes SGLang's cookbook TTFTs at concurrency 1 on 8x B200 (sgl-project/sgl-cookbook
     docs/autoregressive/DeepSeek/DeepSeek-R1.md and Qwen/Qwen3.md, section 5.1, the mean TTFT of each
     concurrency-1 block; prompts: the blocks' total input tokens over their 10 requests) against this model's
-    TTFT: measured / modelled stays within the 1.4-3.4x it states; the note shows with a prompt or a load."""
+    TTFT: measured / modelled stays within the 1.4-3.5x it states; the note shows with a prompt or a load."""
     from commprof.analysis.predictload import load_spec
     from commprof.analysis.predictmodel import MOE_TTFT_NOTE
 
@@ -201,7 +201,7 @@ def test_an_moe_ttft_says_it_is_a_lower_bound_and_the_quoted_ratios_hold():
                                            weights=weights)
             ratios.append(ttft_ms / rows[0]["ttft_ms"])
             assert MOE_TTFT_NOTE in notes
-    assert 1.35 <= min(ratios) and max(ratios) <= 3.45 and "1.4-3.4x" in MOE_TTFT_NOTE
+    assert 1.35 <= min(ratios) and max(ratios) <= 3.55 and "1.4-3.5x" in MOE_TTFT_NOTE
     _, notes, _ = predict_table("Qwen3-30B-A3B", ["h100-sxm"], ["reference:nvlink4"], [2], [1])
     assert MOE_TTFT_NOTE not in notes                                  # no prompt, no load: no TTFT printed
     _, notes, _ = predict_table("Qwen3-30B-A3B", ["h100-sxm"], ["reference:nvlink4"], [2], [1],

@@ -21,7 +21,8 @@ Per layer and rank at TP=N, every kernel of the step is priced as a roofline wit
 * ``floor_us`` is the shortest a kernel runs on a GPU (launch, ramp and tail of a tiny kernel); in
   eager mode a kernel shorter than ``eager_gap_us`` (the host's launch time) waits for the next
   launch, a longer one hides it; under CUDA graphs there is no such wait;
-* the step pays ``step_overhead_us`` of host work (scheduler, sampling, input preparation) once;
+* the step pays ``step_overhead_us`` of host work (scheduler, sampling, input preparation) once, and
+  ``sampling_full_us`` more where it samples with top-p and penalties (``--sampling full``);
 * under piecewise CUDA graphs (vLLM V1 0.7-0.10.x) the host runs each layer's attention op from Python
   between captured pieces: the step waits for the host where its time for the layers
   (``piecewise_host_us``) exceeds the GPU's work.
@@ -65,7 +66,7 @@ CALIBRATION = {
     "flop_frac": 0.60,          # achieved / datasheet dense tensor FLOP/s (decode GEMMs at large batch)
     "prefill_flop_frac": 0.60,  # the same for prefill GEMMs
     "floor_us": 2.5,            # a kernel's shortest run on the GPU (graph replay)
-    "eager_gap_us": 8.0,        # host time to launch one kernel without CUDA graphs (hidden behind longer kernels)
+    "eager_gap_us": 6.0,        # host time to launch one kernel without CUDA graphs (hidden behind longer kernels)
     "small_kernels_per_layer": 5,   # norms, rotary, activation, residual adds: floor-bound
     "step_overhead_us": 500.0,   # host work per step: scheduler, sampling, input preparation
     # Efficiency that falls with the work per kernel: a memory-bound kernel of b bytes runs
@@ -166,6 +167,15 @@ CALIBRATION = {
     "piecewise_layer_us": 112.0,
     "piecewise_attn_kernels": 2.0,
     "piecewise_mla_attn_kernels": 8.0,
+    # The sampler's own work per step beyond a plain draw (greedy, or temperature alone), paid with
+    # sampling_full 1 (predict --sampling full): top-p / top-k over the whole vocabulary (each sequence's
+    # logits sorted) and repetition, presence and frequency penalties (each sequence's prompt and output
+    # tokens counted again every step): vLLM V0's slow sampler path (vllm/model_executor/layers/sampler.py,
+    # _apply_penalties and _apply_top_k_top_p, run eagerly after the step's graph). Fitted on the fit
+    # figures whose benchmark states those settings: Qwen2.5's speed benchmark (vLLM 0.6.3, batch 1;
+    # QwenLM/Qwen2.5 examples/speed-benchmark/speed_benchmark_vllm.py: top_p 0.8 and the three penalties).
+    "sampling_full_us": 1250.0,
+    "sampling_full": 0.0,
 }
 CALIBRATION_SOURCE = ("bw_frac (HBM) and gddr_bw_frac (GDDR cards, gpus.toml memory_type), half_bytes (scaled with the "
                       "GPU's bandwidth, half_bytes_bw_scaled), fill_us (shared by the SMs at their clock, fill_sm_scaled "
@@ -188,13 +198,20 @@ CALIBRATION_SOURCE = ("bw_frac (HBM) and gddr_bw_frac (GDDR cards, gpus.toml mem
                       "(H20: NVIDIA/nvbandwidth #48), in place of its datasheet's; for --mode piecewise, piecewise_layer_us "
                       "from vllm-project/vllm#47089's piecewise vs full-graph A/B (Qwen3-0.6B, B200, batch 1) and the "
                       "attention op's kernels (piecewise_attn_kernels, piecewise_mla_attn_kernels) from vLLM's "
-                      "vllm/v1/attention/backends; the other constants set; "
+                      "vllm/v1/attention/backends; for --sampling full, sampling_full_us fitted on the fit figures of "
+                      "Qwen2.5's speed benchmark (top-p 0.8 and repetition, presence and frequency penalties, "
+                      "https://github.com/QwenLM/Qwen2.5 examples/speed-benchmark); the other constants set; "
                       "see results/bench/predict_figures.md")
 MODES = ("graph", "piecewise", "eager")
 #: What each mode means, for help texts and errors.
 MODE_HELP = ("graph (CUDA graphs capture the whole decode step: SGLang, TensorRT-LLM, vLLM V0 and vLLM >= 0.11), "
              "piecewise (vLLM V1 0.7-0.10.x: graphs between attention ops, each attention op run from Python) "
              "or eager (no CUDA graphs)")
+SAMPLINGS = ("greedy", "full")
+#: What each --sampling means, for help texts and errors.
+SAMPLING_HELP = ("greedy (argmax, or a temperature draw: the sampler's cost is in the step's host work) or full "
+                 "(top-p/top-k over the whole vocabulary and repetition, presence or frequency penalties: "
+                 "vLLM V0's slow sampler path, sampling_full_us a step)")
 #: The SM count fill_us is quoted at when ``fill_sm_scaled`` is on: an A100's 108 SMs
 #: (https://images.nvidia.com/aem-dam/en-zz/Solutions/data-center/nvidia-ampere-architecture-whitepaper.pdf).
 FILL_REF_SMS = 108
@@ -257,7 +274,8 @@ IDEAL = {"bw_frac": 1.0, "flop_frac": 1.0, "prefill_flop_frac": 1.0, "floor_us":
          "step_overhead_us": 0.0, "half_bytes": 0.0, "coll_graph_us": 0.0, "coll_eager_us": 0.0,
          "pcie_skew_frac": 0.0, "pcie_skew_graph_frac": 0.0, "pcie_call_us": 0.0, "achievable_bw": 0.0,
          "fill_us": 0.0, "fill_sm_scaled": 0.0, "fill_clock_scaled": 0.0, "gddr_bw_frac": 0.0, "half_bytes_bw_scaled": 0.0, "int4_hopper_frac": 1.0, "moe_expert_streams": 0.0, "sm_stream_gbps": 0.0,
-         "moe_aux_kernels": 0.0, "moe_tile_gbps": 0.0, "mla_norm_kernels": 0.0, "mla_proj_launches": 1.0}
+         "moe_aux_kernels": 0.0, "moe_tile_gbps": 0.0, "mla_norm_kernels": 0.0, "mla_proj_launches": 1.0,
+         "sampling_full_us": 0.0}
 
 #: The constants ``scripts/bench_predict_figures.py --fit`` may move, with the values it tries
 #: (fit figures only; everything else is set).
@@ -281,6 +299,7 @@ FIT_GRID = {
     "moe_stream_cap": [0.0, 4.0, 8.0, 16.0, 32.0, 64.0],
     "sm_stream_gbps": [0.0, 50.0, 100.0, 150.0, 200.0, 300.0],
     "moe_tile_gbps": [0.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0, 80.0],
+    "sampling_full_us": [0.0, 250.0, 500.0, 750.0, 1000.0, 1250.0, 1500.0, 2000.0],
 }
 
 
@@ -549,6 +568,14 @@ def piecewise_launch_us(model: ModelShape, ks: list[Kernel], cal: dict | None = 
     return small + sum(k.count * max(0.0, gap - k.us) for k in ks if k.name in ("attention", "attention_sliding"))
 
 
+def step_overhead_us(cal: dict | None = None) -> float:
+    """The host's own work once a step (us, modelled): ``step_overhead_us``, plus ``sampling_full_us``
+    where the step samples with top-p and penalties (``sampling_full`` 1: predict ``--sampling full``)."""
+    cal = {**CALIBRATION, **(cal or {})}
+    full = float(cal.get("sampling_full", 0.0) or 0.0) > 0
+    return float(cal["step_overhead_us"]) + (float(cal.get("sampling_full_us", 0.0)) if full else 0.0)
+
+
 def host_wait_us(host_us: float, gpu_us: float) -> float:
     """What a step waits for its host beyond the GPU's own work: the host launches ahead of the GPU,
     so only host time beyond the GPU's shows (0 when the GPU is the slower)."""
@@ -564,7 +591,7 @@ def step_compute(model: ModelShape, gpu: GpuSpec, tp: int, batch: int, context: 
     ``gap_us`` (eager launch gaps and the step's host overhead), ``compute_us`` (their sum), with
     the bytes and FLOPs they come from and the kernel list; ``host_us``, under piecewise CUDA graphs, the
     host's time for the layers (:func:`piecewise_host_us`; 0 otherwise), which the step waits for only
-    where it exceeds the GPU's work (``compute_us`` less ``step_overhead_us``, plus the collectives the caller
+    where it exceeds the GPU's work (``compute_us`` less :func:`step_overhead_us`, plus the collectives the caller
     prices: :func:`host_wait_us`)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: use one of {MODES}")
@@ -593,7 +620,7 @@ def _totals(ks: list[Kernel], mode: str, cal: dict) -> dict:
     # launch hides the next launch (the GPU runs behind the host), a shorter one waits for it.
     # Under CUDA graphs the whole step is one launch.
     eager_us = sum(k.count * max(0.0, cal["eager_gap_us"] - k.us) for k in ks) if mode == "eager" else 0.0
-    gap_us = cal["step_overhead_us"] + eager_us
+    gap_us = step_overhead_us(cal) + eager_us
     return {"kernel_us": roof_us, "floor_us": floor_us, "gap_us": gap_us, "compute_us": total_us + gap_us,
             "kernels": n, "bytes_read": sum(k.count * k.bytes_read for k in ks),
             "flops": sum(k.count * k.flops for k in ks), "by_kernel": [k.__dict__ for k in ks]}

@@ -19,8 +19,8 @@ from commprof.analysis.inengine import factor_against, inspector_rows
 from commprof.results.meta import shown_path
 from commprof.analysis.errorband import BAND_SOURCE, ERROR_BANDS, band, error_kind, share_band
 from commprof.analysis.computemodel import (CALIBRATION, CALIBRATION_SOURCE, MODE_HELP, MODES, WEIGHT_DTYPES,
-                                           collective_mode, host_wait_us, piecewise_host_us, prefill_compute,
-                                           quant_bw_scale, step_compute)
+                                           SAMPLING_HELP, SAMPLINGS, collective_mode, host_wait_us, piecewise_host_us,
+                                           prefill_compute, quant_bw_scale, step_compute, step_overhead_us)
 from commprof.analysis.stepmodel import (MAX_BATCH, MAX_CONTEXT, MAX_TP, check_tp, dtype_bytes, kv_budget,
                                          kv_bytes_per_sequence_per_rank, prefill_comm_us, step_collectives,
                                          weights_per_rank)
@@ -95,7 +95,7 @@ def predict_point(model: ModelShape, gpu: GpuSpec, comm: CommSource, tp: int, ba
     price = engine_price(comm, gpu, tp, collective_mode(mode), cal) if tp > 1 else (lambda op, s: 0.0)
     comm_us = sum(price(s.op, s.size_bytes) for s in sites)
     # piecewise graphs: the step waits for the host where its layers outlast the GPU's work (computemodel)
-    wait_us = host_wait_us(comp["host_us"], comp["compute_us"] - cal["step_overhead_us"] + comm_us)
+    wait_us = host_wait_us(comp["host_us"], comp["compute_us"] - step_overhead_us(cal) + comm_us)
     comp = {**comp, "compute_us": comp["compute_us"] + wait_us, "gap_us": comp["gap_us"] + wait_us}
     step_us = comp["compute_us"] + comm_us
     w = quant_weight_bytes(weights_per_rank(model, tp, dtype), weights, dtype_bytes(dtype))   # analysis/quant.py
@@ -234,13 +234,13 @@ MLA_NOTE = ("MLA model: the published figures of this class (DeepSeek-R1 FP8 on 
             "results/bench/predict_figures.md) ran within 5% of the prediction at concurrency 1 under SGLang and "
             "1.15-1.36x slower at 16-64; the two under vLLM ran 1.6-1.8x slower at concurrency 1 (16.1 and 15.85 ms "
             "a token on different GPUs and weights, flat from 128 to 8192 prompt tokens: a fixed cost per step), "
-            "1.25-1.37x with --mode piecewise (vLLM V1 before 0.11: the attention op run from Python between graph "
+            "1.37-1.52x with --mode piecewise (vLLM V1 before 0.11: the attention op run from Python between graph "
             "pieces; not adopted by the benchmark): read the ms/token as a lower bound")
 #: Said when an MoE model's time to first token is printed (--prompt, or the TTFT under a load): the published
 #: concurrency-1 TTFTs of SGLang's cookbook against this model (tests/test_predict_moe.py recomputes the ratios).
 MOE_TTFT_NOTE = ("MoE model, time to first token: SGLang's published TTFTs at concurrency 1 for DeepSeek-R1 FP8 and "
                  "Qwen3-235B-A22B on 8x B200 (https://github.com/sgl-project/sgl-cookbook, section 5.1 Speed Benchmark: "
-                 "126-166 ms and 99-140 ms for 610- and 4,194-token prompts) were 1.4-3.4x what this model prices, the "
+                 "126-166 ms and 99-140 ms for 610- and 4,194-token prompts) were 1.4-3.5x what this model prices, the "
                  "most for short prompts (a prefill costing about 100 ms whatever its length: not modelled); read TTFT, "
                  "and under a load the stalls other requests' prefills cause, as a lower bound")
 
@@ -259,15 +259,25 @@ def piecewise_note(model: ModelShape, rows: list[dict], cal: dict) -> str:
             f"graph add their waits on the GPU")
 
 
+def sampling_note(cal: dict) -> str:
+    """What ``--sampling full`` adds, said once (computemodel.step_overhead_us)."""
+    return (f"--sampling full: the sampler's top-p/top-k sort over the whole vocabulary and its repetition, presence "
+            f"and frequency penalties add {float(cal['sampling_full_us']) / 1e3:.2f} ms a step to the host's work "
+            f"(sampling_full_us, fitted on Qwen2.5's speed-benchmark figures: vLLM 0.6.3, batch 1; in gaps ms)")
+
+
 def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4096, prompt: int | None = None,
                   dtype: str = "bf16", weights: str = "bf16", mode: str = "graph", mem_util: float = 0.9,
                   calibration: dict | None = None, ep: int = 1, moe_steps: list | None = None,
-                  load=None, comm_overhead_from: str | None = None) -> tuple[list[dict], list[str], dict]:
+                  load=None, comm_overhead_from: str | None = None,
+                  sampling: str = "greedy") -> tuple[list[dict], list[str], dict]:
     """Validated inputs -> (rows of :data:`CSV_COLUMNS`, notes, the provenance a predict dir's
     meta.json carries). ``model``: a name, a config.json path or a :class:`ModelShape`; ``gpus``
     and ``comms``: as ``--gpu`` and ``--comm`` (specs or :class:`CommSource` objects)."""
     if mode not in MODES:
         raise UsageError(f"--mode {shown(mode)}: use {MODE_HELP}")
+    if sampling not in SAMPLINGS:
+        raise UsageError(f"--sampling {shown(sampling)}: use {SAMPLING_HELP}")
     if not (0.0 < float(mem_util) <= 1.0):
         raise UsageError(f"--mem-util {shown(mem_util)}: expected a fraction in (0, 1]")
     dtype_bytes(dtype)
@@ -286,6 +296,8 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     if weights not in WEIGHT_DTYPES:
         raise UsageError(f"--weights {shown(weights)}: use one of {', '.join(WEIGHT_DTYPES)}")
     calibration = dict(calibration or {})
+    if sampling == "full":        # the sampler's top-p sort and penalties, once a step (computemodel.step_overhead_us)
+        calibration["sampling_full"] = 1.0
     check_ep(model, ep)
     ep_on, load_notes = ep != 1 or moe_steps is not None, []
     if load is not None:        # the load decides the batch: analysis/predictload.py
@@ -323,13 +335,15 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     notes += [n for c in comms_used.values() for n in c.notes]
     if mode == "piecewise":
         notes.append(piecewise_note(model, rows, {**CALIBRATION, **calibration}))
+    if sampling == "full":
+        notes.append(sampling_note({**CALIBRATION, **calibration}))
     if model.is_mla:
         notes.append(MLA_NOTE)
     if model.experts and (prompt or load is not None):
         notes.append(MOE_TTFT_NOTE)
     meta = {
         "gpus": sorted({g.name for g, _ in boxes}), "model": model.to_dict(), "dtype": dtype, "weights": weights,
-        "mode": mode, "context": context, "prompt": prompt, "mem_util": mem_util,
+        "mode": mode, "sampling": sampling, "context": context, "prompt": prompt, "mem_util": mem_util,
         "boxes": [{"box": f"{g.key} + {c.label}", "gpu": g.to_dict(), "comm": c.describe()} for g, c in boxes],
         "calibration": {**CALIBRATION, **calibration}, "calibration_source": CALIBRATION_SOURCE,
         "error_bands": ERROR_BANDS, "error_band_source": BAND_SOURCE,

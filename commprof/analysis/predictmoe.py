@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 
 from commprof.analysis.computemodel import (CALIBRATION, collective_mode, experts_touched, host_wait_us, moe_expert_kernel,
-                                           quant_bw_scale, step_kernels, weight_bytes_per_elem)
+                                           quant_bw_scale, step_kernels, step_overhead_us, weight_bytes_per_elem)
 from commprof.analysis.quant import gemm_dtype as quant_gemm_dtype
 from commprof.analysis.stepmodel import dtype_bytes, step_collectives
 from commprof.model.collectives import COLLECTIVES
@@ -156,7 +156,7 @@ def apply_ep(row: dict, model: ModelShape, gpu, comm, ep: int, tokens: int, cont
     # piecewise graphs: the host's wait is taken again against the GPU's new work (computemodel.host_wait_us)
     # (the GPU's work: the step less the host's own, its overhead and any wait, then EP's changes)
     old_wait = float(row.get("host_wait_ms") or 0.0) * 1e3
-    gpu_us = row["ms_per_token"] * 1e3 - old_wait - cal["step_overhead_us"] + d_compute + added - removed
+    gpu_us = row["ms_per_token"] * 1e3 - old_wait - step_overhead_us(cal) + d_compute + added - removed
     wait = host_wait_us(float(row.get("host_ms") or 0.0) * 1e3, gpu_us)
     d_compute += wait - old_wait
     step_us = (row["ms_per_token"] * 1e3) + d_compute + added - removed

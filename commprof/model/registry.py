@@ -110,6 +110,9 @@ class PredictConfig:
                      "vLLM V0, vLLM >= 0.11), piecewise (vLLM V1 0.7-0.10.x: attention run from Python between "
                      "captured pieces) or eager.")
     mem_util: float = flag(0.9, "--mem-util", help="Share of GPU memory for weights and KV cache.")
+    sampling: str = flag("greedy", "--sampling", help="greedy (argmax or a temperature draw: in the step's host work) or "
+                         "full (top-p/top-k over the whole vocabulary with repetition, presence or frequency penalties: "
+                         "vLLM V0's slow sampler path, priced once a step).")
     out: str | None = flag(None, "--out", help="Write predict.csv, meta.json and predict.png into this new dir.")
     charts: bool = flag(True, "--no-charts", invert=True, help="Skip the chart.")
     as_json: bool = flag(False, "--json", help="Print the rows as JSON.")

@@ -46,7 +46,8 @@ def run(cfg: PredictConfig, console=None) -> int:
         more.update(load=load_spec(cfg.concurrency, cfg.qps, cfg.isl, cfg.osl, cfg.chunk, cfg.prefill_steps))
     rows, notes, meta_extra = predict_table(cfg.model, cfg.gpus, cfg.comms, cfg.tps, cfg.batches, cfg.context,
                                             cfg.prompt, cfg.dtype, cfg.weights, cfg.mode, cfg.mem_util,
-                                            cfg.calibration, comm_overhead_from=cfg.comm_overhead_from, **more)
+                                            cfg.calibration, comm_overhead_from=cfg.comm_overhead_from,
+                                            sampling=cfg.sampling, **more)
     model_name = meta_extra["model"]["name"]
     columns, extra_lines = meta_extra.get("csv_columns", CSV_COLUMNS), None
     if "load" in more:
