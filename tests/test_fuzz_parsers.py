@@ -319,37 +319,28 @@ def test_prefill_steps_any_value(value):
     assert value in PREFILL_POLICIES and spec.prefill == value
 
 
-@CI
-@given(st.one_of(st.text(max_size=12), st.sampled_from(["graph", "piecewise", "eager", "PIECEWISE", " graph", "full",
-                                                         "nan", "-1", "graph\n", "\udcff"]),
-                 st.floats(allow_nan=True), st.integers(), st.none()))
-def test_predict_mode_any_value(value):
-    """predict's ``--mode``: graph, piecewise or eager is taken as is; anything else is one line of commprof's own error."""
-    from commprof.analysis.computemodel import MODES
-    from commprof.analysis.predictmodel import predict_table
-    from commprof.model.errors import CommprofError
-
-    try:
-        rows, _, meta = predict_table("Qwen3-8B", ["h100-sxm"], [], [1], [1], mode=value)
-    except CommprofError as e:
-        assert F._rejected(e) == "rejected" and "--mode" in str(e) and "\n" not in str(e)
-        return
-    assert value in MODES and meta["mode"] == value and rows[0]["mode"] == value
+#: predict's word-valued flags: (its keyword, its flag, the words it takes, strings worth trying besides text).
+PREDICT_WORDS = {"mode": ("--mode", ("graph", "piecewise", "eager"), ["PIECEWISE", " graph", "full", "graph\n"]),
+                 "sampling": ("--sampling", ("greedy", "full"), ["FULL", " full", "top-p", "full\n"])}
 
 
 @CI
-@given(st.one_of(st.text(max_size=12), st.sampled_from(["greedy", "full", "FULL", " full", "top-p", "nan", "-1",
-                                                         "full\n", "\udcff"]),
-                 st.floats(allow_nan=True), st.integers(), st.none()))
-def test_predict_sampling_any_value(value):
-    """predict's ``--sampling``: greedy or full is taken as is; anything else is one line of commprof's own error."""
-    from commprof.analysis.computemodel import SAMPLINGS
+@pytest.mark.parametrize("key", sorted(PREDICT_WORDS))
+@given(value=st.one_of(st.text(max_size=12), st.sampled_from(["graph", "piecewise", "eager", "greedy", "full", "nan",
+                                                               "-1", "\udcff"] + sum((w[2] for w in PREDICT_WORDS.values()), [])),
+                       st.floats(allow_nan=True), st.integers(), st.none()))
+def test_predict_word_flags_any_value(key, value):
+    """predict's ``--mode`` (graph, piecewise, eager) and ``--sampling`` (greedy, full): a word it takes is taken
+    as is, into the rows and meta.json; anything else is one line of commprof's own error naming the flag."""
+    from commprof.analysis.computemodel import MODES, SAMPLINGS
     from commprof.analysis.predictmodel import predict_table
     from commprof.model.errors import CommprofError
 
+    flag, words, _ = PREDICT_WORDS[key]
+    assert words == {"mode": MODES, "sampling": SAMPLINGS}[key]
     try:
-        _, _, meta = predict_table("Qwen3-8B", ["h100-sxm"], [], [1], [1], sampling=value)
+        rows, _, meta = predict_table("Qwen3-8B", ["h100-sxm"], [], [1], [1], **{key: value})
     except CommprofError as e:
-        assert F._rejected(e) == "rejected" and "--sampling" in str(e) and "\n" not in str(e)
+        assert F._rejected(e) == "rejected" and flag in str(e) and "\n" not in str(e)
         return
-    assert value in SAMPLINGS and meta["sampling"] == value
+    assert value in words and meta[key] == value and (key != "mode" or rows[0]["mode"] == value)
