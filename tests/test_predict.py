@@ -357,6 +357,15 @@ def test_predict_piecewise_cli_says_the_mode_in_its_note_csv_and_chart(cli_inpro
                    "--mode", "piecewise", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "--mode piecewise (vLLM V1 0.7-0.10.x)" in r.stdout and "36 layers" in r.stdout
+    # the note's A/B figures are the committed benchmark's (results/bench/piecewise_ab.json)
+    from commprof.analysis.predictmodel import PIECEWISE_CHECK
+    ab = json.load(open(os.path.join(os.path.dirname(__file__), "..", "results", "bench", "piecewise_ab.json")))
+    checks = [x["diff_ratio"] for x in ab["rows"] if x["role"] == "check"]
+    assert f"on {len(checks)} published" in PIECEWISE_CHECK
+    assert f"{min(checks):.2f}-{max(checks):.2f}x" in PIECEWISE_CHECK
+    assert f"median {ab['summary']['median_diff_ratio']:.2f}" in PIECEWISE_CHECK
+    assert f"below it on {sum(c < 1 for c in checks)} " in PIECEWISE_CHECK
+    assert PIECEWISE_CHECK in " ".join(r.stdout.split())
     assert {x["mode"] for x in csv_rows(str(out), "predict.csv")} == {"piecewise"}
     assert json.load(open(out / "meta.json"))["mode"] == "piecewise"
     assert any("piecewise CUDA graphs" in t for t in titles)

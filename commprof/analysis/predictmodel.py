@@ -245,6 +245,13 @@ MOE_TTFT_NOTE = ("MoE model, time to first token: SGLang's published TTFTs at co
                  "and under a load the stalls other requests' prefills cause, as a lower bound")
 
 
+#: How far ``--mode piecewise`` has been off, said with it: its piecewise - full-graph difference against five
+#: published vLLM A/B runs it was not set from (results/bench/piecewise_ab.json; tests/test_predict.py checks the
+#: figures against it).
+PIECEWISE_CHECK = ("on 5 published piecewise vs full-graph A/B runs the modelled difference was 0.52-1.40x the "
+                   "measured one, below it on 4 (median 0.62: results/bench/piecewise_ab.md)")
+
+
 def piecewise_note(model: ModelShape, rows: list[dict], cal: dict) -> str:
     """What ``--mode piecewise`` adds, said once: the host's time per step for the layers, and how many
     rows wait for it (computemodel.piecewise_host_us, host_wait_us)."""
@@ -256,7 +263,7 @@ def piecewise_note(model: ModelShape, rows: list[dict], cal: dict) -> str:
     return (f"--mode piecewise (vLLM V1 0.7-0.10.x): the host runs each layer's attention op between captured graph "
             f"pieces, {host_ms:.2f} ms a step for {model.layers} layers (piecewise_layer_us {cal['piecewise_layer_us']:g} us, "
             f"from vllm-project/vllm#47089's piecewise vs full-graph A/B{mla}); {told}; the op's launches outside a "
-            f"graph add their waits on the GPU")
+            f"graph add their waits on the GPU; {PIECEWISE_CHECK}")
 
 
 def sampling_note(cal: dict) -> str:
