@@ -48,11 +48,6 @@ WEIGHT_ALIASES = {"int4-awq": ("int4-awq", "int4", "w4a16", "awq")}
 #: predict's ``--mode piecewise`` was tried and not adopted here (docs/predict.md, "Twelfth pass of issue 31"
 #: and "Thirteenth pass": its refits failed the rules written before them).
 PRICED_MODE = {"piecewise": "graph"}
-#: The prefill policy (``--prefill-steps``) a loaded serving figure is priced with, by the corpus'
-#: ``engine_gen`` (absent: predict's default, ``mixed``). SGLang's own, ``separate`` (a waiting prompt is a
-#: forward of its own unless launched with ``--enable-mixed-chunk``, which the cookbook's launches are not),
-#: was tried with the piecewise mode in the eleventh, twelfth and thirteenth passes and not adopted.
-PRICED_PREFILL: dict = {}
 
 
 def priced_mode(f: dict) -> str:
@@ -177,31 +172,28 @@ def _load_row(f: dict, weights: str, cal: dict | None) -> dict:
     median figure (``stat``) is the median step: a pure decode step while fewer than half of a
     request's steps carry another's prompt chunk, else a mixed one (the mean, ``tpot_ms``, blends them).
     The row keeps both steps (``decode_row``, ``mixed_row``) and the split (``split``) for :func:`breakdown`."""
-    from commprof.analysis.predictload import carrying_step, load_point, load_spec, split_in_flight
+    from commprof.analysis.predictload import load_point, load_spec, split_in_flight
     from commprof.analysis.predictmodel import predict_point
     from commprof.model.gpus import get_gpu
     from commprof.model.registry import PredictConfig
 
-    from commprof.analysis.predictload import sglang_chunk
-
     model, gpu, comm = _model(f["model"]), get_gpu(f["gpu"]), _comm(f["comm"])
-    # the engine's own prefill policy (PRICED_PREFILL): SGLang's separate prefill forwards with the chunk it
-    # sizes by GPU memory; else predict's defaults, --chunk 2048 and --prefill-steps mixed
-    policy = PRICED_PREFILL.get(f.get("engine_gen", ""), "mixed")
-    chunk = sglang_chunk(gpu.memory_gb) if policy == "separate" else PredictConfig().chunk
-    spec = load_spec([f["batch"]], [], f["isl"], f["osl"], chunk, policy)
+    # predict's defaults: --chunk 2048, --prefill-steps mixed (docs/predict.md, "Eleventh pass of issue 31":
+    # SGLang's own policy, separate, was tried and not kept; again with the piecewise mode in the twelfth and
+    # thirteenth passes)
+    spec = load_spec([f["batch"]], [], f["isl"], f["osl"], PredictConfig().chunk)
     steps: dict = {}
 
-    def step_row(b, m, ctx, prompt=None):   # each step priced once: load_point's steps are the median's too
-        if (b, m, ctx, prompt) not in steps:
-            steps[b, m, ctx, prompt] = predict_point(model, gpu, comm, f["tp"], b, ctx, prompt=prompt, mode=priced_mode(f),
-                                             weights=weights, cal=cal, mixed_tokens=m)
-        return steps[b, m, ctx, prompt]
+    def step_row(b, m, ctx):            # each step priced once: load_point's steps are the median's too
+        if (b, m, ctx) not in steps:
+            steps[b, m, ctx] = predict_point(model, gpu, comm, f["tp"], b, ctx, mode=priced_mode(f), weights=weights,
+                                             cal=cal, mixed_tokens=m)
+        return steps[b, m, ctx]
     row = load_point(step_row, spec, "concurrency", float(f["batch"]))
     sp = split_in_flight(float(row["requests_in_flight"]), spec)
     ctx = f["isl"] + f["osl"] // 2
     row.update(split=sp, decode_row=step_row(sp.decode_batch, 0, ctx),
-               mixed_row=carrying_step(step_row, sp, spec, ctx)[0])
+               mixed_row=step_row(sp.decode_batch, sp.chunk_tokens, ctx))
     row["median_ms"] = (row["mixed_row"] if sp.mixed_share >= 0.5 else row["decode_row"])["ms_per_token"]
     return row
 

@@ -482,7 +482,9 @@ def test_the_corpus_sampling_column_says_full_only_where_the_benchmark_states_it
     other = next(f for f in figs if f["sampling"] != "full")
     assert b.priced_cal(other, None) == {}
     # every loaded figure rides its prompt chunks in the decode step (SGLang's own policy was not adopted)
-    assert b.PRICED_PREFILL == {} and b.PRICED_MODE == {"piecewise": "graph"}
+    assert b.PRICED_MODE == {"piecewise": "graph"}
+    sglang_loaded = next(f for f in figs if f["engine_gen"] == "sglang" and f["batch"] > 1 and f["metric"] == "TPOT")
+    assert b.predict_figure(sglang_loaded)["row"]["prefill_steps_policy"] == "mixed"
 
 
 def test_piecewise_reproduces_its_source_a_b():
