@@ -51,13 +51,14 @@ def plan(model: str, tp: int, batch: int = 1, context: int = 4096, gpu_mem_bytes
 def predict(model: str = "Qwen2.5-32B", gpu="rtx5090", comm=None, tp=(2, 4, 8), batch=(1, 8, 32),
             context: int = 4096, prompt: int | None = None, dtype: str = "bf16", weights: str = "bf16",
             mode: str = "graph", mem_util: float = 0.9, ep: int = 1, concurrency=(), qps=(), isl: int = 1024,
-            osl: int = 256, chunk: int = 2048, prefill_steps: str = "mixed", sampling: str = "greedy"):
+            osl: int = 256, chunk: int = 2048, prefill_steps: str = "mixed", sampling: str = "greedy",
+            ep_comm: str = "all-to-all"):
     """Each token's time on a box you don't own (``commprof predict``): one row per (box, TP, batch)
     with exactly the columns and values of the verb's ``predict.csv``; ``.attrs`` holds what its
     meta.json holds (the model, each box's GPU and comm source, the calibration, the notes).
     ``gpu`` and ``comm``: one or a list each (``comm``: ``reference:<profile>``, a results dir or a
     :class:`commprof.analysis.commsource.CommSource`; None: the GPU's class default). ``ep``:
-    expert parallelism (``--ep``); ``concurrency`` / ``qps`` with ``isl``, ``osl``, ``chunk`` and
+    expert parallelism (``--ep``) and its collective (``ep_comm``, ``--ep-comm``: all-to-all or all-reduce); ``concurrency`` / ``qps`` with ``isl``, ``osl``, ``chunk`` and
     ``prefill_steps`` (``--prefill-steps``: mixed or separate): the load (``--concurrency``, ``--qps``),
     which then decides the batch. ``sampling``: ``--sampling`` (greedy or full: top-p and penalties)."""
     import pandas as pd
@@ -65,7 +66,7 @@ def predict(model: str = "Qwen2.5-32B", gpu="rtx5090", comm=None, tp=(2, 4, 8), 
     from commprof.analysis.predictmodel import CSV_COLUMNS, predict_table
 
     listed = (lambda v: [v] if isinstance(v, (str, int)) or not hasattr(v, "__iter__") else list(v))
-    more = {"ep": ep}
+    more = {"ep": ep, "ep_comm": ep_comm}
     if concurrency or qps:      # a server under load (commprof.analysis.predictload)
         from commprof.analysis.predictload import load_spec
         more["load"] = load_spec(listed(concurrency) if concurrency else [], listed(qps) if qps else [], isl, osl, chunk,

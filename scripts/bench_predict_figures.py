@@ -80,6 +80,7 @@ def load_figures(path: str = os.path.join(CORPUS, "figures.csv")) -> list[dict]:
     for r in rows:
         for k in ("count", "tp", "batch", "isl", "osl"):
             r[k] = int(r[k])
+        r["ep"] = int(r.get("ep") or 1)
         r["measured_ms"] = measured_ms(r)
     return rows
 
@@ -173,11 +174,8 @@ def _load_row(f: dict, weights: str, cal: dict | None) -> dict:
     request's steps carry another's prompt chunk, else a mixed one (the mean, ``tpot_ms``, blends them).
     The row keeps both steps (``decode_row``, ``mixed_row``) and the split (``split``) for :func:`breakdown`."""
     from commprof.analysis.predictload import load_point, load_spec, split_in_flight
-    from commprof.analysis.predictmodel import predict_point
-    from commprof.model.gpus import get_gpu
     from commprof.model.registry import PredictConfig
 
-    model, gpu, comm = _model(f["model"]), get_gpu(f["gpu"]), _comm(f["comm"])
     # predict's defaults: --chunk 2048, --prefill-steps mixed (docs/predict.md, "Eleventh pass of issue 31":
     # SGLang's own policy, separate, was tried and not kept; again with the piecewise mode in the twelfth and
     # thirteenth passes)
@@ -186,8 +184,7 @@ def _load_row(f: dict, weights: str, cal: dict | None) -> dict:
 
     def step_row(b, m, ctx):            # each step priced once: load_point's steps are the median's too
         if (b, m, ctx) not in steps:
-            steps[b, m, ctx] = predict_point(model, gpu, comm, f["tp"], b, ctx, mode=priced_mode(f), weights=weights,
-                                             cal=cal, mixed_tokens=m)
+            steps[b, m, ctx] = priced_point(f, b, ctx, weights, cal, mixed_tokens=m)
         return steps[b, m, ctx]
     row = load_point(step_row, spec, "concurrency", float(f["batch"]))
     sp = split_in_flight(float(row["requests_in_flight"]), spec)
@@ -198,12 +195,32 @@ def _load_row(f: dict, weights: str, cal: dict | None) -> dict:
     return row
 
 
+#: The collective a figure's expert parallelism runs (``predict --ep-comm``): every corpus row with ``ep`` > 1
+#: ran at data parallel 1 without an all-to-all backend, so the experts' output stays in the TP all-reduce.
+PRICED_EP_COMM = "all-reduce"
+
+
+def priced_point(f: dict, batch: int, ctx: int, weights: str, cal: dict | None, prompt: int | None = None,
+                 mixed_tokens: int = 0) -> dict:
+    """One predict row for figure ``f``'s box at ``batch`` and ``ctx``: ``predict_point``, then the figure's
+    expert parallelism (its ``ep`` column) as ``predict --ep N --ep-comm`` :data:`PRICED_EP_COMM` prices it."""
+    from commprof.analysis.predictmodel import predict_point
+    from commprof.analysis.predictmoe import apply_ep
+    from commprof.model.gpus import get_gpu
+
+    model, gpu, comm = _model(f["model"]), get_gpu(f["gpu"]), _comm(f["comm"])
+    r = predict_point(model, gpu, comm, f["tp"], batch, ctx, prompt=prompt, mode=priced_mode(f), weights=weights,
+                      cal=cal, mixed_tokens=mixed_tokens)
+    ep = int(f.get("ep") or 1)
+    if ep > 1:
+        r = apply_ep(r, model, gpu, comm, ep, batch + mixed_tokens, ctx, mode=priced_mode(f), cal=cal,
+                     weights=weights, ep_comm=PRICED_EP_COMM)
+    return r
+
+
 def predict_figure(f: dict, cal: dict | None = None) -> dict | None:
     """The figure's metric as predicted (ms per output token), with the step's compute and
     communication; None when the model cannot price the figure's weights."""
-    from commprof.analysis.predictmodel import predict_point
-    from commprof.model.gpus import get_gpu
-
     cal = priced_cal(f, cal)
     serving = f["metric"] in ("TPOT", "ITL")
     ctx = f["isl"] + f["osl"] // 2
@@ -217,9 +234,7 @@ def predict_figure(f: dict, cal: dict | None = None) -> dict | None:
             if loaded:
                 r = _load_row(f, w, cal)
             else:
-                r = predict_point(_model(f["model"]), get_gpu(f["gpu"]), _comm(f["comm"]), f["tp"], f["batch"], ctx,
-                                  prompt=None if serving else f["batch"] * f["isl"], mode=priced_mode(f), weights=w,
-                                  cal=cal)
+                r = priced_point(f, f["batch"], ctx, w, cal, prompt=None if serving else f["batch"] * f["isl"])
             break
         except (ValueError, KeyError):
             continue

@@ -321,25 +321,31 @@ def test_prefill_steps_any_value(value):
 
 #: predict's word-valued flags: (its keyword, its flag, the words it takes, strings worth trying besides text).
 PREDICT_WORDS = {"mode": ("--mode", ("graph", "piecewise", "eager"), ["PIECEWISE", " graph", "full", "graph\n"]),
-                 "sampling": ("--sampling", ("greedy", "full"), ["FULL", " full", "top-p", "full\n"])}
+                 "sampling": ("--sampling", ("greedy", "full"), ["FULL", " full", "top-p", "full\n"]),
+                 "ep_comm": ("--ep-comm", ("all-to-all", "all-reduce"), ["ALL-REDUCE", "all_reduce", " all-to-all"])}
 
 
 @CI
 @pytest.mark.parametrize("key", sorted(PREDICT_WORDS))
-@given(value=st.one_of(st.text(max_size=12), st.sampled_from(["graph", "piecewise", "eager", "greedy", "full", "nan",
+@given(value=st.one_of(st.text(max_size=12), st.sampled_from(["graph", "piecewise", "eager", "greedy", "full", "all-to-all", "all-reduce", "nan",
                                                                "-1", "\udcff"] + sum((w[2] for w in PREDICT_WORDS.values()), [])),
                        st.floats(allow_nan=True), st.integers(), st.none()))
 def test_predict_word_flags_any_value(key, value):
-    """predict's ``--mode`` (graph, piecewise, eager) and ``--sampling`` (greedy, full): a word it takes is taken
+    """predict's ``--mode`` (graph, piecewise, eager), ``--sampling`` (greedy, full) and ``--ep-comm`` (all-to-all,
+    all-reduce, with ``--ep 2``): a word it takes is taken
     as is, into the rows and meta.json; anything else is one line of commprof's own error naming the flag."""
     from commprof.analysis.computemodel import MODES, SAMPLINGS
     from commprof.analysis.predictmodel import predict_table
     from commprof.model.errors import CommprofError
 
     flag, words, _ = PREDICT_WORDS[key]
-    assert words == {"mode": MODES, "sampling": SAMPLINGS}[key]
+    from commprof.analysis.predictmoe import EP_COMMS
+
+    assert words == {"mode": MODES, "sampling": SAMPLINGS, "ep_comm": EP_COMMS}[key]
+    ep = {"ep": 2} if key == "ep_comm" else {}          # --ep-comm says how --ep runs: an MoE model at --ep 2
     try:
-        rows, _, meta = predict_table("Qwen3-8B", ["h100-sxm"], [], [1], [1], **{key: value})
+        rows, _, meta = predict_table("Qwen3-30B-A3B" if ep else "Qwen3-8B", ["h100-sxm"], [], [2 if ep else 1], [1],
+                                      **ep, **{key: value})
     except CommprofError as e:
         assert F._rejected(e) == "rejected" and flag in str(e) and "\n" not in str(e)
         return

@@ -487,6 +487,30 @@ def test_the_corpus_sampling_column_says_full_only_where_the_benchmark_states_it
     assert b.predict_figure(sglang_loaded)["row"]["prefill_steps_policy"] == "mixed"
 
 
+def test_the_corpus_ep_column_is_priced_as_launched_with_the_tp_all_reduce():
+    """``ep`` is the expert-parallel degree a page's launch sets: 8 on vLLM's DeepSeek-R1 recipe (its launch says
+    --enable_expert_parallel at TP 8), 1 elsewhere; the benchmark prices it as ``predict --ep 8 --ep-comm
+    all-reduce``: the same collectives as at TP 8, the busiest expert group's whole experts (predictmoe.apply_ep)."""
+    from commprof.analysis.predictmoe import apply_ep
+    from commprof.analysis.predictmodel import predict_point
+    from commprof.model.gpus import get_gpu
+
+    b = _bench()
+    figs = b.load_figures()
+    assert {f["ep"] for f in figs} == {1, 8}
+    ep = [f for f in figs if f["ep"] > 1]
+    assert [f["id"] for f in ep] == ["vllmrecipe-deepseek-r1-0528-h200x8-fp8-c1-7902-1000"]
+    f = ep[0]
+    assert "--enable_expert_parallel" in f["note"] and f["role"] == "heldout" and b.PRICED_EP_COMM == "all-reduce"
+    ctx = f["isl"] + f["osl"] // 2
+    m, g, c = b._model(f["model"]), get_gpu(f["gpu"]), b._comm(f["comm"])
+    tp_row = predict_point(m, g, c, 8, 1, ctx, mode=b.priced_mode(f), weights=f["weights"])
+    want = apply_ep(tp_row, m, g, c, 8, 1, ctx, mode=b.priced_mode(f), weights=f["weights"], ep_comm="all-reduce")
+    got = b.predict_figure(f)
+    assert got["ms"] == pytest.approx(want["ms_per_token"]) and got["comm_ms"] == pytest.approx(tp_row["comm_ms"])
+    assert got["ms"] > tp_row["ms_per_token"]       # the busiest of 8 groups holds more than 8 experts' shards
+
+
 def test_piecewise_reproduces_its_source_a_b():
     """piecewise_layer_us is set from vLLM #47089 (Qwen3-0.6B, TP 1, B200, batch 1: 3.64 ms piecewise, host-bound):
     the model gives that back on Qwen3-0.6B's shapes (its Hugging Face config beside the corpus), and its

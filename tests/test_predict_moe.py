@@ -97,6 +97,25 @@ def test_ep_row_swaps_the_moe_all_reduces_for_dispatch_and_combine_by_hand():
                                         "moe_a2a_ms", "moe_imbalance"]
 
 
+def test_ep_comm_all_reduce_keeps_the_tp_collectives_and_moves_only_the_experts_by_hand():
+    """--ep-comm all-reduce (vLLM --enable-expert-parallel at data parallel 1): the experts' kernel as under
+    all-to-all, the collectives exactly the TP row's (same time, same count), no all-to-all."""
+    m, gpu = get_model(Q30), get_gpu("h100-sxm")
+    (tp_row,), _, _ = predict_table(Q30, ["h100-sxm"], ["reference:nvlink4"], [4], [1])
+    (a2a,), _, _ = predict_table(Q30, ["h100-sxm"], ["reference:nvlink4"], [4], [1], ep=4)
+    (ar,), notes, meta = predict_table(Q30, ["h100-sxm"], ["reference:nvlink4"], [4], [1], ep=4, ep_comm="all-reduce")
+    k_tp = {k.name: k for k in step_kernels(m, gpu, 4, 1, 1, 4096)}["moe_experts"]
+    k_ep = ep_expert_kernel(m, gpu, 4, 4, 1)
+    assert ar["comm_ms"] == tp_row["comm_ms"] and ar["collectives_per_step"] == tp_row["collectives_per_step"]
+    assert ar["moe_a2a_ms"] == 0.0 and ar["compute_ms"] == pytest.approx(a2a["compute_ms"])
+    assert ar["compute_ms"] - tp_row["compute_ms"] == pytest.approx(48 * (k_ep.us - k_tp.us) / 1e3)
+    assert ar["ms_per_token"] == pytest.approx(tp_row["ms_per_token"] + 48 * (k_ep.us - k_tp.us) / 1e3)
+    assert any(n.startswith("--ep 4 --ep-comm all-reduce: 32 whole routed experts") for n in notes)
+    assert meta["ep_comm"] == "all-reduce"
+    # a comm input without rows at the ep ranks is no bar: nothing is priced there
+    assert not any("no all_to_all rows" in n for n in notes)
+
+
 def _moe_dir(tmp_path, rows):
     d = tmp_path / "moe"
     d.mkdir()
@@ -146,6 +165,8 @@ def test_ep_skips_tp_it_does_not_divide_and_moe_models_get_realistic_ep_at_large
     (["--model", "Qwen2.5-32B", "--ep", "2"], "has no routed experts"),
     (["--model", Q30, "--ep", "3"], "does not divide model Qwen3-30B-A3B's 128 routed experts"),
     (["--model", Q30, "--ep", "4", "--moe-skew", "/nonexistent"], "not a commprof moe dir"),
+    (["--model", Q30, "--ep", "4", "--ep-comm", "ring"], "--ep-comm 'ring': use one of all-to-all, all-reduce"),
+    (["--model", Q30, "--ep-comm", "all-reduce"], "--ep-comm all-reduce needs --ep N"),
 ])
 def test_bad_ep_input_is_one_line_and_exit_2(cli_inproc, args, words):
     r = cli_inproc("predict", "--gpu", "h100-sxm", "--tp", "4", *args)
@@ -178,6 +199,10 @@ def test_an_mla_prediction_says_it_is_a_lower_bound_and_a_dense_one_does_not():
                   for g, c, w, ctx, ms in figs]
         assert lo <= min(ratios) and max(ratios) <= hi and said in MLA_NOTE, (mode, ratios)
 
+    # the recipe as launched (--enable_expert_parallel at TP 8, data parallel 1): --ep 8 --ep-comm all-reduce
+    (r,), _, _ = predict_table("DeepSeek-R1", ["h200"], ["reference:nvlink4"], [8], [1], context=7902 + 500,
+                               weights="fp8-block", ep=8, ep_comm="all-reduce")
+    assert 1.535 <= 15.85 / r["ms_per_token"] < 1.545 and "1.54x with --ep 8 --ep-comm all-reduce" in MLA_NOTE
     _, notes, meta = predict_table("DeepSeek-R1", ["h100-sxm"], ["reference:nvlink4"], [8], [1], weights="int4-awq")
     assert MLA_NOTE in notes and MLA_NOTE in meta["notes"] and "lower bound" in MLA_NOTE
     _, notes, _ = predict_table("Qwen3-30B-A3B", ["h100-sxm"], ["reference:nvlink4"], [2], [1])

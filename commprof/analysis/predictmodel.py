@@ -28,7 +28,7 @@ from commprof.model.errors import UsageError, shown
 from commprof.model.gpus import GpuSpec, get_gpu, other_forms
 from commprof.model.models import ModelShape, get_model
 from commprof.analysis.quant import gemm_rate_note, weight_bytes_per_rank as quant_weight_bytes
-from commprof.analysis.predictmoe import MOE_COLUMN_DOCS, MOE_COLUMN_KINDS, MOE_COLUMNS, check_ep, ep_rows
+from commprof.analysis.predictmoe import MOE_COLUMN_DOCS, MOE_COLUMN_KINDS, MOE_COLUMNS, check_ep, check_ep_comm, ep_rows
 from commprof.analysis.predictload import LOAD_COLUMN_DOCS, LOAD_COLUMN_KINDS, LOAD_COLUMNS, load_rows
 
 CSV_COLUMNS = ["box", "gpu", "comm", "comm_kind", "comm_timing", "tp", "batch", "context", "mode",
@@ -233,7 +233,8 @@ MLA_NOTE = ("MLA model: the published figures of this class (DeepSeek-R1 FP8 on 
             "held out; DeepSeek-R1 AWQ on 8x H100 and FP8 on 8x H200 under vLLM 0.9-0.10, held out; "
             "results/bench/predict_figures.md) ran within 5% of the prediction at concurrency 1 under SGLang and "
             "1.15-1.36x slower at 16-64; the two under vLLM ran 1.6-1.8x slower at concurrency 1 (16.1 and 15.85 ms "
-            "a token on different GPUs and weights, flat from 128 to 8192 prompt tokens: a fixed cost per step), "
+            "a token on different GPUs and weights, flat from 128 to 8192 prompt tokens: a fixed cost per step; the "
+            "second's launch set expert parallelism, 1.54x with --ep 8 --ep-comm all-reduce), "
             "1.37-1.52x with --mode piecewise (vLLM V1 before 0.11: the attention op run from Python between graph "
             "pieces; not adopted by the benchmark): read the ms/token as a lower bound")
 #: Said when an MoE model's time to first token is printed (--prompt, or the TTFT under a load): the published
@@ -277,7 +278,7 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
                   dtype: str = "bf16", weights: str = "bf16", mode: str = "graph", mem_util: float = 0.9,
                   calibration: dict | None = None, ep: int = 1, moe_steps: list | None = None,
                   load=None, comm_overhead_from: str | None = None,
-                  sampling: str = "greedy") -> tuple[list[dict], list[str], dict]:
+                  sampling: str = "greedy", ep_comm: str = "all-to-all") -> tuple[list[dict], list[str], dict]:
     """Validated inputs -> (rows of :data:`CSV_COLUMNS`, notes, the provenance a predict dir's
     meta.json carries). ``model``: a name, a config.json path or a :class:`ModelShape`; ``gpus``
     and ``comms``: as ``--gpu`` and ``--comm`` (specs or :class:`CommSource` objects)."""
@@ -306,6 +307,9 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     if sampling == "full":        # the sampler's top-p sort and penalties, once a step (computemodel.step_overhead_us)
         calibration["sampling_full"] = 1.0
     check_ep(model, ep)
+    check_ep_comm(ep_comm)
+    if ep_comm != "all-to-all" and ep == 1:
+        raise UsageError(f"--ep-comm {ep_comm} needs --ep N (N > 1): it says which collective expert parallelism runs")
     ep_on, load_notes = ep != 1 or moe_steps is not None, []
     if load is not None:        # the load decides the batch: analysis/predictload.py
         def step_row_of(g, c, tp):
@@ -313,7 +317,7 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
                 r = predict_point(model, g, c, tp, b, ctx, prompt, dtype, mode, mem_util, calibration, weights, m)
                 if ep_on:
                     (r,), ns = ep_rows([r], model, [(g, c)], ep, ctx, dtype, mode, calibration, weights, moe_steps,
-                                       tokens_of=lambda _: b + m)
+                                       tokens_of=lambda _: b + m, ep_comm=ep_comm)
                     load_notes.extend(n for n in ns if n not in load_notes)
                 return r
             return step_row
@@ -328,7 +332,8 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
     csv_columns, extra_kinds, extra_docs = list(CSV_COLUMNS), {}, {}
     if ep_on:      # expert parallelism: analysis/predictmoe.py
         if load is None:
-            rows, ep_notes = ep_rows(rows, model, boxes, ep, context, dtype, mode, calibration, weights, moe_steps)
+            rows, ep_notes = ep_rows(rows, model, boxes, ep, context, dtype, mode, calibration, weights, moe_steps,
+                                     ep_comm=ep_comm)
             notes += ep_notes
         csv_columns, extra_kinds, extra_docs = csv_columns + MOE_COLUMNS, MOE_COLUMN_KINDS, MOE_COLUMN_DOCS
     if load is not None:
@@ -357,7 +362,8 @@ def predict_table(model, gpus: list, comms: list, tps, batches, context: int = 4
         "column_kinds": COLUMN_KINDS, "columns": COLUMN_DOCS, "notes": notes,
     }
     if csv_columns != CSV_COLUMNS:       # --ep / load columns (predictmoe.py, predictload.py)
-        meta.update(csv_columns=csv_columns, ep=ep, load=load and load.__dict__, column_kinds={**COLUMN_KINDS, **extra_kinds},
+        meta.update(csv_columns=csv_columns, ep=ep, ep_comm=ep_comm if ep_on else None, load=load and load.__dict__,
+                    column_kinds={**COLUMN_KINDS, **extra_kinds},
                     columns={**COLUMN_DOCS, **extra_docs})
     return rows, notes, meta
 

@@ -22,6 +22,13 @@ sharded over ``tp / N`` GPUs (SGLang's ``moe_tp_size = tp_size / ep_size``; ``--
   :func:`commprof.analysis.latency.stand_in_op`), plus, when ``tp / N > 1``, an all-reduce of
   ``B x hidden`` inside each expert group (priced at ``tp / N`` ranks).
 
+``ep_comm`` (``--ep-comm``) says which collective the engine runs for the experts: ``all-to-all`` (the
+default: dispatch and combine as above, SGLang with an all-to-all backend or DP attention, vLLM with data
+parallelism) or ``all-reduce`` (every rank holds every token, computes its own experts' share and the MoE
+output is summed by the same all-reduce as under TP: vLLM's ``--enable-expert-parallel`` at data parallel 1,
+``FusedMoE`` reducing over the TP group; SGLang's ``--ep-size`` without an all-to-all backend): the
+collectives are then the TP row's, unchanged.
+
 Shared experts and the leading dense layers are unchanged (sharded over TP; stepmodel's rule: a
 shared expert adds no collective). Modelled; standard library only.
 """
@@ -53,6 +60,21 @@ MOE_COLUMN_DOCS = {
     "moe_imbalance": "max / mean token load over ranks the experts' time and all-to-alls are scaled by "
                      "(1: uniform routing; else from the --moe-skew dir)",
 }
+
+
+#: ``--ep-comm``: the collective an engine runs for its experts under expert parallelism (module doc).
+EP_COMMS = ("all-to-all", "all-reduce")
+EP_COMM_HELP = ("With --ep: all-to-all (dispatch and combine over the ep ranks: SGLang with an all-to-all backend "
+                "or DP attention, vLLM with data parallelism) or all-reduce (each rank computes its experts for "
+                "every token and the MoE output is summed by the TP all-reduce: vLLM --enable-expert-parallel at "
+                "data parallel 1, SGLang --ep-size without an all-to-all backend).")
+
+
+def check_ep_comm(ep_comm: str) -> str:
+    """``--ep-comm``: one of :data:`EP_COMMS`."""
+    if ep_comm not in EP_COMMS:
+        raise UsageError(f"--ep-comm {ep_comm!r}: use one of {', '.join(EP_COMMS)}")
+    return ep_comm
 
 
 def check_ep(model: ModelShape, ep: int) -> int:
@@ -116,11 +138,13 @@ def _roof_split(k) -> tuple[float, float]:
 
 def apply_ep(row: dict, model: ModelShape, gpu, comm, ep: int, tokens: int, context: int, dtype: str = "bf16",
              mode: str = "graph", cal: dict | None = None, weights: str = "bf16",
-             imbalance: float | None = None) -> dict:
+             imbalance: float | None = None, ep_comm: str = "all-to-all") -> dict:
     """``row`` (a predict row at TP ``row['tp']``, experts sharded over TP) with its MoE layers under
-    expert parallelism ``ep``: the routed experts' kernel and the MLP-out all-reduces of the MoE
-    layers replaced as the module says; the totals, rates and share recomputed; :data:`MOE_COLUMNS`
-    added. ``tokens``: tokens per step (the batch, plus prompt tokens sharing the step)."""
+    expert parallelism ``ep``: the routed experts' kernel and, with ``ep_comm`` ``all-to-all``, the
+    MLP-out all-reduces of the MoE layers replaced as the module says (``all-reduce``: kept as they are);
+    the totals, rates and share recomputed; :data:`MOE_COLUMNS` added. ``tokens``: tokens per step (the
+    batch, plus prompt tokens sharing the step)."""
+    check_ep_comm(ep_comm)
     cal = {**CALIBRATION, **(cal or {})}
     tp, batch = int(row["tp"]), int(row["batch"])
     moe_layers = sum(1 for i in range(model.layers) if is_moe_layer(model, i))
@@ -140,17 +164,21 @@ def apply_ep(row: dict, model: ModelShape, gpu, comm, ep: int, tokens: int, cont
     # communication: the MoE layers' MLP-out all-reduce at tp -> dispatch + combine at ep (+ group all-reduce)
     elem = dtype_bytes(dtype)
     cmode = collective_mode(mode)
-    price_tp = comm.price(tp, cmode)
-    removed = sum(price_tp(s.op, s.size_bytes) for s in step_collectives(model, tp, tokens, batch, dtype)
-                  if s.kind == "mlp_out" and is_moe_layer(model, s.layer))
-    a2a = COLLECTIVES["all_to_all"].layout(int(tokens * model.top_k * h * elem * imb), ep, elem)
-    per_layer = 2 * comm.price(ep, cmode)("all_to_all", a2a.size_bytes)
-    n_coll = 2
-    if moe_tp > 1:
-        ar = COLLECTIVES["all_reduce"].layout(tokens * h * elem, moe_tp, elem)
-        per_layer += comm.price(moe_tp, cmode)("all_reduce", ar.size_bytes)
-        n_coll = 3
-    added = moe_layers * per_layer
+    if ep_comm == "all-reduce":     # the TP all-reduce sums the experts' shares: the row's collectives stand
+        removed = added = 0.0
+        n_coll = 1
+    else:
+        price_tp = comm.price(tp, cmode)
+        removed = sum(price_tp(s.op, s.size_bytes) for s in step_collectives(model, tp, tokens, batch, dtype)
+                      if s.kind == "mlp_out" and is_moe_layer(model, s.layer))
+        a2a = COLLECTIVES["all_to_all"].layout(int(tokens * model.top_k * h * elem * imb), ep, elem)
+        per_layer = 2 * comm.price(ep, cmode)("all_to_all", a2a.size_bytes)
+        n_coll = 2
+        if moe_tp > 1:
+            ar = COLLECTIVES["all_reduce"].layout(tokens * h * elem, moe_tp, elem)
+            per_layer += comm.price(moe_tp, cmode)("all_reduce", ar.size_bytes)
+            n_coll = 3
+        added = moe_layers * per_layer
     d_compute = moe_layers * ((r_ep - r_tp) + (f_ep - f_tp))
     comm_us = row["comm_ms"] * 1e3 + added - removed
     # piecewise graphs: the host's wait is taken again against the GPU's new work (computemodel.host_wait_us)
@@ -171,10 +199,15 @@ def apply_ep(row: dict, model: ModelShape, gpu, comm, ep: int, tokens: int, cont
     return out
 
 
-def ep_note(model: ModelShape, ep: int, imbalance: float | None, skew_note: str = "") -> str:
+def ep_note(model: ModelShape, ep: int, imbalance: float | None, skew_note: str = "",
+            ep_comm: str = "all-to-all") -> str:
     """One line: what ``--ep`` did."""
     how = (f"measured imbalance {imbalance:.3g} (max / mean rank load){': ' + skew_note if skew_note else ''}"
            if imbalance is not None else "uniform routing, the busiest group's expected active experts")
+    if ep_comm == "all-reduce":
+        return (f"--ep {ep} --ep-comm all-reduce: {model.experts // ep} whole routed experts per expert group; each "
+                f"rank computes its experts for every token and each MoE layer's output is summed by the TP "
+                f"all-reduce, as without --ep; {how}")
     return (f"--ep {ep}: {model.experts // ep} whole routed experts per expert group; each MoE layer's all-reduce "
             f"is a dispatch and a combine all-to-all over {ep} ranks of tokens x top_k {model.top_k} x hidden; {how}")
 
@@ -206,13 +239,14 @@ def _int(v):
 
 def ep_rows(rows: list[dict], model: ModelShape, boxes: list, ep: int, context: int, dtype: str, mode: str,
             cal: dict | None, weights: str, moe_steps: list[dict] | None = None,
-            tokens_of=None) -> tuple[list[dict], list[str]]:
+            tokens_of=None, ep_comm: str = "all-to-all") -> tuple[list[dict], list[str]]:
     """Every predict row under ``--ep`` (:func:`apply_ep`), with the notes: a row whose TP degree
     ``ep`` does not divide, or whose comm input has no rows at ``ep`` (or ``tp / ep``) ranks, is
     dropped and said. ``boxes``: the (GpuSpec, CommSource) pairs the rows came from;
     ``moe_steps``: a ``commprof moe`` dir's step rows (the measured imbalance), or None;
     ``tokens_of(row)``: tokens per step (default the row's batch)."""
     check_ep(model, ep)
+    check_ep_comm(ep_comm)
     if moe_steps is not None and ep == 1:
         raise UsageError("--moe-skew needs --ep N (N > 1): the skew is the expert groups' imbalance")
     by_box = {f"{g.key} + {c.label}": (g, c) for g, c in boxes}
@@ -221,7 +255,9 @@ def ep_rows(rows: list[dict], model: ModelShape, boxes: list, ep: int, context: 
     for r in rows:
         gpu, comm = by_box[r["box"]]
         tp = int(r["tp"])
-        if tp % ep or any(n > 1 and not comm.covers(n) for n in (ep, tp // ep)):
+        # the ranks the comm input must price: ep and tp / ep for the all-to-alls, none beyond the row's for all-reduce
+        need = (ep, tp // ep) if ep_comm == "all-to-all" else ()
+        if tp % ep or any(n > 1 and not comm.covers(n) for n in need):
             if (r["box"], tp) not in skipped:
                 skipped.add((r["box"], tp))
                 why = (f"--ep {ep} does not divide tp={tp}" if tp % ep else
@@ -239,8 +275,8 @@ def ep_rows(rows: list[dict], model: ModelShape, boxes: list, ep: int, context: 
         key = (imb, skew_note)
         if key not in said:
             said.add(key)
-            notes.append(ep_note(model, ep, imb, skew_note))
-        out.append(apply_ep(r, model, gpu, comm, ep, tokens, context, dtype, mode, cal, weights, imb))
+            notes.append(ep_note(model, ep, imb, skew_note, ep_comm))
+        out.append(apply_ep(r, model, gpu, comm, ep, tokens, context, dtype, mode, cal, weights, imb, ep_comm))
     if not out:
         raise UsageError(f"predict --ep {ep}: no row left: " + "; ".join(notes))
     return out, notes

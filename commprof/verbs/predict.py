@@ -41,7 +41,7 @@ def write_predict(out_dir: str, rows: list[dict], meta_extra: dict, columns: lis
 
 def run(cfg: PredictConfig, console=None) -> int:
     """``commprof predict``: rows, files, console table and chart; the exit code."""
-    more = dict(ep=cfg.ep, moe_steps=read_moe_steps(cfg.moe_skew) if cfg.moe_skew else None)   # predictmoe.py
+    more = dict(ep=cfg.ep, ep_comm=cfg.ep_comm, moe_steps=read_moe_steps(cfg.moe_skew) if cfg.moe_skew else None)   # predictmoe.py
     if cfg.concurrency or cfg.qps:       # the load: predictload.py
         more.update(load=load_spec(cfg.concurrency, cfg.qps, cfg.isl, cfg.osl, cfg.chunk, cfg.prefill_steps))
     rows, notes, meta_extra = predict_table(cfg.model, cfg.gpus, cfg.comms, cfg.tps, cfg.batches, cfg.context,
