@@ -43,11 +43,15 @@ CORPUS = os.path.join(REPO, "tests", "data", "published-decode")
 WEIGHT_ALIASES = {"int4-awq": ("int4-awq", "int4", "w4a16", "awq")}
 
 
-#: How the benchmark prices a figure's recorded ``mode``. The corpus says how each figure ran (``piecewise``:
-#: vLLM V1 0.8-0.10.x, whose CUDA graphs stop at every attention op); the benchmark prices those as ``graph``:
-#: predict's ``--mode piecewise`` was tried and not adopted here (docs/predict.md, "Twelfth pass of issue 31"
-#: and "Thirteenth pass": its refits failed the rules written before them).
-PRICED_MODE = {"piecewise": "graph"}
+#: How the benchmark prices a figure's recorded ``mode`` (empty: as recorded). The corpus says how each figure ran
+#: (``piecewise``: vLLM V1 0.8-0.10.x, whose CUDA graphs stop at every attention op); since the fourteenth pass of
+#: issue 31 (docs/predict.md, rule (I)) each is priced so, with predict's ``--mode piecewise``.
+PRICED_MODE: dict = {}
+#: The prefill policy (``--prefill-steps``) a loaded serving figure is priced with, by the corpus' ``engine_gen``
+#: (absent: predict's default, ``mixed``): SGLang's own, ``separate`` (a waiting prompt is a forward of its own
+#: unless launched with ``--enable-mixed-chunk``, which the cookbook's launches are not), with the chunk SGLang
+#: sizes by GPU memory (fourteenth pass of issue 31, rule (I)).
+PRICED_PREFILL: dict = {"sglang": "separate"}
 
 
 def priced_mode(f: dict) -> str:
@@ -173,24 +177,26 @@ def _load_row(f: dict, weights: str, cal: dict | None) -> dict:
     median figure (``stat``) is the median step: a pure decode step while fewer than half of a
     request's steps carry another's prompt chunk, else a mixed one (the mean, ``tpot_ms``, blends them).
     The row keeps both steps (``decode_row``, ``mixed_row``) and the split (``split``) for :func:`breakdown`."""
-    from commprof.analysis.predictload import load_point, load_spec, split_in_flight
+    from commprof.analysis.predictload import carrying_step, load_point, load_spec, sglang_chunk, split_in_flight
+    from commprof.model.gpus import get_gpu
     from commprof.model.registry import PredictConfig
 
-    # predict's defaults: --chunk 2048, --prefill-steps mixed (docs/predict.md, "Eleventh pass of issue 31":
-    # SGLang's own policy, separate, was tried and not kept; again with the piecewise mode in the twelfth and
-    # thirteenth passes)
-    spec = load_spec([f["batch"]], [], f["isl"], f["osl"], PredictConfig().chunk)
+    # the engine's own prefill policy (PRICED_PREFILL): SGLang's separate prefill forwards with the chunk it sizes
+    # by GPU memory; else predict's defaults, --chunk 2048 and --prefill-steps mixed
+    policy = PRICED_PREFILL.get(f.get("engine_gen", ""), "mixed")
+    chunk = sglang_chunk(get_gpu(f["gpu"]).memory_gb) if policy == "separate" else PredictConfig().chunk
+    spec = load_spec([f["batch"]], [], f["isl"], f["osl"], chunk, policy)
     steps: dict = {}
 
-    def step_row(b, m, ctx):            # each step priced once: load_point's steps are the median's too
-        if (b, m, ctx) not in steps:
-            steps[b, m, ctx] = priced_point(f, b, ctx, weights, cal, mixed_tokens=m)
-        return steps[b, m, ctx]
+    def step_row(b, m, ctx, prompt=None):   # each step priced once: load_point's steps are the median's too
+        if (b, m, ctx, prompt) not in steps:
+            steps[b, m, ctx, prompt] = priced_point(f, b, ctx, weights, cal, prompt=prompt, mixed_tokens=m)
+        return steps[b, m, ctx, prompt]
     row = load_point(step_row, spec, "concurrency", float(f["batch"]))
     sp = split_in_flight(float(row["requests_in_flight"]), spec)
     ctx = f["isl"] + f["osl"] // 2
     row.update(split=sp, decode_row=step_row(sp.decode_batch, 0, ctx),
-               mixed_row=step_row(sp.decode_batch, sp.chunk_tokens, ctx))
+               mixed_row=carrying_step(step_row, sp, spec, ctx)[0])
     row["median_ms"] = (row["mixed_row"] if sp.mixed_share >= 0.5 else row["decode_row"])["ms_per_token"]
     return row
 
@@ -225,8 +231,8 @@ def predict_figure(f: dict, cal: dict | None = None) -> dict | None:
     serving = f["metric"] in ("TPOT", "ITL")
     ctx = f["isl"] + f["osl"] // 2
     # A serving figure at concurrency c > 1 is priced as `predict --concurrency c --isl --osl` prices it
-    # (commprof.analysis.predictload, the default --chunk): decode steps, and steps that also carry a
-    # whole prompt chunk of another request, blended by the share of a request's steps that meet one.
+    # (commprof.analysis.predictload; the engine's prefill policy, PRICED_PREFILL): decode steps, and steps that
+    # also carry (or wait for) a prompt chunk of another request, blended by the share of a request's steps that meet one.
     loaded = serving and f["batch"] > 1
     r = None
     for w in WEIGHT_ALIASES.get(f["weights"], (f["weights"],)):
@@ -356,10 +362,13 @@ def fit(figures: list[dict], start: dict | None = None) -> dict:
     joints = (("bw_frac", "half_bytes", "half_bytes_bw_scaled", "fill_us", "fill_sm_scaled", "fill_clock_scaled"),
               ("gddr_bw_frac", "pcie_skew_frac", "pcie_skew_graph_frac", "pcie_call_us"),
               # the MoE layer's terms: per-expert ramps and the tile cap price the same idle SMs two ways
-              ("moe_expert_streams", "moe_stream_cap", "moe_tile_gbps"))
+              ("moe_expert_streams", "moe_stream_cap", "moe_tile_gbps", "moe_bw_frac"))
     for _ in range(4):
         start = best
         for joint in joints:
+            # the structural switches (half_bytes_bw_scaled, fill_sm_scaled, fill_clock_scaled, moe_expert_streams)
+            # are held at their argued values: FIT_GRID leaves them out (fourteenth pass of issue 31, rule (I))
+            joint = tuple(k for k in joint if k in FIT_GRID)
             for combo in itertools.product(*(FIT_GRID[k] for k in joint)):
                 trial = {**cal, **dict(zip(joint, combo))}
                 l = loss(trial)
@@ -434,12 +443,14 @@ def _moe_tile_lines(model, gpu, tp: int, tokens: int, cal: dict, dram_gbps: floa
     if not model.experts or rate <= 0:
         return []
     active = experts_touched(model.experts, model.top_k, tokens)
+    share = float(cal.get("moe_bw_frac", 1.0))          # the grouped GEMM's share of the streaming rate
     parts = [f"{name} {blocks:.0f} blocks x {rate:g} GB/s = {blocks * rate:.0f} GB/s"
-             f"{' (binds)' if blocks * rate < dram_gbps else ''}"
+             f"{' (binds)' if blocks * rate < dram_gbps * share else ''}"
              for name, _, _, blocks in moe_launches(active, tokens * model.top_k, model.hidden,
                                                     -(-model.expert_ffn // tp), cal)]
     return [f"moe_experts: {active:.1f} active experts a layer; " + ", ".join(parts)
-            + f"; DRAM {dram_gbps:.0f} GB/s (moe_tile_gbps, moe_tile_n {cal.get('moe_tile_n', 64):g})"]
+            + f"; DRAM {dram_gbps:.0f} GB/s x moe_bw_frac {share:g} = {dram_gbps * share:.0f} GB/s "
+            f"(moe_tile_gbps, moe_tile_n {cal.get('moe_tile_n', 64):g})"]
 
 
 def _weights_of(f: dict) -> str:
@@ -477,7 +488,7 @@ def main() -> int:
     ap.add_argument("--fit", action="store_true", help="print the constants fitted on the fit figures and stop")
     ap.add_argument("--fit-start", default="", metavar="K=V,...",
                     help="with --fit: start the search from the committed constants with these replaced, e.g. "
-                         "moe_expert_streams=0,moe_tile_gbps=10 (the ninth pass's second start)")
+                         "moe_stream_cap=0,moe_tile_gbps=10")
     default_aic = os.path.join(REPO, ".venv-aic", "bin", "aiconfigurator")
     ap.add_argument("--aic", default=default_aic if os.path.exists(default_aic) else "",
                     help="aiconfigurator executable, beside each figure where it has the system (skipped when absent)")
@@ -602,8 +613,10 @@ def main() -> int:
               "figures at TP > 1, never on held-out ones): " +
               "; ".join(f"{src} -> {b['why']}" for src, b in boxes.items()) + ".",
               f"Figures recorded as run under piecewise CUDA graphs (vLLM V1 0.8-0.10.x), priced as "
-              f"{PRICED_MODE.get('piecewise', 'piecewise')} (PRICED_MODE; docs/predict.md, twelfth and thirteenth passes of issue 31): "
-              f"{sum(r['mode'] == 'piecewise' for r in rows)}.",
+              f"{PRICED_MODE.get('piecewise', 'piecewise')} (PRICED_MODE; docs/predict.md, twelfth to fourteenth passes of "
+              f"issue 31): {sum(r['mode'] == 'piecewise' for r in rows)}. Loaded serving figures priced with their engine's "
+              f"prefill policy (PRICED_PREFILL {PRICED_PREFILL}; else mixed): "
+              f"{sum(1 for f in figures if f.get('engine_gen') in PRICED_PREFILL and f['batch'] > 1 and f['metric'] in ('TPOT', 'ITL'))}.",
               f"Not priced: {', '.join(r['id'] for r in rows if r['status'] == 'not priced') or 'none'}. "
               f"Not counted (faster than the datasheet): {', '.join(r['id'] for r in rows if r['status'] == 'impossible') or 'none'}."]
     write_result(args.out, "predict_figures", "commprof predict vs published decode figures", result, table)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 
 import pytest
 
@@ -18,6 +19,8 @@ from commprof.analysis.predictmoe import (active_experts_per_rank, ep_expert_ker
 from commprof.model.errors import UsageError
 from commprof.model.gpus import get_gpu
 from commprof.model.models import get_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 Q30 = "Qwen3-30B-A3B"      # 48 MoE layers, hidden 2048, 128 experts of 768, top-8
 
@@ -194,15 +197,25 @@ def test_an_mla_prediction_says_it_is_a_lower_bound_and_a_dense_one_does_not():
     m = get_model("DeepSeek-R1")
     figs = [("h100-sxm", "reference:nvlink4", "int4-awq", 128 + 512, 16.1),
             ("h200", "reference:nvlink4", "fp8-block", 7902 + 500, 15.85)]
-    for mode, lo, hi, said in (("graph", 1.55, 1.85, "1.6-1.8x slower"), ("piecewise", 1.365, 1.525, "1.37-1.52x")):
+    for mode, lo, hi, said in (("graph", 1.755, 1.925, "1.76-1.92x slower"), ("piecewise", 1.475, 1.575, "1.48-1.57x")):
         ratios = [ms / predict_point(m, get_gpu(g), comm_source(c), 8, 1, ctx, mode=mode, weights=w)["ms_per_token"]
                   for g, c, w, ctx, ms in figs]
         assert lo <= min(ratios) and max(ratios) <= hi and said in MLA_NOTE, (mode, ratios)
 
     # the recipe as launched (--enable_expert_parallel at TP 8, data parallel 1): --ep 8 --ep-comm all-reduce
-    (r,), _, _ = predict_table("DeepSeek-R1", ["h200"], ["reference:nvlink4"], [8], [1], context=7902 + 500,
-                               weights="fp8-block", ep=8, ep_comm="all-reduce")
-    assert 1.535 <= 15.85 / r["ms_per_token"] < 1.545 and "1.54x with --ep 8 --ep-comm all-reduce" in MLA_NOTE
+    for mode, lo, said in (("graph", 1.675, "1.68x with --ep 8 --ep-comm all-reduce"),
+                           ("piecewise", 1.415, "1.42x for the second with its --ep")):
+        (r,), _, _ = predict_table("DeepSeek-R1", ["h200"], ["reference:nvlink4"], [8], [1], context=7902 + 500,
+                                   weights="fp8-block", ep=8, ep_comm="all-reduce", mode=mode)
+        assert lo <= 15.85 / r["ms_per_token"] < lo + 0.01 and said in MLA_NOTE, (mode, 15.85 / r["ms_per_token"])
+    # SGLang's figures as the committed benchmark priced them: measured / predicted at concurrency 1 and 16-64
+    with open(os.path.join(ROOT, "results", "bench", "predict_figures.csv"), newline="") as fh:
+        sgl = [r for r in csv.DictReader(fh) if r["id"].startswith("sglcb-deepseek-r1")]
+    c1 = [1 / float(r["ratio"]) for r in sgl if int(r["batch"]) == 1]
+    load = [1 / float(r["ratio"]) for r in sgl if int(r["batch"]) > 1]
+    assert len(c1) == 3 and len(load) == 5
+    assert 1.145 <= min(c1) and max(c1) < 1.165 and "1.15-1.16x slower than the prediction at concurrency 1" in MLA_NOTE
+    assert 0.955 <= min(load) and max(load) < 1.155 and "0.96-1.15x of it at 16-64" in MLA_NOTE
     _, notes, meta = predict_table("DeepSeek-R1", ["h100-sxm"], ["reference:nvlink4"], [8], [1], weights="int4-awq")
     assert MLA_NOTE in notes and MLA_NOTE in meta["notes"] and "lower bound" in MLA_NOTE
     _, notes, _ = predict_table("Qwen3-30B-A3B", ["h100-sxm"], ["reference:nvlink4"], [2], [1])
@@ -226,7 +239,7 @@ def test_an_moe_ttft_says_it_is_a_lower_bound_and_the_quoted_ratios_hold():
                                            weights=weights)
             ratios.append(ttft_ms / rows[0]["ttft_ms"])
             assert MOE_TTFT_NOTE in notes
-    assert 1.35 <= min(ratios) and max(ratios) <= 3.55 and "1.4-3.5x" in MOE_TTFT_NOTE
+    assert 1.35 <= min(ratios) and max(ratios) <= 3.25 and "1.4-3.2x" in MOE_TTFT_NOTE
     _, notes, _ = predict_table("Qwen3-30B-A3B", ["h100-sxm"], ["reference:nvlink4"], [2], [1])
     assert MOE_TTFT_NOTE not in notes                                  # no prompt, no load: no TTFT printed
     _, notes, _ = predict_table("Qwen3-30B-A3B", ["h100-sxm"], ["reference:nvlink4"], [2], [1],

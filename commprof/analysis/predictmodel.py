@@ -231,17 +231,18 @@ def achievable_bw_note(gpu) -> str:
 #: Said with every prediction of a multi-head latent attention model (DeepSeek-V2/V3/R1, Kimi-K2).
 MLA_NOTE = ("MLA model: the published figures of this class (DeepSeek-R1 FP8 on 8x B200 under SGLang, fit and "
             "held out; DeepSeek-R1 AWQ on 8x H100 and FP8 on 8x H200 under vLLM 0.9-0.10, held out; "
-            "results/bench/predict_figures.md) ran within 5% of the prediction at concurrency 1 under SGLang and "
-            "1.15-1.36x slower at 16-64; the two under vLLM ran 1.6-1.8x slower at concurrency 1 (16.1 and 15.85 ms "
-            "a token on different GPUs and weights, flat from 128 to 8192 prompt tokens: a fixed cost per step; the "
-            "second's launch set expert parallelism, 1.54x with --ep 8 --ep-comm all-reduce), "
-            "1.37-1.52x with --mode piecewise (vLLM V1 before 0.11: the attention op run from Python between graph "
-            "pieces; not adopted by the benchmark): read the ms/token as a lower bound")
+            "results/bench/predict_figures.md) ran 1.15-1.16x slower than the prediction at concurrency 1 under SGLang "
+            "and 0.96-1.15x of it at 16-64 (with --prefill-steps separate, SGLang's own); the two under vLLM ran "
+            "1.76-1.92x slower at concurrency 1 (16.1 and 15.85 ms a token on different GPUs and weights, flat from 128 "
+            "to 8192 prompt tokens: a fixed cost per step; the second's launch set expert parallelism, 1.68x with --ep 8 "
+            "--ep-comm all-reduce), 1.48-1.57x with --mode piecewise (vLLM V1 before 0.11: the attention op run from "
+            "Python between graph pieces, as the benchmark prices them; 1.42x for the second with its --ep): read the "
+            "ms/token as a lower bound")
 #: Said when an MoE model's time to first token is printed (--prompt, or the TTFT under a load): the published
 #: concurrency-1 TTFTs of SGLang's cookbook against this model (tests/test_predict_moe.py recomputes the ratios).
 MOE_TTFT_NOTE = ("MoE model, time to first token: SGLang's published TTFTs at concurrency 1 for DeepSeek-R1 FP8 and "
                  "Qwen3-235B-A22B on 8x B200 (https://github.com/sgl-project/sgl-cookbook, section 5.1 Speed Benchmark: "
-                 "126-166 ms and 99-140 ms for 610- and 4,194-token prompts) were 1.4-3.5x what this model prices, the "
+                 "126-166 ms and 99-140 ms for 610- and 4,194-token prompts) were 1.4-3.2x what this model prices, the "
                  "most for short prompts (a prefill costing about 100 ms whatever its length: not modelled); read TTFT, "
                  "and under a load the stalls other requests' prefills cause, as a lower bound")
 
@@ -249,7 +250,7 @@ MOE_TTFT_NOTE = ("MoE model, time to first token: SGLang's published TTFTs at co
 #: How far ``--mode piecewise`` has been off, said with it: its piecewise - full-graph difference against five
 #: published vLLM A/B runs it was not set from (results/bench/piecewise_ab.json; tests/test_predict.py checks the
 #: figures against it).
-PIECEWISE_CHECK = ("on 5 published piecewise vs full-graph A/B runs the modelled difference was 0.52-1.40x the "
+PIECEWISE_CHECK = ("on 5 published piecewise vs full-graph A/B runs the modelled difference was 0.52-2.47x the "
                    "measured one, below it on 4 (median 0.62: results/bench/piecewise_ab.md)")
 
 
