@@ -64,10 +64,6 @@ MOE_COLUMN_DOCS = {
 
 #: ``--ep-comm``: the collective an engine runs for its experts under expert parallelism (module doc).
 EP_COMMS = ("all-to-all", "all-reduce")
-EP_COMM_HELP = ("With --ep: all-to-all (dispatch and combine over the ep ranks: SGLang with an all-to-all backend "
-                "or DP attention, vLLM with data parallelism) or all-reduce (each rank computes its experts for "
-                "every token and the MoE output is summed by the TP all-reduce: vLLM --enable-expert-parallel at "
-                "data parallel 1, SGLang --ep-size without an all-to-all backend).")
 
 
 def check_ep_comm(ep_comm: str) -> str:
