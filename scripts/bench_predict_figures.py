@@ -224,6 +224,11 @@ def priced_point(f: dict, batch: int, ctx: int, weights: str, cal: dict | None, 
     return r
 
 
+def is_loaded(f: dict) -> bool:
+    """A serving figure (TPOT or ITL) at concurrency > 1: priced through predict's load model."""
+    return f["metric"] in ("TPOT", "ITL") and f["batch"] > 1
+
+
 def predict_figure(f: dict, cal: dict | None = None) -> dict | None:
     """The figure's metric as predicted (ms per output token), with the step's compute and
     communication; None when the model cannot price the figure's weights."""
@@ -233,7 +238,7 @@ def predict_figure(f: dict, cal: dict | None = None) -> dict | None:
     # A serving figure at concurrency c > 1 is priced as `predict --concurrency c --isl --osl` prices it
     # (commprof.analysis.predictload; the engine's prefill policy, PRICED_PREFILL): decode steps, and steps that
     # also carry (or wait for) a prompt chunk of another request, blended by the share of a request's steps that meet one.
-    loaded = serving and f["batch"] > 1
+    loaded = is_loaded(f)
     r = None
     for w in WEIGHT_ALIASES.get(f["weights"], (f["weights"],)):
         try:
@@ -616,7 +621,7 @@ def main() -> int:
               f"{PRICED_MODE.get('piecewise', 'piecewise')} (PRICED_MODE; docs/predict.md, twelfth to fourteenth passes of "
               f"issue 31): {sum(r['mode'] == 'piecewise' for r in rows)}. Loaded serving figures priced with their engine's "
               f"prefill policy (PRICED_PREFILL {PRICED_PREFILL}; else mixed): "
-              f"{sum(1 for f in figures if f.get('engine_gen') in PRICED_PREFILL and f['batch'] > 1 and f['metric'] in ('TPOT', 'ITL'))}.",
+              f"{sum(1 for f in figures if f.get('engine_gen') in PRICED_PREFILL and is_loaded(f))}.",
               f"Not priced: {', '.join(r['id'] for r in rows if r['status'] == 'not priced') or 'none'}. "
               f"Not counted (faster than the datasheet): {', '.join(r['id'] for r in rows if r['status'] == 'impossible') or 'none'}."]
     write_result(args.out, "predict_figures", "commprof predict vs published decode figures", result, table)
