@@ -45,8 +45,27 @@ def _model(name: str):
     return load_config(os.path.join(CORPUS, name)) if name.endswith(".json") else get_model(name)
 
 
+#: The constants of vLLM 0.7-0.10.x's own DeepSeek kernels (computemodel.piecewise_path_kernels): a pair run by a
+#: later vLLM forced into PIECEWISE graphs runs the fused routing that version ships, so it is priced without them.
+PATH_KERNELS = ("piecewise_mla_extra_kernels", "piecewise_moe_routing_kernels", "piecewise_shared_expert_kernels",
+                "piecewise_shared_quant_kernels")
+
+
+def legacy_path(vllm: str) -> bool:
+    """Whether a pair's vLLM ran the DeepSeek path of 0.7-0.10.x (the row's ``vllm``: a version such as 0.9 or
+    0.23.0, or ``main of YYYY-MM``, main before 2025-10 being that era)."""
+    words = vllm.split()
+    if words[:2] == ["main", "of"] and len(words) > 2:
+        return words[2][:7] < "2025-10"
+    major, _, minor = words[0].partition(".")
+    return (int(major), int(minor.split(".")[0] or 0)) < (0, 11)
+
+
 def price(r: dict, cal: dict | None = None) -> dict:
-    """The pair's two steps as the model prices them (ms per token)."""
+    """The pair's two steps as the model prices them (ms per token); a pair of vLLM >= 0.11 without the
+    0.7-0.10.x DeepSeek path's kernels (:data:`PATH_KERNELS`)."""
+    if not legacy_path(r["vllm"]):
+        cal = {**(cal or {}), **{k: 0.0 for k in PATH_KERNELS}}
     from commprof.analysis.commsource import comm_source
     from commprof.analysis.predictmodel import default_comm, predict_point
     from commprof.analysis.predictmoe import apply_ep
@@ -112,7 +131,9 @@ def main() -> int:
                   f"{summary['checks_within']} of {summary['checks']} (median modelled / measured difference "
                   f"{summary['median_diff_ratio']:.2f}). The `sets` row is the one `piecewise_layer_us` is set from, "
                   "not a check. Each row's assumptions (context, GPU, weights where the page is silent) are in its note "
-                  "in the CSV."]
+                  "in the CSV. A pair run by vLLM >= 0.11 (or main from 2025-10) is priced without the 0.7-0.10.x "
+                  "DeepSeek path's own kernels (piecewise_path: an MLA model's unfused routing and shared-expert MLP), "
+                  "which that version does not run in either mode."]
     write_result(a.out, "piecewise_ab", "commprof predict --mode piecewise vs published piecewise/full-graph A/B runs",
                  res, table)
     return 0

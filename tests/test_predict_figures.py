@@ -395,6 +395,37 @@ def test_piecewise_launches_wait_as_eager_ones_hand_computed():
     assert piecewise_launch_us(m, long, cal) == pytest.approx(4 * (2 * 4.0))
 
 
+def test_piecewise_deepseek_path_kernels_hand_computed():
+    """vLLM 0.7-0.10.x's DeepSeek path under --mode piecewise: DeepSeek-R1 has 61 MLA layers, 58 of them MoE with
+    one shared expert; each MLA layer 3 kernels more, each MoE layer 9 (routing) + 4 (shared experts' MLP and add)
+    more, + 2 activation quants where the GEMMs run W8A8; each priced as the `small` row prices one kernel."""
+    from commprof.analysis.computemodel import (CALIBRATION, piecewise_path_counts, piecewise_path_kernels,
+                                                step_compute)
+    from commprof.model.gpus import get_gpu
+    from commprof.model.models import get_model
+
+    ds, h200, a100 = get_model("DeepSeek-R1"), get_gpu("h200"), get_gpu("a100-sxm")
+    assert piecewise_path_counts(ds, h200, weights="fp8-block") == {"MLA layers": 183, "MoE routing": 522,
+                                                                    "shared experts": 348}
+    assert piecewise_path_counts(ds, h200, weights="int4-awq") == {"MLA layers": 183, "MoE routing": 522,
+                                                                   "shared experts": 232}
+    # no FP8 tensor cores on an A100: FP8 weights are weight-only there, no activation quant kernels
+    assert piecewise_path_counts(ds, a100, weights="fp8-block")["shared experts"] == 232
+    assert piecewise_path_counts(get_model("Qwen3-30B-A3B"), h200) == {}      # not an MLA model: none
+    assert piecewise_path_counts(ds, h200, cal={"piecewise_moe_routing_kernels": 0.0}) == {"MLA layers": 183,
+                                                                                          "shared experts": 232}
+    (k,) = piecewise_path_kernels(ds, h200, 1, weights="fp8-block")
+    small = next(x for x in step_compute(ds, h200, 8, 1, 1024, mode="graph", weights="fp8-block")["by_kernel"]
+                 if x["name"] == "small")
+    assert k.count == 1053 and k.us == pytest.approx(small["us"]) and k.bytes_read == small["bytes_read"]
+    # the step: graph mode leaves them out, piecewise pays them on the GPU (beside its launch waits)
+    g = step_compute(ds, h200, 8, 1, 1024, mode="graph", weights="fp8-block")
+    p = step_compute(ds, h200, 8, 1, 1024, mode="piecewise", weights="fp8-block")
+    assert p["compute_us"] == pytest.approx(g["compute_us"] + 1053 * k.us + p["piecewise_launch_us"])
+    assert p["kernels"] == g["kernels"] + 1053
+    assert all(CALIBRATION[f"piecewise_{n}_kernels"] == v for n, v in
+               (("mla_extra", 3.0), ("moe_routing", 9.0), ("shared_expert", 4.0), ("shared_quant", 2.0)))
+
 def test_piecewise_step_waits_for_the_host_only_beyond_the_gpu():
     from commprof.analysis.commsource import comm_source
     from commprof.analysis.computemodel import host_wait_us, step_compute
@@ -557,6 +588,23 @@ def test_piecewise_against_published_a_b_runs_and_the_committed_result_follows()
     assert doc["summary"] == summary
     for a, b in zip(doc["rows"], rows):
         assert a["id"] == b["id"] and a["predicted_diff_ms"] == pytest.approx(b["predicted_diff_ms"], rel=1e-9)
+
+
+def test_a_b_pairs_of_later_vllm_are_priced_without_the_old_deepseek_path():
+    """The 0.7-0.10.x DeepSeek path's kernels are that era's: a pair of vLLM >= 0.11 (Kimi-K2.6 on main of
+    2026-05) forced into PIECEWISE runs the fused routing in both modes and is priced without them, so its
+    modelled difference is the capture mode's alone; the era is read from the row's vLLM version."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import bench_piecewise_ab as ab
+
+    assert ab.legacy_path("0.9 (PR of 2025-06)") and ab.legacy_path("0.10.1") and ab.legacy_path("main of 2025-09")
+    assert not ab.legacy_path("0.11.0") and not ab.legacy_path("0.23.0") and not ab.legacy_path("main of 2026-05")
+    kimi = next(p for p in ab.load_pairs() if p["id"].startswith("p42885-kimi"))
+    modern = ab.price(kimi)
+    off = ab.price(kimi, {k: 0.0 for k in ab.PATH_KERNELS})
+    assert modern["diff_ms"] == pytest.approx(off["diff_ms"])
+    legacy = ab.price({**kimi, "vllm": "0.10.1"})
+    assert legacy["diff_ms"] > modern["diff_ms"] + 1.0 and legacy["full_ms"] == pytest.approx(modern["full_ms"])
 
 
 # --- (c) the error band ------------------------------------------------------------------------------

@@ -25,7 +25,9 @@ Per layer and rank at TP=N, every kernel of the step is priced as a roofline wit
   ``sampling_full_us`` more where it samples with top-p and penalties (``--sampling full``);
 * under piecewise CUDA graphs (vLLM V1 0.7-0.10.x) the host runs each layer's attention op from Python
   between captured pieces: the step waits for the host where its time for the layers
-  (``piecewise_host_us``) exceeds the GPU's work.
+  (``piecewise_host_us``) exceeds the GPU's work; an MLA model there runs that engine's own DeepSeek path,
+  whose extra kernels (unfused expert routing, the shared experts' own MLP) the GPU pays
+  (``piecewise_path_kernels``).
 
 Prefill (TTFT) is the same sum over a ``prompt``-token step, compute bound: its GEMMs carry
 ``prompt`` tokens and attention is causal (``prompt^2 / 2`` per head).
@@ -176,6 +178,23 @@ CALIBRATION = {
     "piecewise_layer_us": 112.0,
     "piecewise_attn_kernels": 2.0,
     "piecewise_mla_attn_kernels": 8.0,
+    # Set from the engines' source, not fitted: the kernels vLLM V1 0.7-0.10.x's DeepSeek path (its
+    # vllm/model_executor/models/deepseek_v2.py) launches per layer of an MLA model beyond the fused path this
+    # inventory takes from SGLang (mla_proj_launches above), counted at decode batch 1 in the vLLM 0.10.1 and
+    # SGLang 0.5.6 wheels (Inductor's fusion of vLLM's compiled pieces checked on a CPU build): per MLA layer 3
+    # (rotary as two kernels where SGLang's is one in place, the attention op's zero-filled output buffer, the
+    # query concatenation and the output copy, less FA3's scheduler kernel that FlashMLA does without); per MoE
+    # layer the grouped top-k routing as 10 kernels (vllm/model_executor/layers/fused_moe/fused_moe.py
+    # grouped_topk: six Inductor kernels, three top-k calls and a sort) where SGLang's moe_fused_gate is one:
+    # 9 more; the shared experts as their own MLP (gate_up GEMM, activation, down GEMM) and the scaled add,
+    # where SGLang folds them into the routed GEMM as one more expert: 4 more, and 2 more where the GEMMs take
+    # quantized activations (W8A8: a per-token-group quant kernel before each). vLLM later fused the routing
+    # (vllm-project/vllm#23274, #28124), so `graph` (vLLM >= 0.11, SGLang) leaves them out. Each is priced as a
+    # small kernel (the activation's bytes, floor_us at least).
+    "piecewise_mla_extra_kernels": 3.0,
+    "piecewise_moe_routing_kernels": 9.0,
+    "piecewise_shared_expert_kernels": 4.0,
+    "piecewise_shared_quant_kernels": 2.0,
     # The sampler's own work per step beyond a plain draw (greedy, or temperature alone), paid with
     # sampling_full 1 (predict --sampling full): top-p / top-k over the whole vocabulary (each sequence's
     # logits sorted) and repetition, presence and frequency penalties (each sequence's prompt and output
@@ -207,14 +226,17 @@ CALIBRATION_SOURCE = ("bw_frac (HBM) and gddr_bw_frac (GDDR cards, gpus.toml mem
                       "(H20: NVIDIA/nvbandwidth #48), in place of its datasheet's; for --mode piecewise, piecewise_layer_us "
                       "from vllm-project/vllm#47089's piecewise vs full-graph A/B (Qwen3-0.6B, B200, batch 1) and the "
                       "attention op's kernels (piecewise_attn_kernels, piecewise_mla_attn_kernels) from vLLM's "
-                      "vllm/v1/attention/backends; for --sampling full, sampling_full_us fitted on the fit figures of "
+                      "vllm/v1/attention/backends, and an MLA model's kernels beyond the fused path "
+                      "(piecewise_mla_extra_kernels, piecewise_moe_routing_kernels, piecewise_shared_expert_kernels, "
+                      "piecewise_shared_quant_kernels) counted in the vLLM 0.10.1 and SGLang 0.5.6 source; for --sampling full, sampling_full_us fitted on the fit figures of "
                       "Qwen2.5's speed benchmark (top-p 0.8 and repetition, presence and frequency penalties, "
                       "https://github.com/QwenLM/Qwen2.5 examples/speed-benchmark); the other constants set; "
                       "see results/bench/predict_figures.md")
 MODES = ("graph", "piecewise", "eager")
 #: What each mode means, for help texts and errors.
 MODE_HELP = ("graph (CUDA graphs capture the whole decode step: SGLang, TensorRT-LLM, vLLM V0 and vLLM >= 0.11), "
-             "piecewise (vLLM V1 0.7-0.10.x: graphs between attention ops, each attention op run from Python) "
+             "piecewise (vLLM V1 0.7-0.10.x: graphs between attention ops, each attention op run from Python; for an MLA "
+             "model, that engine's DeepSeek kernels too) "
              "or eager (no CUDA graphs)")
 SAMPLINGS = ("greedy", "full")
 #: What each --sampling means, for help texts and errors.
@@ -284,7 +306,9 @@ IDEAL = {"bw_frac": 1.0, "flop_frac": 1.0, "prefill_flop_frac": 1.0, "floor_us":
          "pcie_skew_frac": 0.0, "pcie_skew_graph_frac": 0.0, "pcie_call_us": 0.0, "achievable_bw": 0.0,
          "fill_us": 0.0, "fill_sm_scaled": 0.0, "fill_clock_scaled": 0.0, "gddr_bw_frac": 0.0, "half_bytes_bw_scaled": 0.0, "int4_hopper_frac": 1.0, "moe_expert_streams": 0.0, "sm_stream_gbps": 0.0,
          "moe_aux_kernels": 0.0, "moe_tile_gbps": 0.0, "mla_norm_kernels": 0.0, "mla_proj_launches": 1.0,
-         "sampling_full_us": 0.0, "moe_bw_frac": 1.0, "piecewise_layer_us": 0.0}
+         "sampling_full_us": 0.0, "moe_bw_frac": 1.0, "piecewise_layer_us": 0.0, "piecewise_mla_extra_kernels": 0.0,
+         "piecewise_moe_routing_kernels": 0.0, "piecewise_shared_expert_kernels": 0.0,
+         "piecewise_shared_quant_kernels": 0.0}
 
 #: The constants ``scripts/bench_predict_figures.py --fit`` may move, with the values it tries
 #: (fit figures only; everything else is set).
@@ -541,6 +565,37 @@ def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: in
     return out
 
 
+def piecewise_path_counts(model: ModelShape, gpu: GpuSpec, cal: dict | None = None, weights: str = "bf16",
+                          dtype: str = "bf16") -> dict[str, int]:
+    """Kernels per step that vLLM V1 0.7-0.10.x's DeepSeek path launches beyond the fused path the inventory
+    prices, by cause (CALIBRATION's ``piecewise_*_kernels`` and their source): an MLA model's layers
+    (``piecewise_mla_extra_kernels`` each) and its MoE layers with shared experts (routing, the shared
+    experts' own MLP, and their activation quants where the GEMMs run W8A8); none for other models."""
+    cal = {**CALIBRATION, **(cal or {})}
+    if not model.is_mla:
+        return {}
+    moe = sum(1 for i in range(model.layers) if is_moe_layer(model, i)) if model.experts else 0
+    shared = moe if model.shared_experts else 0
+    w8a8 = quant_gemm_dtype(weights, gpu, dtype) == "fp8"
+    counts = {"MLA layers": model.layers * int(cal.get("piecewise_mla_extra_kernels", 0)),
+              "MoE routing": moe * int(cal.get("piecewise_moe_routing_kernels", 0)),
+              "shared experts": shared * int(cal.get("piecewise_shared_expert_kernels", 0)
+                                             + (cal.get("piecewise_shared_quant_kernels", 0) if w8a8 else 0))}
+    return {k: v for k, v in counts.items() if v}
+
+
+def piecewise_path_kernels(model: ModelShape, gpu: GpuSpec, tokens: int, dtype: str = "bf16",
+                           cal: dict | None = None, weights: str = "bf16") -> list[Kernel]:
+    """:func:`piecewise_path_counts` as one kernel entry (``piecewise_path``), each a small kernel over
+    ``tokens`` tokens' activations (the ``small`` row's price); empty where the model has none."""
+    cal = {**CALIBRATION, **(cal or {})}
+    n = sum(piecewise_path_counts(model, gpu, cal, weights, dtype).values())
+    if not n:
+        return []
+    act = tokens * model.hidden * dtype_bytes(dtype)
+    return [_price("piecewise_path", n, 2 * act, 0.0, gpu, dtype, cal, cal["flop_frac"])]
+
+
 def collective_mode(mode: str) -> str:
     """The mode a step's collectives are priced in: under piecewise CUDA graphs they run inside the
     captured pieces, as under a whole-step graph."""
@@ -604,6 +659,8 @@ def step_compute(model: ModelShape, gpu: GpuSpec, tp: int, batch: int, context: 
         raise ValueError(f"mode {mode!r}: use one of {MODES}")
     cal = {**CALIBRATION, **(cal or {})}
     ks = step_kernels(model, gpu, tp, batch + int(mixed_tokens), batch, context, dtype, cal, weights=weights)
+    if mode == "piecewise":
+        ks = ks + piecewise_path_kernels(model, gpu, batch + int(mixed_tokens), dtype, cal, weights)
     out = _totals(ks, mode, cal)
     out["host_us"] = 0.0
     if mode == "piecewise":

@@ -22,9 +22,9 @@ MIN_FIGURES = 3
 #: ("held_out_bands"); tests/test_predict_figures.py checks that the two agree.
 ERROR_BANDS: dict = {
     'tp1': {'lo': 0.875, 'hi': 1.104, 'min': 0.829, 'max': 1.131, 'n': 25},
-    'nvlink': {'lo': 0.909, 'hi': 1.264, 'min': 0.881, 'max': 1.571, 'n': 17},
+    'nvlink': {'lo': 0.909, 'hi': 1.153, 'min': 0.881, 'max': 1.211, 'n': 17},
     'pcie': {'lo': 0.859, 'hi': 1.084, 'min': 0.808, 'max': 1.186, 'n': 9},
-    'all': {'lo': 0.881, 'hi': 1.131, 'min': 0.808, 'max': 1.571, 'n': 51},
+    'all': {'lo': 0.881, 'hi': 1.128, 'min': 0.808, 'max': 1.211, 'n': 51},
 }
 
 BAND_SOURCE = ("measured / predicted over the held-out published figures of tests/data/published-decode/figures.csv "

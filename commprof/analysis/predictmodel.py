@@ -234,10 +234,10 @@ MLA_NOTE = ("MLA model: the published figures of this class (DeepSeek-R1 FP8 on 
             "results/bench/predict_figures.md) ran 1.15-1.16x slower than the prediction at concurrency 1 under SGLang "
             "and 0.96-1.15x of it at 16-64 (with --prefill-steps separate, SGLang's own); the two under vLLM ran "
             "1.76-1.92x slower at concurrency 1 (16.1 and 15.85 ms a token on different GPUs and weights, flat from 128 "
-            "to 8192 prompt tokens: a fixed cost per step; the second's launch set expert parallelism, 1.68x with --ep 8 "
-            "--ep-comm all-reduce), 1.48-1.57x with --mode piecewise (vLLM V1 before 0.11: the attention op run from "
-            "Python between graph pieces, as the benchmark prices them; 1.42x for the second with its --ep): read the "
-            "ms/token as a lower bound")
+            "to 8192 prompt tokens; the second's launch set expert parallelism, 1.68x with --ep 8 --ep-comm all-reduce), "
+            "1.12-1.21x with --mode piecewise (vLLM V1 before 0.11, as the benchmark prices them: the attention op run "
+            "from Python between graph pieces and that engine's own DeepSeek kernels, its unfused expert routing and "
+            "the shared experts' own MLP; 1.09x for the second with its --ep): read the ms/token as a lower bound")
 #: Said when an MoE model's time to first token is printed (--prompt, or the TTFT under a load): the published
 #: concurrency-1 TTFTs of SGLang's cookbook against this model (tests/test_predict_moe.py recomputes the ratios).
 MOE_TTFT_NOTE = ("MoE model, time to first token: SGLang's published TTFTs at concurrency 1 for DeepSeek-R1 FP8 and "
@@ -262,10 +262,18 @@ def piecewise_note(model: ModelShape, rows: list[dict], cal: dict) -> str:
     told = (f"{len(waits)} of {len(rows)} rows wait for it (their GPU work is shorter: in gaps ms)" if waits
             else "every row's GPU work outlasts it")
     mla = ", plus the MLA op's extra launches" if model.is_mla else ""
+    path = ""
+    if model.is_mla:
+        moe = int(cal["piecewise_moe_routing_kernels"]) + (int(cal["piecewise_shared_expert_kernels"])
+                                                           if model.shared_experts else 0)
+        path = (f"; that engine's DeepSeek path launches {int(cal['piecewise_mla_extra_kernels'])} more kernels a layer "
+                f"and {moe} more an MoE layer ({moe + int(cal['piecewise_shared_quant_kernels'])} with W8A8 GEMMs: "
+                f"unfused expert routing, the shared experts' own MLP), counted in the vLLM 0.10.1 and SGLang 0.5.6 "
+                f"source and priced as small kernels")
     return (f"--mode piecewise (vLLM V1 0.7-0.10.x): the host runs each layer's attention op between captured graph "
             f"pieces, {host_ms:.2f} ms a step for {model.layers} layers (piecewise_layer_us {cal['piecewise_layer_us']:g} us, "
             f"from vllm-project/vllm#47089's piecewise vs full-graph A/B{mla}); {told}; the op's launches outside a "
-            f"graph add their waits on the GPU; {PIECEWISE_CHECK}")
+            f"graph add their waits on the GPU{path}; {PIECEWISE_CHECK}")
 
 
 def sampling_note(cal: dict) -> str:

@@ -108,7 +108,7 @@ class PredictConfig:
     weights: str = flag("bf16", "--weights", help="bf16, fp16 (not quantized), fp8 (per tensor), fp8-block (128x128 scales), int4-awq, int4-gptq, w4a16 (4-bit, group 128), nvfp4 (FP4, an FP8 scale per 16) or mxfp4 (FP4, a power-of-two scale per 32): the linear layers' bytes, scales included; FP8 GEMMs on FP8 tensor cores where the GPU has them, 4-bit weights dequantized to --dtype (commprof/analysis/quant.py).")
     mode: str = flag("graph", "--mode", help="graph (CUDA graphs capture the whole decode step: SGLang, TensorRT-LLM, "
                      "vLLM V0, vLLM >= 0.11), piecewise (vLLM V1 0.7-0.10.x: attention run from Python between "
-                     "captured pieces) or eager.")
+                     "captured pieces; for an MLA model, that engine's DeepSeek kernels too) or eager.")
     mem_util: float = flag(0.9, "--mem-util", help="Share of GPU memory for weights and KV cache.")
     sampling: str = flag("greedy", "--sampling", help="greedy (argmax or a temperature draw: in the step's host work) or "
                          "full (top-p/top-k over the whole vocabulary with repetition, presence or frequency penalties: "
