@@ -188,9 +188,13 @@ CALIBRATION = {
     # grouped_topk: six Inductor kernels, three top-k calls and a sort) where SGLang's moe_fused_gate is one:
     # 9 more; the shared experts as their own MLP (gate_up GEMM, activation, down GEMM) and the scaled add,
     # where SGLang folds them into the routed GEMM as one more expert: 4 more, and 2 more where the GEMMs take
-    # quantized activations (W8A8: a per-token-group quant kernel before each). vLLM later fused the routing
-    # (vllm-project/vllm#23274, #28124), so `graph` (vLLM >= 0.11, SGLang) leaves them out. Each is priced as a
-    # small kernel (the activation's bytes, floor_us at least).
+    # quantized activations (W8A8: a per-token-group quant kernel before each). vLLM fused the routing from
+    # 0.10.2 (vllm-project/vllm#23274; the sigmoid and bias too in #28124), so `graph` (vLLM >= 0.11, SGLang)
+    # leaves them out (0.10.2 runs piecewise with the fused routing: 9 fewer a MoE layer than priced here).
+    # MLA models only: GLM-4.5's 160 experts miss SGLang's fused gate (a power of two), so there vLLM 0.10.1's
+    # routing is no longer than SGLang's and the shared experts' 4 net about 1 (counted in the same wheels).
+    # Kimi-K2's single expert group takes about 2 fewer routing kernels in vLLM than DeepSeek's 8 groups.
+    # Each is priced as a small kernel (the activation's bytes, floor_us at least).
     "piecewise_mla_extra_kernels": 3.0,
     "piecewise_moe_routing_kernels": 9.0,
     "piecewise_shared_expert_kernels": 4.0,
