@@ -52,18 +52,19 @@ PATH_KERNELS = ("piecewise_mla_extra_kernels", "piecewise_moe_routing_kernels", 
 
 
 def legacy_path(vllm: str) -> bool:
-    """Whether a pair's vLLM ran the DeepSeek path of 0.7-0.10.x (the row's ``vllm``: a version such as 0.9 or
-    0.23.0, or ``main of YYYY-MM``, main before 2025-10 being that era)."""
+    """Whether a pair's vLLM ran the unfused DeepSeek path of 0.7-0.10.1 (the row's ``vllm``: a version such as
+    0.9 or 0.23.0, or ``main of YYYY-MM``, main before 2025-09 being that era; 0.10.2 fused the routing,
+    vllm-project/vllm#23274)."""
     words = vllm.split()
     if words[:2] == ["main", "of"] and len(words) > 2:
-        return words[2][:7] < "2025-10"
-    major, _, minor = words[0].partition(".")
-    return (int(major), int(minor.split(".")[0] or 0)) < (0, 11)
+        return words[2][:7] < "2025-09"
+    parts = [int(x) for x in words[0].split(".")[:3] if x.isdigit()]
+    return tuple(parts + [0] * (3 - len(parts))) < (0, 10, 2)
 
 
 def price(r: dict, cal: dict | None = None) -> dict:
-    """The pair's two steps as the model prices them (ms per token); a pair of vLLM >= 0.11 without the
-    0.7-0.10.x DeepSeek path's kernels (:data:`PATH_KERNELS`)."""
+    """The pair's two steps as the model prices them (ms per token); a pair of vLLM >= 0.10.2 without the
+    0.7-0.10.1 DeepSeek path's kernels (:data:`PATH_KERNELS`)."""
     if not legacy_path(r["vllm"]):
         cal = {**(cal or {}), **{k: 0.0 for k in PATH_KERNELS}}
     from commprof.analysis.commsource import comm_source
@@ -131,7 +132,7 @@ def main() -> int:
                   f"{summary['checks_within']} of {summary['checks']} (median modelled / measured difference "
                   f"{summary['median_diff_ratio']:.2f}). The `sets` row is the one `piecewise_layer_us` is set from, "
                   "not a check. Each row's assumptions (context, GPU, weights where the page is silent) are in its note "
-                  "in the CSV. A pair run by vLLM >= 0.11 (or main from 2025-10) is priced without the 0.7-0.10.x "
+                  "in the CSV. A pair run by vLLM >= 0.10.2 (or main from 2025-09) is priced without the 0.7-0.10.1 "
                   "DeepSeek path's own kernels (piecewise_path: an MLA model's unfused routing and shared-expert MLP), "
                   "which that version does not run in either mode."]
     write_result(a.out, "piecewise_ab", "commprof predict --mode piecewise vs published piecewise/full-graph A/B runs",

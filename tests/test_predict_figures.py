@@ -591,14 +591,15 @@ def test_piecewise_against_published_a_b_runs_and_the_committed_result_follows()
 
 
 def test_a_b_pairs_of_later_vllm_are_priced_without_the_old_deepseek_path():
-    """The 0.7-0.10.x DeepSeek path's kernels are that era's: a pair of vLLM >= 0.11 (Kimi-K2.6 on main of
+    """The 0.7-0.10.1 DeepSeek path's kernels are that era's: a pair of vLLM >= 0.10.2 (Kimi-K2.6 on main of
     2026-05) forced into PIECEWISE runs the fused routing in both modes and is priced without them, so its
     modelled difference is the capture mode's alone; the era is read from the row's vLLM version."""
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import bench_piecewise_ab as ab
 
-    assert ab.legacy_path("0.9 (PR of 2025-06)") and ab.legacy_path("0.10.1") and ab.legacy_path("main of 2025-09")
-    assert not ab.legacy_path("0.11.0") and not ab.legacy_path("0.23.0") and not ab.legacy_path("main of 2026-05")
+    assert ab.legacy_path("0.9 (PR of 2025-06)") and ab.legacy_path("0.10.1") and ab.legacy_path("main of 2025-08")
+    assert not ab.legacy_path("0.10.2") and not ab.legacy_path("0.11.0") and not ab.legacy_path("0.23.0")
+    assert not ab.legacy_path("main of 2026-05")
     kimi = next(p for p in ab.load_pairs() if p["id"].startswith("p42885-kimi"))
     modern = ab.price(kimi)
     off = ab.price(kimi, {k: 0.0 for k in ab.PATH_KERNELS})
