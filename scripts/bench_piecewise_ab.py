@@ -45,12 +45,6 @@ def _model(name: str):
     return load_config(os.path.join(CORPUS, name)) if name.endswith(".json") else get_model(name)
 
 
-#: The constants of vLLM 0.7-0.10.x's own DeepSeek kernels (computemodel.piecewise_path_kernels): a pair run by a
-#: later vLLM forced into PIECEWISE graphs runs the fused routing that version ships, so it is priced without them.
-PATH_KERNELS = ("piecewise_mla_extra_kernels", "piecewise_moe_routing_kernels", "piecewise_shared_expert_kernels",
-                "piecewise_shared_quant_kernels")
-
-
 def legacy_path(vllm: str) -> bool:
     """Whether a pair's vLLM ran the unfused DeepSeek path of 0.7-0.10.1 (the row's ``vllm``: a version such as
     0.9 or 0.23.0, or ``main of YYYY-MM``, main before 2025-09 being that era; 0.10.2 fused the routing,
@@ -64,14 +58,16 @@ def legacy_path(vllm: str) -> bool:
 
 def price(r: dict, cal: dict | None = None) -> dict:
     """The pair's two steps as the model prices them (ms per token); a pair of vLLM >= 0.10.2 without the
-    0.7-0.10.1 DeepSeek path's kernels (:data:`PATH_KERNELS`)."""
-    if not legacy_path(r["vllm"]):
-        cal = {**(cal or {}), **{k: 0.0 for k in PATH_KERNELS}}
+    0.7-0.10.1 DeepSeek path's kernels (computemodel.PIECEWISE_PATH_KERNELS: a pair run by a later vLLM forced
+    into PIECEWISE graphs runs the fused routing that version ships)."""
     from commprof.analysis.commsource import comm_source
+    from commprof.analysis.computemodel import PIECEWISE_PATH_KERNELS
     from commprof.analysis.predictmodel import default_comm, predict_point
     from commprof.analysis.predictmoe import apply_ep
     from commprof.model.gpus import get_gpu
 
+    if not legacy_path(r["vllm"]):
+        cal = {**(cal or {}), **{k: 0.0 for k in PIECEWISE_PATH_KERNELS}}
     model, gpu = _model(r["model"]), get_gpu(r["gpu"])
     comm = comm_source(default_comm(gpu)[0])
     out = {}

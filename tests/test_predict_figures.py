@@ -596,13 +596,14 @@ def test_a_b_pairs_of_later_vllm_are_priced_without_the_old_deepseek_path():
     modelled difference is the capture mode's alone; the era is read from the row's vLLM version."""
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import bench_piecewise_ab as ab
+    from commprof.analysis.computemodel import PIECEWISE_PATH_KERNELS
 
     assert ab.legacy_path("0.9 (PR of 2025-06)") and ab.legacy_path("0.10.1") and ab.legacy_path("main of 2025-08")
     assert not ab.legacy_path("0.10.2") and not ab.legacy_path("0.11.0") and not ab.legacy_path("0.23.0")
     assert not ab.legacy_path("main of 2026-05")
     kimi = next(p for p in ab.load_pairs() if p["id"].startswith("p42885-kimi"))
     modern = ab.price(kimi)
-    off = ab.price(kimi, {k: 0.0 for k in ab.PATH_KERNELS})
+    off = ab.price(kimi, {k: 0.0 for k in PIECEWISE_PATH_KERNELS})
     assert modern["diff_ms"] == pytest.approx(off["diff_ms"])
     legacy = ab.price({**kimi, "vllm": "0.10.1"})
     assert legacy["diff_ms"] > modern["diff_ms"] + 1.0 and legacy["full_ms"] == pytest.approx(modern["full_ms"])

@@ -236,6 +236,10 @@ CALIBRATION_SOURCE = ("bw_frac (HBM) and gddr_bw_frac (GDDR cards, gpus.toml mem
                       "Qwen2.5's speed benchmark (top-p 0.8 and repetition, presence and frequency penalties, "
                       "https://github.com/QwenLM/Qwen2.5 examples/speed-benchmark); the other constants set; "
                       "see results/bench/predict_figures.md")
+#: The constants of vLLM 0.7-0.10.1's own DeepSeek kernels (:func:`piecewise_path_counts`), by name: 0 in
+#: :data:`IDEAL`, and 0 for a vLLM that no longer runs them (scripts/bench_piecewise_ab.py).
+PIECEWISE_PATH_KERNELS = ("piecewise_mla_extra_kernels", "piecewise_moe_routing_kernels",
+                          "piecewise_shared_expert_kernels", "piecewise_shared_quant_kernels")
 MODES = ("graph", "piecewise", "eager")
 #: What each mode means, for help texts and errors.
 MODE_HELP = ("graph (CUDA graphs capture the whole decode step: SGLang, TensorRT-LLM, vLLM V0 and vLLM >= 0.11), "
@@ -310,9 +314,8 @@ IDEAL = {"bw_frac": 1.0, "flop_frac": 1.0, "prefill_flop_frac": 1.0, "floor_us":
          "pcie_skew_frac": 0.0, "pcie_skew_graph_frac": 0.0, "pcie_call_us": 0.0, "achievable_bw": 0.0,
          "fill_us": 0.0, "fill_sm_scaled": 0.0, "fill_clock_scaled": 0.0, "gddr_bw_frac": 0.0, "half_bytes_bw_scaled": 0.0, "int4_hopper_frac": 1.0, "moe_expert_streams": 0.0, "sm_stream_gbps": 0.0,
          "moe_aux_kernels": 0.0, "moe_tile_gbps": 0.0, "mla_norm_kernels": 0.0, "mla_proj_launches": 1.0,
-         "sampling_full_us": 0.0, "moe_bw_frac": 1.0, "piecewise_layer_us": 0.0, "piecewise_mla_extra_kernels": 0.0,
-         "piecewise_moe_routing_kernels": 0.0, "piecewise_shared_expert_kernels": 0.0,
-         "piecewise_shared_quant_kernels": 0.0}
+         "sampling_full_us": 0.0, "moe_bw_frac": 1.0, "piecewise_layer_us": 0.0,
+         **{k: 0.0 for k in PIECEWISE_PATH_KERNELS}}
 
 #: The constants ``scripts/bench_predict_figures.py --fit`` may move, with the values it tries
 #: (fit figures only; everything else is set).
@@ -494,6 +497,14 @@ def causal_pairs(tokens: int, window: int) -> float:
     return w * (w + 1) / 2 + (tokens - w) * w
 
 
+def small_kernel(name: str, count: int, tokens: int, model: ModelShape, gpu: GpuSpec, dtype: str,
+                 cal: dict) -> Kernel:
+    """``count`` small kernels (norms, rotary, activations, residual adds, routing) over ``tokens`` tokens'
+    activations, read and written: no FLOPs, floor-bound at a decode batch."""
+    return _price(name, count, 2 * tokens * model.hidden * dtype_bytes(dtype), 0.0, gpu, dtype, cal,
+                  cal["flop_frac"])
+
+
 def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: int, context: int,
                  dtype: str = "bf16", cal: dict | None = None, prefill: bool = False,
                  weights: str = "bf16") -> list[Kernel]:
@@ -562,7 +573,8 @@ def step_kernels(model: ModelShape, gpu: GpuSpec, tp: int, tokens: int, seqs: in
             sf = _shard(model.shared_expert_ffn or model.expert_ffn, tp)
             add("moe_shared", moe_layers, model.shared_experts * 3 * h * sf * we,
                 6.0 * tokens * model.shared_experts * h * sf, quantized=True)
-    add("small", L * int(cal["small_kernels_per_layer"]), 2 * act, 0.0, gemm=False)
+    if int(cal["small_kernels_per_layer"]):
+        out.append(small_kernel("small", L * int(cal["small_kernels_per_layer"]), tokens, model, gpu, dtype, cal))
     vocab_r = _shard(model.vocab, tp)
     logit_tokens = seqs
     add("lm_head", 1, vocab_r * h * e + logit_tokens * vocab_r * e, 2.0 * logit_tokens * h * vocab_r)
@@ -578,7 +590,7 @@ def piecewise_path_counts(model: ModelShape, gpu: GpuSpec, cal: dict | None = No
     cal = {**CALIBRATION, **(cal or {})}
     if not model.is_mla:
         return {}
-    moe = sum(1 for i in range(model.layers) if is_moe_layer(model, i)) if model.experts else 0
+    moe = sum(1 for i in range(model.layers) if is_moe_layer(model, i))
     shared = moe if model.shared_experts else 0
     w8a8 = quant_gemm_dtype(weights, gpu, dtype) == "fp8"
     counts = {"MLA layers": model.layers * int(cal.get("piecewise_mla_extra_kernels", 0)),
@@ -594,10 +606,7 @@ def piecewise_path_kernels(model: ModelShape, gpu: GpuSpec, tokens: int, dtype: 
     ``tokens`` tokens' activations (the ``small`` row's price); empty where the model has none."""
     cal = {**CALIBRATION, **(cal or {})}
     n = sum(piecewise_path_counts(model, gpu, cal, weights, dtype).values())
-    if not n:
-        return []
-    act = tokens * model.hidden * dtype_bytes(dtype)
-    return [_price("piecewise_path", n, 2 * act, 0.0, gpu, dtype, cal, cal["flop_frac"])]
+    return [small_kernel("piecewise_path", n, tokens, model, gpu, dtype, cal)] if n else []
 
 
 def collective_mode(mode: str) -> str:
